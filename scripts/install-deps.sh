@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages toposched builds and tests with, if any is missing.
+# Runs `apt-get update` once, and only when something has to be installed. Needs root
+# (or sudo) on a Debian/Ubuntu machine; does nothing when everything is present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  libboost-dev libboost-program-options-dev
+  nlohmann-json3-dev libsimdjson-dev libcpprest-dev libspdlog-dev libfmt-dev
+  libhwloc-dev hwloc-nox libyaml-cpp-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,54 @@
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <filesystem>
+
+#include "toposched/agent/discovery.h"
+#include "toposched/topology/input_format.h"
+#include "toposched/topology/json_codec.h"
+#include "toposched/topology/nccl_xml.h"
+
+namespace toposched {
+namespace {
+
+Result<std::string> ReadBounded(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error("is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(std::string("cannot open: ") + std::strerror(errno));
+  std::string content;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    content.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (content.size() > kMaxTopologyFileBytes) return Error("larger than 64 MiB, not a topology file");
+  }
+  if (in.bad()) return Error("read error");
+  return content;
+}
+
+}  // namespace
+
+Result<NodeTopology> LoadTopologyFile(const std::string& path) {
+  auto content = ReadBounded(path);
+  if (!content.ok()) return content.error().WithContext(path);
+  auto format = DetectInputFormat(*content);
+  if (!format.ok()) return format.error().WithContext(path);
+  Result<NodeTopology> topology = Error("unreachable");
+  switch (*format) {
+    case InputFormat::kHwlocXml: topology = ParseHwlocXml(*content); break;
+    case InputFormat::kNcclXml: topology = ParseNcclXml(*content); break;
+    case InputFormat::kTopologyJson: {
+      // A NodeTopology document keeps the source and detail it was written with.
+      auto decoded = DecodeTopologyJson(*content);
+      if (!decoded.ok()) return decoded.error().WithContext(path + " (NodeTopology JSON)");
+      return decoded;
+    }
+  }
+  if (!topology.ok()) return topology.error().WithContext(path + " (" + std::string(ToString(*format)) + ")");
+  topology->source_detail = std::filesystem::path(path).filename().string();
+  return topology;
+}
+
+}  // namespace toposched
