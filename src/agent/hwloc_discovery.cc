@@ -440,7 +440,8 @@ Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   Translator translator(topo->get(), nullptr);
   NodeTopology t = translator.Run(TopologySource::kHwlocXml);
   if (hwloc_obj_t root = hwloc_get_root_obj(topo->get()); root != nullptr) {
-    t.node_name = Info(root, "HostName");
+    const std::string host = Info(root, "HostName");
+    if (!host.empty()) t.node_name = ToKubernetesName(host);
   }
   return t;
 }
@@ -456,9 +457,12 @@ Result<NodeTopology> DiscoverLive(const DiscoveryOptions& options) {
   Translator translator(topo->get(), &options);
   NodeTopology t = translator.Run(TopologySource::kHwloc);
   t.node_name = options.node_name;
+  if (const char* env = std::getenv("NODE_NAME"); t.node_name.empty() && env != nullptr) {
+    t.node_name = env;  // the DaemonSet passes spec.nodeName through the downward API
+  }
   if (t.node_name.empty()) {
     char host[256] = {};
-    if (gethostname(host, sizeof host - 1) == 0) t.node_name = host;
+    if (gethostname(host, sizeof host - 1) == 0) t.node_name = ToKubernetesName(host);
   }
   t.source_detail = t.node_name;
   return t;

@@ -48,6 +48,12 @@ Result<NodeTopology> LoadTopologyFile(const std::string& path) {
   }
   if (!topology.ok()) return topology.error().WithContext(path + " (" + std::string(ToString(*format)) + ")");
   topology->source_detail = std::filesystem::path(path).filename().string();
+  // NCCL files and some hwloc exports carry no host name: name the topology after the file.
+  if (topology->node_name.empty()) {
+    std::string stem = std::filesystem::path(path).filename().string();
+    stem = stem.substr(0, stem.find('.'));
+    topology->node_name = ToKubernetesName(stem);
+  }
   return topology;
 }
 

@@ -116,6 +116,22 @@ bool NaturalLess(std::string_view a, std::string_view b) {
   return a.size() - i < b.size() - j;
 }
 
+std::string ToKubernetesName(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 253)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u)) out += static_cast<char>(std::tolower(u));
+    else if (c == '.' || c == '-') out += c;
+    else out += '-';
+  }
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  while (!out.empty() && !alnum(out.back())) out.pop_back();
+  std::size_t start = 0;
+  while (start < out.size() && !alnum(out[start])) ++start;
+  out.erase(0, start);
+  return out.empty() ? "node" : out;
+}
+
 std::string NormalizePciBusId(std::string_view id) {
   // Accepts "[domain:]bus:dev.fn" with hex fields; domain up to 8 digits (NVML), bus 2, dev 2,
   // fn 1.
@@ -303,7 +319,7 @@ void DeriveLinks(NodeTopology& t) {
       cell = Link{ClassifyPath(t, ga.parent, ga.numa, gb.parent, gb.numa), Fabric::kNone, 0};
       for (const GpuPeer& p : ga.peers) {
         if (p.gpu == b) {
-          cell = Link{LinkClass::kNV, p.fabric, p.fabric == Fabric::kNvlink ? std::max(p.links, 1) : p.links};
+          cell = Link{LinkClass::kNV, p.fabric, p.fabric == Fabric::kNvlink ? std::max(p.links, 1) : 0};
         }
       }
     }

@@ -96,6 +96,7 @@ class Builder {
   NodeTopology Build() {
     t_.source = TopologySource::kSynthetic;
     t_.source_detail = spec_.preset;
+    t_.node_name = ToKubernetesName(spec_.preset.empty() ? "synthetic" : spec_.preset);
     int cpu = 0;
     for (int s = 0; s < spec_.sockets; ++s) {
       for (int k = 0; k < spec_.numa_per_socket; ++k) {

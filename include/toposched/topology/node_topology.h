@@ -38,7 +38,7 @@ std::optional<TopologySource> ParseTopologySource(std::string_view s);
 struct Link {
   LinkClass cls = LinkClass::kSYS;
   Fabric fabric = Fabric::kNone;  // set only for kNV
-  int count = 0;                  // bonded NVLinks for Fabric::kNvlink, 0 when unknown
+  int count = 0;                  // bonded NVLinks for Fabric::kNvlink; 0 for xGMI (see peers)
 
   // The printed token: "X", "NV12", "XGMI", "PIX", ... ParseToken is its inverse.
   std::string Token() const;
@@ -168,6 +168,11 @@ void DeriveLinks(NodeTopology& t);
 
 // Natural order of names: "mlx5_2" < "mlx5_10".
 bool NaturalLess(std::string_view a, std::string_view b);
+
+// Turns `s` into a valid Kubernetes object name (DNS subdomain: lower case alphanumerics, '-'
+// and '.', alphanumeric at both ends, at most 253 characters); "node" if nothing is left.
+// Used to name topologies read from files that carry no host name.
+std::string ToKubernetesName(std::string_view s);
 
 // Normalizes a PCI bus id to "dddd:bb:dd.f" lower case (NVML's 8-digit domains shortened, a
 // missing domain taken as 0000). Returns empty when `id` is not a bus id.

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build, then show what toposched sees on this machine
+# and on the bundled 8-GPU example (HGX H100, NCCL topology format).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=OFF -DTOPOSCHED_BUILD_BENCH=OFF
+echo "== toposched topo (this machine, live hwloc discovery)"
+build/src/cmd/toposched topo
+echo
+echo "== toposched topo --input examples/hgx-h100-8gpu.nccl.xml"
+build/src/cmd/toposched topo --input examples/hgx-h100-8gpu.nccl.xml

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every test: install what is missing, build, run the whole suite, then rebuild with
+# AddressSanitizer + UndefinedBehaviorSanitizer and run the suite again (the parsers' fuzz
+# and malformed-input tests are the point of that second run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+jobs=$(nproc)
+
+BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=ON -DTOPOSCHED_SANITIZE=OFF
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+BUILD_DIR=build-asan BUILD_TYPE=Debug ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=OFF \
+  -DTOPOSCHED_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+# The benchmark binary must at least run (figures are in docs/benchmarks.md, not asserted).
+build/bench/toposched_discovery_bench --benchmark_min_time=0.01 >/dev/null
+echo "test.sh: all tests passed (release and ASan/UBSan builds)"

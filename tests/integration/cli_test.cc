@@ -1,0 +1,188 @@
+// The `toposched` binary end to end: every shared topology file through `topo` (text and
+// JSON), `agent --once`, and the error paths a user hits first.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "testing/shared_topologies.h"
+#include "toposched/agent/discovery.h"
+#include "toposched/topology/json_codec.h"
+#include "toposched/topology/matrix_text.h"
+
+namespace toposched {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string Binary() {
+  const char* bin = std::getenv("TOPOSCHED_BIN");
+  return bin != nullptr ? bin : TOPOSCHED_BIN_PATH;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CliRun Toposched(const std::string& args) {
+  static int counter = 0;
+  const fs::path err_file = fs::temp_directory_path() /
+                            ("toposched-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".err");
+  const std::string cmd = Quote(Binary()) + " " + args + " 2>" + Quote(err_file.string());
+  CliRun run;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return run;
+  std::array<char, 65536> buf;
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) run.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.err = testing::ReadFile(err_file);
+  fs::remove(err_file);
+  return run;
+}
+
+// `topo --input F` prints exactly the matrix (or the no-GPU line) that the library computes
+// for F, and `--format json` round-trips to the same topology.
+TEST(CliTest, TopoOnEverySharedFile) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(testing::SharedTopologiesDir())) {
+    if (entry.path().extension() != ".xml") continue;
+    ++files;
+    const std::string path = entry.path().string();
+    SCOPED_TRACE(path);
+    auto expected = LoadTopologyFile(path);
+    ASSERT_TRUE(expected.ok()) << expected.error().message();
+    const CliRun text = Toposched("topo --input " + Quote(path));
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    if (expected->gpus.empty()) {
+      EXPECT_EQ(text.out, NoGpuStatement(*expected) + "\n");
+    } else {
+      EXPECT_EQ(text.out, RenderTopologyMatrix(*expected));
+      EXPECT_NE(text.out.find("GPU" + std::to_string(expected->gpus.size() - 1) + "\t"), std::string::npos);
+    }
+    const CliRun json = Toposched("topo --format json --input " + Quote(path));
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    auto decoded = DecodeTopologyJson(json.out);
+    ASSERT_TRUE(decoded.ok()) << decoded.error().message();
+    EXPECT_EQ(decoded->Fingerprint(), expected->Fingerprint());
+    EXPECT_EQ(decoded->gpu_gpu, expected->gpu_gpu);
+    EXPECT_EQ(decoded->gpu_nic, expected->gpu_nic);
+  }
+  EXPECT_EQ(files, 40);
+}
+
+TEST(CliTest, TopoOnThisMachineAndSynthetic) {
+  const CliRun live = Toposched("topo");
+  ASSERT_EQ(live.exit_code, 0) << live.err;
+  EXPECT_FALSE(live.out.empty());
+  const CliRun synthetic = Toposched("topo --synthetic hgx-h100-8gpu");
+  ASSERT_EQ(synthetic.exit_code, 0) << synthetic.err;
+  EXPECT_NE(synthetic.out.find("GPU7\tNV18\t"), std::string::npos);
+  const CliRun list = Toposched("topo --list-synthetic");
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find("cloud-vm-8gpu"), std::string::npos);
+}
+
+TEST(CliTest, BundledExampleMatchesItsDocumentedMatrix) {
+  const std::string example = std::string(TOPOSCHED_SOURCE_DIR) + "/examples/hgx-h100-8gpu.nccl.xml";
+  const CliRun run = Toposched("topo --input " + Quote(example));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // GPU0 shares its PCIe switch with mlx5_0 and mlx5_1 (PIX), reaches the socket's other NICs
+  // through the CPU (NODE) and the other socket's across UPI (SYS); NVSwitch gives NV18.
+  EXPECT_NE(run.out.find("GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPIX\tPIX\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t"),
+            std::string::npos)
+      << run.out;
+}
+
+TEST(CliTest, AgentOnceWritesDecodableJsonAtomically) {
+  const fs::path out = fs::temp_directory_path() / ("toposched-agent-" + std::to_string(::getpid()) + ".json");
+  const CliRun run = Toposched("agent --once --synthetic cloud-vm-8gpu --node-name gpu-node-7 --output " + Quote(out.string()));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(run.out.empty()) << "JSON goes to the file, logs to stderr";
+  EXPECT_NE(run.err.find("node=gpu-node-7"), std::string::npos) << run.err;
+  auto decoded = DecodeTopologyJson(testing::ReadFile(out));
+  ASSERT_TRUE(decoded.ok()) << decoded.error().message();
+  EXPECT_EQ(decoded->node_name, "gpu-node-7");
+  EXPECT_EQ(decoded->gpus.size(), 8u);
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+  fs::remove(out);
+
+  const CliRun to_stdout = Toposched("agent --once --synthetic pcie-4gpu");
+  ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.err;
+  EXPECT_TRUE(DecodeTopologyJson(to_stdout.out).ok());
+  const CliRun live = Toposched("agent --once");
+  ASSERT_EQ(live.exit_code, 0) << live.err;
+  auto live_topology = DecodeTopologyJson(live.out);
+  ASSERT_TRUE(live_topology.ok()) << live_topology.error().message();
+  EXPECT_EQ(live_topology->source, TopologySource::kHwloc);
+}
+
+struct ErrorCase {
+  const char* name;
+  std::string args;
+  int exit_code;
+  const char* stderr_contains;
+};
+
+TEST(CliTest, ErrorsAreClearAndNonZero) {
+  const fs::path dir = fs::temp_directory_path() / ("toposched-cli-bad-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& content) {
+    std::ofstream(dir / name, std::ios::binary) << content;
+    return Quote((dir / name).string());
+  };
+  const std::vector<ErrorCase> cases = {
+      {"empty file", "topo --input " + write("empty.xml", ""), 1, "empty.xml: the file is empty"},
+      {"garbage", "topo --input " + write("garbage.bin", std::string("\x01\x02\x03\xff\xfe", 5)), 1, "binary data"},
+      {"truncated", "topo --input " + write("cut.xml", "<topology version=\"2.0\"><object type=\"Machine\""), 1,
+       "cut.xml (hwloc XML): hwloc could not import"},
+      {"wrong root", "topo --input " + write("root.xml", "<svg></svg>"), 1, "unknown XML root element <svg>"},
+      {"matrix file", "topo --input " + write("m.txt", "\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\t0-3\n"), 1,
+       "nvidia-smi topo -m"},
+      {"missing file", "topo --input /nonexistent/topo.xml", 1, "/nonexistent/topo.xml: cannot open"},
+      {"bad format flag", "topo --format yaml", 2, "--format must be text or json"},
+      {"unknown flag", "topo --frobnicate", 2, "unknown or incomplete flag"},
+      {"missing value", "topo --input", 2, "--input needs a value"},
+      {"both sources", "topo --input x --synthetic hgx-h100-8gpu", 1, "mutually exclusive"},
+      {"unknown preset", "topo --synthetic nope", 1, "unknown synthetic preset"},
+      {"agent without --once", "agent", 2, "only --once"},
+      {"unknown command", "frobnicate", 2, "unknown command"},
+      {"agent bad output dir", "agent --once --synthetic pcie-4gpu --output /nonexistent/dir/x.json", 1,
+       "cannot write"},
+  };
+  for (const ErrorCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const CliRun run = Toposched(c.args);
+    EXPECT_EQ(run.exit_code, c.exit_code) << run.err;
+    EXPECT_NE(run.err.find(c.stderr_contains), std::string::npos) << run.err;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, CpuOnlyMachineFileIsOneLineAndExitZero) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  const CliRun run = Toposched("topo --input " + Quote(testing::SharedTopology("local__ci-sandbox_cpu-only.hwloc2.xml").string()));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out.rfind("No GPUs found (hwloc-xml local__ci-sandbox_cpu-only.hwloc2.xml", 0), 0u) << run.out;
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1);
+}
+
+}  // namespace
+}  // namespace toposched
