@@ -12,7 +12,8 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 
 BUILD_DIR=build-asan BUILD_TYPE=Debug ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=OFF \
   -DTOPOSCHED_SANITIZE=ON
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp":print_suppressions=0 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
 # The benchmark binary must at least run (figures are in docs/benchmarks.md, not asserted).

@@ -1,5 +1,6 @@
 #include "toposched/topology/json_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -19,9 +20,10 @@ namespace {
 
 using nlohmann::json;
 
-// Deeper than any document this schema produces (links.gpuGpu[r][c] is 5 levels), with room for
-// nested unknown keys from newer writers. The parser itself is iterative, but a deep document
-// costs memory per level and nothing legitimate needs it.
+// Deeper than any document this schema produces (root > status > links > gpuGpu > row is 5
+// levels), with room for nested unknown keys from newer writers. The parser itself is iterative,
+// but every level costs memory (16 MiB of "[" would be ~1 GiB of nested arrays) and nothing
+// legitimate needs it.
 constexpr int kMaxNestingDepth = 32;
 // Kubernetes object names are DNS subdomains: at most 253 characters.
 constexpr std::size_t kMaxNodeNameLength = 253;
@@ -220,9 +222,6 @@ json EncodeStatus(const NodeTopology& t) {
       return status_or_;                                  \
     }                                                     \
   } while (false)
-
-// Thrown by the parser callback only; caught in ParseDocument and never escapes the codec.
-struct NestingTooDeep {};
 
 std::string Quote(std::string_view s) {
   if (s.size() <= kMaxQuotedLength) return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
@@ -812,6 +811,32 @@ std::string StripExceptionTag(const char* what) {
   return s;
 }
 
+// Maximum bracket nesting of `text`, skipping strings. Exact for valid JSON; on invalid JSON it
+// is exact up to the first error, which is as far as the parser builds values, so checking it
+// first bounds what the parser allocates.
+int NestingDepth(std::string_view text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
 Result<NodeTopology> Decode(std::string_view text) {
   if (text.size() > kMaxTopologyJsonBytes) {
     return Error("document is " + std::to_string(text.size()) + " bytes, over the limit of " +
@@ -820,28 +845,19 @@ Result<NodeTopology> Decode(std::string_view text) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return Error("not valid JSON: the document is empty");
   }
+  if (NestingDepth(text) > kMaxNestingDepth) {
+    return Error("not valid JSON: nested deeper than " + std::to_string(kMaxNestingDepth) +
+                 " levels");
+  }
   json doc;
   try {
-    // The callback bounds nesting; throwing is the only way to stop nlohmann's parser early.
-    doc = json::parse(
-        text.begin(), text.end(),
-        [](int depth, json::parse_event_t event, json& /*parsed*/) {
-          if ((event == json::parse_event_t::object_start ||
-               event == json::parse_event_t::array_start) &&
-              depth >= kMaxNestingDepth) {
-            throw NestingTooDeep{};
-          }
-          return true;
-        });
+    doc = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     return Error("not valid JSON (byte " + std::to_string(e.byte) + "): " +
                  StripExceptionTag(e.what()));
   } catch (const json::exception& e) {
     // E.g. out_of_range for a number literal too large for a double.
     return Error("not valid JSON: " + StripExceptionTag(e.what()));
-  } catch (const NestingTooDeep&) {
-    return Error("not valid JSON: nested deeper than " + std::to_string(kMaxNestingDepth) +
-                 " levels");
   }
   NodeTopology t;
   if (Status s = DecodeDocument(doc, &t); !s.ok()) return s.error();

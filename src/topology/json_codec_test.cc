@@ -677,7 +677,7 @@ TEST(TopologyJsonTest, EncodesInvalidUtf8WithoutThrowing) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Deterministic corruption: every truncation and a byte substitution at every position must
+// Deterministic corruption: truncations and byte substitutions throughout the document must
 // decode to a value or an error, never crash, hang or throw (the sanitizer build runs this under
 // ASan/UBSan). Whatever decodes must also re-encode to a document that decodes to the same JSON.
 
@@ -700,19 +700,24 @@ TEST(TopologyJsonFuzzTest, TruncatedAndCorruptedDocumentsNeverCrash) {
   // Structural characters, number and literal starts, escapes, NUL and bytes that are not UTF-8.
   const std::string replacements = std::string("\"{}[],:09-.eXNn\\ ") + '\0' + "\xff\x80";
   int accepted = 0, rejected = 0;
+  // Every position gets a substitution; truncations and bit flips take every 7th and 3rd
+  // position, which keeps the test to a few seconds under the sanitizers.
   for (std::size_t i = 0; i < doc.size(); ++i) {
-    // Every proper prefix is unbalanced JSON.
-    Result<NodeTopology> truncated = DecodeTopologyJson(std::string_view(doc).substr(0, i));
-    EXPECT_FALSE(truncated.ok()) << "prefix of " << i << " bytes decoded";
-
-    // One substitution per position, cycling through the replacements so that each kind of byte
-    // lands in every part of the document; plus a bit flip, which mostly keeps the document
-    // well-formed and so reaches the semantic checks.
+    if (i % 7 == 0) {
+      // Every proper prefix is unbalanced JSON.
+      Result<NodeTopology> truncated = DecodeTopologyJson(std::string_view(doc).substr(0, i));
+      EXPECT_FALSE(truncated.ok()) << "prefix of " << i << " bytes decoded";
+    }
+    // The substitutions cycle through the replacements so that each kind of byte lands in every
+    // part of the document; a bit flip mostly keeps the document well-formed and so reaches the
+    // semantic checks.
     std::string corrupted = doc;
     corrupted[i] = replacements[i % replacements.size()];
     ExpectDecodesOrFails(corrupted, &accepted, &rejected);
-    corrupted[i] = static_cast<char>(doc[i] ^ 0x01);
-    ExpectDecodesOrFails(corrupted, &accepted, &rejected);
+    if (i % 3 == 0) {
+      corrupted[i] = static_cast<char>(doc[i] ^ 0x01);
+      ExpectDecodesOrFails(corrupted, &accepted, &rejected);
+    }
     if (HasFatalFailure()) return;
   }
   // Both outcomes must actually occur, or the test exercises less than it claims.

@@ -20,6 +20,7 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -234,16 +235,32 @@ bool NestingWithinLimit(std::string_view s) {
   return true;
 }
 
-bool IsElement(const std::string& key) { return !key.empty() && key[0] != '<'; }
+// File text quoted in an error message: bounded and printable, since messages end up in logs and
+// HTTP responses and the text may be anything.
+std::string Shown(std::string_view text) {
+  constexpr std::size_t kMaxShown = 64;
+  std::string out;
+  for (char c : text.substr(0, kMaxShown)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (text.size() > kMaxShown) out += "...";
+  return out;
+}
+
+Error TooDeep() {
+  return Error("NCCL topology XML nests deeper than " + std::to_string(kMaxDepth) + " levels");
+}
+
+bool IsElement(const std::string& key) {
+  return !key.empty() && key[0] != '<';
+}
 
 // Counts elements per tag name; fails past kMaxElementsPerKind of one kind.
 std::optional<Error> CountElements(const pt::ptree& node, std::map<std::string, int>& counts, int depth) {
-  if (depth > kMaxDepth) return Error("NCCL topology XML nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  if (depth > kMaxDepth) return TooDeep();
   for (const auto& [key, child] : node) {
     if (!IsElement(key)) continue;
     if (++counts[key] > kMaxElementsPerKind) {
-      return Error("NCCL topology XML has more than " + std::to_string(kMaxElementsPerKind) + " <" + key +
-                   "> elements");
+      return Error("NCCL topology XML has more than " + std::to_string(kMaxElementsPerKind) + " <" +
+                   Shown(key) + "> elements");
     }
     if (auto e = CountElements(child, counts, depth + 1)) return e;
   }
@@ -258,7 +275,9 @@ std::optional<std::string> Attr(const pt::ptree& node, const char* name) {
   return it->second.data();
 }
 
-bool HasChild(const pt::ptree& node, const char* name) { return node.find(name) != node.not_found(); }
+bool HasChild(const pt::ptree& node, const char* name) {
+  return node.find(name) != node.not_found();
+}
 
 bool HasElementChildren(const pt::ptree& node) {
   return std::any_of(node.begin(), node.end(), [](const auto& kv) { return IsElement(kv.first); });
@@ -271,8 +290,12 @@ constexpr std::uint16_t kVendorAmd = 0x1002;
 constexpr std::uint16_t kVendorAmazon = 0x1d0f;  // EFA
 constexpr std::uint16_t kVendorHpe = 0x17db;     // Cray Cassini (Slingshot)
 
-bool IsBridgeClass(std::uint32_t cls) { return (cls >> 8) == 0x0604; }
-bool IsNetworkClass(std::uint32_t cls) { return (cls >> 16) == 0x02; }
+bool IsBridgeClass(std::uint32_t cls) {
+  return (cls >> 8) == 0x0604;
+}
+bool IsNetworkClass(std::uint32_t cls) {
+  return (cls >> 16) == 0x02;
+}
 
 // Display controllers (0x0300 VGA, 0x0302 3D, 0x0380 other: AMD Instinct) and processing
 // accelerators (0x1200: MI300). Only NVIDIA/AMD ones, or ones without a vendor attribute (the
@@ -283,7 +306,9 @@ bool IsGpuClass(std::uint32_t cls, std::optional<std::uint16_t> vendor) {
   return !vendor || *vendor == kVendorNvidia || *vendor == kVendorAmd;
 }
 
-bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 
 bool StartsWithAny(std::string_view s, std::initializer_list<std::string_view> prefixes) {
   return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return StartsWith(s, p); });
@@ -293,8 +318,8 @@ bool StartsWithAny(std::string_view s, std::initializer_list<std::string_view> p
 // (mlx5_0, mlx5_bond_0, bnxt_re0, irdma0, qedr0, ionic_0, hfi1_0, rdmap16s27/efa_0 for EFA);
 // the RCCL MI300A file lists Slingshot as libfabric cxi0 with gdr=1.
 bool IsRdmaDeviceName(std::string_view name) {
-  return StartsWithAny(name, {"mlx4_", "mlx5_", "rdmap", "efa", "bnxt_re", "hfi1_", "irdma", "qedr", "cxi",
-                              "ionic"});
+  return StartsWithAny(
+      name, {"mlx4_", "mlx5_", "rdmap", "efa", "bnxt_re", "hfi1_", "irdma", "qedr", "cxi", "ionic"});
 }
 
 // Plain network interfaces, which NCCL's socket transport uses: ethN/enXXX/emN, IPoIB ibN,
@@ -325,6 +350,12 @@ NicKind NetKind(std::string_view name, std::optional<std::uint16_t> vendor, std:
   if (cls && (*cls >> 8) == 0x0200 && StartsWithAny(name, {"mlx", "bnxt_re"})) return NicKind::kRoce;
   if (!rdma) return NicKind::kEthernet;
   return NicKind::kUnknown;
+}
+
+// Linux interface names and RDMA device names are short printable ASCII (IB_DEVICE_NAME_MAX 64).
+bool IsValidDeviceName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
 std::uint64_t LinkRateMbps(const std::optional<std::string>& speed) {
@@ -403,7 +434,7 @@ class Builder {
     // NCCL writes numaid="-1" when the kernel reports no NUMA locality (some VMs): the devices
     // then have unknown NUMA, but their <cpu>'s affinity still gives their local CPUs.
     if (!numaid || *numaid < -1 || *numaid > 1'000'000) {
-      return Error("<cpu> element with invalid numaid \"" + *numaid_text + "\"");
+      return Error("<cpu> element with invalid numaid \"" + Shown(*numaid_text) + "\"");
     }
     Context ctx;
     ctx.numa = static_cast<int>(*numaid);
@@ -427,7 +458,7 @@ class Builder {
   }
 
   std::optional<Error> Pci(const pt::ptree& pci, const Context& ctx) {
-    if (ctx.depth > kMaxDepth) return Error("NCCL topology XML nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (ctx.depth > kMaxDepth) return TooDeep();
     const PciAttrs a = ReadPciAttrs(pci);
     const bool has_gpu = HasChild(pci, "gpu");
     const bool has_nic = HasChild(pci, "nic");
@@ -445,9 +476,14 @@ class Builder {
 
   std::optional<Error> Bridge(const pt::ptree& pci, const PciAttrs& a, const Context& ctx) {
     PcieNode node;
-    // Fake switch ids (ffff:ff:01.0) normalize fine; a missing one keeps the raw text, since the
-    // bridge's identity only labels it.
-    node.id = a.busid.empty() ? std::string(Trim(a.raw_busid)) : a.busid;
+    const int index = static_cast<int>(t_.pcie.size());
+    // Fake switch ids (ffff:ff:01.0) normalize fine. The JSON encoding names parents by id, so
+    // ids must be unique and non-empty: a bridge with a missing, malformed or repeated bus id
+    // (which only labels it) gets a synthetic one.
+    node.id = a.busid;
+    for (int n = index; node.id.empty() || !bridge_ids_.insert(node.id).second; ++n) {
+      node.id = "bridge:" + std::to_string(n);
+    }
     node.kind = PcieKind::kBridge;
     node.parent = ctx.parent;
     // NCCL collapses the tree below the root port and records no host bridges, so a bridge right
@@ -460,7 +496,6 @@ class Builder {
     node.device_id = a.device.value_or(0);
     node.link_gbps = a.link_gbps;
     node.link_width = a.link_width;
-    const int index = static_cast<int>(t_.pcie.size());
     t_.pcie.push_back(std::move(node));
 
     Context inner = ctx;
@@ -474,7 +509,7 @@ class Builder {
   }
 
   std::optional<Error> GpuDevice(const pt::ptree& pci, const PciAttrs& a, const Context& ctx) {
-    if (a.busid.empty()) return Error("GPU with invalid PCI bus id \"" + a.raw_busid + "\"");
+    if (a.busid.empty()) return Error("GPU with invalid PCI bus id \"" + Shown(a.raw_busid) + "\"");
     if (gpu_by_busid_.count(a.busid) != 0) return Error("GPU bus id " + a.busid + " appears twice");
     if (t_.gpus.size() >= kMaxGpus) return Error("more than " + std::to_string(kMaxGpus) + " GPUs");
     const int index = static_cast<int>(t_.gpus.size());
@@ -532,7 +567,7 @@ class Builder {
   }
 
   std::optional<Error> NicDevice(const pt::ptree& pci, const PciAttrs& a, const Context& ctx) {
-    if (a.busid.empty()) return Error("NIC with invalid PCI bus id \"" + a.raw_busid + "\"");
+    if (a.busid.empty()) return Error("NIC with invalid PCI bus id \"" + Shown(a.raw_busid) + "\"");
     const std::size_t before = t_.nics.size();
     for (const auto& [key, child] : pci) {
       if (key != "nic") continue;
@@ -547,15 +582,27 @@ class Builder {
   std::optional<Error> Nets(const pt::ptree& nic, const Context& ctx, const PciAttrs* a) {
     for (const auto& [key, net] : nic) {
       if (key != "net") continue;
-      auto e = AddNic(ctx, a, std::string(Trim(Attr(net, "name").value_or(""))), Attr(net, "gdr"), Attr(net, "speed"));
+      auto e = AddNic(ctx, a, std::string(Trim(Attr(net, "name").value_or(""))), Attr(net, "gdr"),
+                      Attr(net, "speed"));
       if (e) return e;
     }
     return std::nullopt;
   }
 
   std::optional<Error> AddNic(const Context& ctx, const PciAttrs* a, std::string name,
-                              const std::optional<std::string>& gdr, const std::optional<std::string>& speed) {
+                              const std::optional<std::string>& gdr,
+                              const std::optional<std::string>& speed) {
     if (t_.nics.size() >= kMaxNics) return Error("more than " + std::to_string(kMaxNics) + " NICs");
+    // The model's consumers identify NICs by DisplayName() (matrix legends, the JSON encoding),
+    // so names must be real device names and unique, and a nameless NIC needs its bus id.
+    if (!name.empty() && !IsValidDeviceName(name)) {
+      return Error("NIC name \"" + Shown(name) + "\" is not a device or interface name");
+    }
+    if (name.empty() && a == nullptr) return std::nullopt;  // nothing to call it by: useless
+    if (!name.empty() && !nic_names_.insert(name).second) return Error("NIC name " + name + " appears twice");
+    if (name.empty() && !nameless_nic_busids_.insert(a->busid).second) {
+      return Error("NIC bus id " + a->busid + " appears twice");
+    }
     Nic n;
     n.rdma = NetIsRdma(name, gdr, a != nullptr);
     n.kind = NetKind(name, a ? a->vendor : std::nullopt, a ? a->cls : std::nullopt, n.rdma);
@@ -632,7 +679,8 @@ class Builder {
   void PruneBridges() {
     std::vector<bool> used(t_.pcie.size(), false);
     auto mark = [&](int parent) {
-      for (int n = parent; n >= 0 && !used[static_cast<std::size_t>(n)]; n = t_.pcie[static_cast<std::size_t>(n)].parent) {
+      for (int n = parent; n >= 0 && !used[static_cast<std::size_t>(n)];
+           n = t_.pcie[static_cast<std::size_t>(n)].parent) {
         used[static_cast<std::size_t>(n)] = true;
       }
     };
@@ -671,8 +719,9 @@ class Builder {
 
   NodeTopology t_;
   std::map<int, std::vector<std::uint32_t>> numa_masks_;  // sorted by id, as numa_nodes must be
-  std::vector<std::vector<std::uint32_t>> cpu_masks_;      // per <cpu> element
+  std::vector<std::vector<std::uint32_t>> cpu_masks_;     // per <cpu> element
   std::map<std::string, int> gpu_by_busid_;
+  std::set<std::string> bridge_ids_, nic_names_, nameless_nic_busids_;
   std::vector<int> gpu_cpu_element_, nic_cpu_element_;  // parallel to t_.gpus / t_.nics
   std::vector<PendingLink> links_;
 };
@@ -685,9 +734,7 @@ Result<NodeTopology> Parse(std::string_view content) {
   // rapidxml stops at the first NUL: reject rather than silently parse a prefix.
   if (content.find('\0') != std::string_view::npos) return Error("NCCL topology XML contains NUL bytes");
   if (Trim(content).empty()) return Error("NCCL topology XML is empty");
-  if (!NestingWithinLimit(content)) {
-    return Error("NCCL topology XML nests deeper than " + std::to_string(kMaxDepth) + " levels");
-  }
+  if (!NestingWithinLimit(content)) return TooDeep();
 
   pt::ptree doc;
   try {
@@ -703,7 +750,7 @@ Result<NodeTopology> Parse(std::string_view content) {
   auto root = std::find_if(doc.begin(), doc.end(), [](const auto& kv) { return IsElement(kv.first); });
   if (root == doc.end()) return Error("not an NCCL topology: no root element, expected <system version=...>");
   if (root->first != "system" || !Attr(root->second, "version")) {
-    return Error("not an NCCL topology: root element is <" + root->first +
+    return Error("not an NCCL topology: root element is <" + Shown(root->first) +
                  (root->first == "system" ? "> without a version attribute" : ">") +
                  ", expected <system version=...>");
   }

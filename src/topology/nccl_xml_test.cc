@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -34,13 +36,13 @@ std::optional<std::string> ReadShared(const std::string& name) {
   return out.str();
 }
 
-#define TOPOSCHED_LOAD_OR_SKIP(var, name)                                                        \
-  std::string var;                                                                               \
-  if (auto loaded_ = ReadShared(name)) {                                                         \
-    var = std::move(*loaded_);                                                                   \
-  } else {                                                                                       \
-    GTEST_SKIP() << "shared topology " << (name) << " not found under '" << kSharedTopologies    \
-                 << "' (TOPOSCHED_SHARED_TOPOLOGIES)";                                           \
+#define TOPOSCHED_LOAD_OR_SKIP(var, name)                                                     \
+  std::string var;                                                                            \
+  if (auto loaded_ = ReadShared(name)) {                                                      \
+    var = std::move(*loaded_);                                                                \
+  } else {                                                                                    \
+    GTEST_SKIP() << "shared topology " << (name) << " not found under '" << kSharedTopologies \
+                 << "' (TOPOSCHED_SHARED_TOPOLOGIES)";                                        \
   }
 
 NodeTopology ParseOrDie(const std::string& content) {
@@ -65,8 +67,12 @@ int NicIndex(const NodeTopology& t, const std::string& name) {
   return 0;
 }
 
-std::string GpuGpu(const NodeTopology& t, int a, int b) { return t.gpu_gpu.at(a, b).Token(); }
-std::string GpuNic(const NodeTopology& t, int g, int n) { return t.gpu_nic.at(g, n).Token(); }
+std::string GpuGpu(const NodeTopology& t, int a, int b) {
+  return t.gpu_gpu.at(a, b).Token();
+}
+std::string GpuNic(const NodeTopology& t, int g, int n) {
+  return t.gpu_nic.at(g, n).Token();
+}
 
 // ---- Every shared NCCL file, with counts read off the files by hand (and cross-checked with a
 // throwaway ElementTree script): GPUs, RDMA NICs, all NICs, <cpu> NUMA nodes, top-level bridges
@@ -101,6 +107,11 @@ const FileCase kFiles[] = {
     {"rccl__mi300x_8xgfx942_8xCX7_vm.nccl.xml", 8, 8, 8, 2, 0, 0},
     {"rccl__rome_8xMI100_4nics.nccl.xml", 8, 4, 4, 4, 4, 20},
 };
+
+// Test listings show the file rather than the struct's bytes.
+void PrintTo(const FileCase& c, std::ostream* os) {
+  *os << c.file;
+}
 
 class NcclXmlFileTest : public testing::TestWithParam<FileCase> {};
 
@@ -431,7 +442,9 @@ TEST(NcclXmlTest, RcclMi250XgmiCountsAndRomeClassOnlyAmdGpus) {
 
 // ---- Inline fixtures.
 
-Result<NodeTopology> Parse(const std::string& s) { return ParseNcclXml(s); }
+Result<NodeTopology> Parse(const std::string& s) {
+  return ParseNcclXml(s);
+}
 
 bool ErrorContains(const Result<NodeTopology>& r, const std::string& needle) {
   return !r.ok() && r.error().message().find(needle) != std::string::npos;
@@ -445,8 +458,9 @@ TEST(NcclXmlTest, TruncatedXmlReportsTheLine) {
 }
 
 TEST(NcclXmlTest, WrongRootIsRejected) {
-  const auto r = Parse("<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n"
-                       "<topology version=\"2.0\"><object type=\"Machine\"/></topology>\n");
+  const auto r = Parse(
+      "<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n"
+      "<topology version=\"2.0\"><object type=\"Machine\"/></topology>\n");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message(),
             "not an NCCL topology: root element is <topology>, expected <system version=...>");
@@ -465,8 +479,9 @@ TEST(NcclXmlTest, EmptyAndGarbageAreErrors) {
 }
 
 TEST(NcclXmlTest, MissingNumaidIsAnError) {
-  const auto r = Parse("<system version=\"1\"><cpu affinity=\"ff\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"/>"
-                       "</cpu></system>");
+  const auto r = Parse(
+      "<system version=\"1\"><cpu affinity=\"ff\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"/>"
+      "</cpu></system>");
   EXPECT_TRUE(ErrorContains(r, "numaid")) << (r.ok() ? "parsed" : r.error().message());
   EXPECT_TRUE(ErrorContains(Parse("<system version=\"1\"><cpu numaid=\"zero\"/></system>"), "numaid"));
 }
@@ -645,6 +660,42 @@ TEST(NcclXmlTest, DeviceClassification) {
   }
 }
 
+TEST(NcclXmlTest, NicNamesMustBeUsableIdentifiers) {
+  // Consumers identify NICs by name (matrix legends, the JSON encoding): duplicates and
+  // non-printable names are errors.
+  EXPECT_TRUE(ErrorContains(
+      Parse("<system version=\"1\"><cpu numaid=\"0\">"
+            "<pci busid=\"0000:01:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_0\"/></nic></pci>"
+            "<pci busid=\"0000:02:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_0\"/></nic></pci>"
+            "</cpu></system>"),
+      "NIC name mlx5_0 appears twice"));
+  EXPECT_TRUE(ErrorContains(
+      Parse("<system version=\"1\"><cpu numaid=\"0\">"
+            "<pci busid=\"0000:01:00.0\" class=\"0x020700\"><nic><net name=\"mlx5 0\"/></nic></pci>"
+            "</cpu></system>"),
+      "is not a device or interface name"));
+  // A <net> without a name and without a PCI function cannot be named at all: skipped.
+  const NodeTopology t =
+      ParseOrDie("<system version=\"1\"><cpu numaid=\"0\"><nic><net speed=\"1000\"/></nic></cpu></system>");
+  EXPECT_TRUE(t.nics.empty());
+}
+
+TEST(NcclXmlTest, BridgeIdsAreUniqueAndNonEmpty) {
+  // The JSON encoding names parents by id: bridges without a usable bus id, or repeating one,
+  // get synthetic ids.
+  const NodeTopology t = ParseOrDie(
+      "<system version=\"1\"><cpu numaid=\"0\">"
+      "<pci class=\"0x060400\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"/></pci>"
+      "<pci busid=\"ffff:ff:01.0\" class=\"0x060400\"><pci busid=\"0000:02:00.0\" class=\"0x030200\"/></pci>"
+      "<pci busid=\"ffff:ff:01.0\" class=\"0x060400\"><pci busid=\"0000:03:00.0\" class=\"0x030200\"/></pci>"
+      "</cpu></system>");
+  ASSERT_EQ(t.pcie.size(), 3u);
+  EXPECT_EQ(t.pcie[0].id, "bridge:0");
+  EXPECT_EQ(t.pcie[1].id, "ffff:ff:01.0");
+  EXPECT_EQ(t.pcie[2].id, "bridge:2");
+  EXPECT_EQ(t.SwitchCount(), 3);
+}
+
 TEST(NcclXmlTest, EmptyBridgesArePruned) {
   // The bridge with only a BMC VGA below it is not on the path of a GPU or NIC.
   const NodeTopology t = ParseOrDie(
@@ -662,14 +713,11 @@ TEST(NcclXmlTest, EmptyBridgesArePruned) {
   EXPECT_EQ(t.gpus[0].parent, 1);
 }
 
-std::string ToHex(int v) {
-  const char* digits = "0123456789abcdef";
-  std::string out;
-  do {
-    out.insert(out.begin(), digits[v % 16]);
-    v /= 16;
-  } while (v > 0);
-  return out;
+// A distinct bus id per i < 8192.
+std::string BusId(int i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0000:%02x:%02x.0", i / 32, i % 32);
+  return buf;
 }
 
 TEST(NcclXmlTest, LimitsAreEnforced) {
@@ -698,12 +746,12 @@ TEST(NcclXmlTest, LimitsAreEnforced) {
   // Devices are capped well below 4096: link derivation is quadratic to cubic in them.
   std::string gpus = "<system version=\"1\"><cpu numaid=\"0\">";
   for (int i = 0; i < 257; ++i) {
-    gpus += "<pci busid=\"0000:" + std::string(i < 16 ? "0" : "") + ToHex(i % 256) + ":" +
-            (i < 256 ? "00" : "01") + ".0\" class=\"0x030200\"/>";
+    gpus += "<pci busid=\"" + BusId(i) + "\" class=\"0x030200\"/>";
   }
   gpus += "</cpu></system>";
   EXPECT_TRUE(ErrorContains(Parse(gpus), "more than 256 GPUs"));
-  std::string nets = "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020000\"><nic>";
+  std::string nets =
+      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020000\"><nic>";
   for (int i = 0; i < 257; ++i) nets += "<net name=\"mlx5_" + std::to_string(i) + "\"/>";
   nets += "</nic></pci></cpu></system>";
   EXPECT_TRUE(ErrorContains(Parse(nets), "more than 256 NICs"));

@@ -290,6 +290,8 @@ void DeriveLinks(NodeTopology& t) {
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     Gpu& g = t.gpus[i];
     g.index = static_cast<int>(i);
+    // Peers pointing outside the GPU list (a source bug) are dropped, not followed.
+    std::erase_if(g.peers, [&](const GpuPeer& p) { return p.gpu < 0 || p.gpu >= static_cast<int>(new_index.size()); });
     for (GpuPeer& p : g.peers) p.gpu = new_index[static_cast<std::size_t>(p.gpu)];
     std::sort(g.peers.begin(), g.peers.end(),
               [](const GpuPeer& a, const GpuPeer& b) { return a.gpu < b.gpu; });
@@ -317,11 +319,11 @@ void DeriveLinks(NodeTopology& t) {
         continue;
       }
       cell = Link{ClassifyPath(t, ga.parent, ga.numa, gb.parent, gb.numa), Fabric::kNone, 0};
-      for (const GpuPeer& p : ga.peers) {
-        if (p.gpu == b) {
-          cell = Link{LinkClass::kNV, p.fabric, p.fabric == Fabric::kNvlink ? std::max(p.links, 1) : 0};
-        }
-      }
+    }
+    // NVLink/xGMI peers override the PCIe class.
+    for (const GpuPeer& p : ga.peers) {
+      if (p.gpu < 0 || p.gpu >= ng || p.gpu == a) continue;
+      t.gpu_gpu.at(a, p.gpu) = Link{LinkClass::kNV, p.fabric, p.fabric == Fabric::kNvlink ? std::max(p.links, 1) : 0};
     }
     for (int n = 0; n < nn; ++n) {
       const Nic& nic = t.nics[static_cast<std::size_t>(n)];
