@@ -25,6 +25,9 @@ using nlohmann::json;
 // but every level costs memory (16 MiB of "[" would be ~1 GiB of nested arrays) and nothing
 // legitimate needs it.
 constexpr int kMaxNestingDepth = 32;
+// A 64-GPU, 64-NIC node encodes to ~15,000 values (its three matrices dominate); one million
+// leaves room for 500 x 500 while keeping a hostile document's parse to tens of MB.
+constexpr std::size_t kMaxJsonValues = 1'000'000;
 // Kubernetes object names are DNS subdomains: at most 253 characters.
 constexpr std::size_t kMaxNodeNameLength = 253;
 constexpr int kMaxLinkWidth = 64;
@@ -52,9 +55,12 @@ std::optional<PcieKind> ParsePcieKind(std::string_view s) {
 
 std::string_view FabricName(Fabric f) {
   switch (f) {
-    case Fabric::kNvlink: return "nvlink";
-    case Fabric::kXgmi: return "xgmi";
-    case Fabric::kNone: return "none";
+    case Fabric::kNvlink:
+      return "nvlink";
+    case Fabric::kXgmi:
+      return "xgmi";
+    case Fabric::kNone:
+      return "none";
   }
   return "none";
 }
@@ -84,7 +90,9 @@ std::string HexId(std::uint16_t v) {
 }
 
 // -1 (and any other negative) means unknown, which reads better as null than as a magic number.
-json Locality(int v) { return v >= 0 ? json(v) : json(nullptr); }
+json Locality(int v) {
+  return v >= 0 ? json(v) : json(nullptr);
+}
 
 // Parents are written as the parent's id rather than its index so that the document stays
 // readable and survives hand edits that insert or reorder entries.
@@ -111,8 +119,8 @@ json EncodeMatrix(const LinkMatrix& m) {
     for (int c = 0; c < m.cols; ++c) {
       // A malformed in-memory matrix (cells shorter than rows x cols) is written short rather
       // than read out of bounds; the decoder then rejects its shape.
-      const auto i = static_cast<std::size_t>(r) * static_cast<std::size_t>(m.cols) +
-                     static_cast<std::size_t>(c);
+      const auto i =
+          static_cast<std::size_t>(r) * static_cast<std::size_t>(m.cols) + static_cast<std::size_t>(c);
       if (i >= m.cells.size()) break;
       row.push_back(m.cells[i].Token());
     }
@@ -154,12 +162,9 @@ json EncodeStatus(const NodeTopology& t) {
 
   json gpus = json::array();
   for (const Gpu& g : t.gpus) {
-    json o = {{"index", g.index},
-              {"pciBusId", g.pci_bus_id},
-              {"vendor", ToString(g.vendor)},
-              {"numa", Locality(g.numa)},
-              {"package", Locality(g.package)},
-              {"parent", ParentId(t, g.parent)}};
+    json o = {
+        {"index", g.index},         {"pciBusId", g.pci_bus_id},       {"vendor", ToString(g.vendor)},
+        {"numa", Locality(g.numa)}, {"package", Locality(g.package)}, {"parent", ParentId(t, g.parent)}};
     PutIds(o, g.vendor_id, g.device_id);
     if (!g.model.empty()) o["model"] = g.model;
     if (!g.uuid.empty()) o["uuid"] = g.uuid;
@@ -216,32 +221,37 @@ json EncodeStatus(const NodeTopology& t) {
 // fields (that is what makes them additive), and an older extender must still read its
 // documents. Changes that older readers must not silently misread bump schemaVersion instead.
 
-#define TOPOSCHED_RETURN_IF_ERROR(expr)                   \
-  do {                                                    \
-    if (Status status_or_ = (expr); !status_or_.ok()) {   \
-      return status_or_;                                  \
-    }                                                     \
+#define TOPOSCHED_RETURN_IF_ERROR(expr)                 \
+  do {                                                  \
+    if (Status status_or_ = (expr); !status_or_.ok()) { \
+      return status_or_;                                \
+    }                                                   \
   } while (false)
 
 std::string Quote(std::string_view s) {
   if (s.size() <= kMaxQuotedLength) return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
-  return json(s.substr(0, kMaxQuotedLength)).dump(-1, ' ', false, json::error_handler_t::replace) +
-         "...";
+  return json(s.substr(0, kMaxQuotedLength)).dump(-1, ' ', false, json::error_handler_t::replace) + "...";
 }
 
 // A short rendering of a value for error messages: scalars as JSON, containers by kind (they
 // can be large).
 std::string Describe(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return Quote(v.get_ref<const std::string&>());
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return Quote(v.get_ref<const std::string&>());
     case json::value_t::boolean:
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return v.dump();
-    default: return "an unsupported value";
+    case json::value_t::number_float:
+      return v.dump();
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -259,19 +269,21 @@ std::string Element(const std::string& path, std::size_t i) {
 
 enum class Presence { kRequired, kOptional };
 
-// Looks up obj[key] (obj is known to be an object). Sets *out to nullptr when an optional key is
-// absent.
-Status Field(const json& obj, const char* key, const std::string& path, Presence presence,
-             const json** out) {
+// Looks up obj[key] (obj is known to be an object). Sets *out to nullptr only when an optional
+// key is absent, so callers of required fields may dereference it once the status is ok (a
+// missing required field points at a null value, which no caller reads past the error).
+Status Field(const json& obj, const char* key, const std::string& path, Presence presence, const json** out) {
+  static const json& kMissing = *new json();  // never destroyed, per the style guide
   auto it = obj.find(key);
-  if (it == obj.end()) {
-    *out = nullptr;
-    if (presence == Presence::kRequired) {
-      return Error(Child(path, key) + ": required field is missing");
-    }
+  if (it != obj.end()) {
+    *out = &*it;
     return Status::Ok();
   }
-  *out = &*it;
+  if (presence == Presence::kRequired) {
+    *out = &kMissing;
+    return Error(Child(path, key) + ": required field is missing");
+  }
+  *out = nullptr;
   return Status::Ok();
 }
 
@@ -305,8 +317,7 @@ Status ReadString(const json& obj, const char* key, const std::string& path, Pre
   return Status::Ok();
 }
 
-Status ReadBool(const json& obj, const char* key, const std::string& path, Presence presence,
-                bool* out) {
+Status ReadBool(const json& obj, const char* key, const std::string& path, Presence presence, bool* out) {
   const json* v = nullptr;
   TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, presence, &v));
   if (v == nullptr) return Status::Ok();
@@ -338,8 +349,8 @@ Status IntValue(const json& v, const std::string& path, int min, int max, int* o
   return Expected(path, IntegerRange(min, max), v);
 }
 
-Status ReadInt(const json& obj, const char* key, const std::string& path, Presence presence,
-               int min, int max, int* out) {
+Status ReadInt(const json& obj, const char* key, const std::string& path, Presence presence, int min, int max,
+               int* out) {
   const json* v = nullptr;
   TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, presence, &v));
   if (v == nullptr) return Status::Ok();
@@ -414,8 +425,7 @@ Status ReadGbps(const json& obj, const char* key, const std::string& path, doubl
   return Status::Ok();
 }
 
-Status ReadLinkFields(const json& obj, const std::string& path, double* link_gbps,
-                      int* link_width) {
+Status ReadLinkFields(const json& obj, const std::string& path, double* link_gbps, int* link_width) {
   TOPOSCHED_RETURN_IF_ERROR(ReadGbps(obj, "linkGBps", path, link_gbps));
   return ReadInt(obj, "linkWidth", path, Presence::kOptional, 0, kMaxLinkWidth, link_width);
 }
@@ -425,8 +435,8 @@ Status ReadLinkFields(const json& obj, const std::string& path, double* link_gbp
 // `all_ids`, when given, holds the ids of every pcie entry, to tell a misordered document from
 // a dangling reference.
 Status ReadParent(const json& obj, const std::string& path,
-                  const std::unordered_map<std::string, int>& ids_seen,
-                  const std::set<std::string>* all_ids, int* out) {
+                  const std::unordered_map<std::string, int>& ids_seen, const std::set<std::string>* all_ids,
+                  int* out) {
   const json* v = nullptr;
   TOPOSCHED_RETURN_IF_ERROR(Field(obj, "parent", path, Presence::kOptional, &v));
   if (v == nullptr || v->is_null()) {
@@ -539,8 +549,7 @@ Status DecodePeers(const json& gpu, const std::string& path, int self, int gpu_c
     const std::optional<Fabric> parsed_fabric = ParsePeerFabric(fabric);
     if (!parsed_fabric) return Expected(Child(p, "fabric"), "\"nvlink\" or \"xgmi\"", e["fabric"]);
     peer.fabric = *parsed_fabric;
-    TOPOSCHED_RETURN_IF_ERROR(
-        ReadInt(e, "links", p, Presence::kOptional, 0, kMaxBondedLinks, &peer.links));
+    TOPOSCHED_RETURN_IF_ERROR(ReadInt(e, "links", p, Presence::kOptional, 0, kMaxBondedLinks, &peer.links));
     TOPOSCHED_RETURN_IF_ERROR(ReadUint64(e, "bandwidthMBps", p, &peer.bandwidth_mbps));
     TOPOSCHED_RETURN_IF_ERROR(ReadBool(e, "viaSwitch", p, Presence::kOptional, &peer.via_switch));
     out->push_back(peer);
@@ -643,8 +652,7 @@ Status DecodeNics(const json& status, const std::string& path,
       const std::optional<NicKind> parsed_kind = ParseNicKind(kind);
       if (!parsed_kind) {
         return Expected(Child(p, "kind"),
-                        "one of infiniband, roce, efa, omnipath, slingshot, ethernet, unknown",
-                        e["kind"]);
+                        "one of infiniband, roce, efa, omnipath, slingshot, ethernet, unknown", e["kind"]);
       }
       n.kind = *parsed_kind;
     }
@@ -665,15 +673,14 @@ Status DecodeNics(const json& status, const std::string& path,
 // NVLink/xGMI cells join two GPUs only.
 enum class MatrixKind { kGpuGpu, kGpuNic, kNicNic };
 
-Status DecodeMatrix(const json& links, const char* key, const std::string& path, MatrixKind kind,
-                    int rows, int cols, LinkMatrix* out) {
+Status DecodeMatrix(const json& links, const char* key, const std::string& path, MatrixKind kind, int rows,
+                    int cols, LinkMatrix* out) {
   const json* m = nullptr;
   TOPOSCHED_RETURN_IF_ERROR(Field(links, key, path, Presence::kRequired, &m));
   const std::string m_path = Child(path, key);
   if (!m->is_array()) return Expected(m_path, "an array of rows", *m);
   if (m->size() != static_cast<std::size_t>(rows)) {
-    return Error(m_path + ": expected " + std::to_string(rows) + " rows, got " +
-                 std::to_string(m->size()));
+    return Error(m_path + ": expected " + std::to_string(rows) + " rows, got " + std::to_string(m->size()));
   }
   out->rows = rows;
   out->cols = cols;
@@ -704,8 +711,7 @@ Status DecodeMatrix(const json& links, const char* key, const std::string& path,
         return Error(cell_path + ": \"X\" is allowed only on the diagonal of a square matrix");
       }
       if (kind != MatrixKind::kGpuGpu && link->cls == LinkClass::kNV) {
-        return Error(cell_path + ": " + Quote(cell.get_ref<const std::string&>()) +
-                     " joins GPUs only");
+        return Error(cell_path + ": " + Quote(cell.get_ref<const std::string&>()) + " joins GPUs only");
       }
       out->cells.push_back(*link);
     }
@@ -715,8 +721,7 @@ Status DecodeMatrix(const json& links, const char* key, const std::string& path,
     for (int r = 0; r < rows; ++r) {
       for (int c = r + 1; c < cols; ++c) {
         if (out->at(r, c).cls != out->at(c, r).cls) {
-          return Error(Element(Element(m_path, static_cast<std::size_t>(r)),
-                               static_cast<std::size_t>(c)) +
+          return Error(Element(Element(m_path, static_cast<std::size_t>(r)), static_cast<std::size_t>(c)) +
                        ": " + Quote(out->at(r, c).Token()) + " but [" + std::to_string(c) + "][" +
                        std::to_string(r) + "] is " + Quote(out->at(c, r).Token()) +
                        " (the matrix must be symmetric)");
@@ -742,14 +747,11 @@ Status DecodeStatus(const json& status, NodeTopology* t) {
   TOPOSCHED_RETURN_IF_ERROR(ReadString(status, "source", path, Presence::kRequired, &source));
   const std::optional<TopologySource> parsed_source = ParseTopologySource(source);
   if (!parsed_source) {
-    return Expected(Child(path, "source"), "one of hwloc, hwloc-xml, nccl-xml, synthetic",
-                    status["source"]);
+    return Expected(Child(path, "source"), "one of hwloc, hwloc-xml, nccl-xml, synthetic", status["source"]);
   }
   t->source = *parsed_source;
-  TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(status, "sourceDetail", path, Presence::kOptional, &t->source_detail));
-  TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(status, "agentVersion", path, Presence::kOptional, &t->agent_version));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(status, "sourceDetail", path, Presence::kOptional, &t->source_detail));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(status, "agentVersion", path, Presence::kOptional, &t->agent_version));
   // fingerprint, switchCount and rdmaNicCount are derived values; they are recomputed from the
   // decoded topology, never trusted, so a hand-edited document need not update them.
 
@@ -788,8 +790,7 @@ Status DecodeDocument(const json& doc, NodeTopology* t) {
   }
   const json* metadata = nullptr;
   TOPOSCHED_RETURN_IF_ERROR(ReadObject(doc, "metadata", "", &metadata));
-  TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(*metadata, "name", "metadata", Presence::kRequired, &t->node_name));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*metadata, "name", "metadata", Presence::kRequired, &t->node_name));
   if (t->node_name.empty() || t->node_name.size() > kMaxNodeNameLength) {
     return Expected("metadata.name", "a node name of 1 to 253 characters", (*metadata)["name"]);
   }
@@ -811,11 +812,18 @@ std::string StripExceptionTag(const char* what) {
   return s;
 }
 
-// Maximum bracket nesting of `text`, skipping strings. Exact for valid JSON; on invalid JSON it
-// is exact up to the first error, which is as far as the parser builds values, so checking it
-// first bounds what the parser allocates.
-int NestingDepth(std::string_view text) {
-  int depth = 0, max_depth = 0;
+// Maximum bracket nesting of `text` and an upper bound on its number of values (commas plus
+// openings plus one), skipping strings. Exact for valid JSON; on invalid JSON exact up to the
+// first error, which is as far as the parser builds values, so checking both first bounds what
+// the parser allocates: 16 MiB of "[]," would otherwise become ~400 MB of nested values.
+struct Shape {
+  int max_depth = 0;
+  std::size_t values = 1;
+};
+
+Shape ScanShape(std::string_view text) {
+  Shape shape;
+  int depth = 0;
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
@@ -829,12 +837,15 @@ int NestingDepth(std::string_view text) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
+      shape.max_depth = std::max(shape.max_depth, ++depth);
+      ++shape.values;
     } else if (c == ']' || c == '}') {
       --depth;
+    } else if (c == ',') {
+      ++shape.values;
     }
   }
-  return max_depth;
+  return shape;
 }
 
 Result<NodeTopology> Decode(std::string_view text) {
@@ -845,16 +856,19 @@ Result<NodeTopology> Decode(std::string_view text) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return Error("not valid JSON: the document is empty");
   }
-  if (NestingDepth(text) > kMaxNestingDepth) {
-    return Error("not valid JSON: nested deeper than " + std::to_string(kMaxNestingDepth) +
-                 " levels");
+  const Shape shape = ScanShape(text);
+  if (shape.max_depth > kMaxNestingDepth) {
+    return Error("not valid JSON: nested deeper than " + std::to_string(kMaxNestingDepth) + " levels");
+  }
+  if (shape.values > kMaxJsonValues) {
+    return Error("document has more than " + std::to_string(kMaxJsonValues) +
+                 " JSON values; a NodeTopology of any real node has far fewer");
   }
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    return Error("not valid JSON (byte " + std::to_string(e.byte) + "): " +
-                 StripExceptionTag(e.what()));
+    return Error("not valid JSON (byte " + std::to_string(e.byte) + "): " + StripExceptionTag(e.what()));
   } catch (const json::exception& e) {
     // E.g. out_of_range for a number literal too large for a double.
     return Error("not valid JSON: " + StripExceptionTag(e.what()));

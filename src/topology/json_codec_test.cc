@@ -427,7 +427,9 @@ struct MalformedCase {
   std::string expected_error;  // a substring of the message
 };
 
-std::string ValidDocument() { return EncodeTopologyJson(MakeTopology(), -1); }
+std::string ValidDocument() {
+  return EncodeTopologyJson(MakeTopology(), -1);
+}
 
 // The valid document with `edit` applied to its status (or, for top-level edits, to the root).
 std::function<std::string()> EditRoot(std::function<void(json&)> edit) {
@@ -452,7 +454,8 @@ std::vector<MalformedCase> MalformedCases() {
       {"OnlyWhitespace", Text(" \n\t"), "the document is empty"},
       {"TopLevelArray", Text("[]"), "top level: expected a JSON object, got an array"},
       {"TopLevelString", Text(R"("NodeTopology")"), "top level: expected a JSON object"},
-      {"NotJson", Text("apiVersion: v1\nkind: NodeTopology\n"), "not valid JSON (byte 1): parse error at line 1, column 1"},
+      {"NotJson", Text("apiVersion: v1\nkind: NodeTopology\n"),
+       "not valid JSON (byte 1): parse error at line 1, column 1"},
       {"TruncatedJson",
        [] {
          const std::string doc = ValidDocument();
@@ -470,8 +473,7 @@ std::vector<MalformedCase> MalformedCases() {
          return doc;
        },
        "not valid JSON"},
-      {"NestedTooDeep", Text(std::string(100000, '[') + std::string(100000, ']')),
-       "nested deeper than"},
+      {"NestedTooDeep", Text(std::string(100000, '[') + std::string(100000, ']')), "nested deeper than"},
       {"WrongApiVersion", EditRoot([](json& d) { d["apiVersion"] = "toposched.io/v1"; }),
        "apiVersion: expected \"toposched.io/v1alpha1\", got \"toposched.io/v1\""},
       {"MissingApiVersion", EditRoot([](json& d) { d.erase("apiVersion"); }),
@@ -486,16 +488,14 @@ std::vector<MalformedCase> MalformedCases() {
        "metadata.name: expected a node name of 1 to 253 characters, got \"nnnn"},
       {"MetadataNotObject", EditRoot([](json& d) { d["metadata"] = "n1"; }),
        "metadata: expected an object, got \"n1\""},
-      {"MissingStatus", EditRoot([](json& d) { d.erase("status"); }),
-       "status: required field is missing"},
+      {"MissingStatus", EditRoot([](json& d) { d.erase("status"); }), "status: required field is missing"},
       {"SchemaVersion2", EditStatus([](json& s) { s["schemaVersion"] = 2; }),
        "status.schemaVersion: unsupported schemaVersion 2 (this build reads 1)"},
       {"SchemaVersionString", EditStatus([](json& s) { s["schemaVersion"] = "1"; }),
        "status.schemaVersion: expected an integer, got \"1\""},
       {"UnknownSource", EditStatus([](json& s) { s["source"] = "lspci"; }),
        "status.source: expected one of hwloc, hwloc-xml, nccl-xml, synthetic, got \"lspci\""},
-      {"MissingNics", EditStatus([](json& s) { s.erase("nics"); }),
-       "status.nics: required field is missing"},
+      {"MissingNics", EditStatus([](json& s) { s.erase("nics"); }), "status.nics: required field is missing"},
       {"MissingLinks", EditStatus([](json& s) { s.erase("links"); }),
        "status.links: required field is missing"},
       {"GpusNotArray", EditStatus([](json& s) { s["gpus"] = json::object(); }),
@@ -508,11 +508,9 @@ std::vector<MalformedCase> MalformedCases() {
        "status.gpus[0].index: expected a non-negative integer, got 0.0"},
       {"BadPciBusId", EditStatus([](json& s) { s["gpus"][1]["pciBusId"] = "zz"; }),
        "status.gpus[1].pciBusId: expected a PCI bus id like 0000:4e:00.0, got \"zz\""},
-      {"DuplicateGpuBusId",
-       EditStatus([](json& s) { s["gpus"][1]["pciBusId"] = "0000:18:00.0"; }),
+      {"DuplicateGpuBusId", EditStatus([](json& s) { s["gpus"][1]["pciBusId"] = "0000:18:00.0"; }),
        "status.gpus[1].pciBusId: duplicate GPU bus id 0000:18:00.0"},
-      {"DuplicateGpuBusIdAfterNormalizing",
-       EditStatus([](json& s) { s["gpus"][1]["pciBusId"] = "18:00.0"; }),
+      {"DuplicateGpuBusIdAfterNormalizing", EditStatus([](json& s) { s["gpus"][1]["pciBusId"] = "18:00.0"; }),
        "status.gpus[1].pciBusId: duplicate GPU bus id 0000:18:00.0"},
       {"UnknownGpuVendor", EditStatus([](json& s) { s["gpus"][0]["vendor"] = "intel"; }),
        "status.gpus[0].vendor: expected \"nvidia\" or \"amd\", got \"intel\""},
@@ -524,8 +522,7 @@ std::vector<MalformedCase> MalformedCases() {
        "status.gpus[0].parent: \"0000:99:00.0\" is not the id of a pcie entry"},
       {"ParentNotString", EditStatus([](json& s) { s["nics"][0]["parent"] = 4; }),
        "status.nics[0].parent: expected a pcie id or null, got 4"},
-      {"ParentReferencesLaterEntry",
-       EditStatus([](json& s) { std::swap(s["pcie"][0], s["pcie"][1]); }),
+      {"ParentReferencesLaterEntry", EditStatus([](json& s) { std::swap(s["pcie"][0], s["pcie"][1]); }),
        "status.pcie[0].parent: \"hostbridge:0\" is not an earlier pcie entry (parents must come "
        "before children)"},
       {"ParentIsSelf", EditStatus([](json& s) { s["pcie"][0]["parent"] = "hostbridge:0"; }),
@@ -557,8 +554,7 @@ std::vector<MalformedCase> MalformedCases() {
        "status.gpus[0].peers[0].fabric: expected \"nvlink\" or \"xgmi\", got \"none\""},
       {"PeerNegativeLinks", EditStatus([](json& s) { s["gpus"][0]["peers"][0]["links"] = -2; }),
        "status.gpus[0].peers[0].links: expected an integer in [0, 1024], got -2"},
-      {"NicWithoutNameOrBusId",
-       EditStatus([](json& s) {
+      {"NicWithoutNameOrBusId", EditStatus([](json& s) {
          s["nics"][1]["name"] = "";
          s["nics"][1].erase("pciBusId");
        }),
@@ -596,8 +592,7 @@ std::vector<MalformedCase> MalformedCases() {
        "status.links.gpuNic[0][0]: expected a link token, got 3"},
       {"DiagonalNotX", EditStatus([](json& s) { s["links"]["nicNic"][1][1] = "SYS"; }),
        "status.links.nicNic[1][1]: expected \"X\" on the diagonal, got \"SYS\""},
-      {"OffDiagonalX",
-       EditStatus([](json& s) {
+      {"OffDiagonalX", EditStatus([](json& s) {
          s["links"]["gpuGpu"][0][1] = "X";
          s["links"]["gpuGpu"][1][0] = "X";
        }),
@@ -614,10 +609,20 @@ std::vector<MalformedCase> MalformedCases() {
        EditStatus([](json& s) { s["gpus"] = json(std::vector<int>(kMaxDevicesPerKind + 1, 0)); }),
        "status.gpus: 4097 entries, more than the limit of 4096"},
       {"HugePeerArray",
-       EditStatus([](json& s) {
-         s["gpus"][0]["peers"] = json(std::vector<int>(kMaxDevicesPerKind + 1, 0));
-       }),
+       EditStatus([](json& s) { s["gpus"][0]["peers"] = json(std::vector<int>(kMaxDevicesPerKind + 1, 0)); }),
        "status.gpus[0].peers: 4097 entries, more than the limit of 4096"},
+      {"TooManyValues",
+       [] {
+         // 8 MiB of "[]," inside an unknown key: under the size and depth limits, but 2.8 million
+         // values; refused before nlohmann builds them (~200 MB).
+         std::string doc = ValidDocument();
+         std::string filler = "\"filler\":[";
+         for (int i = 0; i < 2'800'000; ++i) filler += "[],";
+         filler += "[]],";
+         doc.insert(doc.find('{') + 1, filler);
+         return doc;
+       },
+       "more than 1000000 JSON values"},
       {"DocumentOverSizeLimit",
        [] {
          std::string doc = ValidDocument();
@@ -635,8 +640,7 @@ TEST_P(TopologyJsonMalformedTest, IsRejectedWithPathInMessage) {
   Result<NodeTopology> decoded = DecodeTopologyJson(text);
   ASSERT_FALSE(decoded.ok()) << "decoded: " << (text.size() < 4096 ? text : text.substr(0, 4096));
   EXPECT_NE(decoded.error().message().find(GetParam().expected_error), std::string::npos)
-      << "message: " << decoded.error().message()
-      << "\nexpected to contain: " << GetParam().expected_error;
+      << "message: " << decoded.error().message() << "\nexpected to contain: " << GetParam().expected_error;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TopologyJsonMalformedTest, testing::ValuesIn(MalformedCases()),
@@ -723,8 +727,7 @@ TEST(TopologyJsonFuzzTest, TruncatedAndCorruptedDocumentsNeverCrash) {
   // Both outcomes must actually occur, or the test exercises less than it claims.
   EXPECT_GT(accepted, 0);
   EXPECT_GT(rejected, 0);
-  std::printf("%zu-byte document: %d corruptions decoded, %d rejected\n", doc.size(), accepted,
-              rejected);
+  std::printf("%zu-byte document: %d corruptions decoded, %d rejected\n", doc.size(), accepted, rejected);
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ struct NumaNode {
   int package = -1;    // OS index of the package (socket), -1 when unknown
   std::string cpus;    // Linux cpulist, e.g. "0-23,48-71"; empty when unknown
   std::uint64_t memory_bytes = 0;  // 0 when unknown
+  bool operator==(const NumaNode&) const = default;
 };
 
 enum class PcieKind : std::uint8_t { kHostBridge, kBridge };
@@ -67,6 +68,7 @@ struct PcieNode {
   std::uint16_t vendor_id = 0, device_id = 0;  // 0 when unknown (host bridges, fake bridges)
   double link_gbps = 0;   // GB/s per direction of the upstream link; 0 when unknown
   int link_width = 0;     // lanes; 0 when unknown
+  bool operator==(const PcieNode&) const = default;
 };
 
 enum class GpuVendor : std::uint8_t { kNvidia, kAmd };
@@ -79,6 +81,7 @@ struct GpuPeer {
   int links = 0;            // bonded links (NV#); 0 when the source gives bandwidth only
   std::uint64_t bandwidth_mbps = 0;  // MB/s per direction; 0 when unknown
   bool via_switch = false;  // through NVSwitches
+  bool operator==(const GpuPeer&) const = default;
 };
 
 struct Gpu {
@@ -96,6 +99,7 @@ struct Gpu {
   double link_gbps = 0;
   int link_width = 0;
   std::vector<GpuPeer> peers;  // sorted by peer index
+  bool operator==(const Gpu&) const = default;
 };
 
 // What kind of network a NIC serves; informational, `rdma` decides scheduling.
@@ -125,14 +129,18 @@ struct Nic {
 
   // How the matrix legend names it: the name, or the PCI bus id when there is no name.
   const std::string& DisplayName() const { return name.empty() ? pci_bus_id : name; }
+  bool operator==(const Nic&) const = default;
 };
 
 // Row-major square or rectangular matrix of links.
 struct LinkMatrix {
   int rows = 0, cols = 0;
   std::vector<Link> cells;
-  const Link& at(int r, int c) const { return cells[static_cast<std::size_t>(r * cols + c)]; }
-  Link& at(int r, int c) { return cells[static_cast<std::size_t>(r * cols + c)]; }
+  const Link& at(int r, int c) const { return cells[Offset(r, c)]; }
+  Link& at(int r, int c) { return cells[Offset(r, c)]; }
+  std::size_t Offset(int r, int c) const {
+    return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c);
+  }
   bool operator==(const LinkMatrix&) const = default;
 };
 
@@ -148,6 +156,7 @@ struct NodeTopology {
   // other NICs; the matrix columns NIC0.. are the RDMA NICs in this order.
   std::vector<Nic> nics;
   LinkMatrix gpu_gpu, gpu_nic, nic_nic;  // filled by DeriveLinks
+  bool operator==(const NodeTopology&) const = default;
 
   int RdmaNicCount() const;
   // Index of the PCIe switch group (outermost switch upstream port) a device sits under, or -1.
