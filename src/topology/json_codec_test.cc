@@ -170,87 +170,26 @@ void ExpectSameMatrix(const LinkMatrix& a, const LinkMatrix& b, const char* name
   EXPECT_TRUE(a == b);  // also compares Link::count and Link::fabric
 }
 
-// NodeTopology has no operator==, so every field is compared here.
+// Element by element first, so a failure names the entry that differs; then the whole value.
+template <typename T>
+void ExpectSameEntries(const std::vector<T>& a, const std::vector<T>& b, const char* name) {
+  ASSERT_EQ(a.size(), b.size()) << name;
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << name << "[" << i << "] differs";
+}
+
 void ExpectSameTopology(const NodeTopology& a, const NodeTopology& b) {
   EXPECT_EQ(a.node_name, b.node_name);
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.source_detail, b.source_detail);
   EXPECT_EQ(a.agent_version, b.agent_version);
-  ASSERT_EQ(a.numa_nodes.size(), b.numa_nodes.size());
-  for (std::size_t i = 0; i < a.numa_nodes.size(); ++i) {
-    SCOPED_TRACE("numa_nodes[" + std::to_string(i) + "]");
-    const NumaNode &x = a.numa_nodes[i], &y = b.numa_nodes[i];
-    EXPECT_EQ(x.id, y.id);
-    EXPECT_EQ(x.package, y.package);
-    EXPECT_EQ(x.cpus, y.cpus);
-    EXPECT_EQ(x.memory_bytes, y.memory_bytes);
-  }
-  ASSERT_EQ(a.pcie.size(), b.pcie.size());
-  for (std::size_t i = 0; i < a.pcie.size(); ++i) {
-    SCOPED_TRACE("pcie[" + std::to_string(i) + "]");
-    const PcieNode &x = a.pcie[i], &y = b.pcie[i];
-    EXPECT_EQ(x.id, y.id);
-    EXPECT_EQ(x.kind, y.kind);
-    EXPECT_EQ(x.parent, y.parent);
-    EXPECT_EQ(x.is_switch, y.is_switch);
-    EXPECT_EQ(x.numa, y.numa);
-    EXPECT_EQ(x.package, y.package);
-    EXPECT_EQ(x.vendor_id, y.vendor_id);
-    EXPECT_EQ(x.device_id, y.device_id);
-    EXPECT_EQ(x.link_gbps, y.link_gbps);  // exact: the JSON number must round-trip
-    EXPECT_EQ(x.link_width, y.link_width);
-  }
-  ASSERT_EQ(a.gpus.size(), b.gpus.size());
-  for (std::size_t i = 0; i < a.gpus.size(); ++i) {
-    SCOPED_TRACE("gpus[" + std::to_string(i) + "]");
-    const Gpu &x = a.gpus[i], &y = b.gpus[i];
-    EXPECT_EQ(x.index, y.index);
-    EXPECT_EQ(x.pci_bus_id, y.pci_bus_id);
-    EXPECT_EQ(x.vendor, y.vendor);
-    EXPECT_EQ(x.vendor_id, y.vendor_id);
-    EXPECT_EQ(x.device_id, y.device_id);
-    EXPECT_EQ(x.model, y.model);
-    EXPECT_EQ(x.uuid, y.uuid);
-    EXPECT_EQ(x.memory_mib, y.memory_mib);
-    EXPECT_EQ(x.numa, y.numa);
-    EXPECT_EQ(x.package, y.package);
-    EXPECT_EQ(x.cpus, y.cpus);
-    EXPECT_EQ(x.parent, y.parent);
-    EXPECT_EQ(x.link_gbps, y.link_gbps);
-    EXPECT_EQ(x.link_width, y.link_width);
-    ASSERT_EQ(x.peers.size(), y.peers.size());
-    for (std::size_t k = 0; k < x.peers.size(); ++k) {
-      SCOPED_TRACE("peers[" + std::to_string(k) + "]");
-      EXPECT_EQ(x.peers[k].gpu, y.peers[k].gpu);
-      EXPECT_EQ(x.peers[k].fabric, y.peers[k].fabric);
-      EXPECT_EQ(x.peers[k].links, y.peers[k].links);
-      EXPECT_EQ(x.peers[k].bandwidth_mbps, y.peers[k].bandwidth_mbps);
-      EXPECT_EQ(x.peers[k].via_switch, y.peers[k].via_switch);
-    }
-  }
-  ASSERT_EQ(a.nics.size(), b.nics.size());
-  for (std::size_t i = 0; i < a.nics.size(); ++i) {
-    SCOPED_TRACE("nics[" + std::to_string(i) + "]");
-    const Nic &x = a.nics[i], &y = b.nics[i];
-    EXPECT_EQ(x.name, y.name);
-    EXPECT_EQ(x.pci_bus_id, y.pci_bus_id);
-    EXPECT_EQ(x.netdevs, y.netdevs);
-    EXPECT_EQ(x.rdma, y.rdma);
-    EXPECT_EQ(x.kind, y.kind);
-    EXPECT_EQ(x.vendor_id, y.vendor_id);
-    EXPECT_EQ(x.device_id, y.device_id);
-    EXPECT_EQ(x.link_rate_mbps, y.link_rate_mbps);
-    EXPECT_EQ(x.numa, y.numa);
-    EXPECT_EQ(x.package, y.package);
-    EXPECT_EQ(x.cpus, y.cpus);
-    EXPECT_EQ(x.parent, y.parent);
-    EXPECT_EQ(x.link_gbps, y.link_gbps);
-    EXPECT_EQ(x.link_width, y.link_width);
-    EXPECT_EQ(x.rail, y.rail);
-  }
+  ExpectSameEntries(a.numa_nodes, b.numa_nodes, "numa_nodes");
+  ExpectSameEntries(a.pcie, b.pcie, "pcie");  // link_gbps exact: the JSON number must round-trip
+  ExpectSameEntries(a.gpus, b.gpus, "gpus");
+  ExpectSameEntries(a.nics, b.nics, "nics");
   ExpectSameMatrix(a.gpu_gpu, b.gpu_gpu, "gpu_gpu");
   ExpectSameMatrix(a.gpu_nic, b.gpu_nic, "gpu_nic");
   ExpectSameMatrix(a.nic_nic, b.nic_nic, "nic_nic");
+  EXPECT_TRUE(a == b);
   EXPECT_EQ(a.Fingerprint(), b.Fingerprint());
 }
 
