@@ -5,7 +5,8 @@
 // - hwloc_get_common_ancestor_obj() crashes on I/O objects in 2.9: we never call it, the tree is
 //   flattened into NodeTopology::pcie and DeriveLinks walks parent indices;
 // - Debian's hwloc has no NVML/CUDA/RSMI backends: GPUs are found by PCI class and vendor,
-//   NVLink/xGMI only from distance matrices that an XML export carries;
+//   NVLink/xGMI from distance matrices that an XML export carries, and on a live node NVLink
+//   from NVML itself (nvml_links.cc, dlopen);
 // - v1 files keep GPU-memory NUMA nodes as plain NUMA nodes: only NUMA nodes with CPUs count.
 
 #include <hwloc.h>
@@ -24,6 +25,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "nvml_links.h"
 #include "toposched/agent/discovery.h"
 
 namespace toposched {
@@ -422,6 +424,29 @@ Result<TopologyPtr> NewTopology() {
   return topo;
 }
 
+// NVLink, UUIDs and memory sizes from NVML, which Debian's hwloc does not read. Best effort: a
+// node without the NVIDIA driver, or with a broken one, keeps what hwloc found.
+void AddNvml(NodeTopology& t, const DiscoveryOptions& options) {
+  if (options.nvml_note != nullptr) options.nvml_note->clear();
+  std::string library = options.nvml_library;
+  if (library == DiscoveryOptions{}.nvml_library) {
+    if (const char* env = std::getenv("TOPOSCHED_NVML_LIBRARY"); env != nullptr) library = env;
+  }
+  if (library == "none") library.clear();
+  const bool has_nvidia = std::any_of(t.gpus.begin(), t.gpus.end(),
+                                      [](const Gpu& g) { return g.vendor == GpuVendor::kNvidia; });
+  if (library.empty() || !has_nvidia) return;
+  const Result<int> added = AddNvmlInfo(t, library);
+  std::string note;
+  if (added.ok()) {
+    note = "nvml: " + std::to_string(*added) + " GPUs";
+    if (*added > 0) DeriveLinks(t);  // idempotent: recomputes the matrices with the new peers
+  } else {
+    note = "nvml: " + added.error().message();
+  }
+  if (options.nvml_note != nullptr) *options.nvml_note = note;
+}
+
 }  // namespace
 
 Result<NodeTopology> ParseHwlocXml(std::string_view content) {
@@ -456,6 +481,7 @@ Result<NodeTopology> DiscoverLive(const DiscoveryOptions& options) {
   }
   Translator translator(topo->get(), &options);
   NodeTopology t = translator.Run(TopologySource::kHwloc);
+  AddNvml(t, options);
   t.node_name = options.node_name;
   if (const char* env = std::getenv("NODE_NAME"); t.node_name.empty() && env != nullptr) {
     t.node_name = env;  // the DaemonSet passes spec.nodeName through the downward API

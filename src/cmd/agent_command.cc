@@ -83,7 +83,8 @@ int RunAgent(const std::vector<std::string>& args) {
   // Logs go to stderr: stdout may carry the JSON.
   auto logger = std::make_shared<spdlog::logger>("agent", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l component=agent %v", spdlog::pattern_time_type::utc);
-  auto topology = ObtainTopology(source);
+  std::string nvml_note;
+  auto topology = ObtainTopology(source, &nvml_note);
   if (!topology.ok()) {
     logger->error("msg=\"discovery failed\" error=\"{}\"", topology.error().message());
     return 1;
@@ -95,9 +96,11 @@ int RunAgent(const std::vector<std::string>& args) {
     logger->error("msg=\"write failed\" error=\"{}\"", written.error().message());
     return 1;
   }
-  logger->info("msg=\"discovered\" node={} source={} gpus={} rdma_nics={} fingerprint={}{}", topology->node_name,
+  // nvml= only when live discovery tried NVML: says whether NVLink came from it, or why not.
+  logger->info("msg=\"discovered\" node={} source={} gpus={} rdma_nics={} fingerprint={}{}{}", topology->node_name,
                ToString(topology->source), topology->gpus.size(), topology->RdmaNicCount(),
-               topology->Fingerprint(), output.empty() ? "" : " output=" + output);
+               topology->Fingerprint(), output.empty() ? "" : " output=" + output,
+               nvml_note.empty() ? "" : " nvml=\"" + nvml_note + "\"");
   return 0;
 }
 

@@ -17,6 +17,9 @@ struct TopologyArgs {
   std::string synthetic;
   std::string node_name;
   std::string sysfs_root = "/sys";
+  // --nvml-library: empty when not given (DiscoveryOptions' default and TOPOSCHED_NVML_LIBRARY
+  // apply); "none" disables NVML.
+  std::string nvml_library;
 };
 
 // Parses the flag at args[i] if it is one of TopologyArgs' flags, advancing i past its value.
@@ -32,8 +35,9 @@ bool ParseTopologyFlag(const std::vector<std::string>& args, std::size_t& i, Top
 namespace toposched::cmd {
 
 // The topology TopologyArgs names: a file, a synthetic preset, or the live machine. Rejects
-// --input together with --synthetic. --node-name overrides the node name of any source.
-Result<NodeTopology> ObtainTopology(const TopologyArgs& args);
+// --input together with --synthetic. --node-name overrides the node name of any source. For
+// live discovery, `nvml_note` (when set) receives what NVML contributed (DiscoveryOptions).
+Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_note = nullptr);
 
 inline constexpr const char* kTopologyFlagsHelp =
     "  --input FILE        hwloc XML (v1/v2), NCCL/RCCL topology XML or NodeTopology JSON;\n"
@@ -42,6 +46,9 @@ inline constexpr const char* kTopologyFlagsHelp =
     "  --node-name NAME    node name to record (default: from the source, else the host name)\n"
     "  --sysfs-root DIR    host sysfs for live discovery (default /sys; in a pod, the host's /sys\n"
     "                      mounted read-only)\n"
+    "  --nvml-library PATH NVML library read for NVLink, GPU UUIDs and memory on a live node\n"
+    "                      (default libnvidia-ml.so.1 from the host driver, or\n"
+    "                      $TOPOSCHED_NVML_LIBRARY; \"none\" disables it)\n"
     "  without --input or --synthetic: discover this machine with hwloc\n";
 
 }  // namespace toposched::cmd

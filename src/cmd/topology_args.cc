@@ -10,6 +10,7 @@ bool ParseTopologyFlag(const std::vector<std::string>& args, std::size_t& i, Top
   else if (flag == "--synthetic") target = &out.synthetic;
   else if (flag == "--node-name") target = &out.node_name;
   else if (flag == "--sysfs-root") target = &out.sysfs_root;
+  else if (flag == "--nvml-library") target = &out.nvml_library;
   if (target == nullptr) return false;
   if (i + 1 >= args.size() || args[i + 1].empty()) {
     *error = flag + " needs a value";
@@ -26,7 +27,7 @@ bool ParseTopologyFlag(const std::vector<std::string>& args, std::size_t& i, Top
 
 namespace toposched::cmd {
 
-Result<NodeTopology> ObtainTopology(const TopologyArgs& args) {
+Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_note) {
   if (!args.input.empty() && !args.synthetic.empty()) {
     return Error("--input and --synthetic are mutually exclusive");
   }
@@ -41,6 +42,9 @@ Result<NodeTopology> ObtainTopology(const TopologyArgs& args) {
     DiscoveryOptions options;
     options.sysfs_root = args.sysfs_root;
     options.node_name = args.node_name;
+    if (args.nvml_library == "none") options.nvml_library.clear();
+    else if (!args.nvml_library.empty()) options.nvml_library = args.nvml_library;
+    options.nvml_note = nvml_note;
     topology = DiscoverLive(options);
   }
   if (topology.ok()) {

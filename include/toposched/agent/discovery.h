@@ -19,6 +19,14 @@ struct DiscoveryOptions {
   // OpenFabrics object. hwloc itself honours HWLOC_FSROOT.
   std::string sysfs_root = "/sys";
   std::string node_name;  // empty: the host name
+  // NVML library read for NVLink, GPU UUIDs and memory (Debian's hwloc has no NVML backend),
+  // opened with dlopen only when the machine has NVIDIA GPUs. Empty disables it. While this is
+  // the default, the environment variable TOPOSCHED_NVML_LIBRARY overrides it (empty or "none"
+  // disables). A node without the library is not an error: the GPUs keep their PCIe classes.
+  std::string nvml_library = "libnvidia-ml.so.1";
+  // When set, receives what NVML contributed: "nvml: N GPUs", or why it contributed nothing
+  // ("nvml: cannot load ..."); left empty when NVML was not tried (no NVIDIA GPU, disabled).
+  std::string* nvml_note = nullptr;
 };
 
 // Discovers the running machine: I/O objects kept, disallowed CPUs and NUMA nodes included.
