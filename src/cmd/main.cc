@@ -14,6 +14,8 @@ constexpr const char* kUsage = R"(usage: toposched <command> [flags]
 commands:
   topo     print this node's (or a file's) GPU/NIC topology matrix, like `nvidia-smi topo -m`
   agent    discover the topology and write the NodeTopology JSON (--once)
+  place    choose a pod's GPUs and RDMA NICs on one node, with the score and why
+  simulate compare placement policies on a virtual cluster (embedded default: no flags)
   version  print the version
 
 Run `toposched <command> --help` for a command's flags.
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "topo") return toposched::cmd::RunTopo(args);
     if (command == "agent") return toposched::cmd::RunAgent(args);
+    if (command == "place") return toposched::cmd::RunPlace(args);
+    if (command == "simulate") return toposched::cmd::RunSimulate(args);
     if (command == "version" || command == "--version") {
       std::printf("toposched %s\n", TOPOSCHED_VERSION);
       return 0;

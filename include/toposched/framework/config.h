@@ -1,0 +1,61 @@
+#pragma once
+// The scheduler's configuration: which plugins run, in which order and with which weights, the
+// engine's options and how pod requests are read. Loaded from YAML at startup; a bad config
+// refuses to start (every error names the key path), it never falls back to defaults.
+//
+// YAML schema (docs/configuration.md has every key, its default and its effect):
+//
+//   plugins:                     # optional; absent = every registered plugin, default weights
+//     - name: DeviceFit          # required; a registered plugin name; each name at most once
+//     - name: GpuNicAlignment
+//       weight: 5                # optional; 0..100; default: the plugin's registered default
+//     - name: SharedGpu
+//       args: {defaultNodePolicy: binpack}   # optional; plugin-specific string arguments
+//   engine:                      # optional
+//     defaultGpuPolicy: spread   # binpack | spread; default spread
+//     maxSharesPerGpu: 10        # 1..100; default 10
+//   request:                     # optional
+//     rdmaResources: ["rdma/"]   # exact resource names, or prefixes ending in '/'
+//     poolLabel: toposched.io/pool
+//
+// Unknown keys are errors at every level: a misspelt key must not silently mean "default".
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/common/status.h"
+#include "toposched/framework/registry.h"
+#include "toposched/placement/placement.h"
+#include "toposched/placement/request.h"
+
+namespace toposched::framework {
+
+inline constexpr int kMaxSharesPerGpuLimit = 100;
+inline constexpr std::size_t kMaxConfigYamlBytes = 1u << 20;
+
+struct PluginConfig {
+  std::string name;
+  // Score weight, 0..kMaxPluginWeight; 0 keeps the plugin's score in explanations but out of the
+  // total. Ignored for plugins without Score.
+  int weight = 1;
+  PluginArgs args;
+  bool operator==(const PluginConfig&) const = default;
+};
+
+struct SchedulerConfig {
+  // Run order of Filter and Reserve, and the order of score parts in explanations.
+  std::vector<PluginConfig> plugins;
+  EngineOptions engine;
+  RequestConfig request;
+};
+
+// Every plugin of `registry`, in registration order, with its default weight and no args.
+SchedulerConfig DefaultSchedulerConfig(const Registry& registry);
+
+// Parses and validates a config. Checks plugin names against `registry` and builds each plugin
+// once to validate its args (then discards it). Errors carry the key path:
+// "plugins[2].weight: 150 is out of range 0..100".
+Result<SchedulerConfig> LoadSchedulerConfigYaml(std::string_view yaml, const Registry& registry);
+
+}  // namespace toposched::framework

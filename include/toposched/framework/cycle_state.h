@@ -1,0 +1,88 @@
+#pragma once
+// CycleState: everything about one pod that lives for ONE scheduling cycle (one HTTP call of the
+// extender: filter, prioritize or bind). Nothing here outlives the call; what must survive
+// between calls belongs to an explicit cache keyed by pod UID and topology generation that
+// re-validates (DESIGN.md, "Per-request state lives for one HTTP call").
+//
+// It holds the request and a per-node cache of the placement engine's outcome, so that Filter
+// and every Score plugin read one engine result per node instead of each running the search.
+// It also carries plugin scratch data (kube-scheduler's CycleState Write/Read), e.g. what
+// DeviceFit reserved so that Unreserve can revert exactly that.
+//
+// Thread-compatible: one cycle is driven by one thread at a time.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "toposched/framework/node_info.h"
+#include "toposched/placement/placement.h"
+#include "toposched/placement/request.h"
+
+namespace toposched::framework {
+
+// Plugin scratch data stored in a CycleState under a string key.
+class StateData {
+ public:
+  virtual ~StateData() = default;
+};
+
+class CycleState {
+ public:
+  // Computes one node's outcome. The Framework binds it to its PlacementMemo and EngineOptions;
+  // tests may pass a fake that returns hand-built outcomes.
+  using Placer =
+      std::function<PlacementOutcome(const NodeTopology&, const NodeAllocation&, const PlacementRequest&)>;
+
+  CycleState(PlacementRequest request, Placer placer);
+  CycleState(CycleState&&) noexcept;
+  CycleState& operator=(CycleState&&) noexcept;
+  CycleState(const CycleState&) = delete;
+  CycleState& operator=(const CycleState&) = delete;
+  ~CycleState();
+
+  const PlacementRequest& request() const { return request_; }
+
+  // The engine's outcome for `node` as it is now. Computed at most once per node name while the
+  // node's topology (by pointer) and allocation stay what they were at the first call; when
+  // either changed (a Reserve in this cycle, a refreshed NodeInfo) it is recomputed, so a cached
+  // placement never refers to devices that have since been taken. A node without a topology
+  // gets an outcome without placement whose detail says so.
+  // The reference stays valid until the next Outcome() call for the same node name.
+  const PlacementOutcome& Outcome(const NodeInfo& node);
+
+  // How many times this cycle ran the placer (tests prove filter+score share one result).
+  std::size_t placer_calls() const { return placer_calls_; }
+
+  // Plugin scratch data. Keys are namespaced by plugin name ("DeviceFit/reserved").
+  void Write(std::string key, std::unique_ptr<StateData> data);
+  StateData* Read(std::string_view key) const;
+  // Typed read: null when absent or of another type.
+  template <typename T>
+  T* ReadAs(std::string_view key) const {
+    return dynamic_cast<T*>(Read(key));
+  }
+  void Erase(std::string_view key);
+
+ private:
+  struct CachedOutcome {
+    std::shared_ptr<const NodeTopology> topology;
+    NodeAllocation allocated;
+    PlacementOutcome outcome;
+  };
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  PlacementRequest request_;
+  Placer placer_;
+  std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
+  std::unordered_map<std::string, std::unique_ptr<StateData>, StringHash, std::equal_to<>> data_;
+  std::size_t placer_calls_ = 0;
+};
+
+}  // namespace toposched::framework

@@ -1,0 +1,95 @@
+#pragma once
+// The Framework: runs the configured plugins for one pod over candidate nodes. It is the runner,
+// separate from the plugin interfaces (plugin.h), as in kube-scheduler. The extender maps its
+// verbs onto it: filter -> RunFilter per node; prioritize -> RunScore per node, then
+// ToExtenderScore at the wire; bind -> RunReserve, the Binding, RunUnreserve when that fails.
+//
+// Thread safety: RunFilter/RunScore/RunReserve may run concurrently on distinct CycleStates.
+// The PlacementMemo shared by all cycles is guarded by a mutex, so concurrent cycles serialise
+// on engine misses (hits cost one lookup); per-worker memos are the next step if that shows.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/common/status.h"
+#include "toposched/framework/config.h"
+#include "toposched/framework/cycle_state.h"
+#include "toposched/framework/node_info.h"
+#include "toposched/framework/plugin.h"
+#include "toposched/framework/registry.h"
+#include "toposched/framework/status.h"
+
+namespace toposched::framework {
+
+// The outcome of filtering one node: ok(), or the first failing plugin's status (its plugin()
+// names that plugin).
+using FilterResult = PluginStatus;
+
+struct ScorePart {
+  std::string plugin;
+  int weight = 0;
+  int score = 0;  // 0..100, as the plugin returned it (clamped; the explanation says if it was)
+  std::string explanation;
+  bool operator==(const ScorePart&) const = default;
+};
+
+struct NodeScore {
+  // Weighted average of the parts, 0..100, rounded half up:
+  //   total = round(sum(weight_i * score_i) / sum(weight_i)); 0 when every weight is 0.
+  int total = 0;
+  std::vector<ScorePart> parts;  // config order
+};
+
+// The extender wire's scale is 0..10 (kube-scheduler's MaxExtenderPriority). This is the ONE
+// conversion: round half up, score100 / 10 -> 95..100 = 10, 85..94 = 9, ..., 0..4 = 0; inputs
+// outside 0..100 are clamped first.
+inline constexpr int kMaxExtenderScore = 10;
+int ToExtenderScore(int score100);
+
+class Framework {
+ public:
+  // Builds every configured plugin through `registry`. Errors: unknown or duplicate plugin,
+  // weight out of range, bad plugin args, or a config without any Filter or any Reserve plugin
+  // (nothing would check or claim devices; two pods could get one GPU).
+  static Result<Framework> Create(const SchedulerConfig& config, const Registry& registry);
+
+  Framework(Framework&&) noexcept;
+  Framework& operator=(Framework&&) noexcept;
+  ~Framework();
+
+  // A cycle for one pod. The cycle computes placements through this Framework's memo, so it must
+  // not outlive the Framework.
+  CycleState NewCycle(PlacementRequest request) const;
+
+  // Filter plugins in config order; stops at the first that is not ok(). kSkip counts as ok.
+  FilterResult RunFilter(CycleState& state, const NodeInfo& node) const;
+  // Every Score plugin (weight 0 included, for the explanation) and the weighted total.
+  NodeScore RunScore(CycleState& state, const NodeInfo& node) const;
+  // Reserve plugins in config order. When one fails, the ones that succeeded before it are
+  // unreserved in reverse order, so `node` is as it was; returns the failing status.
+  PluginStatus RunReserve(CycleState& state, NodeInfo& node) const;
+  // Every Reserve plugin's Unreserve, in reverse config order (each is idempotent).
+  void RunUnreserve(CycleState& state, NodeInfo& node) const;
+
+  const SchedulerConfig& config() const;
+  // Plugin names per extension point, in run order (for logs and /debug pages).
+  std::vector<std::string_view> FilterPluginNames() const;
+  std::vector<std::string_view> ScorePluginNames() const;
+  std::vector<std::string_view> ReservePluginNames() const;
+  std::vector<std::string_view> BindPluginNames() const;
+
+ private:
+  struct Impl;
+  explicit Framework(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "total 87 = (5*100 + 3*70 + 2*75) / 10; GpuNicAlignment 100 x5: ...; NvlinkAffinity ..."
+std::string ExplainScore(const NodeScore& score);
+// One line for a node: "node-a: filtered out by DeviceFit (Unschedulable): ..." or
+// "node-a: fits; total 87 = ...". `score` may be null (filter only).
+std::string ExplainNode(std::string_view node_name, const FilterResult& filter, const NodeScore* score);
+
+}  // namespace toposched::framework

@@ -1,0 +1,24 @@
+#pragma once
+// NodeInfo: what the framework knows of one node when it filters, scores or reserves for a pod.
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "toposched/placement/placement.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched::framework {
+
+struct NodeInfo {
+  std::string name;  // the Kubernetes node name; CycleState caches per name
+  // Shared and immutable: many NodeInfos of one hardware type may point at one topology. Null
+  // when the node has published no NodeTopology (DeviceFit then rejects it as unresolvable).
+  std::shared_ptr<const NodeTopology> topology;
+  // Devices already taken; Reserve plugins change it, Unreserve restores it.
+  NodeAllocation allocated;
+  std::map<std::string, std::string> labels;
+  bool schedulable = true;  // false when cordoned (spec.unschedulable)
+};
+
+}  // namespace toposched::framework

@@ -1,0 +1,68 @@
+#pragma once
+// Plugin interfaces, one per extension point, after kube-scheduler's framework
+// (staging/src/k8s.io/kube-scheduler/framework/interface.go). A plugin implements any subset;
+// the Framework finds out which with dynamic_cast when it is built. Each interface inherits
+// Plugin virtually so one object can implement several behind one Name().
+//
+// Thread safety: plugins hold configuration only. Every per-pod fact lives in the CycleState,
+// so the methods are const and may run concurrently on distinct CycleStates.
+
+#include <string>
+#include <string_view>
+
+#include "toposched/framework/cycle_state.h"
+#include "toposched/framework/node_info.h"
+#include "toposched/framework/status.h"
+
+namespace toposched::framework {
+
+// The score scale inside toposched: every ScorePlugin returns 0..kMaxScore (kube's MaxScore).
+inline constexpr int kMinScore = 0;
+inline constexpr int kMaxScore = 100;
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  // The name config and the registry use (PascalCase, e.g. "DeviceFit"); stable forever.
+  virtual std::string_view Name() const = 0;
+};
+
+// Called once per candidate node in the extender's filter verb, in config order; the first
+// status that is not ok() decides. Must not change anything but `state`.
+class FilterPlugin : public virtual Plugin {
+ public:
+  virtual PluginStatus Filter(CycleState& state, const NodeInfo& node) const = 0;
+};
+
+struct ScoreResult {
+  int score = kMinScore;  // kMinScore..kMaxScore, higher is better
+  // How the score was made, with its arithmetic ("worst GPU->NIC PIX (rank 1) ... -> 100").
+  std::string explanation;
+};
+
+// Called in the prioritize verb for nodes that passed Filter. A node without a placement (the
+// caller skipped Filter) scores kMinScore with an explanation saying so.
+class ScorePlugin : public virtual Plugin {
+ public:
+  virtual ScoreResult Score(CycleState& state, const NodeInfo& node) const = 0;
+};
+
+// Reserve claims the pod's devices on `node` (in `node.allocated`) before binding, so that pods
+// scheduled next see them taken. A failing Reserve must leave nothing behind: the framework
+// unreserves only the plugins that succeeded before it.
+// Unreserve reverts what Reserve did in this cycle on this node. It must be idempotent and may
+// be called without a prior Reserve (then it does nothing).
+class ReservePlugin : public virtual Plugin {
+ public:
+  virtual PluginStatus Reserve(CycleState& state, NodeInfo& node) const = 0;
+  virtual void Unreserve(CycleState& state, NodeInfo& node) const = 0;
+};
+
+// Binds the pod to the node (writes the allocation annotations and the Binding). Interface only
+// for now: the extender implements it against the API server.
+class BindPlugin : public virtual Plugin {
+ public:
+  virtual PluginStatus Bind(CycleState& state, const NodeInfo& node) const = 0;
+};
+
+}  // namespace toposched::framework

@@ -1,0 +1,80 @@
+#pragma once
+// What a pod asks of one node's devices, read from the Kubernetes Pod object. See
+// docs/placement.md ("Requests") for every resource name and annotation.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/common/status.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched {
+
+inline constexpr std::string_view kAlignmentAnnotation = "toposched.io/gpu-nic-alignment";
+inline constexpr std::string_view kRdmaNicsAnnotation = "toposched.io/rdma-nics";
+inline constexpr std::string_view kRoleLabel = "llm-d.ai/role";
+inline constexpr std::size_t kMaxPodJsonBytes = 4u << 20;  // 4 MiB; the API server caps at ~1.5
+
+enum class PodRole : std::uint8_t { kNone, kPrefill, kDecode, kBoth };
+std::string_view ToString(PodRole r);
+
+// HAMi's scheduler policies (annotations hami.io/node-scheduler-policy and
+// hami.io/gpu-scheduler-policy): binpack prefers fuller nodes/GPUs, spread emptier ones.
+enum class PackPolicy : std::uint8_t { kDefault, kBinpack, kSpread };
+std::string_view ToString(PackPolicy p);
+
+// Memory and compute are fixed-point so that shares add up exactly: memory in MiB, compute in
+// hundredths of a percent of the GPU's SMs (10000 = the whole GPU).
+inline constexpr std::int64_t kFullGpuCores = 10000;
+
+// A HAMi-style shared-GPU request: `count` vGPUs, each on a distinct physical GPU, each taking
+// `memory_mib` (or `memory_percent` of the card when memory_mib is 0) and `cores` of it.
+struct SharedGpuRequest {
+  int count = 0;
+  std::int64_t memory_mib = 0;
+  int memory_percent = 0;                 // 1-100, used only when memory_mib == 0
+  std::int64_t cores = 0;                 // 0-kFullGpuCores; 0 = no compute limit requested
+  PackPolicy gpu_policy = PackPolicy::kDefault;
+  // HAMi card filters: case-insensitive substring on the GPU model; exact UUIDs.
+  std::vector<std::string> use_types, avoid_types, use_uuids, avoid_uuids;
+  bool numa_bind = false;                 // nvidia.com/numa-bind: all vGPUs on one NUMA node
+  bool operator==(const SharedGpuRequest&) const = default;
+};
+
+struct PlacementRequest {
+  std::string pod_namespace, pod_name, pod_uid;
+  // Whole (exclusive) GPUs and RDMA NICs. A pod asks either whole GPUs or shared ones.
+  int gpus = 0;
+  GpuVendor vendor = GpuVendor::kNvidia;
+  int rdma_nics = 0;
+  // Hard bound on the worst GPU->NIC class (annotation); absent: alignment is preferred, scored.
+  std::optional<LinkClass> max_gpu_nic_class;
+  PodRole role = PodRole::kNone;
+  std::string pool;
+  SharedGpuRequest shared;
+  PackPolicy node_policy = PackPolicy::kDefault;
+
+  bool IsShared() const { return shared.count > 0; }
+  // The request's shape: everything the engine's choice depends on (not the pod's identity).
+  std::string ShapeKey() const;
+  bool operator==(const PlacementRequest&) const = default;
+};
+
+struct RequestConfig {
+  // Extended resources that count as RDMA NICs: exact names, or prefixes ending in '/'
+  // ("rdma/" matches rdma/hca_shared_devices_a, rdma/ib, ...).
+  std::vector<std::string> rdma_resources = {"rdma/"};
+  std::string pool_label = "toposched.io/pool";
+};
+
+// Reads a Pod (JSON, as the API server or kube-scheduler's ExtenderArgs carry it). Containers'
+// requests and limits are combined the way kube-scheduler computes a pod's effective request:
+// max(sum over app containers and restartable init containers (sidecars), each plain init
+// container's request plus the sidecars started before it); extended resources take limits
+// when requests are absent. Errors name the field and say what to fix.
+Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const RequestConfig& config = {});
+
+}  // namespace toposched

@@ -1,0 +1,312 @@
+#pragma once
+// `toposched simulate`: a workload run through the scheduler's own filter -> score -> reserve
+// code (in process, no HTTP; bind is a no-op) on a virtual cluster, next to topology-unaware
+// and partly topology-aware baselines, with the figures that tell them apart: pods placed, the
+// GPU->NIC classes pods got, how many got the best class their node allowed, how many aligned
+// 8-GPU slots survive the churn, and how shared GPUs were packed.
+//
+// Everything here is deterministic for a given cluster, workload and seed except the measured
+// decision times. No terminal or file output: the command prints, the library returns values
+// and calls a progress callback.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/common/status.h"
+#include "toposched/framework/config.h"
+#include "toposched/framework/node_info.h"
+#include "toposched/framework/registry.h"
+#include "toposched/placement/placement.h"
+#include "toposched/placement/request.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched::simulate {
+
+// ------------------------------------------------------------------------------------------
+// The virtual cluster
+
+// A virtual node is exactly what the framework sees of a node (name, shared topology, what is
+// allocated, labels), so the toposched policy hands the simulator's nodes to the framework
+// as they are, and every policy mutates the same kind of value.
+using VirtualNode = framework::NodeInfo;
+
+// Labels every virtual node gets. Tiers are informational for now: which leaf and spine a
+// node hangs off, numbered in cluster order (P/D placement over tiers reads them later).
+inline constexpr std::string_view kShapeLabel = "node.kubernetes.io/instance-type";
+inline constexpr std::string_view kLeafLabel = "toposched.io/leaf";
+inline constexpr std::string_view kSpineLabel = "toposched.io/spine";
+inline constexpr int kNodesPerLeaf = 16;
+inline constexpr int kNodesPerSpine = 128;
+
+struct ShapeCount {
+  std::string shape;  // a synthetic preset name, or a topology file's name
+  int count = 0;
+  bool operator==(const ShapeCount&) const = default;
+};
+
+struct VirtualCluster {
+  std::vector<VirtualNode> nodes;  // cluster order: the order first-fit scans
+  std::vector<ShapeCount> shapes;  // how many nodes of each shape, in first-seen order
+};
+
+inline constexpr int kDefaultNodes = 240;
+
+// The embedded default mix of real-world shapes, scaled to `nodes` (largest remainder, so the
+// counts add up to exactly `nodes`): 35% hgx-h100-8gpu, 20% hgx-a100-8gpu, 15% cloud-vm-8gpu,
+// 10% pcie-4gpu, 20% inference-4gpu.
+std::vector<ShapeCount> DefaultShapes(int nodes = kDefaultNodes);
+
+// Appends nodes of synthetic presets, interleaved (smooth weighted round robin) so that every
+// leaf holds a mix of shapes the way racks of one cluster do, rather than all of one shape
+// first, which would decide first-fit's results by the order of the list. Node names are
+// "<preset>-<n>" with n counting per shape. Errors name an unknown preset or a negative count.
+Status AddSyntheticNodes(const std::vector<ShapeCount>& shapes, VirtualCluster& cluster);
+
+// Appends `copies` nodes for every *.xml and *.json file of `dir` (sorted by name) that
+// LoadTopologyFile reads and that has GPUs; files without GPUs are skipped and named in
+// `skipped` when it is given. Errors: `dir` not a directory, a file that does not load (the
+// error names the file), no file with GPUs at all.
+Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& cluster,
+                            std::vector<std::string>* skipped = nullptr);
+
+// The embedded default cluster: DefaultShapes(nodes), synthetic only, so it runs anywhere.
+Result<VirtualCluster> DefaultCluster(int nodes = kDefaultNodes);
+
+// ------------------------------------------------------------------------------------------
+// The workload
+
+// Kinds the generator makes; a workload file may use any kind label.
+inline constexpr std::string_view kKindPrefill = "prefill";
+inline constexpr std::string_view kKindDecode = "decode";
+inline constexpr std::string_view kKindTraining = "training";
+inline constexpr std::string_view kKindShared = "shared";
+inline constexpr std::string_view kKindOther = "other";
+
+struct WorkloadPod {
+  std::string name;
+  PlacementRequest request;
+  double arrival_s = 0;
+  // Seconds the pod runs once placed; <= 0 means it never leaves during the run.
+  double duration_s = 0;
+  std::string kind;
+};
+
+struct Workload {
+  std::vector<WorkloadPod> pods;  // in arrival order (ties: file or generation order)
+  std::string description;        // one line for reports
+};
+
+inline constexpr int kDefaultPods = 4000;
+
+// The generator's knobs. Weights are relative shares of pod counts.
+struct WorkloadSpec {
+  int pods = kDefaultPods;
+  std::uint32_t seed = 1;
+  // Poisson arrivals at this mean gap when the load factor below is 1; the gap scales with
+  // 1 / load factor.
+  double mean_interarrival_s = 1.0;
+  double mean_duration_s = 1000.0;  // exponential durations
+  // The day of a serving cluster, compressed: the load factor starts at load_start, peaks at
+  // load_peak halfway through the pods (sine shape) and comes back to load_start, so the peak
+  // leaves pods pending and fragmentation behind, and the end shows how much whole-node
+  // capacity came back. Equal values: a flat load.
+  double load_start = 1.0;
+  double load_peak = 1.0;
+  double prefill_weight = 0.22;   // 2 or 4 GPUs + as many RDMA NICs
+  double decode_weight = 0.38;    // 1 or 2 GPUs + 1 RDMA NIC
+  double training_weight = 0.05;  // 8 GPUs + 8 RDMA NICs: a whole HGX node
+  double shared_weight = 0.35;    // 1 vGPU, 8000-20000 MiB, 20-50% of the SMs
+  bool operator==(const WorkloadSpec&) const = default;
+};
+
+// The default workload's load factors: at load factor 1 the GPUs of the nodes with RDMA NICs
+// are all asked for in steady state (Little's law). Over-subscribed at the peak, so pods go
+// pending once fragmentation bites; below full at the start and the end.
+inline constexpr double kDefaultLoadStart = 0.6;
+inline constexpr double kDefaultLoadPeak = 1.2;
+
+// A spec for `cluster` with `pods` pods: arrivals paced for load factor 1 on that cluster,
+// the default day profile, and the run long enough (several mean durations) for departures
+// to fragment the nodes.
+WorkloadSpec DefaultWorkloadSpec(const VirtualCluster& cluster, int pods = kDefaultPods,
+                                 std::uint32_t seed = 1);
+
+// Deterministic for a spec (std::mt19937 seeded with spec.seed; the draws use no
+// implementation-defined distributions, so every standard library gives the same workload).
+Workload GenerateWorkload(const WorkloadSpec& spec);
+
+inline constexpr std::size_t kMaxWorkloadFileBytes = 64u << 20;
+
+// A workload file: {"pods": [{"name": "...", "arrival": 0.0, "duration": 60.0,
+// "kind": "decode", "pod": <Kubernetes Pod object>}, ...]}. name and pod are required;
+// arrival defaults to 0, duration to "never leaves", kind to what the request looks like.
+// Each pod is read with ParsePodRequest; errors name the entry ("pods[3] (\"decode-7\"): ...").
+Result<Workload> ParseWorkloadJson(std::string_view json, const RequestConfig& config = {});
+Result<Workload> LoadWorkloadFile(const std::string& path, const RequestConfig& config = {});
+
+// ------------------------------------------------------------------------------------------
+// Policies
+
+// One decision: the node (index into the cluster) and the devices claimed there.
+struct Decision {
+  int node = -1;
+  Placement placement;  // gpus, nics, pairs (the GPU->NIC classes pods will see)
+};
+
+// A scheduling policy: picks a node and devices for one pod and claims them in
+// nodes[node].allocated. The simulator owns the nodes; a policy keeps only caches.
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view Name() const = 0;
+  // nullopt when no node fits: the pod stays pending (the simulator does not retry). An error
+  // is a bug (e.g. a claim the node's allocation refuses), never "does not fit".
+  virtual Result<std::optional<Decision>> Schedule(const PlacementRequest& request,
+                                                   std::vector<VirtualNode>& nodes) = 0;
+};
+
+inline constexpr std::string_view kPolicyToposched = "toposched";
+inline constexpr std::string_view kPolicyFirstFit = "first-fit";
+inline constexpr std::string_view kPolicyGpuOnly = "gpu-only";
+inline constexpr std::string_view kPolicyRootComplex = "root-complex";
+
+// All policies, toposched first (the default comparison order).
+std::vector<std::string> PolicyNames();
+
+struct PolicyOptions {
+  // The toposched policy's framework config; absent: every builtin plugin with its default
+  // weight. The baselines read only its engine options (max shares per GPU, GPU policy).
+  std::optional<framework::SchedulerConfig> config;
+  // Where the toposched policy builds its plugins from; null: the builtin plugins. Lets a test
+  // or an experiment compare a plugin of its own under the same simulation.
+  std::shared_ptr<const framework::Registry> registry;
+};
+
+// Errors: an unknown name (listing the known ones), or a config the framework rejects.
+Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options = {});
+
+// The baselines' device choice on one node, exposed for tests. Each returns nullopt when the
+// request does not fit the node under that policy. None of them scores nodes: their policies
+// take the first node in cluster order where the choice succeeds.
+//
+// first-fit (a device plugin without topology): the lowest-index free GPUs of the vendor and
+// the lowest-index free RDMA NICs.
+std::optional<Placement> ChooseFirstFit(const NodeTopology& topology, const NodeAllocation& allocated,
+                                        const PlacementRequest& request, const EngineOptions& options = {});
+// gpu-only (NVIDIA's best-effort GPU ranking, blind to NICs): the engine's GPU set for the
+// request with its NICs removed, then the lowest-index free RDMA NICs.
+std::optional<Placement> ChooseGpuOnly(const NodeTopology& topology, const NodeAllocation& allocated,
+                                       const PlacementRequest& request, PlacementMemo& memo,
+                                       const EngineOptions& options = {});
+// root-complex (Koordinator's SamePCIe, DRA's pcieRoot): devices grouped by the top of their
+// PCIe chain (devices on the CPU side: one group per NUMA node). One root complex holding all
+// the GPUs and NICs when there is one (roots with the most free GPU+NIC pairs first); else
+// GPUs root by root in that order and NICs from the roots those GPUs used first, then any.
+std::optional<Placement> ChooseRootComplex(const NodeTopology& topology, const NodeAllocation& allocated,
+                                           const PlacementRequest& request,
+                                           const EngineOptions& options = {});
+
+// The root-complex group of a device whose parent is `pcie_parent` and NUMA node `numa`:
+// the index of the topmost PCIe node of its chain, or -2 - numa for devices on the CPU side
+// (-1 when the NUMA node is unknown), so groups never collide.
+int RootComplexOf(const NodeTopology& topology, int pcie_parent, int numa);
+
+// Pairs each GPU (in the order given) with the best-ranked NIC of `nics` that still has spare
+// capacity (ceil(gpus / nics) GPUs per NIC), lowest NIC index on ties: what NCCL does when it
+// picks the nearest visible NIC. Empty when `nics` is empty.
+std::vector<GpuNicPair> PairNearest(const NodeTopology& topology, const std::vector<int>& gpus,
+                                    const std::vector<int>& nics);
+
+// The rank (LinkRank) of a placement's worst GPU->NIC pair; 0 without pairs.
+int WorstPairRank(const NodeTopology& topology, const std::vector<GpuNicPair>& pairs);
+
+// ------------------------------------------------------------------------------------------
+// The simulation
+
+// Histogram buckets of a placed pod's worst GPU->NIC class, best first; pods without NICs go
+// to kNoNicBucket.
+inline constexpr std::array<std::string_view, 6> kClassBuckets = {"PIX",  "PXB", "PHB",
+                                                                  "NODE", "SYS", "no NIC"};
+inline constexpr std::size_t kNoNicBucket = 5;
+std::size_t ClassBucket(LinkClass cls);
+
+// Per-GPU state at the end of a run, for pictures.
+struct GpuState {
+  bool exclusive = false;
+  int shares = 0;
+  double memory_used = 0;  // fraction of the GPU's memory its shares hold (0 when unknown)
+};
+struct NodeState {
+  std::string name;
+  std::string shape;
+  std::vector<GpuState> gpus;
+  int nics = 0, nics_used = 0;     // RDMA NICs
+  bool aligned_slot_free = false;  // an 8-GPU node that still has its aligned 8-GPU slot
+};
+
+struct KindCount {
+  std::string kind;
+  int arrived = 0, placed = 0, pending = 0;
+};
+
+struct PolicyResult {
+  std::string policy;
+  int placed = 0;
+  int pending = 0;               // could not be placed when they arrived (not retried)
+  std::vector<KindCount> kinds;  // first-seen order of kinds in the workload
+  std::array<int, kClassBuckets.size()> class_histogram{};
+  int nic_pods_placed = 0;       // placed pods that asked for RDMA NICs
+  int at_best_class = 0;         // of those, how many got the best worst class their node allowed
+  double at_best_share = 0;      // at_best_class / nic_pods_placed (0 when none)
+  int eight_gpu_nodes = 0;       // nodes with at least 8 GPUs
+  int aligned_slots_free = 0;    // of those, where 8 GPUs + min(8, RDMA NICs) still fit at best class
+  int gpus_in_use = 0;           // whole or shared, at the end
+  int shared_pods_running = 0;   // at the end
+  int shared_gpus = 0;           // GPUs carrying shares at the end
+  double shared_memory_use = 0;  // mean fraction of memory held on those GPUs
+  std::size_t decisions = 0;     // pods the policy decided on (placed + pending)
+  double decision_p50_us = 0, decision_p99_us = 0, decision_mean_us = 0;
+  double total_seconds = 0;      // measured wall time of the policy's whole run
+  std::vector<NodeState> nodes;  // the cluster at the end
+};
+
+struct SimulationResult {
+  std::string cluster_description;  // "240 nodes (84 hgx-h100-8gpu, ...), 1632 GPUs, ..."
+  std::string workload_description;
+  int nodes = 0, gpus = 0, rdma_nics = 0;
+  int pods = 0;
+  double end_time_s = 0;  // last arrival: departures after it are not simulated
+  std::vector<PolicyResult> policies;
+};
+
+// Called after every pod a policy decides on; the command throttles what it draws.
+using ProgressCallback = std::function<void(std::string_view policy, std::size_t policy_index,
+                                            std::size_t done, std::size_t total)>;
+
+struct SimulationOptions {
+  std::vector<std::string> policies = PolicyNames();
+  PolicyOptions policy_options;
+  ProgressCallback progress;
+};
+
+// Runs every policy on its own copy of `cluster`: pods arrive in order; each is placed or
+// counted pending; placed pods leave duration_s later (departures before arrivals at equal
+// times). The run ends at the last arrival. Errors: pods out of arrival order, an unknown
+// policy, a config the framework rejects, or a policy whose claims disagree with the pods it
+// placed (a bug, named: the allocations are rebuilt from the running pods and compared).
+Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload& workload,
+                                  const SimulationOptions& options = {});
+
+// Reports: a side-by-side text table, JSON, and an SVG picture (node grids coloured by GPU
+// occupancy per policy, class histograms as bars). Pure functions of the result.
+std::string FormatTable(const SimulationResult& result);
+std::string FormatJson(const SimulationResult& result);
+std::string RenderSvg(const SimulationResult& result);
+
+}  // namespace toposched::simulate

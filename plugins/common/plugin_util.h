@@ -1,0 +1,33 @@
+#pragma once
+// Small helpers the built-in plugins share: naming link ranks in explanations, checking that a
+// plugin got no args, rounding scores.
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "toposched/common/status.h"
+#include "toposched/framework/registry.h"
+
+namespace toposched::plugins {
+
+// The printed name of a LinkRank value (placement.h): NV 0, PIX 1, PXB 2, PHB 3, NODE 4, SYS
+// within one package 5 ("SYS(pkg)"), SYS across packages 6.
+std::string_view RankName(int rank);
+
+// Error naming every key when `args` is not empty: for plugins that take no arguments.
+Status RequireNoArgs(const framework::PluginArgs& args);
+
+// Round half up to an int, for scores computed in floating point.
+inline int RoundScore(double score) {
+  return static_cast<int>(std::lround(score));
+}
+
+// The common shape of a factory: the plugin as a Plugin pointer, or the error.
+template <typename P>
+Result<std::unique_ptr<framework::Plugin>> AsPlugin(std::unique_ptr<P> plugin) {
+  return std::unique_ptr<framework::Plugin>(std::move(plugin));
+}
+
+}  // namespace toposched::plugins

@@ -1,0 +1,47 @@
+#include "registry.h"
+
+#include <cstdlib>
+
+#include "device_fit/device_fit.h"
+#include "fragmentation/fragmentation.h"
+#include "gpu_nic_alignment/gpu_nic_alignment.h"
+#include "numa_alignment/numa_alignment.h"
+#include "rdma_affinity/rdma_affinity.h"
+#include "nvlink_affinity/nvlink_affinity.h"
+#include "shared_gpu/shared_gpu.h"
+
+namespace toposched::plugins {
+
+Status RegisterBuiltinPlugins(framework::Registry& registry) {
+  struct Builtin {
+    std::string_view name;
+    framework::PluginFactory factory;
+    int default_weight;
+  };
+  const Builtin builtins[] = {
+      {device_fit::kName, device_fit::New, device_fit::kDefaultWeight},
+      {gpu_nic_alignment::kName, gpu_nic_alignment::New, gpu_nic_alignment::kDefaultWeight},
+      {nvlink_affinity::kName, nvlink_affinity::New, nvlink_affinity::kDefaultWeight},
+      {numa_alignment::kName, numa_alignment::New, numa_alignment::kDefaultWeight},
+      {fragmentation::kName, fragmentation::New, fragmentation::kDefaultWeight},
+      {shared_gpu::kName, shared_gpu::New, shared_gpu::kDefaultWeight},
+      {rdma_affinity::kName, rdma_affinity::New, rdma_affinity::kDefaultWeight},
+  };
+  for (const Builtin& b : builtins) {
+    if (Status s = registry.Register(std::string(b.name), b.factory, b.default_weight); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+framework::Registry BuiltinRegistry() {
+  framework::Registry registry;
+  // Cannot fail on an empty registry; a failure here is a duplicate in the list above.
+  if (!RegisterBuiltinPlugins(registry).ok()) std::abort();
+  return registry;
+}
+
+framework::SchedulerConfig DefaultSchedulerConfig() {
+  return framework::DefaultSchedulerConfig(BuiltinRegistry());
+}
+
+}  // namespace toposched::plugins

@@ -1,0 +1,139 @@
+#include "registry.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+
+#include "device_fit/device_fit.h"
+#include "fragmentation/fragmentation.h"
+#include "gpu_nic_alignment/gpu_nic_alignment.h"
+#include "numa_alignment/numa_alignment.h"
+#include "nvlink_affinity/nvlink_affinity.h"
+#include "rdma_affinity/rdma_affinity.h"
+#include "shared_gpu/shared_gpu.h"
+#include "testing/framework_testing.h"
+#include "toposched/framework/framework.h"
+
+namespace toposched::plugins {
+namespace {
+
+using framework::Framework;
+using toposched::testing::NodeBuilder;
+using toposched::testing::RequestBuilder;
+
+// Which extension points each plugin implements, checked at compile time.
+static_assert(std::is_base_of_v<framework::ScorePlugin, gpu_nic_alignment::GpuNicAlignment>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, nvlink_affinity::NvlinkAffinity>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, numa_alignment::NumaAlignment>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, fragmentation::Fragmentation>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, shared_gpu::SharedGpu>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, rdma_affinity::RdmaAffinity>);
+static_assert(!std::is_base_of_v<framework::FilterPlugin, gpu_nic_alignment::GpuNicAlignment>);
+
+TEST(BuiltinRegistryTest, TheOneList) {
+  const framework::Registry r = BuiltinRegistry();
+  EXPECT_EQ(r.Names(), (std::vector<std::string>{"DeviceFit", "GpuNicAlignment", "NvlinkAffinity",
+                                                 "NumaAlignment", "Fragmentation", "SharedGpu",
+                                                 "RdmaAffinity"}));
+  for (const std::string& name : r.Names()) {
+    SCOPED_TRACE(name);
+    Result<std::unique_ptr<framework::Plugin>> p = r.Create(name, {});
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    EXPECT_EQ((*p)->Name(), name);
+  }
+}
+
+TEST(BuiltinRegistryTest, RegisteringTwiceFails) {
+  framework::Registry r = BuiltinRegistry();
+  const Status s = RegisterBuiltinPlugins(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message().find("DeviceFit is registered twice"), std::string::npos);
+}
+
+TEST(BuiltinRegistryTest, DefaultConfig) {
+  const framework::SchedulerConfig c = DefaultSchedulerConfig();
+  const std::vector<framework::PluginConfig> want = {{"DeviceFit", 1, {}},      {"GpuNicAlignment", 5, {}},
+                                                     {"NvlinkAffinity", 3, {}}, {"NumaAlignment", 2, {}},
+                                                     {"Fragmentation", 2, {}},  {"SharedGpu", 1, {}},
+                                                     {"RdmaAffinity", 3, {}}};
+  EXPECT_EQ(c.plugins, want);
+  Result<Framework> f = Framework::Create(c, BuiltinRegistry());
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  EXPECT_EQ(f->FilterPluginNames(), (std::vector<std::string_view>{"DeviceFit"}));
+  EXPECT_EQ(f->ReservePluginNames(), (std::vector<std::string_view>{"DeviceFit"}));
+  EXPECT_EQ(f->ScorePluginNames().size(), 6u);
+}
+
+// The example of docs/configuration.md loads, and means what the page says.
+TEST(BuiltinRegistryTest, DocumentedExampleLoads) {
+  std::ifstream in(std::string(TOPOSCHED_SOURCE_DIR) + "/docs/configuration.md");
+  ASSERT_TRUE(in) << "docs/configuration.md";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  // The first ```yaml block is the full example.
+  const std::size_t begin = doc.find("```yaml\n");
+  ASSERT_NE(begin, std::string::npos);
+  const std::size_t end = doc.find("```", begin + 8);
+  const std::string yaml = doc.substr(begin + 8, end - begin - 8);
+  Result<framework::SchedulerConfig> c = framework::LoadSchedulerConfigYaml(yaml, BuiltinRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_TRUE(Framework::Create(*c, BuiltinRegistry()).ok());
+  EXPECT_EQ(c->plugins.size(), 6u);
+}
+
+TEST(BuiltinRegistryTest, BriefExampleLoads) {
+  const char* yaml = R"(
+plugins: [{name: DeviceFit}, {name: GpuNicAlignment, weight: 5}, {name: Fragmentation}]
+engine: {defaultGpuPolicy: spread, maxSharesPerGpu: 10}
+request: {rdmaResources: ["rdma/"], poolLabel: toposched.io/pool}
+)";
+  Result<framework::SchedulerConfig> c = framework::LoadSchedulerConfigYaml(yaml, BuiltinRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->plugins[2].weight, fragmentation::kDefaultWeight);
+}
+
+// End to end with the engine: the default framework on a small heterogeneous cluster.
+TEST(BuiltinFrameworkTest, PrefersTheAlignedNodeAndReservesIt) {
+  Result<Framework> f = Framework::Create(DefaultSchedulerConfig(), BuiltinRegistry());
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  std::vector<framework::NodeInfo> nodes = {
+      NodeBuilder("hgx", "hgx-h100-8gpu").Build(), NodeBuilder("vm", "cloud-vm-8gpu").Build(),
+      NodeBuilder("inference", "inference-4gpu").Build(),  // no RDMA NICs
+  };
+  framework::CycleState state = f->NewCycle(RequestBuilder().Gpus(2).Nics(2).Build());
+  std::vector<int> totals;
+  for (const framework::NodeInfo& n : nodes) {
+    const framework::FilterResult fr = f->RunFilter(state, n);
+    if (!fr.ok()) {
+      totals.push_back(-1);
+      continue;
+    }
+    const framework::NodeScore s = f->RunScore(state, n);
+    EXPECT_EQ(s.parts.size(), 6u);
+    totals.push_back(s.total);
+  }
+  EXPECT_EQ(state.placer_calls(), 3u) << "one engine run per node across filter and six scores";
+  EXPECT_EQ(totals[2], -1) << "no RDMA NICs: filtered out";
+  EXPECT_GT(totals[0], totals[1]) << "PIX beats NODE";
+  // hgx: GpuNicAlignment 100 x5, NvlinkAffinity 100 x3, NumaAlignment 100 x2, Fragmentation 75 x2,
+  // SharedGpu 100 x1, RdmaAffinity 100 x3 (the pod asks NICs: neutral):
+  // (500 + 300 + 200 + 150 + 100 + 300) / 16 = 1550 / 16 = 96.875 -> 97.
+  EXPECT_EQ(totals[0], 97);
+  EXPECT_EQ(framework::ToExtenderScore(totals[0]), 10);
+
+  const framework::FilterResult unresolvable = f->RunFilter(state, nodes[2]);
+  EXPECT_EQ(unresolvable.code(), framework::Code::kUnschedulableAndUnresolvable);
+  EXPECT_EQ(unresolvable.plugin(), "DeviceFit");
+
+  ASSERT_TRUE(f->RunReserve(state, nodes[0]).ok());
+  EXPECT_TRUE(nodes[0].allocated.gpu_exclusive[0]);
+  EXPECT_TRUE(nodes[0].allocated.gpu_exclusive[1]);
+  f->RunUnreserve(state, nodes[0]);
+  EXPECT_EQ(nodes[0].allocated, NodeAllocation{});
+}
+
+}  // namespace
+}  // namespace toposched::plugins

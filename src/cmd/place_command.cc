@@ -1,0 +1,211 @@
+// `toposched place`: one node, one pod: which GPUs and NICs it gets, how the pairs connect, the
+// node's score and why. Runs the same filter -> score path as the extender.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "commands.h"
+#include "plugins/registry.h"
+#include "toposched/agent/discovery.h"
+#include "toposched/framework/config.h"
+#include "toposched/framework/framework.h"
+#include "toposched/placement/allocation_json.h"
+#include "toposched/placement/request.h"
+
+namespace toposched::cmd {
+
+namespace {
+
+constexpr std::size_t kMaxSmallFileBytes = 4u << 20;
+
+void PrintHelp() {
+  std::printf(
+      "usage: toposched place --topology FILE --request POD.json [--allocated ALLOC.json]\n"
+      "                       [--config CONFIG.yaml] [--format text|json]\n\n"
+      "Chooses the GPUs and RDMA NICs a pod gets on one node and explains the choice: the GPU->NIC\n"
+      "pairs with their link classes, the worst class, the sum of class ranks, the node score\n"
+      "(0-100) and how each plugin made it up. Exits 1 with the reason when nothing fits.\n\n"
+      "flags:\n"
+      "  --topology FILE     the node: hwloc XML, NCCL XML or NodeTopology JSON\n"
+      "  --request POD.json  a Kubernetes Pod object (JSON)\n"
+      "  --allocated FILE    what is already taken: {\"exclusiveGpus\": [0, \"0000:4e:00.0\"],\n"
+      "                      \"usedNics\": [\"mlx5_0\"], \"sharedGpus\": [{\"gpu\": 3, \"shares\": 1,\n"
+      "                      \"memoryMiB\": 8000, \"coresPercent\": 30}]}\n"
+      "  --config FILE       scheduler configuration YAML (docs/configuration.md)\n"
+      "  --format text|json  output format (default text)\n");
+}
+
+Result<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(path + ": cannot open");
+  std::string content;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    content.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (content.size() > kMaxSmallFileBytes) return Error(path + ": larger than 4 MiB");
+  }
+  return content;
+}
+
+std::string Name(const NodeTopology& t, int nic) { return t.nics[static_cast<std::size_t>(nic)].DisplayName(); }
+
+nlohmann::json PlacementJson(const NodeTopology& t, const Placement& p, const framework::NodeScore& score,
+                             const std::string& explanation) {
+  using nlohmann::json;
+  json gpus = json::array();
+  for (int g : p.gpus) {
+    gpus.push_back({{"index", g}, {"pciBusId", t.gpus[static_cast<std::size_t>(g)].pci_bus_id}});
+  }
+  json nics = json::array();
+  for (int n : p.nics) {
+    nics.push_back({{"name", Name(t, n)}, {"pciBusId", t.nics[static_cast<std::size_t>(n)].pci_bus_id}});
+  }
+  json pairs = json::array();
+  for (const GpuNicPair& pair : p.pairs) {
+    pairs.push_back({{"gpu", pair.gpu}, {"nic", Name(t, pair.nic)}, {"class", std::string(ToString(pair.cls))}});
+  }
+  json parts = json::array();
+  for (const framework::ScorePart& part : score.parts) {
+    parts.push_back({{"plugin", part.plugin}, {"weight", part.weight}, {"score", part.score},
+                     {"explanation", part.explanation}});
+  }
+  return {{"gpus", gpus},
+          {"nics", nics},
+          {"pairs", pairs},
+          {"worstClass", p.pairs.empty() ? nullptr : json(std::string(ToString(p.worst_class)))},
+          {"classSum", p.class_sum},
+          {"bestPossibleWorstRank", p.best_possible_worst},
+          {"score", score.total},
+          {"scoreParts", parts},
+          {"explanation", {{"node", explanation}, {"devices", p.reasons}}}};
+}
+
+void PrintText(const NodeTopology& t, const Placement& p, const framework::NodeScore& score) {
+  std::printf("node %s: score %d/100\n", t.node_name.c_str(), score.total);
+  std::printf("GPUs:");
+  for (int g : p.gpus) std::printf(" GPU%d (%s)", g, t.gpus[static_cast<std::size_t>(g)].pci_bus_id.c_str());
+  std::printf("\nNICs:");
+  if (p.nics.empty()) std::printf(" none");
+  for (int n : p.nics) std::printf(" %s", Name(t, n).c_str());
+  std::printf("\n");
+  if (!p.pairs.empty()) {
+    std::printf("pairs:\n");
+    for (const GpuNicPair& pair : p.pairs) {
+      std::printf("  GPU%d -> %s  %s\n", pair.gpu, Name(t, pair.nic).c_str(), std::string(ToString(pair.cls)).c_str());
+    }
+    std::printf("worst class: %s, class sum: %d\n", std::string(ToString(p.worst_class)).c_str(), p.class_sum);
+  }
+  std::printf("score:\n");
+  for (const framework::ScorePart& part : score.parts) {
+    std::printf("  %-16s weight %-3d score %-3d %s\n", part.plugin.c_str(), part.weight, part.score,
+                part.explanation.c_str());
+  }
+  std::printf("devices:\n");
+  for (const std::string& reason : p.reasons) std::printf("  %s\n", reason.c_str());
+}
+
+}  // namespace
+
+int RunPlace(const std::vector<std::string>& args) {
+  std::string topology_path, request_path, allocated_path, config_path, format = "text";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    const std::string& flag = args[i];
+    bool ok = true;
+    if (flag == "--topology") ok = value(topology_path);
+    else if (flag == "--request") ok = value(request_path);
+    else if (flag == "--allocated") ok = value(allocated_path);
+    else if (flag == "--config") ok = value(config_path);
+    else if (flag == "--format") ok = value(format);
+    else if (flag == "--help" || flag == "-h") {
+      PrintHelp();
+      return 0;
+    } else {
+      std::fprintf(stderr, "toposched place: unknown flag '%s' (see --help)\n", flag.c_str());
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "toposched place: %s needs a value\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (topology_path.empty() || request_path.empty()) {
+    std::fprintf(stderr, "toposched place: --topology and --request are required (see --help)\n");
+    return 2;
+  }
+  if (format != "text" && format != "json") {
+    std::fprintf(stderr, "toposched place: --format must be text or json, not '%s'\n", format.c_str());
+    return 2;
+  }
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "toposched place: %s\n", message.c_str());
+    return 1;
+  };
+
+  const framework::Registry registry = plugins::BuiltinRegistry();
+  framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
+  if (!config_path.empty()) {
+    auto yaml = ReadSmallFile(config_path);
+    if (!yaml.ok()) return fail(yaml.error().message());
+    auto loaded = framework::LoadSchedulerConfigYaml(*yaml, registry);
+    if (!loaded.ok()) return fail(config_path + ": " + loaded.error().message());
+    config = std::move(*loaded);
+  }
+  auto topology = LoadTopologyFile(topology_path);
+  if (!topology.ok()) return fail(topology.error().message());
+  auto pod = ReadSmallFile(request_path);
+  if (!pod.ok()) return fail(pod.error().message());
+  auto request = ParsePodRequest(*pod, config.request);
+  if (!request.ok()) return fail(request_path + ": " + request.error().message());
+  if (request->gpus == 0 && request->rdma_nics == 0 && !request->IsShared()) {
+    return fail(request_path + ": the pod requests no GPUs, shared GPUs or RDMA NICs; nothing to place");
+  }
+
+  framework::NodeInfo node;
+  node.name = topology->node_name;
+  node.topology = std::make_shared<const NodeTopology>(std::move(*topology));
+  const NodeTopology& t = *node.topology;
+  if (!allocated_path.empty()) {
+    auto text = ReadSmallFile(allocated_path);
+    if (!text.ok()) return fail(text.error().message());
+    auto allocated = DecodeAllocationJson(*text, t);
+    if (!allocated.ok()) return fail(allocated_path + ": " + allocated.error().message());
+    node.allocated = std::move(*allocated);
+  }
+
+  auto fw = framework::Framework::Create(config, registry);
+  if (!fw.ok()) return fail("configuration: " + fw.error().message());
+  framework::CycleState cycle = fw->NewCycle(*request);
+  const framework::FilterResult filter = fw->RunFilter(cycle, node);
+  if (!filter.ok()) {
+    const std::string line = framework::ExplainNode(node.name, filter, nullptr);
+    if (format == "json") {
+      std::printf("%s\n", nlohmann::json({{"fits", false}, {"explanation", {{"node", line}}}}).dump(2).c_str());
+    }
+    return fail("nothing fits: " + line);
+  }
+  const framework::NodeScore score = fw->RunScore(cycle, node);
+  const PlacementOutcome& outcome = cycle.Outcome(node);
+  if (!outcome.ok()) return fail("nothing fits: " + outcome.detail);  // a filter config without DeviceFit
+  const std::string explanation = framework::ExplainNode(node.name, filter, &score);
+  if (format == "json") {
+    nlohmann::json out = PlacementJson(t, *outcome.placement, score, explanation);
+    out["fits"] = true;
+    out["node"] = node.name;
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    PrintText(t, *outcome.placement, score);
+  }
+  return 0;
+}
+
+}  // namespace toposched::cmd

@@ -1,0 +1,272 @@
+// `toposched simulate`: a workload through the scheduler's own filter -> score -> reserve code on
+// a virtual cluster, compared with baseline policies. With no flags: the embedded default.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "plugins/registry.h"
+#include "toposched/framework/config.h"
+#include "toposched/simulate/simulator.h"
+
+namespace toposched::cmd {
+namespace {
+
+namespace sim = toposched::simulate;
+
+void PrintHelp() {
+  std::printf(
+      "usage: toposched simulate [flags]\n\n"
+      "Runs a workload through the scheduler's filter -> score -> reserve code (in process, no\n"
+      "HTTP) on a virtual cluster and compares policies side by side: pods placed and pending,\n"
+      "the worst GPU->NIC class pods got, how many got the best class their node allowed, the\n"
+      "aligned 8-GPU slots left free at the end, shared-GPU packing and the decision time per\n"
+      "pod. With no flags it runs the embedded default: %d nodes of mixed real-world shapes and\n"
+      "%d pods of an LLM serving mix. Placements are simulated; decision times are measured.\n\n"
+      "policies:\n"
+      "  toposched     the framework with the builtin plugins (or --config): best score wins\n"
+      "  first-fit     lowest free GPUs and NICs, first node that fits (a device plugin)\n"
+      "  gpu-only      best GPU set by NVLink/PCIe, NICs first-fit (NVIDIA's GPU ranking)\n"
+      "  root-complex  GPUs and NICs under one PCIe root complex when possible (Koordinator\n"
+      "                SamePCIe, DRA pcieRoot)\n\n"
+      "flags:\n"
+      "  --nodes N             synthetic nodes of the default mix (default %d; 0 with\n"
+      "                        --topologies for files only)\n"
+      "  --shapes P=N,...      synthetic presets and counts instead of the default mix\n"
+      "                        (see `toposched topo --list-synthetic`)\n"
+      "  --topologies DIR      add a node for every *.xml / *.json topology file with GPUs\n"
+      "  --copies N            nodes per topology file (default 1)\n"
+      "  --workload FILE       workload JSON: {\"pods\": [{\"name\", \"arrival\", \"duration\",\n"
+      "                        \"kind\", \"pod\": <Pod>}]} instead of the generator\n"
+      "  --pods N              generated pods (default %d)\n"
+      "  --seed N              generator seed (default 1)\n"
+      "  --policies a,b,...    policies to compare (default: all, toposched first)\n"
+      "  --config FILE         scheduler configuration YAML for the toposched policy\n"
+      "  --json                print JSON instead of the table\n"
+      "  --svg FILE            also write a picture of the placements and class histograms\n"
+      "  --no-progress         never draw the progress bar\n",
+      sim::kDefaultNodes, sim::kDefaultPods, sim::kDefaultNodes, sim::kDefaultPods);
+}
+
+bool ParseInt(const std::string& s, long long min, long long max, long long& out) {
+  if (s.empty()) return false;
+  std::size_t used = 0;
+  try {
+    out = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size() && out >= min && out <= max;
+}
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = s.find(',', start);
+    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(path + ": cannot open");
+  std::string content;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    content.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 10) + " KiB");
+  }
+  return content;
+}
+
+// Draws on stderr. On a terminal: one bar, redrawn in place at most ten times a second. In a
+// log: a line per quarter of each policy, so long runs show life without flooding the log.
+class Progress {
+ public:
+  Progress(bool tty, std::size_t policies) : tty_(tty), policies_(policies) {}
+
+  void Update(std::string_view policy, std::size_t index, std::size_t done, std::size_t total) {
+    if (total == 0) return;
+    const bool last = done == total;
+    if (tty_) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!last && now - drawn_ < std::chrono::milliseconds(100)) return;
+      drawn_ = now;
+      constexpr std::size_t kWidth = 30;
+      const std::size_t filled = kWidth * done / total;
+      std::string bar(filled, '#');
+      bar.append(kWidth - filled, '.');
+      std::fprintf(stderr, "\r[%zu/%zu] %-13.*s [%s] %zu/%zu pods", index + 1, policies_,
+                   static_cast<int>(policy.size()), policy.data(), bar.c_str(), done, total);
+      if (last) std::fputc('\n', stderr);
+      std::fflush(stderr);
+      return;
+    }
+    const std::size_t quarter = 4 * done / total;
+    if (quarter == last_quarter_ && index == last_index_) return;
+    if (quarter == 0) return;
+    last_quarter_ = quarter;
+    last_index_ = index;
+    std::fprintf(stderr, "simulate: %.*s %zu/%zu pods\n", static_cast<int>(policy.size()), policy.data(),
+                 done, total);
+  }
+
+ private:
+  bool tty_;
+  std::size_t policies_;
+  std::chrono::steady_clock::time_point drawn_{};
+  std::size_t last_quarter_ = 0, last_index_ = static_cast<std::size_t>(-1);
+};
+
+}  // namespace
+
+int RunSimulate(const std::vector<std::string>& args) {
+  std::string topologies, workload_path, config_path, svg_path, policies_arg, shapes_arg;
+  long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1;
+  bool json = false, no_progress = false, nodes_given = false;
+  auto usage = [](const std::string& message) {
+    std::fprintf(stderr, "toposched simulate: %s (see --help)\n", message.c_str());
+    return 2;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    auto number = [&](long long min, long long max, long long& out) {
+      std::string text;
+      if (!value(text)) return false;
+      if (!ParseInt(text, min, max, out)) {
+        std::fprintf(stderr, "toposched simulate: %s: '%s' is not an integer in %lld..%lld\n", flag.c_str(),
+                     text.c_str(), min, max);
+        return false;
+      }
+      return true;
+    };
+    bool ok = true;
+    if (flag == "--help" || flag == "-h") {
+      PrintHelp();
+      return 0;
+    } else if (flag == "--topologies") {
+      ok = value(topologies);
+    } else if (flag == "--copies") {
+      ok = number(1, 10000, copies);
+    } else if (flag == "--workload") {
+      ok = value(workload_path);
+    } else if (flag == "--nodes") {
+      ok = number(0, 100000, nodes);
+      nodes_given = true;
+    } else if (flag == "--shapes") {
+      ok = value(shapes_arg);
+    } else if (flag == "--pods") {
+      ok = number(1, 10000000, pods);
+    } else if (flag == "--seed") {
+      ok = number(0, 4294967295LL, seed);
+    } else if (flag == "--policies") {
+      ok = value(policies_arg);
+    } else if (flag == "--config") {
+      ok = value(config_path);
+    } else if (flag == "--json") {
+      json = true;
+    } else if (flag == "--svg") {
+      ok = value(svg_path);
+    } else if (flag == "--no-progress") {
+      no_progress = true;
+    } else {
+      return usage("unknown flag '" + flag + "'");
+    }
+    if (!ok) return usage(flag + " needs a valid value");
+  }
+  if (!shapes_arg.empty() && nodes_given)
+    return usage("--shapes and --nodes both size the synthetic nodes; give one");
+  if (!workload_path.empty() && (pods != sim::kDefaultPods || seed != 1)) {
+    return usage("--pods and --seed shape the generated workload; they do not apply to --workload");
+  }
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
+    return 1;
+  };
+
+  sim::SimulationOptions options;
+  if (!policies_arg.empty()) options.policies = SplitCommas(policies_arg);
+  if (!config_path.empty()) {
+    auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return fail(yaml.error().message());
+    auto config = framework::LoadSchedulerConfigYaml(*yaml, plugins::BuiltinRegistry());
+    if (!config.ok()) return fail(config_path + ": " + config.error().message());
+    options.policy_options.config = std::move(config).value();
+  }
+
+  sim::VirtualCluster cluster;
+  std::vector<sim::ShapeCount> shapes;
+  if (!shapes_arg.empty()) {
+    for (const std::string& item : SplitCommas(shapes_arg)) {
+      const std::size_t eq = item.find('=');
+      long long count = 0;
+      if (eq == std::string::npos || !ParseInt(item.substr(eq + 1), 0, 100000, count)) {
+        return usage("--shapes: expected PRESET=COUNT, got '" + item + "'");
+      }
+      shapes.push_back({item.substr(0, eq), static_cast<int>(count)});
+    }
+  } else {
+    shapes = sim::DefaultShapes(static_cast<int>(nodes));
+  }
+  if (Status s = sim::AddSyntheticNodes(shapes, cluster); !s.ok()) return fail(s.error().message());
+  if (!topologies.empty()) {
+    std::vector<std::string> skipped;
+    if (Status s = sim::AddTopologyDirectory(topologies, static_cast<int>(copies), cluster, &skipped);
+        !s.ok()) {
+      return fail(s.error().message());
+    }
+    if (!skipped.empty()) {
+      std::fprintf(stderr, "toposched simulate: %zu topology files without GPUs skipped\n", skipped.size());
+    }
+  }
+  if (cluster.nodes.empty()) return usage("the cluster has no nodes (--nodes 0 without --topologies)");
+
+  sim::Workload workload;
+  if (!workload_path.empty()) {
+    const RequestConfig request_config =
+        options.policy_options.config ? options.policy_options.config->request : RequestConfig{};
+    auto loaded = sim::LoadWorkloadFile(workload_path, request_config);
+    if (!loaded.ok()) return fail(loaded.error().message());
+    workload = std::move(loaded).value();
+  } else {
+    workload = sim::GenerateWorkload(
+        sim::DefaultWorkloadSpec(cluster, static_cast<int>(pods), static_cast<std::uint32_t>(seed)));
+  }
+
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  std::optional<Progress> progress;
+  if (!no_progress && (tty || workload.pods.size() > 500)) {
+    progress.emplace(tty, options.policies.size());
+    options.progress = [&progress](std::string_view policy, std::size_t index, std::size_t done,
+                                   std::size_t total) { progress->Update(policy, index, done, total); };
+  }
+
+  auto result = sim::Simulate(cluster, workload, options);
+  if (!result.ok()) return fail(result.error().message());
+  if (!svg_path.empty()) {
+    std::ofstream out(svg_path, std::ios::binary | std::ios::trunc);
+    out << sim::RenderSvg(*result);
+    if (!out.flush()) return fail(svg_path + ": cannot write");
+  }
+  const std::string report = json ? sim::FormatJson(*result) : sim::FormatTable(*result);
+  std::fwrite(report.data(), 1, report.size(), stdout);
+  return 0;
+}
+
+}  // namespace toposched::cmd

@@ -1,0 +1,237 @@
+#include "toposched/framework/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace toposched::framework {
+namespace {
+
+// Errors name the key path and, where yaml-cpp knows it, the line.
+std::string At(const std::string& path, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.line < 0) return path;
+  return path + " (line " + std::to_string(mark.line + 1) + ")";
+}
+
+std::string Join(std::initializer_list<std::string_view> names) {
+  std::string out;
+  for (std::string_view n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// `node` must be a map whose keys are distinct scalars from `known`.
+Status CheckMap(const YAML::Node& node, const std::string& path,
+                std::initializer_list<std::string_view> known) {
+  if (!node.IsMap()) {
+    return Error(At(path.empty() ? "document" : path, node) + ": expected a map with keys " + Join(known));
+  }
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    if (!it->first.IsScalar()) return Error(At(path, it->first) + ": keys must be plain strings");
+    const std::string key = it->first.Scalar();
+    const std::string key_path = path.empty() ? key : path + "." + key;
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return Error(At(key_path, it->first) + ": unknown key (known: " + Join(known) + ")");
+    }
+    if (!seen.insert(key).second) return Error(At(key_path, it->first) + ": duplicate key");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ParseString(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) return Error(At(path, node) + ": expected a string");
+  if (node.Scalar().empty()) return Error(At(path, node) + ": must not be empty");
+  return node.Scalar();
+}
+
+Result<int> ParseInt(const YAML::Node& node, const std::string& path, int lo, int hi) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  if (!node.IsScalar()) return Error(At(path, node) + ": expected an integer in " + range);
+  const std::string& s = node.Scalar();
+  int value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) {
+    return Error(At(path, node) + ": expected an integer in " + range + ", got \"" + s + "\"");
+  }
+  if (value < lo || value > hi) {
+    return Error(At(path, node) + ": " + s + " is out of range " + range);
+  }
+  return value;
+}
+
+Result<PackPolicy> ParsePolicy(const YAML::Node& node, const std::string& path) {
+  Result<std::string> s = ParseString(node, path);
+  if (!s.ok()) return s.error();
+  if (*s == "binpack") return PackPolicy::kBinpack;
+  if (*s == "spread") return PackPolicy::kSpread;
+  return Error(At(path, node) + ": \"" + *s + "\" is not a policy (binpack, spread)");
+}
+
+class ConfigParser {
+ public:
+  explicit ConfigParser(const Registry& registry) : registry_(registry) {}
+
+  Result<SchedulerConfig> Parse(const YAML::Node& root) {
+    SchedulerConfig config = DefaultSchedulerConfig(registry_);
+    if (root.IsNull()) return config;  // an empty document: every default
+    if (Status s = CheckMap(root, "", {"plugins", "engine", "request"}); !s.ok()) {
+      return s.error().WithContext("config");
+    }
+    if (const YAML::Node plugins = root["plugins"]) {
+      Result<std::vector<PluginConfig>> parsed = ParsePlugins(plugins);
+      if (!parsed.ok()) return parsed.error();
+      config.plugins = std::move(*parsed);
+    }
+    if (const YAML::Node engine = root["engine"]) {
+      if (Status s = ParseEngine(engine, config.engine); !s.ok()) return s.error();
+    }
+    if (const YAML::Node request = root["request"]) {
+      if (Status s = ParseRequest(request, config.request); !s.ok()) return s.error();
+    }
+    return config;
+  }
+
+ private:
+  Result<std::vector<PluginConfig>> ParsePlugins(const YAML::Node& node) {
+    if (!node.IsSequence()) return Error(At("plugins", node) + ": expected a list of {name, weight, args}");
+    if (node.size() == 0) {
+      return Error(At("plugins", node) + ": an empty list enables nothing; omit the key for the defaults");
+    }
+    std::vector<PluginConfig> plugins;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const std::string path = "plugins[" + std::to_string(i) + "]";
+      const YAML::Node entry = node[i];
+      if (Status s = CheckMap(entry, path, {"name", "weight", "args"}); !s.ok()) return s.error();
+      const YAML::Node name_node = entry["name"];
+      if (!name_node) return Error(At(path, entry) + ": missing key \"name\"");
+      Result<std::string> name = ParseString(name_node, path + ".name");
+      if (!name.ok()) return name.error();
+      if (!registry_.Contains(*name)) {
+        std::string known;
+        for (const std::string& n : registry_.Names()) known += (known.empty() ? "" : ", ") + n;
+        return Error(At(path + ".name", name_node) + ": unknown plugin \"" + *name + "\" (known: " + known +
+                     ")");
+      }
+      for (std::size_t j = 0; j < plugins.size(); ++j) {
+        if (plugins[j].name == *name) {
+          return Error(At(path + ".name", name_node) + ": " + *name + " is listed twice (first at plugins[" +
+                       std::to_string(j) + "])");
+        }
+      }
+      PluginConfig plugin;
+      plugin.name = *name;
+      plugin.weight = registry_.DefaultWeight(*name);
+      if (const YAML::Node weight = entry["weight"]) {
+        Result<int> w = ParseInt(weight, path + ".weight", 0, kMaxPluginWeight);
+        if (!w.ok()) return w.error();
+        plugin.weight = *w;
+      }
+      if (const YAML::Node args = entry["args"]) {
+        Result<PluginArgs> parsed = ParseArgs(args, path + ".args");
+        if (!parsed.ok()) return parsed.error();
+        plugin.args = std::move(*parsed);
+      }
+      // Build the plugin once so that bad args stop the start, with the path.
+      if (Result<std::unique_ptr<Plugin>> built = registry_.Create(plugin.name, plugin.args); !built.ok()) {
+        return built.error().WithContext(path + ".args");
+      }
+      plugins.push_back(std::move(plugin));
+    }
+    return plugins;
+  }
+
+  Result<PluginArgs> ParseArgs(const YAML::Node& node, const std::string& path) {
+    if (!node.IsMap()) return Error(At(path, node) + ": expected a map of string keys to string values");
+    PluginArgs args;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!it->first.IsScalar()) return Error(At(path, it->first) + ": keys must be plain strings");
+      const std::string key = it->first.Scalar();
+      const std::string key_path = path + "." + key;
+      if (!it->second.IsScalar()) return Error(At(key_path, it->second) + ": expected a string value");
+      if (!args.emplace(key, it->second.Scalar()).second)
+        return Error(At(key_path, it->first) + ": duplicate key");
+    }
+    return args;
+  }
+
+  Status ParseEngine(const YAML::Node& node, EngineOptions& engine) {
+    if (Status s = CheckMap(node, "engine", {"defaultGpuPolicy", "maxSharesPerGpu"}); !s.ok()) return s;
+    if (const YAML::Node policy = node["defaultGpuPolicy"]) {
+      Result<PackPolicy> p = ParsePolicy(policy, "engine.defaultGpuPolicy");
+      if (!p.ok()) return p.error();
+      engine.default_gpu_policy = *p;
+    }
+    if (const YAML::Node shares = node["maxSharesPerGpu"]) {
+      Result<int> n = ParseInt(shares, "engine.maxSharesPerGpu", 1, kMaxSharesPerGpuLimit);
+      if (!n.ok()) return n.error();
+      engine.max_shares_per_gpu = *n;
+    }
+    return Status::Ok();
+  }
+
+  Status ParseRequest(const YAML::Node& node, RequestConfig& request) {
+    if (Status s = CheckMap(node, "request", {"rdmaResources", "poolLabel"}); !s.ok()) return s;
+    if (const YAML::Node resources = node["rdmaResources"]) {
+      if (!resources.IsSequence()) return Error(At("request.rdmaResources", resources) + ": expected a list");
+      request.rdma_resources.clear();
+      for (std::size_t i = 0; i < resources.size(); ++i) {
+        const std::string path = "request.rdmaResources[" + std::to_string(i) + "]";
+        Result<std::string> name = ParseString(resources[i], path);
+        if (!name.ok()) return name.error();
+        // Extended resources are always "domain/name"; a bare word would never match.
+        if (name->find('/') == std::string::npos) {
+          return Error(At(path, resources[i]) + ": \"" + *name +
+                       "\" is not an extended resource name or a prefix ending in '/'");
+        }
+        request.rdma_resources.push_back(*name);
+      }
+    }
+    if (const YAML::Node label = node["poolLabel"]) {
+      Result<std::string> s = ParseString(label, "request.poolLabel");
+      if (!s.ok()) return s.error();
+      if (s->find_first_of(" \t\n") != std::string::npos) {
+        return Error(At("request.poolLabel", label) + ": a label key has no whitespace");
+      }
+      request.pool_label = *s;
+    }
+    return Status::Ok();
+  }
+
+  const Registry& registry_;
+};
+
+}  // namespace
+
+SchedulerConfig DefaultSchedulerConfig(const Registry& registry) {
+  SchedulerConfig config;
+  for (const std::string& name : registry.Names()) {
+    config.plugins.push_back(PluginConfig{name, registry.DefaultWeight(name), {}});
+  }
+  return config;
+}
+
+Result<SchedulerConfig> LoadSchedulerConfigYaml(std::string_view yaml, const Registry& registry) {
+  if (yaml.size() > kMaxConfigYamlBytes) {
+    return Error("config: " + std::to_string(yaml.size()) + " bytes is over the limit of " +
+                 std::to_string(kMaxConfigYamlBytes));
+  }
+  // yaml-cpp reports through exceptions; they stop here.
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml));
+    return ConfigParser(registry).Parse(root);
+  } catch (const YAML::Exception& e) {
+    const std::string where = e.mark.line >= 0 ? " at line " + std::to_string(e.mark.line + 1) : "";
+    return Error("config: malformed YAML" + where + ": " + e.msg);
+  }
+}
+
+}  // namespace toposched::framework

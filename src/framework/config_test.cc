@@ -1,0 +1,193 @@
+#include "toposched/framework/config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "testing/fake_plugins.h"
+
+namespace toposched::framework {
+namespace {
+
+using toposched::testing::FakeFactory;
+using toposched::testing::FakeFilter;
+using toposched::testing::FakeScore;
+
+// Fit (filter), Align (score, default weight 5), Numa (score, default weight 2), and Tunable,
+// which accepts one arg, mode = fast | slow.
+Registry TestRegistry() {
+  Registry r;
+  EXPECT_TRUE(r.Register("Fit", FakeFactory<FakeFilter>(std::string("Fit"), PluginStatus::Success())).ok());
+  EXPECT_TRUE(r.Register("Align", FakeFactory<FakeScore>(std::string("Align"), 100), 5).ok());
+  EXPECT_TRUE(r.Register("Numa", FakeFactory<FakeScore>(std::string("Numa"), 50), 2).ok());
+  EXPECT_TRUE(r.Register("Tunable", [](const PluginArgs& args) -> Result<std::unique_ptr<Plugin>> {
+                 for (const auto& [k, v] : args) {
+                   if (k != "mode") return Error("unknown arg \"" + k + "\" (known: mode)");
+                   if (v != "fast" && v != "slow") return Error("mode: \"" + v + "\" is not fast or slow");
+                 }
+                 return std::unique_ptr<Plugin>(std::make_unique<FakeScore>("Tunable", 10));
+               }).ok());
+  return r;
+}
+
+TEST(ConfigTest, EmptyDocumentIsTheDefault) {
+  const Registry registry = TestRegistry();
+  for (const char* yaml : {"", "# nothing but a comment\n", "---\n"}) {
+    SCOPED_TRACE(yaml);
+    Result<SchedulerConfig> c = LoadSchedulerConfigYaml(yaml, registry);
+    ASSERT_TRUE(c.ok()) << c.error().message();
+    // Every plugin in registration order with its registered default weight.
+    const std::vector<PluginConfig> want = {
+        {"Fit", 1, {}}, {"Align", 5, {}}, {"Numa", 2, {}}, {"Tunable", 1, {}}};
+    EXPECT_EQ(c->plugins, want);
+    EXPECT_EQ(c->engine.default_gpu_policy, PackPolicy::kSpread);
+    EXPECT_EQ(c->engine.max_shares_per_gpu, 10);
+    EXPECT_EQ(c->request.rdma_resources, std::vector<std::string>{"rdma/"});
+    EXPECT_EQ(c->request.pool_label, "toposched.io/pool");
+  }
+}
+
+TEST(ConfigTest, FullConfig) {
+  const char* yaml = R"(
+plugins:
+  - name: Fit
+  - {name: Numa, weight: 0}
+  - name: Tunable
+    weight: 7
+    args: {mode: slow}
+engine: {defaultGpuPolicy: binpack, maxSharesPerGpu: 4}
+request:
+  rdmaResources: ["rdma/", "nvidia.com/hostdev"]
+  poolLabel: example.com/pool
+)";
+  Result<SchedulerConfig> c = LoadSchedulerConfigYaml(yaml, TestRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  // The list replaces the defaults: Align is off; Numa keeps weight 0; config order is kept.
+  const std::vector<PluginConfig> want = {
+      {"Fit", 1, {}}, {"Numa", 0, {}}, {"Tunable", 7, {{"mode", "slow"}}}};
+  EXPECT_EQ(c->plugins, want);
+  EXPECT_EQ(c->engine.default_gpu_policy, PackPolicy::kBinpack);
+  EXPECT_EQ(c->engine.max_shares_per_gpu, 4);
+  EXPECT_EQ(c->request.rdma_resources, (std::vector<std::string>{"rdma/", "nvidia.com/hostdev"}));
+  EXPECT_EQ(c->request.pool_label, "example.com/pool");
+}
+
+TEST(ConfigTest, OmittedWeightIsThePluginDefault) {
+  Result<SchedulerConfig> c =
+      LoadSchedulerConfigYaml("plugins: [{name: Align}, {name: Fit}]", TestRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->plugins[0].weight, 5);
+  EXPECT_EQ(c->plugins[1].weight, 1);
+}
+
+TEST(ConfigTest, RejectsBadConfigWithThePath) {
+  struct Case {
+    std::string name;
+    std::string yaml;
+    std::string error;  // a substring of the message
+  };
+  const std::vector<Case> cases = {
+      {"unknown top-level key", "plugin: []",
+       "plugin (line 1): unknown key (known: plugins, engine, request)"},
+      {"duplicate top-level key", "engine: {}\nengine: {}", "engine (line 2): duplicate key"},
+      {"document is a list", "- name: Fit", "document (line 1): expected a map"},
+      {"document is a scalar", "hello", "expected a map"},
+      {"malformed yaml", "plugins: [{name: Fit}", "malformed YAML"},
+      {"bad indentation", "engine:\n  maxSharesPerGpu: 1\n bad: 2", "malformed YAML"},
+      {"plugins not a list", "plugins: {name: Fit}", "plugins (line 1): expected a list"},
+      {"plugins empty", "plugins: []", "an empty list enables nothing"},
+      {"plugins null", "plugins:", "plugins (line 1): expected a list"},
+      {"entry is a scalar", "plugins: [Fit]",
+       "plugins[0] (line 1): expected a map with keys name, weight, args"},
+      {"unknown key in entry", "plugins:\n- name: Fit\n- {name: Align, wieght: 3}",
+       "plugins[1].wieght (line 3): unknown key (known: name, weight, args)"},
+      {"missing name", "plugins: [{weight: 3}]", "plugins[0] (line 1): missing key \"name\""},
+      {"empty name", "plugins: [{name: ''}]", "plugins[0].name (line 1): must not be empty"},
+      {"unknown plugin", "plugins: [{name: Fit}, {name: Nope}]",
+       "plugins[1].name (line 1): unknown plugin \"Nope\" (known: Fit, Align, Numa, Tunable)"},
+      {"plugin names are case-sensitive", "plugins: [{name: fit}]", "unknown plugin \"fit\""},
+      {"duplicate plugin", "plugins:\n- name: Fit\n- name: Align\n- name: Fit",
+       "plugins[2].name (line 4): Fit is listed twice (first at plugins[0])"},
+      {"weight too large", "plugins: [{name: Align, weight: 101}]",
+       "plugins[0].weight (line 1): 101 is out of range 0..100"},
+      {"weight negative", "plugins: [{name: Align, weight: -1}]", "-1 is out of range 0..100"},
+      {"weight not a number", "plugins: [{name: Align, weight: high}]",
+       "plugins[0].weight (line 1): expected an integer in 0..100, got \"high\""},
+      {"weight fractional", "plugins: [{name: Align, weight: 1.5}]", "got \"1.5\""},
+      {"weight a list", "plugins: [{name: Align, weight: [1]}]", "expected an integer in 0..100"},
+      {"args unknown to the plugin", "plugins: [{name: Tunable, args: {speed: fast}}]",
+       "plugins[0].args: Tunable: unknown arg \"speed\" (known: mode)"},
+      {"args bad value", "plugins: [{name: Tunable, args: {mode: warp}}]",
+       "mode: \"warp\" is not fast or slow"},
+      {"args on a plugin without args", "plugins: [{name: Align, args: {x: y}}]",
+       "plugins[0].args: Align: unknown arg"},
+      {"args not a map", "plugins: [{name: Tunable, args: [mode]}]",
+       "plugins[0].args (line 1): expected a map"},
+      {"args nested value", "plugins: [{name: Tunable, args: {mode: {a: b}}}]",
+       "plugins[0].args.mode (line 1): expected a string value"},
+      {"unknown engine key", "engine: {defaultGpuPolcy: spread}",
+       "engine.defaultGpuPolcy (line 1): unknown key (known: defaultGpuPolicy, maxSharesPerGpu)"},
+      {"engine not a map", "engine: spread", "engine (line 1): expected a map"},
+      {"bad gpu policy", "engine: {defaultGpuPolicy: pack}",
+       "engine.defaultGpuPolicy (line 1): \"pack\" is not a policy"},
+      {"default is no policy", "engine: {defaultGpuPolicy: default}", "is not a policy (binpack, spread)"},
+      {"shares zero", "engine: {maxSharesPerGpu: 0}",
+       "engine.maxSharesPerGpu (line 1): 0 is out of range 1..100"},
+      {"shares too many", "engine: {maxSharesPerGpu: 101}", "101 is out of range 1..100"},
+      {"unknown request key", "request: {poolLabels: x}", "request.poolLabels (line 1): unknown key"},
+      {"rdma resources not a list", "request: {rdmaResources: rdma/}",
+       "request.rdmaResources (line 1): expected a list"},
+      {"rdma resource without a domain", "request: {rdmaResources: [rdma/, hca]}",
+       "request.rdmaResources[1] (line 1): \"hca\" is not an extended resource name"},
+      {"empty pool label", "request: {poolLabel: ''}", "request.poolLabel (line 1): must not be empty"},
+      {"pool label with space", "request: {poolLabel: 'my pool'}", "a label key has no whitespace"},
+  };
+  const Registry registry = TestRegistry();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<SchedulerConfig> config = LoadSchedulerConfigYaml(c.yaml, registry);
+    ASSERT_FALSE(config.ok());
+    EXPECT_NE(config.error().message().find(c.error), std::string::npos) << config.error().message();
+  }
+}
+
+TEST(ConfigTest, RejectsOversizedInput) {
+  const std::string yaml = "# " + std::string(kMaxConfigYamlBytes, 'x');
+  Result<SchedulerConfig> c = LoadSchedulerConfigYaml(yaml, TestRegistry());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message().find("over the limit"), std::string::npos);
+}
+
+TEST(ConfigTest, DefaultSchedulerConfigFollowsTheRegistry) {
+  const SchedulerConfig c = DefaultSchedulerConfig(TestRegistry());
+  ASSERT_EQ(c.plugins.size(), 4u);
+  EXPECT_EQ(c.plugins[1], (PluginConfig{"Align", 5, {}}));
+  EXPECT_EQ(c.plugins[2], (PluginConfig{"Numa", 2, {}}));
+}
+
+TEST(RegistryTest, RejectsDuplicatesAndBadEntries) {
+  Registry r = TestRegistry();
+  const Status dup = r.Register("Fit", FakeFactory<FakeFilter>(std::string("Fit"), PluginStatus::Success()));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.error().message().find("Fit is registered twice"), std::string::npos);
+  EXPECT_FALSE(r.Register("", FakeFactory<FakeScore>(std::string("x"), 1)).ok());
+  EXPECT_FALSE(r.Register("NoFactory", nullptr).ok());
+  EXPECT_FALSE(r.Register("Heavy", FakeFactory<FakeScore>(std::string("Heavy"), 1), 101).ok());
+  EXPECT_EQ(r.Names(), (std::vector<std::string>{"Fit", "Align", "Numa", "Tunable"}))
+      << "failed registrations add nothing";
+}
+
+TEST(RegistryTest, CreateChecksTheName) {
+  Registry r;
+  ASSERT_TRUE(r.Register("Right", FakeFactory<FakeScore>(std::string("Wrong"), 1)).ok());
+  Result<std::unique_ptr<Plugin>> p = r.Create("Right", {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message().find("factory built a plugin named \"Wrong\""), std::string::npos);
+  Result<std::unique_ptr<Plugin>> missing = r.Create("Absent", {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("unknown plugin \"Absent\" (known: Right)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace toposched::framework

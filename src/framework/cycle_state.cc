@@ -1,0 +1,50 @@
+#include "toposched/framework/cycle_state.h"
+
+#include <utility>
+
+namespace toposched::framework {
+
+CycleState::CycleState(PlacementRequest request, Placer placer)
+    : request_(std::move(request)), placer_(std::move(placer)) {}
+CycleState::CycleState(CycleState&&) noexcept = default;
+CycleState& CycleState::operator=(CycleState&&) noexcept = default;
+CycleState::~CycleState() = default;
+
+const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
+  if (node.topology == nullptr) {
+    static const PlacementOutcome kNoTopology{
+        std::nullopt, FitFailure::kNone,
+        "the node has published no NodeTopology (is the toposched agent running on it?)"};
+    return kNoTopology;
+  }
+  auto it = outcomes_.find(node.name);
+  if (it != outcomes_.end() && it->second.topology == node.topology &&
+      it->second.allocated == node.allocated) {
+    return it->second.outcome;
+  }
+  ++placer_calls_;
+  PlacementOutcome outcome = placer_(*node.topology, node.allocated, request_);
+  if (it == outcomes_.end()) {
+    it = outcomes_.emplace(node.name, CachedOutcome{}).first;
+  }
+  it->second.topology = node.topology;
+  it->second.allocated = node.allocated;
+  it->second.outcome = std::move(outcome);
+  return it->second.outcome;
+}
+
+void CycleState::Write(std::string key, std::unique_ptr<StateData> data) {
+  data_.insert_or_assign(std::move(key), std::move(data));
+}
+
+StateData* CycleState::Read(std::string_view key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : it->second.get();
+}
+
+void CycleState::Erase(std::string_view key) {
+  auto it = data_.find(key);
+  if (it != data_.end()) data_.erase(it);
+}
+
+}  // namespace toposched::framework

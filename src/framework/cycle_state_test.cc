@@ -1,0 +1,75 @@
+#include "toposched/framework/cycle_state.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/framework_testing.h"
+
+namespace toposched::framework {
+namespace {
+
+using toposched::testing::FakePlacer;
+using toposched::testing::Fits;
+using toposched::testing::NodeBuilder;
+using toposched::testing::RequestBuilder;
+
+TEST(CycleStateTest, OneEngineCallPerNodeState) {
+  FakePlacer placer{Fits(Placement{})};
+  CycleState state(RequestBuilder().Gpus(1).Build(), placer.AsPlacer());
+  NodeInfo a = NodeBuilder("a", "hgx-h100-8gpu").Build();
+  const NodeInfo b = NodeBuilder("b", "hgx-h100-8gpu").Build();
+
+  EXPECT_TRUE(state.Outcome(a).ok());
+  EXPECT_TRUE(state.Outcome(a).ok());
+  EXPECT_EQ(*placer.calls, 1) << "a second look at node a reads the cache";
+  state.Outcome(b);
+  EXPECT_EQ(*placer.calls, 2) << "another node name is another computation";
+
+  a.allocated.gpu_exclusive = {true};
+  state.Outcome(a);
+  EXPECT_EQ(*placer.calls, 3) << "the allocation changed: the cached placement may use taken devices";
+  state.Outcome(a);
+  EXPECT_EQ(*placer.calls, 3);
+
+  a.topology = toposched::testing::PresetTopology("hgx-a100-8gpu");
+  state.Outcome(a);
+  EXPECT_EQ(*placer.calls, 4) << "another topology object (a refreshed NodeTopology)";
+  EXPECT_EQ(state.placer_calls(), 4u);
+}
+
+TEST(CycleStateTest, NodeWithoutTopologyHasNoPlacementAndNeverReachesTheEngine) {
+  FakePlacer placer{Fits(Placement{})};
+  CycleState state(RequestBuilder().Gpus(1).Build(), placer.AsPlacer());
+  const PlacementOutcome& o = state.Outcome(NodeBuilder("bare", "hgx-h100-8gpu").NoTopology().Build());
+  EXPECT_FALSE(o.ok());
+  EXPECT_NE(o.detail.find("NodeTopology"), std::string::npos);
+  EXPECT_EQ(*placer.calls, 0);
+}
+
+TEST(CycleStateTest, RequestIsKept) {
+  CycleState state(RequestBuilder().Gpus(3).Nics(2).Build(), FakePlacer{}.AsPlacer());
+  EXPECT_EQ(state.request().gpus, 3);
+  EXPECT_EQ(state.request().rdma_nics, 2);
+}
+
+struct Note : StateData {
+  explicit Note(int v) : value(v) {}
+  int value;
+};
+struct OtherNote : StateData {};
+
+TEST(CycleStateTest, ScratchData) {
+  CycleState state(PlacementRequest{}, FakePlacer{}.AsPlacer());
+  EXPECT_EQ(state.Read("P/key"), nullptr);
+  state.Write("P/key", std::make_unique<Note>(7));
+  ASSERT_NE(state.ReadAs<Note>("P/key"), nullptr);
+  EXPECT_EQ(state.ReadAs<Note>("P/key")->value, 7);
+  EXPECT_EQ(state.ReadAs<OtherNote>("P/key"), nullptr) << "typed read of another type";
+  state.Write("P/key", std::make_unique<Note>(8));
+  EXPECT_EQ(state.ReadAs<Note>("P/key")->value, 8) << "Write replaces";
+  state.Erase("P/key");
+  EXPECT_EQ(state.Read("P/key"), nullptr);
+  state.Erase("P/key");  // erasing what is absent is fine
+}
+
+}  // namespace
+}  // namespace toposched::framework

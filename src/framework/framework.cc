@@ -1,0 +1,188 @@
+#include "toposched/framework/framework.h"
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
+namespace toposched::framework {
+namespace {
+
+struct ScorePluginEntry {
+  const ScorePlugin* plugin;
+  int weight;
+};
+
+// Round half up of num/den for non-negative num and positive den.
+int RoundedDivide(long long num, long long den) {
+  return static_cast<int>((2 * num + den) / (2 * den));
+}
+
+}  // namespace
+
+int ToExtenderScore(int score100) {
+  const int clamped = std::clamp(score100, kMinScore, kMaxScore);
+  return RoundedDivide(static_cast<long long>(clamped) * kMaxExtenderScore, kMaxScore);
+}
+
+// The memo is shared by every cycle of this Framework; PlacementMemo itself is thread-compatible.
+struct SharedMemo {
+  std::mutex mu;
+  PlacementMemo memo;
+};
+
+struct Framework::Impl {
+  SchedulerConfig config;
+  std::vector<std::unique_ptr<Plugin>> owned;
+  std::vector<const FilterPlugin*> filters;
+  std::vector<ScorePluginEntry> scorers;
+  std::vector<const ReservePlugin*> reservers;
+  std::vector<const BindPlugin*> binders;
+  std::unique_ptr<SharedMemo> memo = std::make_unique<SharedMemo>();
+};
+
+Framework::Framework(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Framework::Framework(Framework&&) noexcept = default;
+Framework& Framework::operator=(Framework&&) noexcept = default;
+Framework::~Framework() = default;
+
+Result<Framework> Framework::Create(const SchedulerConfig& config, const Registry& registry) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  for (std::size_t i = 0; i < config.plugins.size(); ++i) {
+    const PluginConfig& pc = config.plugins[i];
+    const std::string path = "plugins[" + std::to_string(i) + "]";
+    for (std::size_t j = 0; j < i; ++j) {
+      if (config.plugins[j].name == pc.name) return Error(path + ": " + pc.name + " is listed twice");
+    }
+    if (pc.weight < 0 || pc.weight > kMaxPluginWeight) {
+      return Error(path + ".weight: " + std::to_string(pc.weight) + " is out of range 0.." +
+                   std::to_string(kMaxPluginWeight));
+    }
+    Result<std::unique_ptr<Plugin>> plugin = registry.Create(pc.name, pc.args);
+    if (!plugin.ok()) return plugin.error().WithContext(path);
+    const Plugin* p = plugin->get();
+    if (const auto* f = dynamic_cast<const FilterPlugin*>(p)) impl->filters.push_back(f);
+    if (const auto* s = dynamic_cast<const ScorePlugin*>(p)) impl->scorers.push_back({s, pc.weight});
+    if (const auto* r = dynamic_cast<const ReservePlugin*>(p)) impl->reservers.push_back(r);
+    if (const auto* b = dynamic_cast<const BindPlugin*>(p)) impl->binders.push_back(b);
+    impl->owned.push_back(std::move(*plugin));
+  }
+  if (impl->filters.empty()) {
+    return Error("plugins: no Filter plugin enabled (enable DeviceFit): nodes would never be checked");
+  }
+  if (impl->reservers.empty()) {
+    return Error("plugins: no Reserve plugin enabled (enable DeviceFit): devices would never be claimed");
+  }
+  return Framework(std::move(impl));
+}
+
+CycleState Framework::NewCycle(PlacementRequest request) const {
+  SharedMemo* memo = impl_->memo.get();
+  const EngineOptions options = impl_->config.engine;
+  return CycleState(std::move(request),
+                    [memo, options](const NodeTopology& topology, const NodeAllocation& allocated,
+                                    const PlacementRequest& req) {
+                      std::lock_guard<std::mutex> lock(memo->mu);
+                      return memo->memo.Place(topology, allocated, req, options);
+                    });
+}
+
+FilterResult Framework::RunFilter(CycleState& state, const NodeInfo& node) const {
+  for (const FilterPlugin* f : impl_->filters) {
+    PluginStatus status = f->Filter(state, node);
+    if (status.ok()) continue;
+    if (status.plugin().empty()) status = status.WithPlugin(std::string(f->Name()));
+    return status;
+  }
+  return PluginStatus::Success();
+}
+
+NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node) const {
+  NodeScore out;
+  long long weighted = 0, weights = 0;
+  for (const ScorePluginEntry& e : impl_->scorers) {
+    ScoreResult r = e.plugin->Score(state, node);
+    // A score off the scale is a plugin bug; clamp it so one plugin cannot outvote the others.
+    const int clamped = std::clamp(r.score, kMinScore, kMaxScore);
+    if (clamped != r.score) r.explanation += " (clamped from " + std::to_string(r.score) + ")";
+    weighted += static_cast<long long>(e.weight) * clamped;
+    weights += e.weight;
+    out.parts.push_back(
+        ScorePart{std::string(e.plugin->Name()), e.weight, clamped, std::move(r.explanation)});
+  }
+  out.total = weights == 0 ? 0 : RoundedDivide(weighted, weights);
+  return out;
+}
+
+PluginStatus Framework::RunReserve(CycleState& state, NodeInfo& node) const {
+  const auto& reservers = impl_->reservers;
+  for (std::size_t i = 0; i < reservers.size(); ++i) {
+    PluginStatus status = reservers[i]->Reserve(state, node);
+    if (status.ok()) continue;
+    for (std::size_t j = i; j-- > 0;) reservers[j]->Unreserve(state, node);
+    if (status.plugin().empty()) status = status.WithPlugin(std::string(reservers[i]->Name()));
+    return status;
+  }
+  return PluginStatus::Success();
+}
+
+void Framework::RunUnreserve(CycleState& state, NodeInfo& node) const {
+  const auto& reservers = impl_->reservers;
+  for (std::size_t j = reservers.size(); j-- > 0;) reservers[j]->Unreserve(state, node);
+}
+
+const SchedulerConfig& Framework::config() const {
+  return impl_->config;
+}
+
+std::vector<std::string_view> Framework::FilterPluginNames() const {
+  std::vector<std::string_view> names;
+  for (const auto* p : impl_->filters) names.push_back(p->Name());
+  return names;
+}
+std::vector<std::string_view> Framework::ScorePluginNames() const {
+  std::vector<std::string_view> names;
+  for (const auto& e : impl_->scorers) names.push_back(e.plugin->Name());
+  return names;
+}
+std::vector<std::string_view> Framework::ReservePluginNames() const {
+  std::vector<std::string_view> names;
+  for (const auto* p : impl_->reservers) names.push_back(p->Name());
+  return names;
+}
+std::vector<std::string_view> Framework::BindPluginNames() const {
+  std::vector<std::string_view> names;
+  for (const auto* p : impl_->binders) names.push_back(p->Name());
+  return names;
+}
+
+std::string ExplainScore(const NodeScore& score) {
+  std::string sum;
+  int weights = 0;
+  for (const ScorePart& p : score.parts) {
+    if (p.weight == 0) continue;
+    sum += (sum.empty() ? "" : " + ") + std::to_string(p.weight) + "*" + std::to_string(p.score);
+    weights += p.weight;
+  }
+  std::string out = "total " + std::to_string(score.total);
+  out += weights == 0 ? " (no weighted score)" : " = (" + sum + ") / " + std::to_string(weights);
+  for (const ScorePart& p : score.parts) {
+    out += "; " + p.plugin + " " + std::to_string(p.score) + " x" + std::to_string(p.weight) + ": " +
+           p.explanation;
+  }
+  return out;
+}
+
+std::string ExplainNode(std::string_view node_name, const FilterResult& filter, const NodeScore* score) {
+  std::string out(node_name);
+  if (!filter.ok()) {
+    out += ": filtered out by " + (filter.plugin().empty() ? std::string("?") : filter.plugin()) + " (" +
+           std::string(ToString(filter.code())) + "): " + filter.reason();
+    return out;
+  }
+  out += ": fits";
+  if (score != nullptr) out += "; " + ExplainScore(*score);
+  return out;
+}
+
+}  // namespace toposched::framework

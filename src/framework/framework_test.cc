@@ -1,0 +1,237 @@
+#include "toposched/framework/framework.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "testing/fake_plugins.h"
+#include "testing/framework_testing.h"
+
+namespace toposched::framework {
+namespace {
+
+using toposched::testing::FakeFactory;
+using toposched::testing::FakeFilter;
+using toposched::testing::FakeReserve;
+using toposched::testing::FakeScore;
+using toposched::testing::NodeBuilder;
+using toposched::testing::RequestBuilder;
+
+TEST(ToExtenderScoreTest, RoundsHalfUpToTenths) {
+  struct Case {
+    int in, want;
+  };
+  const std::vector<Case> cases = {
+      {0, 0},  {4, 0},   {5, 1},    {14, 1}, {15, 2},   {50, 5},
+      {94, 9}, {95, 10}, {100, 10}, {-5, 0}, {150, 10},  // off the scale: clamped first
+  };
+  for (const Case& c : cases) EXPECT_EQ(ToExtenderScore(c.in), c.want) << c.in;
+}
+
+// A registry of fakes: "Ok" and "Skip" filters that let pods through, "No" and "Never" that
+// reject, score plugins S100, S60, S50, S51 and S150 (a buggy one), reserve plugins R1..R3 and
+// RFail logging into `log`.
+struct Fixture {
+  std::shared_ptr<std::vector<std::string>> log = std::make_shared<std::vector<std::string>>();
+  Registry registry;
+
+  Fixture() {
+    auto add = [&](const std::string& name, PluginFactory f) {
+      EXPECT_TRUE(registry.Register(name, std::move(f)).ok());
+    };
+    add("Ok", FakeFactory<FakeFilter>(std::string("Ok"), PluginStatus::Success()));
+    add("Skip", FakeFactory<FakeFilter>(std::string("Skip"), PluginStatus::Skip("Skip")));
+    add("No",
+        FakeFactory<FakeFilter>(std::string("No"), PluginStatus::Unschedulable("", "2 GPUs asked, 1 free")));
+    add("Never",
+        FakeFactory<FakeFilter>(std::string("Never"), PluginStatus::Unresolvable("Never", "4 GPUs in all")));
+    for (int s : {100, 60, 50, 51, 150}) {
+      const std::string name = "S" + std::to_string(s);
+      add(name, FakeFactory<FakeScore>(name, s));
+    }
+    for (const char* name : {"R1", "R2", "R3"})
+      add(name, FakeFactory<FakeReserve>(std::string(name), PluginStatus::Success(), log));
+    add("RFail", FakeFactory<FakeReserve>(std::string("RFail"),
+                                          PluginStatus::Unschedulable("", "GPU2 was taken"), log));
+  }
+
+  // A framework with the given plugins (weight per plugin, default 1); always adds a filter and
+  // a reserve plugin unless the list has one, so Create accepts it.
+  Framework Make(std::vector<PluginConfig> plugins) {
+    SchedulerConfig config;
+    config.plugins = std::move(plugins);
+    Result<Framework> f = Framework::Create(config, registry);
+    EXPECT_TRUE(f.ok()) << f.error().message();
+    return std::move(f).value();
+  }
+};
+
+TEST(FrameworkTest, CreateSortsPluginsByExtensionPoint) {
+  Fixture fx;
+  const Framework f = fx.Make({{"Ok", 1, {}}, {"S100", 5, {}}, {"R1", 1, {}}, {"No", 1, {}}, {"S60", 3, {}}});
+  EXPECT_EQ(f.FilterPluginNames(), (std::vector<std::string_view>{"Ok", "No"}));
+  EXPECT_EQ(f.ScorePluginNames(), (std::vector<std::string_view>{"S100", "S60"}));
+  EXPECT_EQ(f.ReservePluginNames(), (std::vector<std::string_view>{"R1"}));
+  EXPECT_TRUE(f.BindPluginNames().empty());
+}
+
+TEST(FrameworkTest, CreateRejectsBadConfigs) {
+  struct Case {
+    std::string name;
+    std::vector<PluginConfig> plugins;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"no filter", {{"R1", 1, {}}, {"S100", 1, {}}}, "no Filter plugin enabled"},
+      {"no reserve", {{"Ok", 1, {}}, {"S100", 1, {}}}, "no Reserve plugin enabled"},
+      {"unknown", {{"Ok", 1, {}}, {"R1", 1, {}}, {"Gone", 1, {}}}, "plugins[2]: unknown plugin \"Gone\""},
+      {"duplicate", {{"Ok", 1, {}}, {"R1", 1, {}}, {"Ok", 1, {}}}, "plugins[2]: Ok is listed twice"},
+      {"weight",
+       {{"Ok", 1, {}}, {"R1", 1, {}}, {"S60", 101, {}}},
+       "plugins[2].weight: 101 is out of range 0..100"},
+      {"args", {{"Ok", 1, {{"x", "y"}}}, {"R1", 1, {}}}, "plugins[0]: Ok: unknown arg \"x\""},
+  };
+  Fixture fx;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    SchedulerConfig config;
+    config.plugins = c.plugins;
+    Result<Framework> f = Framework::Create(config, fx.registry);
+    ASSERT_FALSE(f.ok());
+    EXPECT_NE(f.error().message().find(c.error), std::string::npos) << f.error().message();
+  }
+}
+
+TEST(FrameworkTest, FilterStopsAtTheFirstFailureAndNamesIt) {
+  Fixture fx;
+  struct Case {
+    std::string name;
+    std::vector<PluginConfig> filters;
+    Code code;
+    std::string plugin;
+  };
+  const std::vector<Case> cases = {
+      {"all pass", {{"Ok", 1, {}}, {"Skip", 1, {}}}, Code::kSuccess, ""},
+      // No leaves its plugin name empty: the framework fills it in.
+      {"first failure wins", {{"Ok", 1, {}}, {"No", 1, {}}, {"Never", 1, {}}}, Code::kUnschedulable, "No"},
+      {"order matters", {{"Never", 1, {}}, {"No", 1, {}}}, Code::kUnschedulableAndUnresolvable, "Never"},
+      {"skip is not a failure",
+       {{"Skip", 1, {}}, {"Never", 1, {}}},
+       Code::kUnschedulableAndUnresolvable,
+       "Never"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<PluginConfig> plugins = c.filters;
+    plugins.push_back({"R1", 1, {}});
+    const Framework f = fx.Make(plugins);
+    CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
+    const FilterResult r = f.RunFilter(state, NodeBuilder("n", "hgx-h100-8gpu").Build());
+    EXPECT_EQ(r.code(), c.code);
+    EXPECT_EQ(r.plugin(), c.plugin);
+    EXPECT_EQ(r.ok(), c.code == Code::kSuccess);
+  }
+}
+
+TEST(FrameworkTest, ScoreIsTheRoundedWeightedAverage) {
+  Fixture fx;
+  struct Case {
+    std::string name;
+    std::vector<PluginConfig> scorers;
+    int total;
+  };
+  const std::vector<Case> cases = {
+      {"weighted", {{"S100", 5, {}}, {"S60", 3, {}}}, 85},                 // (5*100 + 3*60) / 8 = 680/8 = 85
+      {"rounds up from .67", {{"S50", 1, {}}, {"S51", 2, {}}}, 51},        // (50 + 102) / 3 = 50.67
+      {"rounds half up", {{"S50", 1, {}}, {"S51", 1, {}}}, 51},            // 101 / 2 = 50.5
+      {"rounds down below half", {{"S50", 2, {}}, {"S51", 1, {}}}, 50},    // 151 / 3 = 50.33
+      {"weight zero is left out", {{"S100", 0, {}}, {"S60", 1, {}}}, 60},  // 60 / 1
+      {"all weights zero", {{"S100", 0, {}}}, 0},
+      {"no scorers", {}, 0},
+      {"off-scale score is clamped", {{"S150", 1, {}}, {"S50", 1, {}}}, 75},  // (100 + 50) / 2
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<PluginConfig> plugins = {{"Ok", 1, {}}, {"R1", 1, {}}};
+    plugins.insert(plugins.end(), c.scorers.begin(), c.scorers.end());
+    const Framework f = fx.Make(plugins);
+    CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
+    const NodeScore s = f.RunScore(state, NodeBuilder("n", "hgx-h100-8gpu").Build());
+    EXPECT_EQ(s.total, c.total);
+    ASSERT_EQ(s.parts.size(), c.scorers.size()) << "every scorer reports, weight 0 included";
+    for (std::size_t i = 0; i < s.parts.size(); ++i) {
+      EXPECT_EQ(s.parts[i].plugin, c.scorers[i].name);
+      EXPECT_EQ(s.parts[i].weight, c.scorers[i].weight);
+      EXPECT_GE(s.parts[i].score, 0);
+      EXPECT_LE(s.parts[i].score, 100);
+    }
+  }
+}
+
+TEST(FrameworkTest, ClampedScoreSaysSo) {
+  Fixture fx;
+  const Framework f = fx.Make({{"Ok", 1, {}}, {"R1", 1, {}}, {"S150", 1, {}}});
+  CycleState state = f.NewCycle(PlacementRequest{});
+  const NodeScore s = f.RunScore(state, NodeBuilder("n", "hgx-h100-8gpu").Build());
+  ASSERT_EQ(s.parts.size(), 1u);
+  EXPECT_EQ(s.parts[0].score, 100);
+  EXPECT_NE(s.parts[0].explanation.find("clamped from 150"), std::string::npos);
+}
+
+TEST(FrameworkTest, ReserveFailureUnreservesTheEarlierOnesInReverse) {
+  Fixture fx;
+  const Framework f = fx.Make({{"Ok", 1, {}}, {"R1", 1, {}}, {"R2", 1, {}}, {"RFail", 1, {}}, {"R3", 1, {}}});
+  CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
+  NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
+  const PluginStatus s = f.RunReserve(state, node);
+  EXPECT_EQ(s.code(), Code::kUnschedulable);
+  EXPECT_EQ(s.plugin(), "RFail");
+  EXPECT_EQ(s.reason(), "GPU2 was taken");
+  // R3 never runs; RFail (which failed and left nothing) is not unreserved; R2 then R1 are.
+  EXPECT_EQ(*fx.log, (std::vector<std::string>{"reserve R1", "reserve R2", "reserve RFail", "unreserve R2",
+                                               "unreserve R1"}));
+  EXPECT_TRUE(node.labels.empty()) << "the node is as it was";
+}
+
+TEST(FrameworkTest, ReserveThenUnreserve) {
+  Fixture fx;
+  const Framework f = fx.Make({{"Ok", 1, {}}, {"R1", 1, {}}, {"R2", 1, {}}});
+  CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
+  NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
+  EXPECT_TRUE(f.RunReserve(state, node).ok());
+  EXPECT_EQ(node.labels.size(), 2u);
+  f.RunUnreserve(state, node);
+  EXPECT_TRUE(node.labels.empty());
+  EXPECT_EQ(*fx.log, (std::vector<std::string>{"reserve R1", "reserve R2", "unreserve R2", "unreserve R1"}));
+}
+
+TEST(FrameworkTest, Explanations) {
+  NodeScore score;
+  score.total = 85;
+  score.parts = {{"A", 5, 100, "all PIX"}, {"B", 3, 60, "split"}, {"C", 0, 10, "ignored"}};
+  EXPECT_EQ(ExplainScore(score),
+            "total 85 = (5*100 + 3*60) / 8; A 100 x5: all PIX; B 60 x3: split; C 10 x0: ignored");
+  EXPECT_EQ(ExplainNode("n1", PluginStatus::Unschedulable("DeviceFit", "1 GPU free"), nullptr),
+            "n1: filtered out by DeviceFit (Unschedulable): 1 GPU free");
+  EXPECT_EQ(ExplainNode("n1", PluginStatus::Success(), &score).rfind("n1: fits; total 85 = (5*100", 0), 0u);
+  EXPECT_EQ(PluginStatus::Unresolvable("DeviceFit", "too small").ToString(),
+            "UnschedulableAndUnresolvable (DeviceFit): too small");
+}
+
+// With the real engine: filter and score of one node share one engine run.
+TEST(FrameworkTest, CycleRunsTheEngineOncePerNode) {
+  Fixture fx;
+  const Framework f = fx.Make({{"Ok", 1, {}}, {"R1", 1, {}}});
+  CycleState state = f.NewCycle(RequestBuilder().Gpus(2).Nics(2).Build());
+  const NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
+  const PlacementOutcome& first = state.Outcome(node);
+  ASSERT_TRUE(first.ok()) << first.detail;
+  EXPECT_EQ(first.placement->gpus.size(), 2u);
+  state.Outcome(node);
+  EXPECT_EQ(state.placer_calls(), 1u);
+}
+
+}  // namespace
+}  // namespace toposched::framework

@@ -1,0 +1,1434 @@
+// The placement engine: exact GPU+NIC choice on one node.
+//
+// SEMANTICS (docs/placement.md copies this block)
+//
+// Free devices. A GPU is free for a whole request when it is of the request's vendor, not held
+// whole (gpu_exclusive) and carries no vGPU (shares == 0). A NIC is a candidate only if it is one
+// of the RDMA NICs (the first RdmaNicCount() entries of `nics`) and is free when not nic_used.
+//
+// Switch groups. A device's group is NodeTopology::SwitchOf(parent): the outermost PCIe switch
+// above it. Groups are counted over GPUs (of any vendor) and RDMA NICs; a device under no switch
+// belongs to no group and never counts. A group is intact when none of its GPUs is held whole
+// or carries vGPUs and none of its RDMA NICs is used.
+//
+// Whole requests (g = gpus, n = rdma_nics). Choose g free GPUs and n free RDMA NICs. When n > 0
+// and g > 0 every chosen GPU is served by exactly one chosen NIC, a NIC serves at most
+// ceil(g / n) GPUs, and when n <= g every chosen NIC serves at least one GPU (the pod asked for
+// n NICs to use them). When n > g each GPU has its own NIC and the n - g extra NICs serve
+// nobody. The cost (PlacementCost, compared lexicographically, smaller is better):
+//   worst_gpu_nic, sum_gpu_nic  max and sum of LinkRank over GPU->serving NIC pairs (0 if n == 0)
+//   worst_gpu_gpu               max LinkRank over chosen GPU pairs (NVLink/xGMI 0; 0 if g <= 1)
+//   neg_nvlinks                 minus Link::count summed over chosen GPU pairs (xGMI counts 1)
+//   neg_intact_groups           minus the groups still intact after the choice
+//   pack                        binpack: the intact groups the choice touches; spread: minus
+//                               that. Whole requests binpack unless shared.gpu_policy is kSpread.
+// On one node neg_intact_groups = touched - intact_before, so pack is decided by it and never
+// changes a choice; it is kept for comparing nodes. After the cost come, in order: the sum over
+// the extra NICs (n > g) of their best rank to a chosen GPU; the sorted GPU index vector; the
+// sorted NIC vector; the serving NIC of each GPU in GPU order — so the optimum is unique and the
+// engine and the brute-force reference return identical Placements. A NIC-only pod (g == 0,
+// n > 0) minimizes only the groups it breaks, then takes the lowest NIC indices. g == n == 0
+// fits with an empty Placement.
+//
+// LinkRank: NV 0, PIX 1, PXB 2, PHB 3, NODE 4, SYS 5 within one known package (sub-NUMA
+// clusters), SYS 6 across packages or unknown. GPU->NIC ranks read the gpu_nic cell with the
+// two devices' packages; GPU<->GPU ranks read the gpu_gpu upper triangle.
+//
+// Alignment (toposched.io/gpu-nic-alignment): every GPU->serving NIC pair must have a class at
+// most the bound in PIX < PXB < PHB < NODE < SYS (classes, not ranks: SYS is SYS on either side
+// of a package). Extra NICs form no pair and are not bounded. If devices are free but no set
+// satisfies the bound: kAlignmentUnsatisfiable, naming the best class the node offers now.
+//
+// Failures, first match wins: the node has fewer GPUs of the vendor than g or fewer RDMA NICs
+// than n (kRequestTooLarge); fewer free GPUs (kNotEnoughGpus); fewer free NICs (kNotEnoughNics);
+// then alignment.
+//
+// Placement: gpus and nics ascending; one pair per GPU when n > 0, in GPU order; worst_class the
+// class of the highest-ranked pair (kPIX without pairs); class_sum = sum_gpu_nic;
+// best_possible_worst = the least worst_gpu_nic the same request gets on this node with nothing
+// allocated (0 without pairs); one reason per chosen device.
+//
+// Shared requests (shared.count = c > 0; gpus and rdma_nics are not placed). c vGPUs on c
+// distinct GPUs that are of the request's vendor, not held whole, below
+// options.max_shares_per_gpu vGPUs, pass the type/UUID filters (case-insensitive substring of
+// the model; exact UUID), have the memory free (memory_mib, else memory_percent of the card
+// rounded up; a card of unknown memory size fits no memory request; no memory asked, no check)
+// and the cores free (of kFullGpuCores). numa_bind puts all c on one NUMA node (GPUs of unknown
+// NUMA node do not qualify). Each qualifying GPU gets the key (1) the fragmentation rule: GPUs
+// whose switch group is already broken, or that have none, before GPUs of intact groups; (2) the
+// GPU policy (shared.gpu_policy, else options.default_gpu_policy; kDefault means spread):
+// binpack puts more used memory first, spread less; (3) the index. The c smallest keys win; with
+// numa_bind, the NUMA node whose c smallest keys form the smallest sorted key sequence. The cost
+// is zero except neg_intact_groups and pack (with the shared policy's sign). The reference tries
+// every c-subset and keeps the smallest sorted key sequence.
+//
+// SEARCH (whole requests with GPUs and NICs), three passes over the free candidates.
+//  1. The optimal value. Depth-first over the GPUs in index order, each skipped or taken with
+//     one of its allowed NICs (best rank first). A branch is cut when a lower bound on every
+//     completion is no better than the best value found: the ranks paid so far plus the r best
+//     ranks of the GPUs left (tightened by the "n distinct NICs" rule: NICs not yet in use can
+//     serve at most (n - in use) x cap of the rest, and none once all n are), the GPU pairs so
+//     far, the most NVLinks the rest could add, the fewest groups the rest must open, and the
+//     least the extra NICs can cost. At a leaf the n - g extra NICs are chosen exactly by a small
+//     knapsack over groups (groups opened, then rank sum).
+//  2. The lexicographically first GPU subset reaching that value: subsets in lexicographic order
+//     under the same bounds plus Hall's condition (within rank t at most cap x |NICs within t of
+//     a chosen GPU| are served); each complete subset runs pass 1's assignment search restricted
+//     to it and stops at the first assignment of the optimal value.
+//  3. For that subset, NIC sets in lexicographic order, and in the first one that admits the
+//     optimal value, the first assignment (GPU order, NICs ascending) reaching it.
+// GPU-only requests run pass 2 as the optimisation itself (subsets come in lexicographic order,
+// so a bound equal to the best value found already loses the tie-break); NIC-only requests search
+// NIC sets in lexicographic order on the groups they open. Exponential in the worst case: picking
+// GPUs for the most NVLinks alone is the densest-k-subgraph problem. On the topologies of
+// ../shared/topologies, power-of-two requests take at most about 1.3 ms on an empty node (16
+// MI250X GCDs on 2 NICs), 15-30 us on HGX-style nodes; the slowest shape seen is 15 of 16 GCDs on
+// 5 of 8 NICs, about 30 ms. best_possible_worst is a depth-first search on the empty node that
+// stops at the first assignment reaching its lower bound.
+//
+// EDGE CASES. A bound of X or NV (no GPU->NIC pair has those classes) admits no pair. GPU share
+// usage with shares == 0 counts as free for whole requests. Shared requests place vGPUs only:
+// their gpus and rdma_nics fields are not read. Allocation vectors shorter than the topology mean
+// "free" past their end.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cctype>
+#include <climits>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine_internal.h"
+#include "toposched/placement/placement.h"
+
+namespace toposched {
+
+int LinkRank(LinkClass cls, int package_a, int package_b) {
+  switch (cls) {
+    case LinkClass::kSelf:
+    case LinkClass::kNV:
+      return 0;
+    case LinkClass::kPIX:
+      return 1;
+    case LinkClass::kPXB:
+      return 2;
+    case LinkClass::kPHB:
+      return 3;
+    case LinkClass::kNODE:
+      return 4;
+    case LinkClass::kSYS:
+      return package_a >= 0 && package_a == package_b ? 5 : 6;
+  }
+  return 6;
+}
+
+std::string_view ToString(FitFailure f) {
+  switch (f) {
+    case FitFailure::kNone:
+      return "none";
+    case FitFailure::kNotEnoughGpus:
+      return "not-enough-gpus";
+    case FitFailure::kNotEnoughNics:
+      return "not-enough-nics";
+    case FitFailure::kAlignmentUnsatisfiable:
+      return "alignment-unsatisfiable";
+    case FitFailure::kNotEnoughShareCapacity:
+      return "not-enough-share-capacity";
+    case FitFailure::kRequestTooLarge:
+      return "request-too-large";
+  }
+  return "none";
+}
+
+namespace placement_internal {
+namespace {
+
+std::size_t Idx(int i) {
+  return static_cast<std::size_t>(i);
+}
+
+// A matrix cell, or a default (SYS, no fabric) link when the matrix is smaller than the device
+// lists: a malformed topology must not crash the scheduler.
+Link LinkAt(const LinkMatrix& m, int r, int c) {
+  if (r < 0 || c < 0 || r >= m.rows || c >= m.cols || m.Offset(r, c) >= m.cells.size()) return Link{};
+  return m.at(r, c);
+}
+
+std::string Plural(long long n, std::string_view noun) {
+  return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
+std::string VendorName(GpuVendor v) {
+  return v == GpuVendor::kAmd ? "AMD" : "NVIDIA";
+}
+
+std::string GpuName(int gpu) {
+  return "GPU" + std::to_string(gpu);
+}
+
+std::string GpuLabel(const NodeTopology& t, int gpu) {
+  return GpuName(gpu) + " (" + t.gpus[Idx(gpu)].pci_bus_id + ")";
+}
+
+std::string JoinGpus(const std::vector<int>& gpus) {
+  std::string out;
+  for (int g : gpus) out += (out.empty() ? "" : ", ") + GpuName(g);
+  return out;
+}
+
+std::string GroupId(const NodeTopology& t, const SwitchGroups& groups, int group) {
+  return t.pcie[Idx(groups.pcie_index[Idx(group)])].id;
+}
+
+// How a GPU->NIC path runs, after its class: "PIX to mlx5_1 through switch 0000:48:00.0".
+std::string PathPhrase(const NodeTopology& t, const SwitchGroups& groups, int gpu, int nic) {
+  const LinkClass cls = LinkAt(t.gpu_nic, gpu, nic).cls;
+  const Gpu& g = t.gpus[Idx(gpu)];
+  const Nic& n = t.nics[Idx(nic)];
+  switch (cls) {
+    case LinkClass::kPIX:
+    case LinkClass::kPXB: {
+      const int group = groups.of_gpu[Idx(gpu)];
+      if (group >= 0 && group == groups.of_nic[Idx(nic)])
+        return " through switch " + GroupId(t, groups, group);
+      return "";
+    }
+    case LinkClass::kPHB:
+      return " through the host bridge";
+    case LinkClass::kNODE:
+      return g.numa >= 0 ? " across host bridges of NUMA node " + std::to_string(g.numa)
+                         : " across host bridges of one NUMA node";
+    case LinkClass::kSYS:
+      return LinkRank(cls, g.package, n.package) == 5 ? " across NUMA nodes of one socket"
+                                                      : " across sockets";
+    default:
+      return "";
+  }
+}
+
+// "NV18 to the other 7 chosen GPUs", or per link token when they differ.
+std::string PeerPhrase(const NodeTopology& t, int gpu, const std::vector<int>& chosen) {
+  std::vector<std::pair<std::string, std::vector<int>>> by_token;
+  for (int other : chosen) {
+    if (other == gpu) continue;
+    const std::string token = LinkAt(t.gpu_gpu, std::min(gpu, other), std::max(gpu, other)).Token();
+    auto it = std::find_if(by_token.begin(), by_token.end(), [&](const auto& e) { return e.first == token; });
+    if (it == by_token.end()) {
+      by_token.push_back({token, {other}});
+    } else {
+      it->second.push_back(other);
+    }
+  }
+  if (by_token.size() == 1 && by_token[0].second.size() > 1) {
+    return by_token[0].first + " to the other " +
+           Plural(static_cast<long long>(by_token[0].second.size()), "chosen GPU");
+  }
+  std::string out;
+  for (const auto& [token, gpus] : by_token)
+    out += (out.empty() ? "" : "; ") + token + " to " + JoinGpus(gpus);
+  return out;
+}
+
+std::string GroupPhrase(const NodeTopology& t, const SwitchGroups& groups, int group) {
+  if (group < 0) return "";
+  return groups.intact_before[Idx(group)] ? "opens switch group " + GroupId(t, groups, group)
+                                          : "switch group " + GroupId(t, groups, group) + " already in use";
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (p.empty()) continue;
+    out += (out.empty() ? "" : "; ") + p;
+  }
+  return out;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Memory a vGPU takes on `gpu`: 0 when none is asked, -1 when it cannot be judged.
+std::int64_t MemoryNeed(const Gpu& gpu, const SharedGpuRequest& s) {
+  if (s.memory_mib > 0) return gpu.memory_mib == 0 ? -1 : s.memory_mib;
+  if (s.memory_percent > 0) {
+    if (gpu.memory_mib == 0) return -1;
+    const auto total = static_cast<std::int64_t>(gpu.memory_mib);
+    return (total * s.memory_percent + 99) / 100;
+  }
+  return 0;
+}
+
+std::string CoresText(std::int64_t cores) {
+  std::string out = std::to_string(cores / 100);
+  if (cores % 100 != 0) {
+    const std::int64_t frac = cores % 100;
+    out += (frac < 10 ? ".0" : ".") + std::to_string(frac);
+  }
+  return out + "%";
+}
+
+}  // namespace
+
+bool GpuExclusive(const NodeAllocation& a, int gpu) {
+  return gpu >= 0 && Idx(gpu) < a.gpu_exclusive.size() && a.gpu_exclusive[Idx(gpu)];
+}
+
+GpuShareUsage GpuShares(const NodeAllocation& a, int gpu) {
+  return gpu >= 0 && Idx(gpu) < a.gpu_shares.size() ? a.gpu_shares[Idx(gpu)] : GpuShareUsage{};
+}
+
+bool NicUsed(const NodeAllocation& a, int nic) {
+  return nic >= 0 && Idx(nic) < a.nic_used.size() && a.nic_used[Idx(nic)];
+}
+
+bool GpuWhollyFree(const NodeAllocation& a, int gpu) {
+  return !GpuExclusive(a, gpu) && GpuShares(a, gpu).shares <= 0;
+}
+
+bool NicFree(const NodeTopology& t, const NodeAllocation& a, int nic) {
+  return nic >= 0 && Idx(nic) < t.nics.size() && t.nics[Idx(nic)].rdma && !NicUsed(a, nic);
+}
+
+LinkClass GpuNicClass(const NodeTopology& t, int gpu, int nic) {
+  return LinkAt(t.gpu_nic, gpu, nic).cls;
+}
+
+int GpuNicRank(const NodeTopology& t, int gpu, int nic) {
+  return LinkRank(LinkAt(t.gpu_nic, gpu, nic).cls, t.gpus[Idx(gpu)].package, t.nics[Idx(nic)].package);
+}
+
+int GpuGpuRank(const NodeTopology& t, int a, int b) {
+  const int lo = std::min(a, b), hi = std::max(a, b);
+  return LinkRank(LinkAt(t.gpu_gpu, lo, hi).cls, t.gpus[Idx(lo)].package, t.gpus[Idx(hi)].package);
+}
+
+int NvlinkCount(const NodeTopology& t, int a, int b) {
+  const Link l = LinkAt(t.gpu_gpu, std::min(a, b), std::max(a, b));
+  if (l.cls != LinkClass::kNV) return 0;
+  return l.fabric == Fabric::kXgmi ? 1 : std::max(l.count, 1);
+}
+
+int SwitchGroups::IntactCount() const {
+  return static_cast<int>(std::count(intact_before.begin(), intact_before.end(), true));
+}
+
+SwitchGroups ComputeSwitchGroups(const NodeTopology& t, const NodeAllocation& a) {
+  SwitchGroups g;
+  g.of_gpu.assign(t.gpus.size(), -1);
+  g.of_nic.assign(t.nics.size(), -1);
+  std::vector<int> id_of_pcie(t.pcie.size(), -1);
+  auto group_of = [&](int parent) {
+    const int s = t.SwitchOf(parent);
+    if (s < 0 || Idx(s) >= t.pcie.size()) return -1;
+    if (id_of_pcie[Idx(s)] < 0) {
+      id_of_pcie[Idx(s)] = static_cast<int>(g.pcie_index.size());
+      g.pcie_index.push_back(s);
+      g.intact_before.push_back(true);
+    }
+    return id_of_pcie[Idx(s)];
+  };
+  for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+    const int id = group_of(t.gpus[i].parent);
+    g.of_gpu[i] = id;
+    if (id >= 0 && !GpuWhollyFree(a, static_cast<int>(i))) g.intact_before[Idx(id)] = false;
+  }
+  const int rdma = t.RdmaNicCount();
+  for (int j = 0; j < rdma && Idx(j) < t.nics.size(); ++j) {
+    if (!t.nics[Idx(j)].rdma) continue;
+    const int id = group_of(t.nics[Idx(j)].parent);
+    g.of_nic[Idx(j)] = id;
+    if (id >= 0 && NicUsed(a, j)) g.intact_before[Idx(id)] = false;
+  }
+  return g;
+}
+
+int WholePackSign(const PlacementRequest& r) {
+  return r.shared.gpu_policy == PackPolicy::kSpread ? -1 : 1;
+}
+
+PackPolicy SharedPolicy(const PlacementRequest& r, const EngineOptions& o) {
+  if (r.shared.gpu_policy != PackPolicy::kDefault) return r.shared.gpu_policy;
+  return o.default_gpu_policy == PackPolicy::kBinpack ? PackPolicy::kBinpack : PackPolicy::kSpread;
+}
+
+std::optional<PlacementOutcome> WholeCountFailure(const NodeTopology& t, const NodeAllocation& a,
+                                                  const PlacementRequest& r) {
+  auto fail = [](FitFailure f, std::string detail) {
+    PlacementOutcome o;
+    o.failure = f;
+    o.detail = std::move(detail);
+    return o;
+  };
+  if (r.gpus < 0 || r.rdma_nics < 0) {
+    return fail(FitFailure::kRequestTooLarge, "the request asks a negative number of GPUs or NICs");
+  }
+  const std::string vendor = VendorName(r.vendor);
+  int total = 0, free = 0, held_whole = 0, with_vgpus = 0;
+  for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+    if (t.gpus[i].vendor != r.vendor) continue;
+    ++total;
+    const int gi = static_cast<int>(i);
+    if (GpuExclusive(a, gi)) {
+      ++held_whole;
+    } else if (GpuShares(a, gi).shares > 0) {
+      ++with_vgpus;
+    } else {
+      ++free;
+    }
+  }
+  const int rdma = t.RdmaNicCount();
+  if (r.gpus > total) {
+    return fail(FitFailure::kRequestTooLarge,
+                "needs " + Plural(r.gpus, vendor + " GPU") + ", the node has " + std::to_string(total));
+  }
+  if (r.rdma_nics > rdma) {
+    return fail(FitFailure::kRequestTooLarge,
+                "needs " + Plural(r.rdma_nics, "RDMA NIC") + ", the node has " + std::to_string(rdma));
+  }
+  if (r.gpus > free) {
+    std::string held;
+    if (held_whole > 0) held += std::to_string(held_whole) + " held whole by pods";
+    if (with_vgpus > 0) held += (held.empty() ? "" : ", ") + std::to_string(with_vgpus) + " carrying vGPUs";
+    return fail(FitFailure::kNotEnoughGpus, "needs " + Plural(r.gpus, vendor + " GPU") + ", " +
+                                                std::to_string(free) + (free == 1 ? " is" : " are") +
+                                                " free (" + held + ")");
+  }
+  int nics_free = 0;
+  for (int j = 0; j < rdma; ++j) nics_free += NicFree(t, a, j) ? 1 : 0;
+  if (r.rdma_nics > nics_free) {
+    return fail(FitFailure::kNotEnoughNics, "needs " + Plural(r.rdma_nics, "RDMA NIC") + ", " +
+                                                std::to_string(nics_free) +
+                                                (nics_free == 1 ? " is" : " are") + " free (" +
+                                                std::to_string(rdma - nics_free) + " held by pods)");
+  }
+  return std::nullopt;
+}
+
+Placement DescribeWhole(const NodeTopology& t, const SwitchGroups& groups, const WholeChoice& c,
+                        int best_possible_worst) {
+  Placement p;
+  p.gpus = c.gpus;
+  p.nics = c.nics;
+  p.cost = c.cost;
+  p.best_possible_worst = best_possible_worst;
+  int worst_rank = -1;
+  const bool with_nics = !c.nic_of_gpu.empty();
+  for (std::size_t i = 0; with_nics && i < c.gpus.size(); ++i) {
+    const int gpu = c.gpus[i], nic = c.nic_of_gpu[i];
+    const LinkClass cls = LinkAt(t.gpu_nic, gpu, nic).cls;
+    p.pairs.push_back(GpuNicPair{gpu, nic, cls});
+    const int rank = GpuNicRank(t, gpu, nic);
+    p.class_sum += rank;
+    if (rank > worst_rank) {
+      worst_rank = rank;
+      p.worst_class = cls;
+    }
+  }
+  for (std::size_t i = 0; i < c.gpus.size(); ++i) {
+    const int gpu = c.gpus[i];
+    std::vector<std::string> parts;
+    if (with_nics) {
+      const int nic = c.nic_of_gpu[i];
+      parts.push_back(std::string(ToString(LinkAt(t.gpu_nic, gpu, nic).cls)) + " to " +
+                      t.nics[Idx(nic)].DisplayName() + PathPhrase(t, groups, gpu, nic));
+    }
+    if (c.gpus.size() > 1) parts.push_back(PeerPhrase(t, gpu, c.gpus));
+    parts.push_back(GroupPhrase(t, groups, groups.of_gpu[Idx(gpu)]));
+    std::string text = Join(parts);
+    p.reasons.push_back(GpuLabel(t, gpu) + ": " + (text.empty() ? "a free GPU" : text));
+  }
+  for (int nic : c.nics) {
+    std::vector<int> served;
+    for (std::size_t i = 0; with_nics && i < c.gpus.size(); ++i) {
+      if (c.nic_of_gpu[i] == nic) served.push_back(c.gpus[i]);
+    }
+    const std::string& name = t.nics[Idx(nic)].DisplayName();
+    if (!served.empty()) {
+      p.reasons.push_back(name + ": serves " + JoinGpus(served));
+      continue;
+    }
+    std::vector<std::string> parts;
+    if (c.gpus.empty()) {
+      parts.push_back("NIC-only request");
+    } else {
+      int nearest = c.gpus.front();
+      for (int gpu : c.gpus) {
+        if (GpuNicRank(t, gpu, nic) < GpuNicRank(t, nearest, nic)) nearest = gpu;
+      }
+      parts.push_back("extra NIC (the pod asks more NICs than GPUs); nearest chosen GPU is " +
+                      GpuName(nearest) + " at " + std::string(ToString(LinkAt(t.gpu_nic, nearest, nic).cls)));
+    }
+    parts.push_back(GroupPhrase(t, groups, groups.of_nic[Idx(nic)]));
+    p.reasons.push_back(name + ": " + Join(parts));
+  }
+  return p;
+}
+
+PlacementOutcome AlignmentFailure(const NodeTopology& t, const PlacementRequest& r,
+                                  const Placement& unbounded) {
+  PlacementOutcome o;
+  o.failure = FitFailure::kAlignmentUnsatisfiable;
+  const LinkClass bound = r.max_gpu_nic_class.value_or(LinkClass::kSYS);
+  o.detail = "needs every GPU within " + std::string(ToString(bound)) + " of its NIC (" +
+             std::string(kAlignmentAnnotation) + "); the best this node offers now is " +
+             std::string(ToString(unbounded.worst_class));
+  int worst = -1;
+  const GpuNicPair* worst_pair = nullptr;
+  for (const GpuNicPair& pair : unbounded.pairs) {
+    const int rank = GpuNicRank(t, pair.gpu, pair.nic);
+    if (rank > worst) {
+      worst = rank;
+      worst_pair = &pair;
+    }
+  }
+  if (worst_pair != nullptr) {
+    o.detail += " (" + GpuName(worst_pair->gpu) + " to " + t.nics[Idx(worst_pair->nic)].DisplayName() + ")";
+  }
+  return o;
+}
+
+ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                            const EngineOptions& o, int gpu) {
+  const Gpu& g = t.gpus[Idx(gpu)];
+  const SharedGpuRequest& s = r.shared;
+  if (g.vendor != r.vendor) return ShareVerdict::kWrongVendor;
+  if (GpuExclusive(a, gpu)) return ShareVerdict::kExclusive;
+  const GpuShareUsage used = GpuShares(a, gpu);
+  if (used.shares >= o.max_shares_per_gpu) return ShareVerdict::kShareLimit;
+  const std::string model = Lower(g.model);
+  auto model_has = [&](const std::string& type) { return model.find(Lower(type)) != std::string::npos; };
+  if (!s.use_types.empty() && std::none_of(s.use_types.begin(), s.use_types.end(), model_has)) {
+    return ShareVerdict::kFiltered;
+  }
+  if (std::any_of(s.avoid_types.begin(), s.avoid_types.end(), model_has)) return ShareVerdict::kFiltered;
+  auto is_uuid = [&](const std::string& u) { return u == g.uuid; };
+  if (!s.use_uuids.empty() && std::none_of(s.use_uuids.begin(), s.use_uuids.end(), is_uuid)) {
+    return ShareVerdict::kFiltered;
+  }
+  if (std::any_of(s.avoid_uuids.begin(), s.avoid_uuids.end(), is_uuid)) return ShareVerdict::kFiltered;
+  const std::int64_t need = MemoryNeed(g, s);
+  if (need < 0) return ShareVerdict::kMemoryUnknown;
+  if (need > 0 && static_cast<std::int64_t>(g.memory_mib) - used.memory_mib < need)
+    return ShareVerdict::kMemory;
+  if (s.cores > 0 && kFullGpuCores - used.cores < s.cores) return ShareVerdict::kCores;
+  if (s.numa_bind && g.numa < 0) return ShareVerdict::kNumaUnknown;
+  return ShareVerdict::kFits;
+}
+
+ShareKey SharedKey(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
+                   PackPolicy policy, int gpu) {
+  (void)t;
+  ShareKey k;
+  const int group = groups.of_gpu[Idx(gpu)];
+  k.opens_group = group >= 0 && groups.intact_before[Idx(group)] ? 1 : 0;
+  const std::int64_t used = GpuShares(a, gpu).memory_mib;
+  k.policy_key = policy == PackPolicy::kBinpack ? -used : used;
+  k.gpu = gpu;
+  return k;
+}
+
+PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                               const EngineOptions& o) {
+  PlacementOutcome out;
+  const SharedGpuRequest& s = r.shared;
+  const std::string vendor = VendorName(r.vendor);
+  int total = 0;
+  std::array<int, 9> by_verdict{};
+  for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+    if (t.gpus[i].vendor != r.vendor) continue;
+    ++total;
+    ++by_verdict[static_cast<std::size_t>(JudgeSharedGpu(t, a, r, o, static_cast<int>(i)))];
+  }
+  if (total < s.count) {
+    out.failure = FitFailure::kRequestTooLarge;
+    out.detail = "needs " + Plural(s.count, "vGPU") + " on distinct " + vendor + " GPUs, the node has " +
+                 std::to_string(total);
+    return out;
+  }
+  out.failure = FitFailure::kNotEnoughShareCapacity;
+  std::string each;
+  if (s.memory_mib > 0) {
+    each = std::to_string(s.memory_mib) + " MiB";
+  } else if (s.memory_percent > 0) {
+    each = std::to_string(s.memory_percent) + "% of the memory";
+  }
+  if (s.cores > 0) each += (each.empty() ? "" : ", ") + CoresText(s.cores) + " of the cores";
+  const int fits = by_verdict[static_cast<std::size_t>(ShareVerdict::kFits)];
+  std::string head = "needs " + Plural(s.count, "vGPU") + (each.empty() ? "" : " (" + each + " each)") +
+                     " on distinct " + vendor + " GPUs";
+  if (s.numa_bind && fits >= s.count) {
+    out.detail = head + " of one NUMA node (numa-bind); " + std::to_string(fits) +
+                 " GPUs can take one, but no NUMA node has " + std::to_string(s.count) + " of them";
+    return out;
+  }
+  static constexpr std::pair<ShareVerdict, const char*> kWhy[] = {
+      {ShareVerdict::kExclusive, "held whole"},
+      {ShareVerdict::kShareLimit, "at the vGPU limit"},
+      {ShareVerdict::kFiltered, "excluded by the type/UUID filters"},
+      {ShareVerdict::kMemoryUnknown, "of unknown memory size"},
+      {ShareVerdict::kMemory, "short of memory"},
+      {ShareVerdict::kCores, "short of cores"},
+      {ShareVerdict::kNumaUnknown, "of unknown NUMA node"},
+  };
+  std::string why;
+  for (const auto& [verdict, text] : kWhy) {
+    const int n = by_verdict[static_cast<std::size_t>(verdict)];
+    if (n > 0) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + text;
+  }
+  out.detail = head + "; " + std::to_string(fits) + " of " + std::to_string(total) + " can take one" +
+               (why.empty() ? "" : " (" + why + ")");
+  return out;
+}
+
+Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
+                         const PlacementRequest& r, const EngineOptions& o, std::vector<int> gpus) {
+  std::sort(gpus.begin(), gpus.end());
+  const PackPolicy policy = SharedPolicy(r, o);
+  Placement p;
+  p.gpus = gpus;
+  std::vector<bool> touched(groups.intact_before.size(), false);
+  int newly = 0;
+  for (int gpu : gpus) {
+    const int group = groups.of_gpu[Idx(gpu)];
+    if (group >= 0 && groups.intact_before[Idx(group)] && !touched[Idx(group)]) {
+      touched[Idx(group)] = true;
+      ++newly;
+    }
+  }
+  p.cost.neg_intact_groups = newly - groups.IntactCount();
+  p.cost.pack = policy == PackPolicy::kBinpack ? newly : -newly;
+  for (int gpu : gpus) {
+    const Gpu& g = t.gpus[Idx(gpu)];
+    const GpuShareUsage used = GpuShares(a, gpu);
+    const int group = groups.of_gpu[Idx(gpu)];
+    std::vector<std::string> parts;
+    if (group < 0) {
+      parts.push_back("in no switch group");
+    } else if (groups.intact_before[Idx(group)]) {
+      parts.push_back("opens switch group " + GroupId(t, groups, group));
+    } else {
+      parts.push_back("switch group " + GroupId(t, groups, group) + " already in use (fragmentation rule)");
+    }
+    parts.push_back(std::string(ToString(policy)) + ": " + std::to_string(used.memory_mib) + " of " +
+                    std::to_string(g.memory_mib) + " MiB already used");
+    parts.push_back("vGPU " + std::to_string(used.shares + 1) + " of at most " +
+                    std::to_string(o.max_shares_per_gpu));
+    p.reasons.push_back(GpuLabel(t, gpu) + ": " + Join(parts));
+  }
+  return p;
+}
+
+}  // namespace placement_internal
+
+namespace {
+
+using placement_internal::kNoEdge;
+using placement_internal::SwitchGroups;
+using placement_internal::WholeChoice;
+
+std::size_t Idx(int i) {
+  return static_cast<std::size_t>(i);
+}
+
+// The searched value: the cost, then the extra NICs' rank sum (n > g).
+struct Value {
+  PlacementCost cost;
+  int extra = 0;
+  auto operator<=>(const Value&) const = default;
+};
+
+int Pairs(int k) {
+  return k * (k - 1) / 2;
+}
+
+// One whole request on one node: candidates, their ranks, and the searches over them.
+class WholeSearch {
+ public:
+  WholeSearch(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
+              const PlacementRequest& r, bool bounded)
+      : g_(r.gpus), n_(r.rdma_nics), pack_sign_(placement_internal::WholePackSign(r)) {
+    cap_ = n_ == 0 ? 0 : (n_ >= g_ ? 1 : (g_ + n_ - 1) / n_);
+    all_serve_ = n_ > 0 && n_ <= g_;
+    const int rdma = t.RdmaNicCount();
+    for (int j = 0; j < rdma; ++j) {
+      if (placement_internal::NicFree(t, a, j)) nic_.push_back(j);
+    }
+    nn_ = static_cast<int>(nic_.size());
+    const bool has_bound = bounded && r.max_gpu_nic_class.has_value();
+    const LinkClass bound = has_bound ? *r.max_gpu_nic_class : LinkClass::kSYS;
+    std::vector<int> rank_row(Idx(nn_)), raw_row(Idx(nn_));
+    for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+      const int gpu = static_cast<int>(i);
+      if (g_ == 0) break;  // NIC-only: no GPU candidates
+      if (t.gpus[i].vendor != r.vendor || !placement_internal::GpuWhollyFree(a, gpu)) continue;
+      int best = kNoEdge;
+      for (int q = 0; q < nn_; ++q) {
+        const int nic = nic_[Idx(q)];
+        raw_row[Idx(q)] = placement_internal::GpuNicRank(t, gpu, nic);
+        const LinkClass cls = placement_internal::GpuNicClass(t, gpu, nic);
+        rank_row[Idx(q)] = has_bound && cls > bound ? kNoEdge : raw_row[Idx(q)];
+        best = std::min(best, rank_row[Idx(q)]);
+      }
+      if (g_ > 0 && n_ > 0 && best == kNoEdge) continue;  // cannot be served within the bound
+      gpu_.push_back(gpu);
+      gpu_best_.push_back(n_ > 0 ? best : 0);
+      rank_.insert(rank_.end(), rank_row.begin(), rank_row.end());
+      raw_.insert(raw_.end(), raw_row.begin(), raw_row.end());
+    }
+    ng_ = static_cast<int>(gpu_.size());
+    nic_best_raw_.assign(Idx(nn_), kNoEdge);
+    for (int p = 0; p < ng_; ++p) {
+      for (int q = 0; q < nn_; ++q) nic_best_raw_[Idx(q)] = std::min(nic_best_raw_[Idx(q)], Raw(p, q));
+    }
+    // Only groups intact before the choice can change the cost; they get compact ids.
+    std::vector<int> compact(groups.intact_before.size(), -1);
+    for (std::size_t k = 0; k < groups.intact_before.size(); ++k) {
+      if (groups.intact_before[k]) compact[k] = intact_++;
+    }
+    auto compact_of = [&](int group) { return group < 0 ? -1 : compact[Idx(group)]; };
+    for (int gpu : gpu_) gpu_group_.push_back(compact_of(groups.of_gpu[Idx(gpu)]));
+    for (int nic : nic_) nic_group_.push_back(compact_of(groups.of_nic[Idx(nic)]));
+    touch_.assign(Idx(intact_), 0);
+    gg_.assign(Idx(ng_ * ng_), 0);
+    nv_.assign(Idx(ng_ * ng_), 0);
+    for (int p = 0; p < ng_; ++p) {
+      for (int x = p + 1; x < ng_; ++x) {
+        const int rank = placement_internal::GpuGpuRank(t, gpu_[Idx(p)], gpu_[Idx(x)]);
+        const int links = placement_internal::NvlinkCount(t, gpu_[Idx(p)], gpu_[Idx(x)]);
+        gg_[Idx(p * ng_ + x)] = gg_[Idx(x * ng_ + p)] = rank;
+        nv_[Idx(p * ng_ + x)] = nv_[Idx(x * ng_ + p)] = links;
+        max_nv_ = std::max(max_nv_, links);
+      }
+    }
+    // top_links_[x][m]: the m largest link counts of GPU x to the others, summed.
+    top_links_.assign(Idx(ng_ * ng_), 0);
+    for (int x = 0; x < ng_; ++x) {
+      std::vector<int> links;
+      for (int y = 0; y < ng_; ++y) {
+        if (y != x) links.push_back(nv_[Idx(x * ng_ + y)]);
+      }
+      std::sort(links.begin(), links.end(), std::greater<>());
+      for (int m = 1; m < ng_; ++m)
+        top_links_[Idx(x * ng_ + m)] = top_links_[Idx(x * ng_ + m - 1)] + links[Idx(m - 1)];
+    }
+    to_chosen_.assign(Idx(ng_), 0);
+    suffix_hist_.assign(Idx(ng_ + 1), {});
+    for (int p = ng_ - 1; p >= 0; --p) {
+      suffix_hist_[Idx(p)] = suffix_hist_[Idx(p + 1)];
+      ++suffix_hist_[Idx(p)][Idx(gpu_best_[Idx(p)])];
+    }
+    nic_order_.resize(Idx(ng_));
+    for (int p = 0; p < ng_; ++p) {
+      for (int q = 0; q < nn_; ++q) {
+        if (Rank(p, q) != kNoEdge) nic_order_[Idx(p)].push_back(q);
+      }
+      std::stable_sort(nic_order_[Idx(p)].begin(), nic_order_[Idx(p)].end(),
+                       [&](int a1, int b1) { return Rank(p, a1) < Rank(p, b1); });
+    }
+    hall_ = n_ > 0 && nn_ <= 64;
+    if (hall_) {
+      nic_mask_.assign(Idx(ng_ * kRanks), 0);
+      for (int p = 0; p < ng_; ++p) {
+        for (int q = 0; q < nn_; ++q) {
+          for (int rk = Rank(p, q); rk < kRanks; ++rk)
+            nic_mask_[Idx(p * kRanks + rk)] |= std::uint64_t{1} << q;
+        }
+      }
+    }
+    load_.assign(Idx(nn_), 0);
+    extra_rank_.assign(Idx(nn_), 0);
+  }
+
+  // The optimum under the full order, or nothing when no set satisfies the alignment bound.
+  std::optional<WholeChoice> Solve() {
+    if (g_ == 0) return SolveNicOnly();
+    if (n_ > 0) {
+      // Pass 1: with NICs the lexicographic subset search runs against the exact optimal value,
+      // found first; on its own it would start from poor incumbents.
+      Joint(0, 0, 0, 0, 0, 0);
+      if (!have_best_) return std::nullopt;
+      target_mode_ = true;
+    }
+    Outer(0, Reach{}, 0, 0);  // pass 2 (GPU-only requests: the whole optimisation)
+    if (!have_best_ || (target_mode_ && !found_)) return std::nullopt;
+    WholeChoice c;
+    c.cost = best_.cost;
+    for (int p : best_s_) c.gpus.push_back(gpu_[Idx(p)]);
+    if (n_ == 0) return c;
+    // Pass 3: the first NIC set (then assignment) in lexicographic order reaching best_.
+    s_ = best_s_;
+    PrepareSubset();
+    for (int p : s_) Touch(gpu_group_[Idx(p)]);
+    std::vector<int> chosen;
+    if (!FirstNicSet(0, chosen)) return std::nullopt;  // unreachable: best_ was reached by some set
+    for (int q : chosen) c.nics.push_back(nic_[Idx(q)]);
+    for (int q : assignment_) c.nic_of_gpu.push_back(nic_[Idx(q)]);
+    return c;
+  }
+
+  // The least worst_gpu_nic over every feasible choice (0 without pairs).
+  int MinWorst() {
+    if (g_ == 0 || n_ == 0) return 0;
+    if (ng_ < g_) return 0;  // cannot happen on an empty node the request fits
+    mw_floor_ = SuffixSmallest(0, g_).first;
+    mw_best_ = kNoEdge;
+    MinWorstSearch(0, 0, 0, 0);
+    return mw_best_ == kNoEdge ? 0 : mw_best_;
+  }
+
+ private:
+  static constexpr int kRanks = 7;  // LinkRank values 0..6
+
+  // What the chosen GPUs reach, per rank t: the NICs within t of one of them (bit q), and how
+  // many of them have a NIC within t.
+  struct Reach {
+    std::array<std::uint64_t, kRanks> nics{};
+    std::array<int, kRanks> gpus{};
+  };
+
+  int Rank(int p, int q) const { return rank_[Idx(p * nn_ + q)]; }
+  int Raw(int p, int q) const { return raw_[Idx(p * nn_ + q)]; }
+
+  void Touch(int group) {
+    if (group >= 0 && touch_[Idx(group)]++ == 0) ++newly_;
+  }
+  void Untouch(int group) {
+    if (group >= 0 && --touch_[Idx(group)] == 0) --newly_;
+  }
+
+  Value Make(int worst, int sum, int gg, int nv, int newly, int extra) const {
+    Value v;
+    v.cost = PlacementCost{worst, sum, gg, nv, newly - intact_, pack_sign_ * newly};
+    v.extra = extra;
+    return v;
+  }
+  // A lower bound on every completion, given bounds on its fields. pack needs none of its own:
+  // on one node it is a function of neg_intact_groups, so a completion that ties the bound on
+  // neg_intact_groups touched exactly these groups and has exactly this pack.
+  Value Lower(int worst, int sum, int gg, int nv, int newly, int extra = 0) const {
+    return Make(worst, sum, gg, nv, newly, extra);
+  }
+
+  // A bound on the extra NICs' rank sum (n > g): they will be n - g of the NICs unused now, each
+  // at least its best rank in `ranks`.
+  int ExtraBound(const std::vector<int>& ranks) const {
+    if (n_ <= g_) return 0;
+    std::array<int, kRanks> hist{};
+    for (int q = 0; q < nn_; ++q) {
+      if (load_[Idx(q)] == 0 && ranks[Idx(q)] < kRanks) ++hist[Idx(ranks[Idx(q)])];
+    }
+    int need = n_ - g_, sum = 0;
+    for (int t = 0; t < kRanks && need > 0; ++t) {
+      const int take = std::min(need, hist[Idx(t)]);
+      sum += take * t;
+      need -= take;
+    }
+    return sum;
+  }
+
+  // The worst and the sum of the r smallest best ranks among candidates p >= i.
+  std::pair<int, int> SuffixSmallest(int i, int r) const {
+    int worst = 0, sum = 0;
+    const auto& hist = suffix_hist_[Idx(i)];
+    for (int rank = 0; rank < static_cast<int>(hist.size()) && r > 0; ++rank) {
+      const int take = std::min(r, hist[Idx(rank)]);
+      if (take > 0) worst = rank;
+      sum += take * rank;
+      r -= take;
+    }
+    return {worst, sum};
+  }
+
+  // Load and unload a NIC, keeping the mask of NICs in use.
+  void Load(int q) {
+    if (load_[Idx(q)]++ == 0 && hall_) used_mask_ |= std::uint64_t{1} << q;
+  }
+  void Unload(int q) {
+    if (--load_[Idx(q)] == 0 && hall_) used_mask_ &= ~(std::uint64_t{1} << q);
+  }
+
+  // Once n <= g NICs are all in use, a GPU can only be served by one of them.
+  bool AllNicsInUse(int distinct) const { return hall_ && all_serve_ && distinct == n_; }
+  int RestrictedBest(int p) const {
+    for (int t = 0; t < kRanks; ++t) {
+      if ((nic_mask_[Idx(p * kRanks + t)] & used_mask_) != 0) return t;
+    }
+    return kNoEdge;
+  }
+
+  // SuffixSmallest, tightened by the "n distinct NICs" rule: NICs not yet in use can serve at
+  // most (n - distinct) x cap of the r GPUs still to pick, so at least the rest are served by a
+  // NIC in use (all r of them once every NIC is). {kNoEdge, kNoEdge} when that is impossible.
+  std::pair<int, int> RestBound(int i, int r, int distinct) const {
+    const int new_capacity = (n_ - distinct) * cap_;
+    if (r == 0 || !hall_ || !all_serve_ || r <= new_capacity) return SuffixSmallest(i, r);
+    const int need = r - new_capacity;  // GPUs that pay their rank to a NIC in use
+    std::array<int, kRanks> in_use{}, extra{};
+    for (int p = i; p < ng_; ++p) {
+      const int u = RestrictedBest(p);
+      if (u == kNoEdge) continue;
+      ++in_use[Idx(u)];
+      ++extra[Idx(u - gpu_best_[Idx(p)])];
+    }
+    auto smallest = [&](const std::array<int, kRanks>& hist, int count) {
+      int worst = 0, sum = 0;
+      for (int t = 0; t < kRanks && count > 0; ++t) {
+        const int take = std::min(count, hist[Idx(t)]);
+        if (take > 0) worst = t;
+        sum += take * t;
+        count -= take;
+      }
+      return count > 0 ? std::pair(kNoEdge, kNoEdge) : std::pair(worst, sum);
+    };
+    if (need == r) return smallest(in_use, r);
+    // Every chosen GPU pays at least its best rank, and `need` of them pay at least the step up
+    // from it to their best NIC in use: two independent bounds that add.
+    const auto [forced_worst, forced_extra] = smallest(extra, need);
+    if (forced_worst == kNoEdge) return {kNoEdge, kNoEdge};
+    const auto [base_worst, base_sum] = SuffixSmallest(i, r);
+    return {std::max(base_worst, smallest(in_use, need).first), base_sum + forced_extra};
+  }
+
+  // Pass 2: GPU subsets in lexicographic order (include before exclude). The GPU->NIC part of the
+  // bound comes from what the chosen GPUs reach (ChosenBound) and the best ranks of the rest; the
+  // inner search finds the real pairs.
+  void Outer(int i, const Reach& reach, int gg, int nv) {
+    if (found_ && target_mode_) return;
+    const int k = static_cast<int>(s_.size());
+    const int r = g_ - k;
+    if (ng_ - i < r) return;
+    const auto [chosen_worst, chosen_sum] = ChosenBound(reach, k);
+    if (chosen_worst == kNoEdge) return;  // the chosen GPUs cannot all be served
+    const auto [rest_worst, rest_sum] = SuffixSmallest(i, r);
+    const int nv_bound = nv - max_nv_ * (Pairs(g_) - Pairs(k));
+    const int wl = std::max(chosen_worst, rest_worst), sl = chosen_sum + rest_sum;
+    const int newly = newly_ + GroupBound(i, r);
+    if (Cut(Lower(wl, sl, gg, nv_bound, newly))) return;
+    // The cheap NVLink bound assumes every remaining pair fully linked; when that is all that
+    // keeps this branch alive (ties on the GPU->NIC ranks), count the links the rest can add.
+    if (have_best_ && r > 0 && max_nv_ > 0 && Cut(Lower(wl, sl, gg, nv - MaxAddedLinks(i, r), newly))) return;
+    if (r == 0) {
+      Evaluate(gg, nv);
+      return;
+    }
+    int gg_in = gg, nv_in = nv;
+    for (int x : s_) {
+      gg_in = std::max(gg_in, gg_[Idx(i * ng_ + x)]);
+      nv_in -= nv_[Idx(i * ng_ + x)];
+    }
+    Reach with = reach;
+    for (int t = 0; t < kRanks; ++t) {
+      if (gpu_best_[Idx(i)] > t) continue;
+      ++with.gpus[Idx(t)];
+      if (hall_) with.nics[Idx(t)] |= nic_mask_[Idx(i * kRanks + t)];
+    }
+    Push(i);
+    Outer(i + 1, with, gg_in, nv_in);
+    Pop();
+    Outer(i + 1, reach, gg, nv);
+  }
+
+  // Lower bounds on the worst and the sum of the chosen GPUs' pair ranks. Within rank t at most
+  // the chosen GPUs having a NIC within t are served, and (Hall) at most cap times the NICs within
+  // t of some chosen GPU; the sum of ranks is the sum over t of the GPUs served above t.
+  // {kNoEdge, kNoEdge} when even all ranks cannot serve them.
+  std::pair<int, int> ChosenBound(const Reach& reach, int k) const {
+    if (k == 0 || n_ == 0) return {0, 0};
+    int worst = kNoEdge, sum = 0;
+    for (int t = 0; t < kRanks; ++t) {
+      int served = reach.gpus[Idx(t)];
+      if (hall_) served = std::min(served, cap_ * std::popcount(reach.nics[Idx(t)]));
+      sum += k - served;
+      if (worst == kNoEdge && served >= k) worst = t;
+    }
+    if (worst == kNoEdge) return {kNoEdge, kNoEdge};
+    return {worst, sum};
+  }
+
+  // An upper bound on the NVLinks that r more GPUs from candidates p >= i add: each candidate x
+  // adds its links to the chosen GPUs plus half its r - 1 best links (every new pair is counted
+  // from both ends); the r best candidates bound the total.
+  int MaxAddedLinks(int i, int r) {
+    contrib_.clear();
+    const int within = std::min(r - 1, ng_ - 1);
+    for (int x = i; x < ng_; ++x)
+      contrib_.push_back(2 * to_chosen_[Idx(x)] + top_links_[Idx(x * ng_ + within)]);
+    const auto take = static_cast<std::ptrdiff_t>(std::min(contrib_.size(), Idx(r)));
+    std::nth_element(contrib_.begin(), contrib_.begin() + take - 1, contrib_.end(), std::greater<>());
+    int doubled = 0;
+    for (std::ptrdiff_t k = 0; k < take; ++k) doubled += contrib_[Idx(static_cast<int>(k))];
+    return doubled / 2;
+  }
+
+  void Push(int p) {
+    s_.push_back(p);
+    Touch(gpu_group_[Idx(p)]);
+    for (int x = 0; x < ng_; ++x) to_chosen_[Idx(x)] += nv_[Idx(x * ng_ + p)];
+  }
+  void Pop() {
+    const int p = s_.back();
+    for (int x = 0; x < ng_; ++x) to_chosen_[Idx(x)] -= nv_[Idx(x * ng_ + p)];
+    Untouch(gpu_group_[Idx(p)]);
+    s_.pop_back();
+  }
+
+  void Evaluate(int gg, int nv) {
+    if (n_ == 0) {
+      const Value v = Make(0, 0, gg, nv, newly_, 0);
+      if (!have_best_ || v < best_) Record(v);
+      return;
+    }
+    PrepareSubset();
+    gg_s_ = gg;
+    nv_s_ = nv;
+    Assign(0, 0, 0, 0);
+    if (found_) best_s_ = s_;
+  }
+
+  // Cuts a branch whose lower bound cannot beat the incumbent (subsets come in lexicographic
+  // order, so a tie loses) or, against a known target, cannot reach it.
+  bool Cut(const Value& lower) const { return target_mode_ ? lower > best_ : have_best_ && lower >= best_; }
+
+  // Pass 1: the optimal value, depth-first over GPUs and the NIC of each chosen one (best rank
+  // first). Only the value is kept, so ties are cut whatever their order.
+  void Joint(int i, int distinct, int worst, int sum, int gg, int nv) {
+    const int k = static_cast<int>(s_.size());
+    const int r = g_ - k;
+    if (ng_ - i < r) return;
+    if (r == 0) {
+      if (all_serve_ && distinct != n_) return;
+      int newly = newly_, extra = 0;
+      if (n_ > g_) {
+        ExtraRanks();
+        const auto [more, ranks] = BestExtras();
+        newly += more;
+        extra = ranks;
+      }
+      const Value v = Make(worst, sum, gg, nv, newly, extra);
+      if (!have_best_ || v < best_) {
+        best_ = v;
+        have_best_ = true;
+      }
+      return;
+    }
+    const auto [rest_worst, rest_sum] = RestBound(i, r, distinct);
+    if (rest_worst == kNoEdge) return;
+    const int wl = std::max(worst, rest_worst), sl = sum + rest_sum;
+    if (have_best_) {
+      const int extra = ExtraBound(nic_best_raw_);
+      const int newly = newly_ + GroupBound(i, r);
+      if (Lower(wl, sl, gg, nv - max_nv_ * (Pairs(g_) - Pairs(k)), newly, extra) >= best_) return;
+      if (max_nv_ > 0 && Lower(wl, sl, gg, nv - MaxAddedLinks(i, r), newly, extra) >= best_) return;
+    }
+    int gg_in = gg, nv_in = nv;
+    for (int x : s_) {
+      gg_in = std::max(gg_in, gg_[Idx(i * ng_ + x)]);
+      nv_in -= nv_[Idx(i * ng_ + x)];
+    }
+    // A bound for every NIC of the loop below (so that the loop may stop at the first one past
+    // the incumbent): a new NIC can only widen the restricted set.
+    const auto [after_worst, after_sum] = RestBound(i + 1, r - 1, distinct);
+    Push(i);
+    for (int q : nic_order_[Idx(i)]) {
+      const int rank = Rank(i, q);
+      if (have_best_ && std::pair(std::max({worst, rank, after_worst}), sum + rank + after_sum) >
+                            std::pair(best_.cost.worst_gpu_nic, best_.cost.sum_gpu_nic)) {
+        break;  // NICs come best rank first
+      }
+      if (load_[Idx(q)] >= cap_) continue;
+      const bool fresh = load_[Idx(q)] == 0;
+      if (fresh && all_serve_ && distinct >= n_) continue;
+      const int nd = distinct + (fresh ? 1 : 0);
+      if (all_serve_ && n_ - nd > r - 1) continue;
+      Load(q);
+      if (fresh) Touch(nic_group_[Idx(q)]);
+      Joint(i + 1, nd, std::max(worst, rank), sum + rank, gg_in, nv_in);
+      if (fresh) Untouch(nic_group_[Idx(q)]);
+      Unload(q);
+    }
+    Pop();
+    Joint(i + 1, distinct, worst, sum, gg, nv);
+  }
+
+  void Record(const Value& v) {
+    best_ = v;
+    have_best_ = true;
+    best_s_ = s_;
+  }
+
+  // Per-subset tables: suffix bounds of the best ranks in subset order and, for extra NICs, each
+  // NIC's best rank to the subset.
+  void PrepareSubset() {
+    sfx_max_.assign(Idx(g_ + 1), 0);
+    sfx_sum_.assign(Idx(g_ + 1), 0);
+    for (int idx = g_ - 1; idx >= 0; --idx) {
+      const int b = gpu_best_[Idx(s_[Idx(idx)])];
+      sfx_max_[Idx(idx)] = std::max(sfx_max_[Idx(idx + 1)], b);
+      sfx_sum_[Idx(idx)] = sfx_sum_[Idx(idx + 1)] + b;
+    }
+    if (n_ > g_) ExtraRanks();
+  }
+
+  // Each NIC's best rank to the subset: what it adds to the sum when it is an extra NIC.
+  void ExtraRanks() {
+    for (int q = 0; q < nn_; ++q) {
+      int e = kNoEdge;
+      for (int p : s_) e = std::min(e, Raw(p, q));
+      extra_rank_[Idx(q)] = e;
+    }
+  }
+
+  // Pass 2's inner search for one subset: a NIC per GPU, best rank first, until an assignment
+  // reaches the target value best_.
+  void Assign(int idx, int distinct, int worst, int sum) {
+    if (found_) return;
+    int wl = std::max(worst, sfx_max_[Idx(idx)]);
+    int sl = sum + sfx_sum_[Idx(idx)];
+    if (AllNicsInUse(distinct)) {
+      wl = worst;
+      sl = sum;
+      for (int rest = idx; rest < g_; ++rest) {
+        const int b = RestrictedBest(s_[Idx(rest)]);
+        if (b == kNoEdge) return;
+        wl = std::max(wl, b);
+        sl += b;
+      }
+    }
+    if (Lower(wl, sl, gg_s_, nv_s_, newly_, ExtraBound(extra_rank_)) > best_) return;
+    if (idx == g_) {
+      if (all_serve_ && distinct != n_) return;
+      int newly = newly_, extra = 0;
+      if (n_ > g_) {
+        const auto [more, ranks] = BestExtras();
+        newly += more;
+        extra = ranks;
+      }
+      if (Make(worst, sum, gg_s_, nv_s_, newly, extra) == best_) found_ = true;
+      return;
+    }
+    const int p = s_[Idx(idx)];
+    for (int q : nic_order_[Idx(p)]) {
+      const int rank = Rank(p, q);
+      // NICs come best rank first: once (worst, sum) passes the target, so do the rest.
+      const int cw = std::max({worst, rank, sfx_max_[Idx(idx + 1)]});
+      const int cs = sum + rank + sfx_sum_[Idx(idx + 1)];
+      if (std::pair(cw, cs) > std::pair(best_.cost.worst_gpu_nic, best_.cost.sum_gpu_nic)) break;
+      if (load_[Idx(q)] >= cap_) continue;
+      const bool fresh = load_[Idx(q)] == 0;
+      if (fresh && all_serve_ && distinct >= n_) continue;
+      const int nd = distinct + (fresh ? 1 : 0);
+      if (all_serve_ && n_ - nd > g_ - idx - 1) continue;
+      Load(q);
+      if (fresh) Touch(nic_group_[Idx(q)]);
+      Assign(idx + 1, nd, std::max(worst, rank), sum + rank);
+      if (fresh) Untouch(nic_group_[Idx(q)]);
+      Unload(q);
+    }
+  }
+
+  // The n - g extra NICs among the unused free ones: fewest newly broken groups, then the least
+  // rank sum. Exact: a knapsack over groups, since a group costs 1 however many NICs it gives.
+  std::pair<int, int> BestExtras() {
+    const int k = n_ - g_;
+    constexpr std::pair<int, int> kInf{INT_MAX / 2, INT_MAX / 2};
+    // Bucket `intact_` holds the NICs that open no group; each other bucket one untouched group.
+    bucket_hist_.assign(Idx(intact_ + 1), {});
+    for (int q = 0; q < nn_; ++q) {
+      if (load_[Idx(q)] != 0) continue;
+      const int group = nic_group_[Idx(q)];
+      const int b = group >= 0 && touch_[Idx(group)] == 0 ? group : intact_;
+      ++bucket_hist_[Idx(b)][Idx(extra_rank_[Idx(q)])];
+    }
+    dp_.assign(Idx(k + 1), kInf);
+    dp_[0] = {0, 0};
+    prefix_.resize(Idx(k + 1));
+    for (int b = 0; b <= intact_; ++b) {
+      const std::array<int, kRanks>& hist = bucket_hist_[Idx(b)];
+      int m = 0;  // prefix_[t]: the t best ranks of the bucket, summed
+      prefix_[0] = 0;
+      for (int t = 0; t < kRanks; ++t) {
+        for (int c = 0; c < hist[Idx(t)] && m < k; ++c, ++m) prefix_[Idx(m + 1)] = prefix_[Idx(m)] + t;
+      }
+      if (m == 0) continue;
+      const int open = b == intact_ ? 0 : 1;
+      next_ = dp_;
+      for (int c = 0; c < k; ++c) {
+        if (dp_[Idx(c)] == kInf) continue;
+        for (int t = 1; t <= m && c + t <= k; ++t) {
+          next_[Idx(c + t)] = std::min(
+              next_[Idx(c + t)], std::pair(dp_[Idx(c)].first + open, dp_[Idx(c)].second + prefix_[Idx(t)]));
+        }
+      }
+      dp_.swap(next_);
+    }
+    return dp_[Idx(k)];
+  }
+
+  // A bound on the intact groups that r more GPUs from candidates p >= i must open: candidates
+  // under no group or in a group already touched open none; otherwise the fullest groups first.
+  int GroupBound(int i, int r) {
+    if (r == 0 || intact_ == 0) return 0;
+    group_count_.assign(Idx(intact_), 0);
+    int free = 0;
+    for (int p = i; p < ng_; ++p) {
+      const int group = gpu_group_[Idx(p)];
+      if (group < 0 || touch_[Idx(group)] > 0) {
+        ++free;
+      } else {
+        ++group_count_[Idx(group)];
+      }
+    }
+    if (free >= r) return 0;
+    std::sort(group_count_.begin(), group_count_.end(), std::greater<>());
+    int opened = 0;
+    for (int c : group_count_) {
+      if (free >= r || c == 0) break;
+      free += c;
+      ++opened;
+    }
+    return opened;
+  }
+
+  // Pass 3 over NIC sets in lexicographic order for the subset s_: the first one with an
+  // assignment of value best_.
+  bool FirstNicSet(int q, std::vector<int>& chosen) {
+    const int need = n_ - static_cast<int>(chosen.size());
+    if (nn_ - q < need) return false;
+    int worst = 0, sum = 0;
+    for (int p : s_) {
+      int b = kNoEdge;
+      for (int c : chosen) b = std::min(b, Rank(p, c));
+      if (need > 0) {
+        for (int r = q; r < nn_; ++r) b = std::min(b, Rank(p, r));
+      }
+      if (b == kNoEdge) return false;
+      worst = std::max(worst, b);
+      sum += b;
+    }
+    if (Lower(worst, sum, best_.cost.worst_gpu_gpu, best_.cost.neg_nvlinks, newly_) > best_) return false;
+    if (need == 0) {
+      per_gpu_best_.assign(Idx(g_ + 1), {0, 0});
+      for (int idx = g_ - 1; idx >= 0; --idx) {
+        int b = kNoEdge;
+        for (int c : chosen) b = std::min(b, Rank(s_[Idx(idx)], c));
+        per_gpu_best_[Idx(idx)] = {std::max(per_gpu_best_[Idx(idx + 1)].first, b),
+                                   per_gpu_best_[Idx(idx + 1)].second + b};
+      }
+      assignment_.assign(Idx(g_), -1);
+      return AssignFirst(chosen, 0, 0, 0, 0);
+    }
+    bool can_serve = !all_serve_;
+    for (int p : s_) can_serve = can_serve || Rank(p, q) != kNoEdge;
+    if (can_serve) {
+      chosen.push_back(q);
+      Touch(nic_group_[Idx(q)]);
+      if (FirstNicSet(q + 1, chosen)) return true;
+      Untouch(nic_group_[Idx(q)]);
+      chosen.pop_back();
+    }
+    return FirstNicSet(q + 1, chosen);
+  }
+
+  // The first assignment, in GPU order with NICs ascending, of value best_ on the NIC set.
+  bool AssignFirst(const std::vector<int>& nics, int idx, int distinct, int worst, int sum) {
+    const int wl = std::max(worst, per_gpu_best_[Idx(idx)].first);
+    const int sl = sum + per_gpu_best_[Idx(idx)].second;
+    if (std::pair(wl, sl) > std::pair(best_.cost.worst_gpu_nic, best_.cost.sum_gpu_nic)) return false;
+    if (idx == g_) {
+      if (all_serve_ && distinct != n_) return false;
+      int extra = 0;
+      for (int q : nics) extra += load_[Idx(q)] == 0 ? extra_rank_[Idx(q)] : 0;
+      return Make(worst, sum, best_.cost.worst_gpu_gpu, best_.cost.neg_nvlinks, newly_, extra) == best_;
+    }
+    const int p = s_[Idx(idx)];
+    for (int q : nics) {
+      const int rank = Rank(p, q);
+      if (rank == kNoEdge || load_[Idx(q)] >= cap_) continue;
+      const bool fresh = load_[Idx(q)] == 0;
+      if (fresh && all_serve_ && distinct >= n_) continue;
+      const int nd = distinct + (fresh ? 1 : 0);
+      if (all_serve_ && n_ - nd > g_ - idx - 1) continue;
+      Load(q);
+      assignment_[Idx(idx)] = q;
+      const bool ok = AssignFirst(nics, idx + 1, nd, std::max(worst, rank), sum + rank);
+      Unload(q);
+      if (ok) return true;
+    }
+    return false;
+  }
+
+  // NIC-only pods: NIC sets in lexicographic order, fewest newly broken groups.
+  std::optional<WholeChoice> SolveNicOnly() {
+    std::vector<int> chosen;
+    NicOnly(0, chosen);
+    if (!have_best_) return std::nullopt;
+    WholeChoice c;
+    c.cost = best_.cost;
+    for (int q : best_nics_) c.nics.push_back(nic_[Idx(q)]);
+    return c;
+  }
+
+  void NicOnly(int q, std::vector<int>& chosen) {
+    const int need = n_ - static_cast<int>(chosen.size());
+    if (nn_ - q < need) return;
+    const Value v = Make(0, 0, 0, 0, newly_, 0);
+    if (have_best_ && v >= best_) return;  // newly_ only grows: v bounds every completion
+    if (need == 0) {
+      best_ = v;  // beats best_: ties were cut above
+      have_best_ = true;
+      best_nics_ = chosen;
+      return;
+    }
+    chosen.push_back(q);
+    Touch(nic_group_[Idx(q)]);
+    NicOnly(q + 1, chosen);
+    Untouch(nic_group_[Idx(q)]);
+    chosen.pop_back();
+    NicOnly(q + 1, chosen);
+  }
+
+  // Depth-first over GPUs and their NICs for the least worst rank; stops at the lower bound.
+  void MinWorstSearch(int i, int k, int distinct, int worst) {
+    if (mw_best_ == mw_floor_) return;
+    const int r = g_ - k;
+    if (r == 0) {
+      if (!all_serve_ || distinct == n_) mw_best_ = std::min(mw_best_, worst);
+      return;
+    }
+    if (ng_ - i < r) return;
+    if (std::max(worst, RestBound(i, r, distinct).first) >= mw_best_) return;
+    for (int q : nic_order_[Idx(i)]) {
+      const int rank = Rank(i, q);
+      if (std::max(worst, rank) >= mw_best_) break;
+      if (load_[Idx(q)] >= cap_) continue;
+      const bool fresh = load_[Idx(q)] == 0;
+      if (fresh && all_serve_ && distinct >= n_) continue;
+      const int nd = distinct + (fresh ? 1 : 0);
+      if (all_serve_ && n_ - nd > r - 1) continue;
+      Load(q);
+      MinWorstSearch(i + 1, k + 1, nd, std::max(worst, rank));
+      Unload(q);
+    }
+    MinWorstSearch(i + 1, k, distinct, worst);
+  }
+
+  // Request.
+  int g_, n_, cap_ = 0;
+  bool all_serve_ = false;  // n <= g: every chosen NIC serves a GPU
+  int pack_sign_;
+  // Candidates: free GPUs (that some allowed NIC can serve) and free RDMA NICs, by index.
+  std::vector<int> gpu_, nic_;
+  int ng_ = 0, nn_ = 0;
+  std::vector<int> rank_, raw_;              // ng x nn: allowed rank (kNoEdge if the bound forbids), raw rank
+  std::vector<int> gpu_best_;                // per GPU: best allowed rank (0 without NICs)
+  std::vector<int> nic_best_raw_;            // per NIC: best rank to any candidate GPU
+  std::vector<std::vector<int>> nic_order_;  // per GPU: allowed NICs, best rank first
+  std::vector<int> gg_, nv_;                 // ng x ng: GPU pair rank and NVLink count
+  int max_nv_ = 0;
+  std::vector<int> top_links_;              // ng x ng: GPU x's m largest link counts, summed
+  bool hall_ = false;                       // NIC reach tracked as 64-bit masks (nn <= 64)
+  std::vector<std::uint64_t> nic_mask_;     // ng x kRanks: NICs within rank t of GPU p
+  std::vector<int> gpu_group_, nic_group_;  // compact id of an intact-before group, or -1
+  int intact_ = 0;
+  std::vector<std::array<int, 8>> suffix_hist_;  // per i: how many p >= i have each best rank
+  // Search state.
+  std::vector<int> touch_;       // per intact-before group: chosen devices in it
+  int newly_ = 0;                // intact-before groups touched
+  std::vector<int> s_;           // chosen subset (candidate positions)
+  std::vector<int> load_;        // per NIC: GPUs it serves
+  std::uint64_t used_mask_ = 0;  // NICs with a load (when hall_)
+  int gg_s_ = 0, nv_s_ = 0;
+  std::vector<int> sfx_max_, sfx_sum_, extra_rank_;
+  std::vector<std::pair<int, int>> per_gpu_best_;
+  std::vector<std::array<int, kRanks>> bucket_hist_;
+  std::vector<int> prefix_, group_count_;
+  std::vector<int> contrib_;
+  std::vector<int> to_chosen_;  // per candidate: NVLinks to the chosen GPUs
+  std::vector<std::pair<int, int>> dp_, next_;
+  bool target_mode_ = false;  // best_ is the known optimum; the subset search looks for it
+  bool found_ = false;        // target mode: the first subset reaching best_ is in best_s_
+  bool have_best_ = false;
+  Value best_;
+  std::vector<int> best_s_, best_nics_, assignment_;
+  int mw_best_ = kNoEdge, mw_floor_ = 0;
+};
+
+PlacementOutcome PlaceWhole(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r) {
+  if (auto failure = placement_internal::WholeCountFailure(t, a, r)) return *failure;
+  const SwitchGroups groups = placement_internal::ComputeSwitchGroups(t, a);
+  WholeSearch search(t, a, groups, r, /*bounded=*/true);
+  std::optional<WholeChoice> choice = search.Solve();
+  if (!choice) {
+    PlacementRequest unbounded = r;
+    unbounded.max_gpu_nic_class.reset();
+    const PlacementOutcome best = PlaceWhole(t, a, unbounded);
+    if (!best.ok()) return best;  // unreachable: without the bound free devices always fit
+    return placement_internal::AlignmentFailure(t, r, *best.placement);
+  }
+  int best_possible_worst = 0;
+  if (r.gpus > 0 && r.rdma_nics > 0) {
+    const NodeAllocation empty;
+    const SwitchGroups empty_groups = placement_internal::ComputeSwitchGroups(t, empty);
+    WholeSearch on_empty(t, empty, empty_groups, r, /*bounded=*/false);
+    best_possible_worst = on_empty.MinWorst();
+  }
+  PlacementOutcome out;
+  out.placement = placement_internal::DescribeWhole(t, groups, *choice, best_possible_worst);
+  return out;
+}
+
+PlacementOutcome PlaceShared(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                             const EngineOptions& o) {
+  const SwitchGroups groups = placement_internal::ComputeSwitchGroups(t, a);
+  const PackPolicy policy = placement_internal::SharedPolicy(r, o);
+  std::vector<placement_internal::ShareKey> keys;
+  for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+    const int gpu = static_cast<int>(i);
+    if (placement_internal::JudgeSharedGpu(t, a, r, o, gpu) == placement_internal::ShareVerdict::kFits) {
+      keys.push_back(placement_internal::SharedKey(t, a, groups, policy, gpu));
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  const std::size_t c = Idx(r.shared.count);
+  std::vector<placement_internal::ShareKey> chosen;
+  if (!r.shared.numa_bind) {
+    if (keys.size() >= c) chosen.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(c));
+  } else {
+    // Each NUMA node's first c keys; the smallest such sequence wins.
+    std::vector<int> numas;
+    for (const auto& k : keys) numas.push_back(t.gpus[Idx(k.gpu)].numa);
+    std::sort(numas.begin(), numas.end());
+    numas.erase(std::unique(numas.begin(), numas.end()), numas.end());
+    for (int numa : numas) {
+      std::vector<placement_internal::ShareKey> mine;
+      for (const auto& k : keys) {
+        if (t.gpus[Idx(k.gpu)].numa == numa && mine.size() < c) mine.push_back(k);
+      }
+      if (mine.size() == c && (chosen.empty() || mine < chosen)) chosen = std::move(mine);
+    }
+  }
+  if (chosen.size() != c || c == 0) return placement_internal::SharedFailure(t, a, r, o);
+  std::vector<int> gpus;
+  for (const auto& k : chosen) gpus.push_back(k.gpu);
+  PlacementOutcome out;
+  out.placement = placement_internal::DescribeShared(t, a, groups, r, o, std::move(gpus));
+  return out;
+}
+
+}  // namespace
+
+PlacementOutcome PlaceOnNode(const NodeTopology& topology, const NodeAllocation& allocated,
+                             const PlacementRequest& request, const EngineOptions& options) {
+  if (request.IsShared()) return PlaceShared(topology, allocated, request, options);
+  return PlaceWhole(topology, allocated, request);
+}
+
+}  // namespace toposched

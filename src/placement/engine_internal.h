@@ -1,0 +1,98 @@
+#pragma once
+// What the exact engine (engine.cc) and the brute-force reference (brute_force.cc) share: the
+// definitions of "free", switch groups, the shared-GPU eligibility and key, the failure sentences
+// and the Placement's description. The searches themselves and the cost arithmetic are written
+// twice on purpose, so that the reference checks the engine rather than repeating it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "toposched/placement/placement.h"
+
+namespace toposched::placement_internal {
+
+// Rank of a missing or forbidden GPU->NIC edge: larger than every LinkRank.
+inline constexpr int kNoEdge = 100;
+
+// Allocation lookups that treat vectors shorter than the topology as "nothing allocated".
+bool GpuExclusive(const NodeAllocation& a, int gpu);
+GpuShareUsage GpuShares(const NodeAllocation& a, int gpu);
+bool NicUsed(const NodeAllocation& a, int nic);
+// Not exclusive and no vGPU on it (shares == 0).
+bool GpuWhollyFree(const NodeAllocation& a, int gpu);
+// RDMA NICs are the first RdmaNicCount() entries of `nics`.
+bool NicFree(const NodeTopology& t, const NodeAllocation& a, int nic);
+
+LinkClass GpuNicClass(const NodeTopology& t, int gpu, int nic);  // SYS when the matrix lacks the cell
+int GpuNicRank(const NodeTopology& t, int gpu, int nic);
+// Reads the upper triangle (min, max) so that an asymmetric source cannot make the cost depend
+// on argument order.
+int GpuGpuRank(const NodeTopology& t, int a, int b);
+// NVLink links between two GPUs (Link::count); an xGMI link counts 1; PCIe 0.
+int NvlinkCount(const NodeTopology& t, int a, int b);
+
+// PCIe switch groups (outermost switch upstream ports) that hold a GPU or an RDMA NIC. Devices
+// outside any switch belong to no group.
+struct SwitchGroups {
+  std::vector<int> of_gpu;          // group id per topology GPU, -1 for none
+  std::vector<int> of_nic;          // group id per topology NIC, -1 for none or non-RDMA
+  std::vector<int> pcie_index;      // group id -> index into NodeTopology::pcie
+  std::vector<bool> intact_before;  // group id -> no device of it allocated before the choice
+  int IntactCount() const;
+};
+SwitchGroups ComputeSwitchGroups(const NodeTopology& t, const NodeAllocation& a);
+
+// binpack (+1) or spread (-1) sign of PlacementCost::pack.
+int WholePackSign(const PlacementRequest& r);
+PackPolicy SharedPolicy(const PlacementRequest& r, const EngineOptions& o);
+
+// Whole requests: kRequestTooLarge, kNotEnoughGpus, kNotEnoughNics in that order, or nothing.
+std::optional<PlacementOutcome> WholeCountFailure(const NodeTopology& t, const NodeAllocation& a,
+                                                  const PlacementRequest& r);
+
+// The chosen devices of a whole request. nic_of_gpu[i] serves gpus[i] (empty without NICs).
+struct WholeChoice {
+  std::vector<int> gpus;        // ascending
+  std::vector<int> nics;        // ascending
+  std::vector<int> nic_of_gpu;  // parallel to gpus
+  PlacementCost cost;
+};
+Placement DescribeWhole(const NodeTopology& t, const SwitchGroups& groups, const WholeChoice& c,
+                        int best_possible_worst);
+// Devices are free but the alignment bound excludes every set; `unbounded` is the best placement
+// without the bound.
+PlacementOutcome AlignmentFailure(const NodeTopology& t, const PlacementRequest& r,
+                                  const Placement& unbounded);
+
+// Shared (vGPU) requests.
+enum class ShareVerdict : std::uint8_t {
+  kFits,
+  kWrongVendor,
+  kExclusive,
+  kShareLimit,
+  kFiltered,
+  kMemoryUnknown,
+  kMemory,
+  kCores,
+  kNumaUnknown,
+};
+ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                            const EngineOptions& o, int gpu);
+// Sort key of an eligible GPU, smaller first: (opens an intact switch group, policy key, index).
+struct ShareKey {
+  int opens_group = 0;          // 0: its group is already broken (or it has none); 1: intact
+  std::int64_t policy_key = 0;  // binpack: -used memory; spread: +used memory
+  int gpu = 0;
+  auto operator<=>(const ShareKey&) const = default;
+};
+ShareKey SharedKey(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
+                   PackPolicy policy, int gpu);
+// kRequestTooLarge or kNotEnoughShareCapacity for a shared request that found no GPU set.
+PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                               const EngineOptions& o);
+Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
+                         const PlacementRequest& r, const EngineOptions& o, std::vector<int> gpus);
+
+}  // namespace toposched::placement_internal

@@ -1,0 +1,150 @@
+// PlacementMemo: one engine run per (hardware type, free state, request shape, options).
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "toposched/placement/placement.h"
+#include "toposched/topology/synthetic.h"
+
+namespace toposched {
+namespace {
+
+NodeTopology Preset(const std::string& name, const std::string& node_name = "") {
+  auto spec = SyntheticPreset(name);
+  EXPECT_TRUE(spec.ok()) << name;
+  auto t = GenerateSynthetic(*spec);
+  EXPECT_TRUE(t.ok());
+  if (!t.ok()) return {};
+  if (!node_name.empty()) t->node_name = node_name;
+  return *t;
+}
+
+PlacementRequest Whole(int gpus, int nics) {
+  PlacementRequest r;
+  r.gpus = gpus;
+  r.rdma_nics = nics;
+  return r;
+}
+
+void ExpectSame(const PlacementOutcome& a, const PlacementOutcome& b) {
+  EXPECT_EQ(a.ok(), b.ok());
+  EXPECT_EQ(a.failure, b.failure);
+  EXPECT_EQ(a.detail, b.detail);
+  EXPECT_EQ(a.placement, b.placement);
+}
+
+TEST(PlacementMemoTest, SecondIdenticalCallHitsWithTheSameOutcome) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  PlacementMemo memo;
+  const PlacementOutcome first = memo.Place(hgx, {}, Whole(2, 2));
+  EXPECT_EQ(memo.misses(), 1u);
+  EXPECT_EQ(memo.hits(), 0u);
+  const PlacementOutcome second = memo.Place(hgx, {}, Whole(2, 2));
+  EXPECT_EQ(memo.misses(), 1u);
+  EXPECT_EQ(memo.hits(), 1u);
+  EXPECT_EQ(memo.size(), 1u);
+  ASSERT_TRUE(second.ok());
+  ExpectSame(first, second);
+  ExpectSame(second, PlaceOnNode(hgx, {}, Whole(2, 2)));
+}
+
+TEST(PlacementMemoTest, NodesOfOneHardwareTypeShareEntries) {
+  // Node names differ, the hardware does not: the fingerprint leaves the name out.
+  const NodeTopology a = Preset("hgx-h100-8gpu", "node-a");
+  const NodeTopology b = Preset("hgx-h100-8gpu", "node-b");
+  PlacementMemo memo;
+  PlacementRequest pod_a = Whole(4, 4), pod_b = Whole(4, 4);
+  pod_a.pod_name = "a";
+  pod_b.pod_name = "b";  // same shape, another pod
+  memo.Place(a, {}, pod_a);
+  ExpectSame(memo.Place(b, {}, pod_b), PlaceOnNode(b, {}, pod_b));
+  EXPECT_EQ(memo.hits(), 1u);
+  EXPECT_EQ(memo.misses(), 1u);
+}
+
+TEST(PlacementMemoTest, ShortAllocationVectorsMeanFree) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  NodeAllocation explicit_free;
+  explicit_free.gpu_exclusive.assign(8, false);
+  explicit_free.nic_used.assign(hgx.nics.size(), false);
+  explicit_free.gpu_shares.assign(8, {});
+  PlacementMemo memo;
+  memo.Place(hgx, {}, Whole(1, 1));
+  memo.Place(hgx, explicit_free, Whole(1, 1));
+  EXPECT_EQ(memo.hits(), 1u);
+}
+
+TEST(PlacementMemoTest, EveryInputOfTheOutcomeMisses) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  const NodeTopology a100 = Preset("hgx-a100-8gpu");
+  NodeAllocation gpu0;
+  gpu0.gpu_exclusive = {true};
+  NodeAllocation nic0;
+  nic0.nic_used = {true};
+  NodeAllocation vgpu0;
+  vgpu0.gpu_shares = {GpuShareUsage{1, 1000, 0}};
+  NodeAllocation vgpu0_more = vgpu0;
+  vgpu0_more.gpu_shares[0].memory_mib = 2000;
+  PlacementRequest shared;
+  shared.shared.count = 1;
+  shared.shared.memory_mib = 1000;
+  PlacementMemo memo;
+  memo.Place(hgx, {}, Whole(1, 1));
+  memo.Place(a100, {}, Whole(1, 1));                                     // hardware
+  memo.Place(hgx, gpu0, Whole(1, 1));                                    // a GPU held whole
+  memo.Place(hgx, nic0, Whole(1, 1));                                    // a NIC used
+  memo.Place(hgx, vgpu0, Whole(1, 1));                                   // a vGPU
+  memo.Place(hgx, vgpu0_more, Whole(1, 1));                              // its memory
+  memo.Place(hgx, {}, Whole(1, 2));                                      // the request shape
+  memo.Place(hgx, {}, shared);                                           // shared
+  memo.Place(hgx, {}, shared, EngineOptions{PackPolicy::kBinpack, 10});  // options
+  memo.Place(hgx, {}, shared, EngineOptions{PackPolicy::kSpread, 3});
+  EXPECT_EQ(memo.hits(), 0u);
+  EXPECT_EQ(memo.misses(), 10u);
+  EXPECT_EQ(memo.size(), 10u);
+  // Each state on its own gives what the engine gives.
+  ExpectSame(memo.Place(hgx, gpu0, Whole(1, 1)), PlaceOnNode(hgx, gpu0, Whole(1, 1)));
+  ExpectSame(memo.Place(hgx, vgpu0_more, Whole(1, 1)), PlaceOnNode(hgx, vgpu0_more, Whole(1, 1)));
+  EXPECT_EQ(memo.hits(), 2u);
+}
+
+TEST(PlacementMemoTest, FailuresAreMemoizedToo) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  PlacementMemo memo;
+  const PlacementOutcome first = memo.Place(hgx, {}, Whole(9, 0));
+  const PlacementOutcome second = memo.Place(hgx, {}, Whole(9, 0));
+  EXPECT_FALSE(second.ok());
+  EXPECT_EQ(second.failure, FitFailure::kRequestTooLarge);
+  ExpectSame(first, second);
+  EXPECT_EQ(memo.hits(), 1u);
+}
+
+TEST(PlacementMemoTest, ClearsWhenFull) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  PlacementMemo memo(2);
+  memo.Place(hgx, {}, Whole(1, 0));
+  memo.Place(hgx, {}, Whole(2, 0));
+  EXPECT_EQ(memo.size(), 2u);
+  memo.Place(hgx, {}, Whole(3, 0));  // full: cleared, then this one stored
+  EXPECT_EQ(memo.size(), 1u);
+  memo.Place(hgx, {}, Whole(3, 0));
+  EXPECT_EQ(memo.hits(), 1u);
+  memo.Place(hgx, {}, Whole(1, 0));  // was cleared: computed again
+  EXPECT_EQ(memo.misses(), 4u);
+  EXPECT_EQ(memo.size(), 2u);
+}
+
+TEST(PlacementMemoTest, ZeroCapacityStoresNothing) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  PlacementMemo memo(0);
+  const PlacementOutcome first = memo.Place(hgx, {}, Whole(1, 1));
+  memo.Place(hgx, {}, Whole(1, 1));
+  EXPECT_EQ(memo.size(), 0u);
+  EXPECT_EQ(memo.hits(), 0u);
+  EXPECT_EQ(memo.misses(), 2u);
+  EXPECT_TRUE(first.ok());
+}
+
+}  // namespace
+}  // namespace toposched

@@ -1,0 +1,301 @@
+// Reports of a simulation: the side-by-side table, JSON, and an SVG picture.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "toposched/simulate/simulator.h"
+
+namespace toposched::simulate {
+namespace {
+
+constexpr std::string_view kMeaning =
+    "simulated placements on a virtual cluster; decision times are measured wall time on this machine";
+
+std::string Printf(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
+std::string Percent(double fraction) {
+  return Printf("%.1f%%", 100.0 * fraction);
+}
+
+std::string Micros(double us) {
+  if (us >= 1000) return Printf("%.2f ms", us / 1000.0);
+  if (us >= 100) return Printf("%.0f us", us);
+  return Printf("%.1f us", us);
+}
+
+class Table {
+ public:
+  explicit Table(const SimulationResult& r) : r_(r) {
+    for (const PolicyResult& p : r.policies) width_ = std::max(width_, p.policy.size() + 2);
+  }
+  template <typename F>
+  void Row(const std::string& label, F cell) {
+    out_ << label;
+    for (std::size_t k = label.size(); k < kLabelWidth; ++k) out_ << ' ';
+    for (const PolicyResult& p : r_.policies) {
+      const std::string c = cell(p);
+      for (std::size_t k = c.size(); k < width_; ++k) out_ << ' ';
+      out_ << c;
+    }
+    out_ << '\n';
+  }
+  void Line(const std::string& text) { out_ << text << '\n'; }
+  std::string Text() const { return out_.str(); }
+
+ private:
+  static constexpr std::size_t kLabelWidth = 36;
+  const SimulationResult& r_;
+  std::size_t width_ = 14;
+  std::ostringstream out_;
+};
+
+std::string Escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// One colour per policy, in result order (toposched first); colour-blind-safe (Okabe-Ito).
+constexpr const char* kPolicyColours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"};
+const char* PolicyColour(std::size_t i) {
+  return kPolicyColours[i % std::size(kPolicyColours)];
+}
+
+}  // namespace
+
+std::string FormatTable(const SimulationResult& r) {
+  Table t(r);
+  t.Line("cluster:  " + r.cluster_description);
+  t.Line("workload: " + r.workload_description);
+  t.Line("(" + std::string(kMeaning) + ")");
+  t.Line("");
+  t.Row("", [](const PolicyResult& p) { return p.policy; });
+  t.Row("pods placed", [](const PolicyResult& p) { return std::to_string(p.placed); });
+  t.Row("pods pending", [](const PolicyResult& p) { return std::to_string(p.pending); });
+  if (!r.policies.empty()) {
+    for (std::size_t k = 0; k < r.policies.front().kinds.size(); ++k) {
+      const KindCount& kind = r.policies.front().kinds[k];
+      t.Row("  " + kind.kind + " pending (of " + std::to_string(kind.arrived) + ")",
+            [k](const PolicyResult& p) {
+              return k < p.kinds.size() ? std::to_string(p.kinds[k].pending) : "-";
+            });
+    }
+  }
+  t.Line("worst GPU->NIC class of placed pods");
+  for (std::size_t b = 0; b < kClassBuckets.size(); ++b) {
+    t.Row("  " + std::string(kClassBuckets[b]),
+          [b](const PolicyResult& p) { return std::to_string(p.class_histogram[b]); });
+  }
+  t.Row("at the best class the node allowed",
+        [](const PolicyResult& p) { return std::to_string(p.at_best_class); });
+  t.Row("  share of placed pods with NICs", [](const PolicyResult& p) { return Percent(p.at_best_share); });
+  const int eight = r.policies.empty() ? 0 : r.policies.front().eight_gpu_nodes;
+  t.Row("aligned 8-GPU slots free (of " + std::to_string(eight) + ")",
+        [](const PolicyResult& p) { return std::to_string(p.aligned_slots_free); });
+  t.Row("GPUs in use at the end (of " + std::to_string(r.gpus) + ")",
+        [](const PolicyResult& p) { return std::to_string(p.gpus_in_use); });
+  t.Row("shared pods running", [](const PolicyResult& p) { return std::to_string(p.shared_pods_running); });
+  t.Row("  on GPUs", [](const PolicyResult& p) { return std::to_string(p.shared_gpus); });
+  t.Row("  memory used on those GPUs", [](const PolicyResult& p) { return Percent(p.shared_memory_use); });
+  t.Row("decision time per pod, p50", [](const PolicyResult& p) { return Micros(p.decision_p50_us); });
+  t.Row("decision time per pod, p99", [](const PolicyResult& p) { return Micros(p.decision_p99_us); });
+  return t.Text();
+}
+
+std::string FormatJson(const SimulationResult& r) {
+  using nlohmann::json;
+  json policies = json::array();
+  for (const PolicyResult& p : r.policies) {
+    json kinds = json::array();
+    for (const KindCount& k : p.kinds) {
+      kinds.push_back(
+          {{"kind", k.kind}, {"arrived", k.arrived}, {"placed", k.placed}, {"pending", k.pending}});
+    }
+    json classes = json::object();
+    for (std::size_t b = 0; b < kClassBuckets.size(); ++b) {
+      classes[b == kNoNicBucket ? std::string("noNic") : std::string(kClassBuckets[b])] =
+          p.class_histogram[b];
+    }
+    policies.push_back({
+        {"policy", p.policy},
+        {"placed", p.placed},
+        {"pending", p.pending},
+        {"kinds", kinds},
+        {"gpuNicClasses", classes},
+        {"nicPodsPlaced", p.nic_pods_placed},
+        {"atBestClass", p.at_best_class},
+        {"atBestShare", p.at_best_share},
+        {"eightGpuNodes", p.eight_gpu_nodes},
+        {"alignedSlotsFree", p.aligned_slots_free},
+        {"gpusInUse", p.gpus_in_use},
+        {"sharedPodsRunning", p.shared_pods_running},
+        {"sharedGpus", p.shared_gpus},
+        {"sharedMemoryUse", p.shared_memory_use},
+        {"decisions", p.decisions},
+        {"decisionMicroseconds",
+         {{"p50", p.decision_p50_us}, {"p99", p.decision_p99_us}, {"mean", p.decision_mean_us}}},
+        {"runSeconds", p.total_seconds},
+    });
+  }
+  json doc = {
+      {"note", kMeaning},
+      {"cluster",
+       {{"description", r.cluster_description},
+        {"nodes", r.nodes},
+        {"gpus", r.gpus},
+        {"rdmaNics", r.rdma_nics}}},
+      {"workload",
+       {{"description", r.workload_description}, {"pods", r.pods}, {"endTimeSeconds", r.end_time_s}}},
+      {"policies", policies},
+  };
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string RenderSvg(const SimulationResult& r) {
+  // Layout: one panel per policy (a grid of nodes, each a box of GPU squares), then the class
+  // histogram with one bar per policy and class. Sizes in px.
+  constexpr int kMargin = 20, kGpu = 6, kGap = 1, kNodePad = 2, kColumns = 30, kTitle = 22, kHeader = 84;
+  int max_gpus = 1;
+  for (const PolicyResult& p : r.policies) {
+    for (const NodeState& n : p.nodes) max_gpus = std::max(max_gpus, static_cast<int>(n.gpus.size()));
+  }
+  const int gpus_per_row = std::min(max_gpus, 4);
+  const int gpu_rows = (max_gpus + gpus_per_row - 1) / gpus_per_row;
+  const int node_w = gpus_per_row * (kGpu + kGap) - kGap + 2 * kNodePad;
+  const int node_h = gpu_rows * (kGpu + kGap) - kGap + 2 * kNodePad;
+  const int cell_w = node_w + 4, cell_h = node_h + 4;
+  const int node_count = r.policies.empty() ? 0 : static_cast<int>(r.policies.front().nodes.size());
+  const int rows = std::max((node_count + kColumns - 1) / kColumns, 1);
+  const int panel_w = kColumns * cell_w;
+  const int panel_h = kTitle + rows * cell_h + 10;
+  const int hist_h = 220;
+  const int width = std::max(2 * kMargin + panel_w, 900);
+  const int height = kMargin + kHeader + static_cast<int>(r.policies.size()) * panel_h + hist_h + 2 * kMargin;
+
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+    << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
+  s << "<text x=\"" << kMargin << "\" y=\"" << kMargin + 4 << "\" font-size=\"15\" font-weight=\"bold\">"
+    << "toposched simulate</text>\n";
+  const std::string lines[] = {
+      "cluster: " + r.cluster_description,
+      "workload: " + r.workload_description,
+      std::string(kMeaning),
+      "GPU squares: grey free, blue whole, orange shared (darker = more memory held); green frame: aligned "
+      "8-GPU slot still free",
+  };
+  int line_y = kMargin + 22;
+  for (const std::string& line : lines) {
+    s << "<text x=\"" << kMargin << "\" y=\"" << line_y << "\" font-size=\"11\" fill=\"#555555\">"
+      << Escape(line) << "</text>\n";
+    line_y += 15;
+  }
+
+  int y = kMargin + kHeader;
+  for (const PolicyResult& p : r.policies) {
+    s << "<text x=\"" << kMargin << "\" y=\"" << y + 14 << "\" font-weight=\"bold\">" << Escape(p.policy)
+      << "</text><text x=\"" << kMargin + 110 << "\" y=\"" << y + 14 << "\" fill=\"#555555\">placed "
+      << p.placed << ", pending " << p.pending << ", at best class " << p.at_best_class << " ("
+      << Escape(Percent(p.at_best_share)) << "), aligned 8-GPU slots free " << p.aligned_slots_free << "/"
+      << p.eight_gpu_nodes << "</text>\n";
+    for (int i = 0; i < static_cast<int>(p.nodes.size()); ++i) {
+      const NodeState& n = p.nodes[static_cast<std::size_t>(i)];
+      const int nx = kMargin + (i % kColumns) * cell_w;
+      const int ny = y + kTitle + (i / kColumns) * cell_h;
+      int used = 0;
+      for (const GpuState& g : n.gpus) used += (g.exclusive || g.shares > 0) ? 1 : 0;
+      s << "<g><title>" << Escape(n.name) << " (" << Escape(n.shape) << "): " << used << "/" << n.gpus.size()
+        << " GPUs in use, RDMA NICs " << n.nics_used << "/" << n.nics << "</title>";
+      s << "<rect x=\"" << nx << "\" y=\"" << ny << "\" width=\"" << node_w << "\" height=\"" << node_h
+        << "\" fill=\"#f7f7f7\" stroke=\"" << (n.aligned_slot_free ? "#2ca02c" : "#bbbbbb")
+        << "\" stroke-width=\"" << (n.aligned_slot_free ? 1.5 : 0.5) << "\"/>";
+      for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
+        const GpuState& gs = n.gpus[static_cast<std::size_t>(g)];
+        const int gx = nx + kNodePad + (g % gpus_per_row) * (kGpu + kGap);
+        const int gy = ny + kNodePad + (g / gpus_per_row) * (kGpu + kGap);
+        std::string fill = "#d9d9d9";
+        if (gs.exclusive) {
+          fill = "#1f5fa8";
+        } else if (gs.shares > 0) {
+          // Orange, darker with memory held: a quick read of how tightly shares are packed.
+          const int shade = static_cast<int>(std::lround(200 - 120 * std::clamp(gs.memory_used, 0.0, 1.0)));
+          char buf[16];
+          std::snprintf(buf, sizeof buf, "#f0%02x30", std::clamp(shade, 0, 255));
+          fill = buf;
+        }
+        s << "<rect x=\"" << gx << "\" y=\"" << gy << "\" width=\"" << kGpu << "\" height=\"" << kGpu
+          << "\" fill=\"" << fill << "\"/>";
+      }
+      s << "</g>\n";
+    }
+    y += panel_h;
+  }
+
+  // Histogram of worst GPU->NIC classes: groups per class, one bar per policy.
+  int max_count = 1;
+  for (const PolicyResult& p : r.policies) {
+    for (int c : p.class_histogram) max_count = std::max(max_count, c);
+  }
+  const int chart_top = y + 24, chart_h = hist_h - 70;
+  const int group_w = (width - 2 * kMargin) / static_cast<int>(kClassBuckets.size());
+  const int bar_w = std::max(4, (group_w - 16) / std::max<int>(1, static_cast<int>(r.policies.size())));
+  s << "<text x=\"" << kMargin << "\" y=\"" << y + 10
+    << "\" font-weight=\"bold\">worst GPU-&gt;NIC class of placed pods</text>\n";
+  for (std::size_t b = 0; b < kClassBuckets.size(); ++b) {
+    const int gx = kMargin + static_cast<int>(b) * group_w;
+    for (std::size_t k = 0; k < r.policies.size(); ++k) {
+      const int c = r.policies[k].class_histogram[b];
+      const int h = static_cast<int>(std::lround(static_cast<double>(chart_h) * c / max_count));
+      const int bx = gx + 8 + static_cast<int>(k) * bar_w;
+      s << "<rect x=\"" << bx << "\" y=\"" << chart_top + chart_h - h << "\" width=\"" << bar_w - 2
+        << "\" height=\"" << h << "\" fill=\"" << PolicyColour(k) << "\"><title>"
+        << Escape(r.policies[k].policy) << ", " << kClassBuckets[b] << ": " << c << "</title></rect>";
+      s << "<text x=\"" << bx + (bar_w - 2) / 2 << "\" y=\"" << chart_top + chart_h - h - 3
+        << "\" font-size=\"9\" text-anchor=\"middle\">" << c << "</text>\n";
+    }
+    s << "<text x=\"" << gx + group_w / 2 << "\" y=\"" << chart_top + chart_h + 16
+      << "\" text-anchor=\"middle\">" << Escape(kClassBuckets[b]) << "</text>\n";
+  }
+  s << "<line x1=\"" << kMargin << "\" y1=\"" << chart_top + chart_h << "\" x2=\"" << width - kMargin
+    << "\" y2=\"" << chart_top + chart_h << "\" stroke=\"#333333\"/>\n";
+  int lx = kMargin;
+  const int ly = chart_top + chart_h + 36;
+  for (std::size_t k = 0; k < r.policies.size(); ++k) {
+    s << "<rect x=\"" << lx << "\" y=\"" << ly - 10 << "\" width=\"12\" height=\"12\" fill=\""
+      << PolicyColour(k) << "\"/><text x=\"" << lx + 16 << "\" y=\"" << ly << "\">"
+      << Escape(r.policies[k].policy) << "</text>\n";
+    lx += 140;
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace toposched::simulate

@@ -1,0 +1,82 @@
+// The toposched policy: the framework's filter -> score -> reserve, exactly as the extender's
+// filter, prioritize and bind verbs drive it, minus HTTP (bind itself is a no-op in process).
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "plugins/registry.h"
+#include "simulate_internal.h"
+#include "toposched/framework/framework.h"
+
+namespace toposched::simulate {
+namespace {
+
+class ToposchedPolicy : public Policy {
+ public:
+  explicit ToposchedPolicy(framework::Framework framework) : framework_(std::move(framework)) {}
+
+  std::string_view Name() const override { return kPolicyToposched; }
+
+  Result<std::optional<Decision>> Schedule(const PlacementRequest& request,
+                                           std::vector<VirtualNode>& nodes) override {
+    framework::CycleState cycle = framework_.NewCycle(request);
+    // kube-scheduler keeps the feasible nodes and their totals, then takes the highest; ties go
+    // to the lowest index here (kube picks at random among ties; a fixed rule keeps runs
+    // reproducible).
+    candidates_.clear();
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const VirtualNode& node = nodes[i];
+      if (!node.schedulable) continue;
+      if (!framework_.RunFilter(cycle, node).ok()) continue;
+      candidates_.push_back({framework_.RunScore(cycle, node).total, static_cast<int>(i)});
+    }
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      return a.score != b.score ? a.score > b.score : a.index < b.index;
+    });
+    for (const Candidate& c : candidates_) {
+      VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
+      // The placement Reserve claims is the cycle's cached outcome for the node; copy it before
+      // Reserve changes the allocation the cache is keyed on.
+      const PlacementOutcome& outcome = cycle.Outcome(node);
+      if (!outcome.ok()) continue;
+      Placement placement = *outcome.placement;
+      const framework::PluginStatus reserved = framework_.RunReserve(cycle, node);
+      if (reserved.code() == framework::Code::kError) {
+        return Error("toposched on " + node.name + ": " + reserved.ToString());
+      }
+      // A Reserve refusal (the node changed under the cycle) sends the pod to the next best
+      // node, as a failed bind sends it back to the queue.
+      if (!reserved.ok()) continue;
+      return std::optional<Decision>(Decision{c.index, std::move(placement)});
+    }
+    return std::optional<Decision>();
+  }
+
+ private:
+  struct Candidate {
+    int score = 0;
+    int index = 0;
+  };
+  framework::Framework framework_;
+  std::vector<Candidate> candidates_;  // reused between pods
+};
+
+}  // namespace
+
+framework::SchedulerConfig BuiltinDefaultConfig() {
+  return plugins::DefaultSchedulerConfig();
+}
+
+Result<std::unique_ptr<Policy>> MakeToposchedPolicy(const framework::SchedulerConfig& config,
+                                                    const framework::Registry* registry) {
+  const framework::Registry builtin =
+      registry == nullptr ? plugins::BuiltinRegistry() : framework::Registry();
+  auto framework = framework::Framework::Create(config, registry == nullptr ? builtin : *registry);
+  if (!framework.ok()) return framework.error().WithContext("toposched policy");
+  return std::unique_ptr<Policy>(std::make_unique<ToposchedPolicy>(std::move(framework).value()));
+}
+
+}  // namespace toposched::simulate
