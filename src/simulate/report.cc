@@ -119,6 +119,7 @@ std::string FormatTable(const SimulationResult& r) {
   const int eight = r.policies.empty() ? 0 : r.policies.front().eight_gpu_nodes;
   t.Row("aligned 8-GPU slots free (of " + std::to_string(eight) + ")",
         [](const PolicyResult& p) { return std::to_string(p.aligned_slots_free); });
+  t.Row("  mean over the run", [](const PolicyResult& p) { return Printf("%.1f", p.aligned_slots_mean); });
   t.Row("GPUs in use at the end (of " + std::to_string(r.gpus) + ")",
         [](const PolicyResult& p) { return std::to_string(p.gpus_in_use); });
   t.Row("shared pods running", [](const PolicyResult& p) { return std::to_string(p.shared_pods_running); });
@@ -154,6 +155,7 @@ std::string FormatJson(const SimulationResult& r) {
         {"atBestShare", p.at_best_share},
         {"eightGpuNodes", p.eight_gpu_nodes},
         {"alignedSlotsFree", p.aligned_slots_free},
+        {"alignedSlotsMean", p.aligned_slots_mean},
         {"gpusInUse", p.gpus_in_use},
         {"sharedPodsRunning", p.shared_pods_running},
         {"sharedGpus", p.shared_gpus},

@@ -120,6 +120,23 @@ KindCount& KindOf(std::vector<KindCount>& kinds, const std::string& kind) {
   return kinds.back();
 }
 
+// An aligned 8-GPU slot: the node can still take 8 GPUs with as many of its RDMA NICs (up to
+// 8) at the best class it could ever give them. Nodes with fewer than 8 GPUs have none.
+bool AlignedSlotFree(const VirtualNode& node, BestClassOracle& oracle, PlacementMemo& memo,
+                     const EngineOptions& options) {
+  const NodeTopology& t = *node.topology;
+  if (t.gpus.size() < 8) return false;
+  PlacementRequest eight;
+  eight.pod_name = "aligned-8-gpu-probe";
+  eight.gpus = 8;
+  eight.vendor = t.gpus.front().vendor;
+  eight.rdma_nics = std::min(8, t.RdmaNicCount());
+  const std::optional<int> best = oracle.BestRank(t, eight);
+  if (!best) return false;
+  const PlacementOutcome now = memo.Place(t, node.allocated, eight, options);
+  return now.ok() && WorstPairRank(t, now.placement->pairs) == *best;
+}
+
 // The end-of-run figures that look at the cluster rather than at decisions.
 void Summarize(const std::vector<VirtualNode>& nodes, BestClassOracle& oracle, PlacementMemo& memo,
                const EngineOptions& options, PolicyResult& out) {
@@ -149,23 +166,8 @@ void Summarize(const std::vector<VirtualNode>& nodes, BestClassOracle& oracle, P
       ++state.nics;
       if (framework::NicUsed(node.allocated, n)) ++state.nics_used;
     }
-    // An aligned 8-GPU slot: the node can still take 8 GPUs with as many of its RDMA NICs (up
-    // to 8) at the best class it could ever give them.
-    if (t.gpus.size() < 8) {
-      out.nodes.push_back(std::move(state));
-      continue;
-    }
-    ++out.eight_gpu_nodes;
-    PlacementRequest eight;
-    eight.pod_name = "aligned-8-gpu-probe";
-    eight.gpus = 8;
-    eight.vendor = t.gpus.front().vendor;
-    eight.rdma_nics = std::min(8, t.RdmaNicCount());
-    const std::optional<int> best = oracle.BestRank(t, eight);
-    if (best) {
-      const PlacementOutcome now = memo.Place(t, node.allocated, eight, options);
-      state.aligned_slot_free = now.ok() && WorstPairRank(t, now.placement->pairs) == *best;
-    }
+    if (t.gpus.size() >= 8) ++out.eight_gpu_nodes;
+    state.aligned_slot_free = AlignedSlotFree(node, oracle, memo, options);
     if (state.aligned_slot_free) ++out.aligned_slots_free;
     out.nodes.push_back(std::move(state));
   }
@@ -190,6 +192,18 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
   times_us.reserve(workload.pods.size());
   for (const WorkloadPod& pod : workload.pods) KindOf(out.kinds, pod.kind);
 
+  // Aligned slots over the run, kept per node and updated where a decision or a departure
+  // changed something, sampled at every arrival: the end is one moment, this is the whole run.
+  std::vector<char> slot_free(nodes.size(), 0);
+  int slots_now = 0;
+  double slots_sum = 0;
+  auto update_slot = [&](std::size_t n) {
+    const char now = AlignedSlotFree(nodes[n], oracle, probe_memo, engine) ? 1 : 0;
+    slots_now += now - slot_free[n];
+    slot_free[n] = now;
+  };
+  for (std::size_t n = 0; n < nodes.size(); ++n) update_slot(n);
+
   const auto run_start = std::chrono::steady_clock::now();
   for (std::size_t p = 0; p < workload.pods.size(); ++p) {
     const WorkloadPod& pod = workload.pods[p];
@@ -198,9 +212,11 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
       std::optional<Running>& r = running[departures.top().pod];
       VirtualNode& node = nodes[Index(r->node)];
       framework::RevertDelta(r->delta, framework::ShapeOf(node.allocated), node.allocated);
+      update_slot(Index(r->node));
       r.reset();
       departures.pop();
     }
+    slots_sum += slots_now;
 
     const auto start = std::chrono::steady_clock::now();
     Result<std::optional<Decision>> decided = (*policy)->Schedule(pod.request, nodes);
@@ -244,10 +260,12 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
       r.delta = framework::DeltaOf(t, pod.request, d.placement);
       r.shared = pod.request.IsShared();
       running[p] = std::move(r);
+      update_slot(Index(d.node));
       if (pod.duration_s > 0) departures.push({pod.arrival_s + pod.duration_s, p});
     }
     if (options.progress) options.progress(name, policy_index, p + 1, workload.pods.size());
   }
+  out.aligned_slots_mean = workload.pods.empty() ? 0 : slots_sum / static_cast<double>(workload.pods.size());
   out.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
 
   if (Status s = CheckAllocations(nodes, running, engine); !s.ok()) return s.error().WithContext(name);

@@ -186,3 +186,55 @@ TEST(CliTest, CpuOnlyMachineFileIsOneLineAndExitZero) {
 
 }  // namespace
 }  // namespace toposched
+
+namespace toposched {
+namespace {
+
+std::string Example(const std::string& name) { return Quote(std::string(TOPOSCHED_SOURCE_DIR) + "/examples/" + name); }
+
+// `place` on the bundled HGX file with half of it taken: the 4-GPU prefill pod gets the two free
+// GPUs of switch 0000:37 and one free GPU on each of two other switches, each with the NIC beside
+// it (PIX), so the worst class is PIX and the rank sum 4 x 1.
+TEST(CliTest, PlaceJsonOnTheBundledExample) {
+  const CliRun run = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
+                               Example("pods/prefill-4gpu-rdma.json") + " --allocated " +
+                               Example("allocated-half.json") + " --format json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* field : {"\"gpus\"", "\"nics\"", "\"pairs\"", "\"worstClass\": \"PIX\"", "\"classSum\": 4",
+                            "\"score\"", "\"explanation\""}) {
+    EXPECT_NE(run.out.find(field), std::string::npos) << field << " in " << run.out;
+  }
+  // GPUs 0, 1 and 4 and NICs mlx5_0, mlx5_1, mlx5_4 are taken: none of them may be handed out.
+  EXPECT_EQ(run.out.find("\"mlx5_0\""), std::string::npos);
+  EXPECT_EQ(run.out.find("\"index\": 0,"), std::string::npos);
+}
+
+TEST(CliTest, PlaceTextAndFailures) {
+  const CliRun text = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
+                                Example("pods/training-8gpu.json"));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("worst class: PIX, class sum: 8"), std::string::npos) << text.out;
+  // The 8-GPU pod cannot fit next to three GPUs already taken.
+  const CliRun full = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
+                                Example("pods/training-8gpu.json") + " --allocated " + Example("allocated-half.json"));
+  EXPECT_EQ(full.exit_code, 1);
+  EXPECT_NE(full.err.find("nothing fits"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("DeviceFit"), std::string::npos) << full.err;
+  // The shared small model fits on a synthetic node whose GPU memory is known.
+  const fs::path topo = fs::temp_directory_path() / ("toposched-place-" + std::to_string(::getpid()) + ".json");
+  ASSERT_EQ(Toposched("agent --once --synthetic inference-4gpu --output " + Quote(topo.string())).exit_code, 0);
+  const CliRun shared = Toposched("place --topology " + Quote(topo.string()) + " --request " +
+                                  Example("pods/small-model-shared.json"));
+  EXPECT_EQ(shared.exit_code, 0) << shared.err;
+  EXPECT_NE(shared.out.find("GPUs: GPU"), std::string::npos) << shared.out;
+  fs::remove(topo);
+  // Usage errors exit 2, bad inputs 1 with the file named.
+  EXPECT_EQ(Toposched("place --request x.json").exit_code, 2);
+  const CliRun bad_request = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
+                                       Example("hgx-h100-8gpu.nccl.xml"));
+  EXPECT_EQ(bad_request.exit_code, 1);
+  EXPECT_NE(bad_request.err.find("hgx-h100-8gpu.nccl.xml"), std::string::npos) << bad_request.err;
+}
+
+}  // namespace
+}  // namespace toposched

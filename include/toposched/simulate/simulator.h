@@ -261,16 +261,17 @@ struct PolicyResult {
   int pending = 0;               // could not be placed when they arrived (not retried)
   std::vector<KindCount> kinds;  // first-seen order of kinds in the workload
   std::array<int, kClassBuckets.size()> class_histogram{};
-  int nic_pods_placed = 0;       // placed pods that asked for RDMA NICs
-  int at_best_class = 0;         // of those, how many got the best worst class their node allowed
-  double at_best_share = 0;      // at_best_class / nic_pods_placed (0 when none)
-  int eight_gpu_nodes = 0;       // nodes with at least 8 GPUs
-  int aligned_slots_free = 0;    // of those, where 8 GPUs + min(8, RDMA NICs) still fit at best class
-  int gpus_in_use = 0;           // whole or shared, at the end
-  int shared_pods_running = 0;   // at the end
-  int shared_gpus = 0;           // GPUs carrying shares at the end
-  double shared_memory_use = 0;  // mean fraction of memory held on those GPUs
-  std::size_t decisions = 0;     // pods the policy decided on (placed + pending)
+  int nic_pods_placed = 0;        // placed pods that asked for RDMA NICs
+  int at_best_class = 0;          // of those, how many got the best worst class their node allowed
+  double at_best_share = 0;       // at_best_class / nic_pods_placed (0 when none)
+  int eight_gpu_nodes = 0;        // nodes with at least 8 GPUs
+  int aligned_slots_free = 0;     // of those, where 8 GPUs + min(8, RDMA NICs) still fit at best class
+  double aligned_slots_mean = 0;  // the same count seen by each arriving pod, averaged over the run
+  int gpus_in_use = 0;            // whole or shared, at the end
+  int shared_pods_running = 0;    // at the end
+  int shared_gpus = 0;            // GPUs carrying shares at the end
+  double shared_memory_use = 0;   // mean fraction of memory held on those GPUs
+  std::size_t decisions = 0;      // pods the policy decided on (placed + pending)
   double decision_p50_us = 0, decision_p99_us = 0, decision_mean_us = 0;
   double total_seconds = 0;      // measured wall time of the policy's whole run
   std::vector<NodeState> nodes;  // the cluster at the end
