@@ -1,5 +1,7 @@
 #include "toposched/placement/request.h"
 
+#include "../common/json_errors.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -50,44 +52,15 @@ constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{1} << 24;  // 16 TiB
 // bound above is far below it.
 constexpr std::int64_t kSaturated = std::int64_t{1} << 62;
 // Values quoted in error messages are cut to this many characters.
-constexpr std::size_t kMaxQuotedLength = 60;
 // A quantity longer than this is not one anybody wrote ("9223372036854775807" is 19).
 constexpr std::size_t kMaxQuantityLength = 64;
 // The deepest value the parser keeps is spec.containers[i].resources.limits.<name> (depth 6);
 // everything deeper is dropped while parsing, which bounds the memory a hostile document costs.
 constexpr int kMaxKeptDepth = 6;
 
-std::string Quote(std::string_view s) {
-  const bool cut = s.size() > kMaxQuotedLength;
-  std::string out = json(s.substr(0, kMaxQuotedLength)).dump(-1, ' ', false, json::error_handler_t::replace);
-  if (cut) out += "...";
-  return out;
-}
-
-// A short rendering of a value for error messages: scalars as JSON, containers by kind.
-std::string Describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::string:
-      return Quote(v.get_ref<const std::string&>());
-    case json::value_t::boolean:
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-    case json::value_t::number_float:
-      return v.dump();
-    default:
-      return "an unsupported value";
-  }
-}
-
-Error Expected(const std::string& path, std::string_view what, const json& got) {
-  return Error(path + ": expected " + std::string(what) + ", got " + Describe(got));
-}
+using json_errors::Describe;
+using json_errors::Expected;
+using json_errors::Quote;
 
 std::int64_t SaturatingAdd(std::int64_t a, std::int64_t b) {
   return std::min(a + b, kSaturated);  // both operands are in [0, kSaturated]

@@ -1,5 +1,7 @@
 #include "toposched/topology/json_codec.h"
 
+#include "../common/json_errors.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -37,8 +39,6 @@ constexpr int kMaxBondedLinks = 1024;
 // fixed-point conversion (v * 1000 into int64) cannot overflow.
 constexpr double kMaxLinkGBps = 1e6;
 constexpr int kMaxIndex = std::numeric_limits<int>::max();
-// Values quoted in error messages are cut to this many characters.
-constexpr std::size_t kMaxQuotedLength = 60;
 
 // ---------------------------------------------------------------------------------------------
 // Names of the enums that node_topology.h does not name itself.
@@ -228,36 +228,9 @@ json EncodeStatus(const NodeTopology& t) {
     }                                                   \
   } while (false)
 
-std::string Quote(std::string_view s) {
-  if (s.size() <= kMaxQuotedLength) return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
-  return json(s.substr(0, kMaxQuotedLength)).dump(-1, ' ', false, json::error_handler_t::replace) + "...";
-}
-
-// A short rendering of a value for error messages: scalars as JSON, containers by kind (they
-// can be large).
-std::string Describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::string:
-      return Quote(v.get_ref<const std::string&>());
-    case json::value_t::boolean:
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-    case json::value_t::number_float:
-      return v.dump();
-    default:
-      return "an unsupported value";
-  }
-}
-
-Error Expected(const std::string& path, std::string_view what, const json& got) {
-  return Error(path + ": expected " + std::string(what) + ", got " + Describe(got));
-}
+using json_errors::Describe;
+using json_errors::Expected;
+using json_errors::Quote;
 
 std::string Child(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
