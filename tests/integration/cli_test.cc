@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/run_cli.h"
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
 #include "toposched/topology/json_codec.h"
@@ -23,39 +24,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using testing::CliRun;
 
-std::string Binary() {
-  const char* bin = std::getenv("TOPOSCHED_BIN");
-  return bin != nullptr ? bin : TOPOSCHED_BIN_PATH;
-}
+std::string Quote(const std::string& s) { return testing::ShellQuote(s); }
 
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-CliRun Toposched(const std::string& args) {
-  static int counter = 0;
-  const fs::path err_file = fs::temp_directory_path() /
-                            ("toposched-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".err");
-  const std::string cmd = Quote(Binary()) + " " + args + " 2>" + Quote(err_file.string());
-  CliRun run;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 65536> buf;
-  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) run.out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.err = testing::ReadFile(err_file);
-  fs::remove(err_file);
-  return run;
-}
+CliRun Toposched(const std::string& args) { return testing::RunToposched(args); }
 
 // `topo --input F` prints exactly the matrix (or the no-GPU line) that the library computes
 // for F, and `--format json` round-trips to the same topology.
