@@ -16,6 +16,7 @@ commands:
   agent    discover the topology and write the NodeTopology JSON (--once)
   place    choose a pod's GPUs and RDMA NICs on one node, with the score and why
   simulate compare placement policies on a virtual cluster (embedded default: no flags)
+  serve    the scheduler extender for kube-scheduler and Volcano (HTTP)
   version  print the version
 
 Run `toposched <command> --help` for a command's flags.
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     if (command == "agent") return toposched::cmd::RunAgent(args);
     if (command == "place") return toposched::cmd::RunPlace(args);
     if (command == "simulate") return toposched::cmd::RunSimulate(args);
+    if (command == "serve") return toposched::cmd::RunServe(args);
     if (command == "version" || command == "--version") {
       std::printf("toposched %s\n", TOPOSCHED_VERSION);
       return 0;

@@ -23,7 +23,7 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
     return it->second.outcome;
   }
   ++placer_calls_;
-  PlacementOutcome outcome = placer_(*node.topology, node.allocated, request_);
+  PlacementOutcome outcome = placer_(*node.topology, node.topology_fingerprint, node.allocated, request_);
   if (it == outcomes_.end()) {
     it = outcomes_.emplace(node.name, CachedOutcome{}).first;
   }

@@ -80,10 +80,10 @@ CycleState Framework::NewCycle(PlacementRequest request) const {
   SharedMemo* memo = impl_->memo.get();
   const EngineOptions options = impl_->config.engine;
   return CycleState(std::move(request),
-                    [memo, options](const NodeTopology& topology, const NodeAllocation& allocated,
-                                    const PlacementRequest& req) {
+                    [memo, options](const NodeTopology& topology, std::string_view fingerprint,
+                                    const NodeAllocation& allocated, const PlacementRequest& req) {
                       std::lock_guard<std::mutex> lock(memo->mu);
-                      return memo->memo.Place(topology, allocated, req, options);
+                      return memo->memo.Place(topology, allocated, req, options, fingerprint);
                     });
 }
 

@@ -25,8 +25,8 @@ void AppendInt(std::string& key, std::int64_t v) {
 // and only RDMA NICs, the ones the engine looks at, contribute. The Fingerprint covers the
 // hardware and, with it, every name the outcome's reasons mention.
 std::string MemoKey(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
-                    const EngineOptions& o) {
-  std::string key = t.Fingerprint();
+                    const EngineOptions& o, std::string_view fingerprint) {
+  std::string key = fingerprint.empty() ? t.Fingerprint() : std::string(fingerprint);
   key += '\0';
   key += r.ShapeKey();
   key += '\0';
@@ -64,8 +64,9 @@ PlacementMemo::PlacementMemo(std::size_t capacity) : impl_(std::make_unique<Impl
 PlacementMemo::~PlacementMemo() = default;
 
 PlacementOutcome PlacementMemo::Place(const NodeTopology& topology, const NodeAllocation& allocated,
-                                      const PlacementRequest& request, const EngineOptions& options) {
-  std::string key = MemoKey(topology, allocated, request, options);
+                                      const PlacementRequest& request, const EngineOptions& options,
+                                      std::string_view fingerprint) {
+  std::string key = MemoKey(topology, allocated, request, options, fingerprint);
   if (auto it = impl_->entries.find(key); it != impl_->entries.end()) {
     ++impl_->hits;
     return it->second;

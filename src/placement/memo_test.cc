@@ -34,6 +34,19 @@ void ExpectSame(const PlacementOutcome& a, const PlacementOutcome& b) {
   EXPECT_EQ(a.placement, b.placement);
 }
 
+TEST(PlacementMemoTest, ACallerSuppliedFingerprintIsTheSameKeyAsTheComputedOne) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  const NodeTopology pcie = Preset("pcie-4gpu");
+  PlacementMemo memo;
+  const PlacementOutcome computed = memo.Place(hgx, {}, Whole(2, 2));
+  const PlacementOutcome supplied = memo.Place(hgx, {}, Whole(2, 2), {}, hgx.Fingerprint());
+  EXPECT_EQ(memo.hits(), 1u);  // same key either way
+  ExpectSame(computed, supplied);
+  // Another machine's fingerprint is another key (the caller's value is what the key uses).
+  memo.Place(pcie, {}, Whole(2, 2), {}, pcie.Fingerprint());
+  EXPECT_EQ(memo.misses(), 2u);
+}
+
 TEST(PlacementMemoTest, SecondIdenticalCallHitsWithTheSameOutcome) {
   const NodeTopology hgx = Preset("hgx-h100-8gpu");
   PlacementMemo memo;

@@ -134,7 +134,7 @@ struct FakePlacer {
   PlacementOutcome outcome;
   std::shared_ptr<int> calls = std::make_shared<int>(0);
   framework::CycleState::Placer AsPlacer() const {
-    return [outcome = outcome, calls = calls](const NodeTopology&, const NodeAllocation&,
+    return [outcome = outcome, calls = calls](const NodeTopology&, std::string_view, const NodeAllocation&,
                                               const PlacementRequest&) {
       ++*calls;
       return outcome;

@@ -34,8 +34,9 @@ class CycleState {
  public:
   // Computes one node's outcome. The Framework binds it to its PlacementMemo and EngineOptions;
   // tests may pass a fake that returns hand-built outcomes.
-  using Placer =
-      std::function<PlacementOutcome(const NodeTopology&, const NodeAllocation&, const PlacementRequest&)>;
+  // `fingerprint` is NodeInfo::topology_fingerprint (may be empty: the placer computes it).
+  using Placer = std::function<PlacementOutcome(const NodeTopology&, std::string_view fingerprint,
+                                                const NodeAllocation&, const PlacementRequest&)>;
 
   CycleState(PlacementRequest request, Placer placer);
   CycleState(CycleState&&) noexcept;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "toposched/placement/request.h"
@@ -110,8 +111,11 @@ class PlacementMemo {
   PlacementMemo(const PlacementMemo&) = delete;
   PlacementMemo& operator=(const PlacementMemo&) = delete;
 
+  // `fingerprint`: topology.Fingerprint() when the caller has it cached (empty = computed here;
+  // it is most of the cost of a hit).
   PlacementOutcome Place(const NodeTopology& topology, const NodeAllocation& allocated,
-                         const PlacementRequest& request, const EngineOptions& options = {});
+                         const PlacementRequest& request, const EngineOptions& options = {},
+                         std::string_view fingerprint = {});
   std::size_t hits() const;
   std::size_t misses() const;
   std::size_t size() const;

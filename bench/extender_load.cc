@@ -1,0 +1,275 @@
+// Load benchmark of the extender (docs/benchmarks.md, "Extender"). Prints, side by side in one
+// run on one machine:
+//   1. in process: the filter and prioritize handlers vs the bare parse + serialize of the same
+//      bodies (the floor: WireReader + the reply writer, no scheduling), 500 and 5,000 names;
+//   2. over HTTP (loopback, keep-alive, our own client): filter+prioritize round trips against
+//      the real server vs the same server running the floor handler;
+//   3. Volcano predicate calls per second from concurrent keep-alive clients.
+// Every pod is new (fresh UID): its filter parses the Pod, its prioritize hits the pod cache,
+// as in production. The cluster is 5,000 synthetic nodes (90% HGX H100, 10% PCIe 4-GPU), a
+// third of them partly allocated, so the filter sees several node classes.
+//
+// usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C]
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plugins/registry.h"
+#include "testing/http_client.h"
+#include "testing/k8s_payloads.h"
+#include "toposched/extender/service.h"
+#include "toposched/extender/wire.h"
+#include "toposched/framework/allocation.h"
+#include "toposched/server/http_server.h"
+#include "toposched/state/cluster_state.h"
+#include "toposched/topology/synthetic.h"
+
+namespace {
+
+using namespace toposched;
+using Clock = std::chrono::steady_clock;
+using testing::PodSpec;
+
+struct Stats {
+  double p50_us = 0, p99_us = 0, mean_us = 0;
+};
+
+Stats Summarize(std::vector<double> us) {
+  Stats s;
+  if (us.empty()) return s;
+  std::sort(us.begin(), us.end());
+  s.p50_us = us[us.size() / 2];
+  s.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  double sum = 0;
+  for (double v : us) sum += v;
+  s.mean_us = sum / static_cast<double>(us.size());
+  return s;
+}
+
+std::shared_ptr<const NodeTopology> Preset(const char* name) {
+  return std::make_shared<const NodeTopology>(GenerateSynthetic(SyntheticPreset(name).value()).value());
+}
+
+void Populate(state::ClusterStore& store, int nodes) {
+  auto hgx = Preset("hgx-h100-8gpu");
+  auto pcie = Preset("pcie-4gpu");
+  for (int i = 0; i < nodes; ++i) {
+    const std::string name = "gpu-node-" + std::to_string(i);
+    (void)store.UpsertNode({name, i % 10 == 9 ? pcie : hgx, {{"topology.kubernetes.io/zone", "zone-a"}}, true});
+    if (i % 3 != 0) continue;
+    // A third of the nodes hold 1..4 whole GPUs: several node classes, as in a running cluster.
+    const int k = 1 + (i / 3) % 4;
+    (void)store.Bind(name, "pre-" + std::to_string(i), [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
+      state::PodAllocation a;
+      a.uid = "pre-" + std::to_string(i);
+      a.node = rec.name;
+      a.pod_namespace = "bench";
+      a.pod_name = a.uid;
+      for (int g = 0; g < k && g < static_cast<int>(rec.topology->gpus.size()); ++g) a.delta.exclusive_gpus.push_back(g);
+      return a;
+    });
+  }
+  store.SetSynced(true);
+}
+
+std::vector<std::string> Names(int n) {
+  std::vector<std::string> v;
+  for (int i = 0; i < n; ++i) v.push_back("gpu-node-" + std::to_string(i));
+  return v;
+}
+
+std::string PodBody(int i, const std::vector<std::string>& names) {
+  PodSpec p{.name = "bench-" + std::to_string(i), .ns = "llm", .uid = "bench-uid-" + std::to_string(i), .gpus = 2, .rdma = 2};
+  return testing::ExtenderArgs(testing::MakePod(p), names);
+}
+
+// The floor: parse the body with the same reader and write a reply naming every node.
+void FloorHandler(extender::WireReader& reader, std::string_view path, std::string_view body, std::string& out) {
+  auto args = reader.ReadExtenderArgs(body);
+  out.clear();
+  if (!args.ok()) return;
+  if (path.ends_with("/prioritize")) {
+    std::vector<extender::HostScore> scores;
+    scores.reserve(args->nodes.size());
+    for (const auto& n : args->nodes) scores.push_back({n.name, 5});
+    extender::WriteHostPriorityList(out, scores);
+  } else {
+    extender::WriteFilterResult(out, false, args->nodes, {}, {}, "");
+  }
+}
+
+struct World {
+  framework::Framework framework =
+      framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry()).value();
+  state::ClusterStore store{nullptr};
+  server::Registry metrics;
+  std::unique_ptr<extender::ExtenderService> service;
+  World() {
+    Populate(store, 5000);
+    service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
+  }
+};
+
+void InProcess(World& w, int names_count, int iterations) {
+  const std::vector<std::string> names = Names(names_count);
+  std::vector<std::string> bodies;
+  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + i, names));
+  std::vector<double> ours_f, ours_p, floor_f, floor_p;
+  extender::WireReader reader;
+  std::string out;
+  for (int i = 0; i < iterations; ++i) {
+    server::HttpRequest rq{"POST", "/scheduler/filter", "application/json", bodies[i], "bench"};
+    server::HttpResponse rs;
+    auto t0 = Clock::now();
+    FloorHandler(reader, "/scheduler/filter", bodies[i], out);
+    auto t1 = Clock::now();
+    FloorHandler(reader, "/scheduler/prioritize", bodies[i], out);
+    auto t2 = Clock::now();
+    w.service->Handle(rq, rs);
+    auto t3 = Clock::now();
+    rq.target = "/scheduler/prioritize";
+    w.service->Handle(rq, rs);
+    auto t4 = Clock::now();
+    if (rs.status != 200) {
+      std::fprintf(stderr, "bench: prioritize failed: %s\n", rs.body.c_str());
+      std::exit(1);
+    }
+    floor_f.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    floor_p.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    ours_f.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+    ours_p.push_back(std::chrono::duration<double, std::micro>(t4 - t3).count());
+  }
+  const Stats of = Summarize(ours_f), op = Summarize(ours_p), ff = Summarize(floor_f), fp = Summarize(floor_p);
+  std::vector<double> ours_sum, floor_sum;
+  for (int i = 0; i < iterations; ++i) {
+    ours_sum.push_back(ours_f[i] + ours_p[i]);
+    floor_sum.push_back(floor_f[i] + floor_p[i]);
+  }
+  const Stats os = Summarize(ours_sum), fs = Summarize(floor_sum);
+  std::printf("in-process %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
+              "floor filter p50 %6.1f prioritize p50 %6.1f | filter+prioritize p50 %7.1f vs floor %6.1f = %.2fx, "
+              "p99 %7.1f vs %6.1f\n",
+              names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
+              os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
+}
+
+std::unique_ptr<server::HttpServer> StartServer(server::Handler handler) {
+  server::ServerOptions so;
+  so.address = "127.0.0.1";
+  so.port = 0;
+  so.threads = 2;
+  return server::HttpServer::Start(so, std::move(handler)).value();
+}
+
+void OverHttp(World& w, int names_count, int iterations) {
+  const std::vector<std::string> names = Names(names_count);
+  std::vector<std::string> bodies;
+  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + 500000 + i, names));
+  auto ours = StartServer([&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
+  auto floor = StartServer([](const server::HttpRequest& rq, server::HttpResponse& rs) {
+    thread_local extender::WireReader reader;
+    FloorHandler(reader, rq.target, rq.body, rs.body);
+  });
+  testing::HttpClient co(ours->port()), cf(floor->port());
+  std::vector<double> ours_us, floor_us;
+  for (int i = 0; i < iterations; ++i) {
+    auto t0 = Clock::now();
+    auto a = cf.Post("/scheduler/filter", bodies[i]);
+    auto b = cf.Post("/scheduler/prioritize", bodies[i]);
+    auto t1 = Clock::now();
+    auto c = co.Post("/scheduler/filter", bodies[i]);
+    auto d = co.Post("/scheduler/prioritize", bodies[i]);
+    auto t2 = Clock::now();
+    if (!a || !b || !c || !d || c->status != 200 || d->status != 200) {
+      std::fprintf(stderr, "bench: HTTP call failed\n");
+      std::exit(1);
+    }
+    floor_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    ours_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+  }
+  const Stats o = Summarize(ours_us), f = Summarize(floor_us);
+  std::printf("HTTP       %5d names: filter+prioritize round trips p50 %7.1f us p99 %7.1f | floor server p50 %7.1f "
+              "p99 %7.1f | ratio p50 %.2fx p99 %.2fx\n",
+              names_count, o.p50_us, o.p99_us, f.p50_us, f.p99_us, o.p50_us / f.p50_us, o.p99_us / f.p99_us);
+  ours->Shutdown(std::chrono::milliseconds(1000));
+  floor->Shutdown(std::chrono::milliseconds(1000));
+  ours->Wait();
+  floor->Wait();
+}
+
+void Predicate(World& w, double seconds, int clients) {
+  auto srv = StartServer([&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
+  std::atomic<bool> stop{false};
+  std::atomic<long> calls{0};
+  std::vector<std::vector<double>> lat(static_cast<std::size_t>(clients));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t) {
+    threads.emplace_back([&, t] {
+      testing::HttpClient c(srv->port());
+      // A gang of 64 tasks, each asked about every node of a 200-node window, as Volcano's
+      // predicate helper does; the task JSON carries the whole Pod.
+      for (int i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        PodSpec p{.name = "task-" + std::to_string(i % 64), .ns = "llm", .uid = "vt-" + std::to_string(t) + "-" + std::to_string(i % 64),
+                  .gpus = 1 + i % 4, .rdma = 1};
+        const std::string body = nlohmann::json{{"task", testing::MakeTask(p)},
+                                                {"node", testing::MakeVolcanoNode("gpu-node-" + std::to_string((i * 7 + t) % 200))}}
+                                     .dump();
+        auto t0 = Clock::now();
+        auto r = c.Post("/volcano/predicate", body);
+        auto t1 = Clock::now();
+        if (!r || r->status != 200) {
+          std::fprintf(stderr, "bench: predicate failed\n");
+          std::exit(1);
+        }
+        lat[static_cast<std::size_t>(t)].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        calls.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  auto start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& th : threads) th.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  const Stats s = Summarize(all);
+  std::printf("volcano predicate: %d keep-alive clients, %ld calls in %.1f s = %.0f calls/s, p50 %.1f us p99 %.1f us "
+              "(body ~%zu B)\n",
+              clients, calls.load(), elapsed, static_cast<double>(calls.load()) / elapsed, s.p50_us, s.p99_us,
+              nlohmann::json{{"task", testing::MakeTask(PodSpec{.gpus = 1})}, {"node", testing::MakeVolcanoNode("gpu-node-0")}}
+                  .dump()
+                  .size());
+  srv->Shutdown(std::chrono::milliseconds(1000));
+  srv->Wait();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iterations = 1000;
+  double seconds = 5;
+  int clients = 4;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--iterations") iterations = std::atoi(argv[i + 1]);
+    if (a == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (a == "--clients") clients = std::atoi(argv[i + 1]);
+  }
+  World w;
+  std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads\n", w.store.snapshot()->size(),
+              w.store.pod_count(), std::thread::hardware_concurrency());
+  for (int n : {500, 5000}) InProcess(w, n, iterations);
+  for (int n : {500, 5000}) OverHttp(w, n, iterations);
+  Predicate(w, seconds, clients);
+  return 0;
+}

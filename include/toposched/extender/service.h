@@ -1,0 +1,75 @@
+#pragma once
+// The extender service: kube-scheduler's and Volcano's verbs on top of the framework and the
+// cluster state. It is the HTTP server's Handler (server knows no scheduling; this knows no
+// sockets). docs/extender.md has every route, the reply for each failure, and the metrics.
+//
+// Per call: one snapshot of the cluster state, one CycleState; no global lock held across a
+// request. Nodes in the same scheduling state (equal class keys) are filtered and scored once
+// per pod. What filter/prioritize computed for a pod is kept in the PodCache (pod UID,
+// resourceVersion, per-class verdicts with their topology generation, TTL); bind reads the
+// pod's request from it (kube-scheduler's bind carries no Pod) and re-decides under the node's
+// lock in ClusterStore::Bind, so two concurrent binds never oversubscribe a device.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "toposched/framework/framework.h"
+#include "toposched/placement/request.h"
+#include "toposched/server/http_server.h"
+#include "toposched/server/metrics.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::extender {
+
+struct ExtenderOptions {
+  // kube-scheduler verbs: POST {kube_prefix}/filter, /prioritize, /bind, /preempt. The
+  // KubeSchedulerConfiguration's urlPrefix is http(s)://HOST:PORT{kube_prefix}.
+  std::string kube_prefix = "/scheduler";
+  // Volcano verbs: POST {volcano_prefix}/predicate, /prioritize, /allocate, /deallocate,
+  // /preemptable, /reclaimable, /onSessionOpen, /onSessionClose.
+  std::string volcano_prefix = "/volcano";
+  // How long a pod's filter/prioritize results wait for its bind.
+  std::chrono::milliseconds reservation_ttl{120'000};
+  std::size_t max_cached_pods = 50'000;
+  // Volcano sums extender scores unscaled with its other plugins (nodeorder's are 0..100 x
+  // weight): the reply is the 0..100 total x this weight.
+  double volcano_score_weight = 1.0;
+  std::size_t max_body_bytes = 16u << 20;           // every verb but onSessionOpen
+  std::size_t max_session_body_bytes = 512u << 20;  // Volcano's whole-cluster snapshot
+};
+
+class PodCache;
+
+class ExtenderService {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
+  // `framework`, `store` and `metrics` must outlive the service. `clock` is for tests (TTL).
+  ExtenderService(const framework::Framework& framework, state::ClusterStore& store,
+                  server::Registry& metrics, ExtenderOptions options, Clock clock = nullptr);
+  ~ExtenderService();
+  ExtenderService(const ExtenderService&) = delete;
+  ExtenderService& operator=(const ExtenderService&) = delete;
+
+  // The HTTP entry point (server::Handler). Routes, then runs the verb; never throws.
+  void Handle(const server::HttpRequest& request, server::HttpResponse& response);
+  // The body limit for a target (server::BodyLimit).
+  std::size_t BodyLimit(std::string_view target) const;
+
+  // Called before /metrics renders, to refresh gauges owned elsewhere (e.g. server counters).
+  void SetScrapeHook(std::function<void()> hook);
+
+  // Pods with cached filter results now (tests, metrics).
+  std::size_t cached_pods() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace toposched::extender

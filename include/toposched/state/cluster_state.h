@@ -1,0 +1,211 @@
+#pragma once
+// Cluster state for the extender: every node's topology, labels and allocated devices, and
+// every bound pod's allocation. Readers take an immutable Snapshot (one per request, no lock
+// held while they use it); writers go through ClusterStore, which serialises changes per node,
+// persists a bind before it becomes visible, and publishes a new snapshot.
+//
+// Invariant: a published NodeRecord's `allocated` never exceeds its topology's capacity (each
+// GPU exclusive to one pod or shared within its share count, memory and cores; each RDMA NIC
+// to one pod). ClusterStore checks it on every change, whatever the caller computed.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "toposched/common/status.h"
+#include "toposched/framework/allocation.h"
+#include "toposched/placement/placement.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched::state {
+
+// What a source says about a node (topology may be null: the node published none yet).
+struct NodeSpec {
+  std::string name;
+  std::shared_ptr<const NodeTopology> topology;
+  std::map<std::string, std::string> labels;
+  bool schedulable = true;
+};
+
+// One pod's devices on one node, as bind committed them.
+struct PodAllocation {
+  std::string uid, pod_namespace, pod_name, node;
+  framework::AllocationDelta delta;  // topology indices
+  std::int64_t topology_generation = 0;  // of the node when bound
+  LinkClass worst_class = LinkClass::kPIX;
+  bool operator==(const PodAllocation&) const = default;
+};
+
+struct NodeRecord {
+  std::string name;
+  std::shared_ptr<const NodeTopology> topology;
+  std::uint64_t topology_fingerprint = 0;  // hash of topology->Fingerprint(); 0 without topology
+  std::string fingerprint;                 // topology->Fingerprint() itself (computed once), "" without
+  std::int64_t topology_generation = 0;    // +1 whenever the fingerprint changes
+  std::map<std::string, std::string> labels;
+  bool schedulable = true;
+  NodeAllocation allocated;
+  std::uint64_t allocation_version = 0;  // +1 on every change of `allocated`
+  std::vector<std::string> pods;         // UIDs allocated here, sorted
+  // Nodes with equal class keys are in the same scheduling state (same hardware fingerprint,
+  // allocation, labels, schedulability): one filter/score result serves them all. 64-bit hash;
+  // a collision could at worst mis-score a node, never oversubscribe one (bind re-checks).
+  std::uint64_t class_key = 0;
+};
+
+// The class key of a record's current content (ClusterStore keeps records' keys up to date).
+std::uint64_t ComputeClassKey(const NodeRecord& record);
+
+class Snapshot {
+ public:
+  Snapshot() = default;
+  const NodeRecord* Find(std::string_view name) const;  // null when unknown
+  std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
+  std::size_t size() const { return nodes_.size(); }
+  std::uint64_t version() const { return version_; }  // +1 per published change
+
+ private:
+  friend class ClusterStore;
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept;
+  };
+  std::vector<std::shared_ptr<const NodeRecord>> nodes_;  // sorted by name
+  // Name -> index into nodes_; shared between snapshots until the node set changes.
+  std::shared_ptr<const std::unordered_map<std::string, std::size_t, Hash, std::equal_to<>>> index_;
+  std::uint64_t version_ = 0;
+};
+
+// Where binds are made durable before they are acknowledged: the file source's journal, or
+// (issue 5) the API server. Called with the node's lock held; must not call back into the store.
+class Persistence {
+ public:
+  virtual ~Persistence() = default;
+  virtual Status RecordBind(const PodAllocation& allocation) = 0;
+  virtual Status RecordRelease(const PodAllocation& allocation) = 0;
+};
+
+enum class BindKind : std::uint8_t {
+  kBound,         // newly bound
+  kAlreadyBound,  // the pod was already bound to this node (a retried bind): nothing changed
+};
+
+struct BindResult {
+  BindKind kind = BindKind::kBound;
+  PodAllocation allocation;
+};
+
+struct StoreOptions {
+  int max_shares_per_gpu = 10;  // HAMi deviceSplitCount; the capacity check uses it
+};
+
+class ClusterStore {
+ public:
+  // `persistence` may be null (in memory only: tests, simulate). Not owned; must outlive the store.
+  explicit ClusterStore(Persistence* persistence, StoreOptions options = {});
+  ~ClusterStore();
+  ClusterStore(const ClusterStore&) = delete;
+  ClusterStore& operator=(const ClusterStore&) = delete;
+
+  std::shared_ptr<const Snapshot> snapshot() const;
+
+  // Adds or replaces a node's topology, labels and schedulability, keeping its allocations.
+  // A changed topology fingerprint bumps topology_generation; allocations that no longer fit the
+  // new topology (device index gone) are kept and reported by the returned error (the node is
+  // updated anyway: the hardware is what it is).
+  Status UpsertNode(NodeSpec spec);
+  // UpsertNode for many nodes, published as one snapshot (a source's initial load: n single
+  // upserts would copy the node list and rebuild the name index n times). The last spec of a
+  // name wins; the errors of all nodes are joined; every valid node is updated regardless.
+  Status UpsertNodes(std::vector<NodeSpec> specs);
+  // Forgets a node; its pods' allocations are dropped with it.
+  void RemoveNode(std::string_view name);
+
+  // Puts back an allocation read from persistence at start (journal replay, pod annotations)
+  // without persisting it again. Errors: unknown node, device out of range, over capacity,
+  // UID already bound elsewhere. Restoring the same allocation twice is a no-op.
+  Status Restore(const PodAllocation& allocation);
+
+  // The bind transaction, under `node`'s lock (binds to other nodes proceed in parallel):
+  //   1. a pod already bound to this node -> kAlreadyBound with its allocation; bound to another
+  //      node -> error (kConflict);
+  //   2. `decide` gets the node's current record and returns the allocation to make (or an
+  //      error, returned as is);
+  //   3. the store applies it to a copy of the record and checks capacity (error, nothing
+  //      changes), persists it (error, nothing changes), then publishes the new snapshot.
+  using Decide = std::function<Result<PodAllocation>(const NodeRecord&)>;
+  Result<BindResult> Bind(std::string_view node, std::string_view pod_uid, const Decide& decide);
+
+  // Releases a pod's devices (pod deleted, Volcano deallocate): persisted, then published.
+  // Returns the released allocation, or nullopt when the UID holds nothing.
+  Result<std::optional<PodAllocation>> Release(std::string_view pod_uid);
+
+  std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;
+  std::size_t pod_count() const;
+
+  // Ready to serve: the source has loaded everything once (readyz).
+  void SetSynced(bool synced);
+  bool synced() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Errors tagged for callers (metrics, HTTP mapping).
+inline constexpr std::string_view kConflictTag = "conflict: ";
+
+// ---- the file source ----
+//
+// A cluster in a directory, for `toposched serve --cluster DIR` and tests:
+//   DIR/nodes/*.json         one node document each (docs/extender.md):
+//     {"name": "gpu-a1", "labels": {...}, "unschedulable": false,
+//      "topology": {NodeTopology JSON} | "topologyFile": "hgx.json" | "preset": "hgx-h100-8gpu"}
+//     (topologyFile: a NodeTopology JSON file, relative to DIR; parsed once per file)
+//   DIR/allocations.journal  the binds and releases, one JSON line each with a checksum,
+//     appended and fdatasync'ed before a bind is acknowledged. Replayed at Load; a torn last
+//     line (crash mid-write) is dropped and truncated away; a corrupt line in the middle is an
+//     error (refuse to start rather than forget a bind). Load then compacts the journal to the
+//     live allocations (write temp, fsync, rename, fsync DIR).
+// The directory is locked (flock on DIR/.lock) so two servers cannot write one journal.
+struct FileSourceOptions {
+  std::size_t max_node_document_bytes = 16u << 20;
+  std::size_t max_journal_line_bytes = 1u << 20;
+};
+
+class FileSource : public Persistence {
+ public:
+  // Opens DIR, takes the lock, reads every node document (errors name the file and the field).
+  static Result<std::unique_ptr<FileSource>> Open(const std::string& dir, FileSourceOptions options = {});
+  ~FileSource() override;
+
+  // Upserts every node into `store`, replays and compacts the journal, marks the store synced.
+  // Call once, before serving. `store` must use this source as its persistence.
+  Status Load(ClusterStore& store);
+
+  Status RecordBind(const PodAllocation& allocation) override;
+  Status RecordRelease(const PodAllocation& allocation) override;
+
+  std::size_t node_count() const;
+  const std::string& dir() const;
+  // What Open and Load skipped without failing, one sentence each, for the caller to log: a
+  // dropped torn last journal line, a journaled allocation whose node is gone or no longer
+  // fits (dropped, and forgotten by the compaction), an empty nodes directory.
+  const std::vector<std::string>& warnings() const;
+
+ private:
+  struct Impl;
+  explicit FileSource(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace toposched::state

@@ -1,0 +1,75 @@
+#pragma once
+// PodCache: what filter/prioritize computed for a pod, kept until its bind (or a TTL) -- the
+// extender's reservations. Keyed by pod UID; an entry for another resourceVersion of the same
+// pod is replaced (the pod changed, its request may have). Verdicts are per node class
+// (NodeRecord::class_key): nodes in one scheduling state share one filter+score result.
+// Thread-safe: the map under one mutex (short sections), each entry's verdicts under its own.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "toposched/framework/status.h"
+#include "toposched/placement/request.h"
+#include "toposched/server/metrics.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched::extender {
+
+// One node class's filter and score for one pod.
+struct ClassVerdict {
+  framework::Code code = framework::Code::kSuccess;
+  std::string message;      // the failing plugin's status, as the reply's FailedNodes text
+  int score100 = 0;         // framework total, 0..100 (0 when filtered out)
+  std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
+  std::int64_t topology_generation = 0;  // of the node it was computed on
+  server::Counter* rejections = nullptr;  // the filter-rejection series for this reason
+  bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
+};
+
+struct PodEntry {
+  std::string uid, pod_namespace, pod_name, resource_version;
+  PlacementRequest request;
+  bool interested = false;  // asks for GPUs or RDMA NICs; others pass every node untouched
+
+  std::shared_ptr<const ClassVerdict> FindVerdict(std::uint64_t class_key) const;
+  // Keeps the first verdict stored for a class (concurrent callers may compute one twice).
+  std::shared_ptr<const ClassVerdict> StoreVerdict(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v);
+  std::size_t verdict_count() const;
+
+ private:
+  friend class PodCache;
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<const ClassVerdict>> verdicts_;
+  std::chrono::steady_clock::time_point expires_;
+};
+
+class PodCache {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  PodCache(std::chrono::milliseconds ttl, std::size_t capacity) : ttl_(ttl), capacity_(capacity) {}
+
+  // The live entry for `uid` (any resourceVersion when `resource_version` is empty); null when
+  // absent, expired or of another resourceVersion. A hit extends the entry's life.
+  std::shared_ptr<PodEntry> Find(std::string_view uid, std::string_view resource_version, TimePoint now);
+  // Inserts (replacing any entry of that UID). When full, expired entries go first, then the
+  // ones closest to expiry. Entries without a UID are not cached (returned as is).
+  std::shared_ptr<PodEntry> Put(std::shared_ptr<PodEntry> entry, TimePoint now);
+  void Erase(std::string_view uid);
+  std::size_t size() const;
+
+ private:
+  void EvictLocked(TimePoint now);
+  std::chrono::milliseconds ttl_;
+  std::size_t capacity_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<PodEntry>> entries_;
+};
+
+}  // namespace toposched::extender

@@ -1,0 +1,804 @@
+// The extender service: routing, then one function per verb. See service.h for the contract and
+// docs/extender.md for the routes and replies.
+
+#include "toposched/extender/service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pod_cache.h"
+#include "toposched/extender/wire.h"
+#include "toposched/framework/allocation.h"
+#include "toposched/server/logging.h"
+
+namespace toposched::extender {
+namespace {
+
+using framework::Code;
+using server::HttpRequest;
+using server::HttpResponse;
+using server::LogLevel;
+
+// Verbs, for routing, metrics and logs.
+enum class Verb {
+  kFilter, kPrioritize, kBind, kPreempt,
+  kVPredicate, kVPrioritize, kVAllocate, kVDeallocate, kVPreemptable, kVReclaimable,
+  kVSessionOpen, kVSessionClose,
+  kHealthz, kReadyz, kMetrics,
+};
+
+constexpr std::string_view VerbName(Verb v) {
+  switch (v) {
+    case Verb::kFilter: return "filter";
+    case Verb::kPrioritize: return "prioritize";
+    case Verb::kBind: return "bind";
+    case Verb::kPreempt: return "preempt";
+    case Verb::kVPredicate: return "volcano/predicate";
+    case Verb::kVPrioritize: return "volcano/prioritize";
+    case Verb::kVAllocate: return "volcano/allocate";
+    case Verb::kVDeallocate: return "volcano/deallocate";
+    case Verb::kVPreemptable: return "volcano/preemptable";
+    case Verb::kVReclaimable: return "volcano/reclaimable";
+    case Verb::kVSessionOpen: return "volcano/onSessionOpen";
+    case Verb::kVSessionClose: return "volcano/onSessionClose";
+    case Verb::kHealthz: return "healthz";
+    case Verb::kReadyz: return "readyz";
+    case Verb::kMetrics: return "metrics";
+  }
+  return "unknown";
+}
+constexpr int kVerbCount = static_cast<int>(Verb::kMetrics) + 1;
+
+bool IsVolcano(Verb v) { return v >= Verb::kVPredicate && v <= Verb::kVSessionClose; }
+bool IsGet(Verb v) { return v >= Verb::kHealthz; }
+
+// Volcano's vote values (pkg/scheduler/plugins/util/util.go) and predicate status codes
+// (pkg/scheduler/api/types.go).
+constexpr int kVoteAbstain = 0;
+constexpr int kVotePermit = 1;
+constexpr int kVolcanoError = 1;
+constexpr int kVolcanoUnschedulable = 2;
+constexpr int kVolcanoUnresolvable = 3;
+
+// A pod needs toposched's devices at all: others pass every node and bind with nothing.
+bool Interested(const PlacementRequest& r) { return r.gpus > 0 || r.IsShared() || r.rdma_nics > 0; }
+
+std::string PodLabel(std::string_view ns, std::string_view name, std::string_view uid) {
+  if (name.empty()) return std::string(uid);
+  std::string s;
+  s.reserve(ns.size() + name.size() + 1);
+  s.append(ns).append("/").append(name);
+  return s;
+}
+
+framework::NodeInfo NodeInfoOf(const state::NodeRecord& record) {
+  framework::NodeInfo info;
+  info.name = record.name;
+  info.topology = record.topology;
+  info.topology_fingerprint = record.fingerprint;
+  info.allocated = record.allocated;
+  info.labels = record.labels;
+  info.schedulable = record.schedulable;
+  return info;
+}
+
+// A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
+// the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
+PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config) {
+  PlacementRequest r;
+  r.pod_uid = std::string(task.uid);
+  r.pod_name = std::string(task.name);
+  r.pod_namespace = std::string(task.task_namespace);
+  auto units = [](double milli) { return static_cast<int>(std::llround(milli / 1000.0)); };
+  for (const ScalarResource& s : task.resreq.scalars) {
+    if (!(s.value > 0) || !std::isfinite(s.value)) continue;
+    if (s.name == "nvidia.com/gpu") {
+      r.gpus += units(s.value);
+    } else if (s.name == "amd.com/gpu") {
+      r.gpus += units(s.value);
+      r.vendor = GpuVendor::kAmd;
+    } else {
+      for (const std::string& rdma : config.rdma_resources) {
+        const bool prefix = !rdma.empty() && rdma.back() == '/';
+        if (prefix ? s.name.starts_with(rdma) : s.name == rdma) {
+          r.rdma_nics += units(s.value);
+          break;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+struct ExtenderService::Impl {
+  Impl(const framework::Framework& fw, state::ClusterStore& st, server::Registry& reg, ExtenderOptions opts,
+       Clock clk)
+      : framework(fw),
+        store(st),
+        registry(reg),
+        options(std::move(opts)),
+        clock(clk ? std::move(clk) : Clock([] { return std::chrono::steady_clock::now(); })),
+        pods(options.reservation_ttl, options.max_cached_pods),
+        requests(reg.AddCounter("toposched_requests_total", "HTTP requests by verb and status code.",
+                                {"verb", "code"})),
+        latency(reg.AddHistogram("toposched_request_duration_seconds",
+                                 "Time from a request's arrival to its reply, by verb.", {"verb"},
+                                 server::LatencyBuckets())),
+        rejections(reg.AddCounter("toposched_filter_rejections_total",
+                                  "Nodes filtered out, by the reason (plugin and code).", {"reason"})),
+        placements(reg.AddCounter("toposched_placements_total",
+                                  "Pods bound with devices, by the worst GPU->NIC link class.",
+                                  {"worst_class"})),
+        reservations(reg.AddCounter(
+            "toposched_reservations_total",
+            "Binds by what became of the filter-time result: confirmed (same node state), changed "
+            "(node changed, re-decided), missing (no cached filter result for the pod).",
+            {"outcome"})),
+        binds(reg.AddCounter("toposched_binds_total",
+                             "Bind and Volcano allocate outcomes: bound, already_bound, unfit, conflict, "
+                             "no_reservation, error.",
+                             {"outcome"})),
+        state_nodes(reg.AddGauge("toposched_state_nodes", "Nodes in the cluster state.")),
+        state_pods(reg.AddGauge("toposched_state_pods", "Pods holding an allocation in the cluster state.")),
+        cached_pods_gauge(reg.AddGauge("toposched_cached_pods",
+                                       "Pods with cached filter results awaiting bind (reservations).")),
+        state_synced(reg.AddGauge("toposched_state_synced", "1 once the cluster state has loaded.")) {
+    // Series looked up on every request are resolved once here (With() takes a mutex).
+    for (int v = 0; v < kVerbCount; ++v) {
+      verb_latency[v] = &latency.With({VerbName(static_cast<Verb>(v))});
+      ok_requests[v] = &requests.With({VerbName(static_cast<Verb>(v)), "200"});
+    }
+  }
+
+  // ---- routing ----
+  std::optional<Verb> Route(std::string_view path) const {
+    if (path == "/healthz") return Verb::kHealthz;
+    if (path == "/readyz") return Verb::kReadyz;
+    if (path == "/metrics") return Verb::kMetrics;
+    auto under = [&](std::string_view prefix, std::string_view& rest) {
+      if (!path.starts_with(prefix)) return false;
+      rest = path.substr(prefix.size());
+      return !rest.empty() && rest.front() == '/';
+    };
+    std::string_view rest;
+    if (under(options.kube_prefix, rest)) {
+      if (rest == "/filter") return Verb::kFilter;
+      if (rest == "/prioritize") return Verb::kPrioritize;
+      if (rest == "/bind") return Verb::kBind;
+      if (rest == "/preempt") return Verb::kPreempt;
+    }
+    if (under(options.volcano_prefix, rest)) {
+      if (rest == "/predicate") return Verb::kVPredicate;
+      if (rest == "/prioritize") return Verb::kVPrioritize;
+      if (rest == "/allocate") return Verb::kVAllocate;
+      if (rest == "/deallocate") return Verb::kVDeallocate;
+      if (rest == "/preemptable") return Verb::kVPreemptable;
+      if (rest == "/reclaimable") return Verb::kVReclaimable;
+      if (rest == "/onSessionOpen") return Verb::kVSessionOpen;
+      if (rest == "/onSessionClose") return Verb::kVSessionClose;
+    }
+    return std::nullopt;
+  }
+
+  static std::string_view PathOf(std::string_view target) {
+    const std::size_t q = target.find('?');
+    return q == std::string_view::npos ? target : target.substr(0, q);
+  }
+
+  void Handle(const HttpRequest& req, HttpResponse& resp) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string_view path = PathOf(req.target);
+    const std::optional<Verb> verb = Route(path);
+    if (!verb) {
+      resp.status = 404;
+      resp.body.clear();
+      resp.body.append("{\"Error\":");
+      AppendJsonString(resp.body, "no such route: " + std::string(path));
+      resp.body.append("}");
+      requests.With({"unknown", "404"}).Inc();
+      return;
+    }
+    const bool get = IsGet(*verb);
+    if ((get && req.method != "GET" && req.method != "HEAD") || (!get && req.method != "POST")) {
+      resp.status = 405;
+      resp.extra_header_name = "Allow";
+      resp.extra_header_value = get ? "GET, HEAD" : "POST";
+      resp.body = "{\"Error\":\"method not allowed\"}";
+      requests.With({VerbName(*verb), "405"}).Inc();
+      return;
+    }
+    if (!get && !req.content_type.empty() && !IsJsonContentType(req.content_type)) {
+      resp.status = 415;
+      resp.body.clear();
+      resp.body.append(IsVolcano(*verb) ? "{\"errorMessage\":" : "{\"Error\":");
+      AppendJsonString(resp.body, "unsupported Content-Type \"" + std::string(req.content_type) +
+                                      "\": send application/json");
+      resp.body.append("}");
+      requests.With({VerbName(*verb), "415"}).Inc();
+      return;
+    }
+    try {
+      Dispatch(*verb, req, resp);
+    } catch (const std::exception& e) {
+      // The edge: nothing below should throw; a bug must not take the server down.
+      server::Log(LogLevel::kError, {VerbName(*verb), "", ""}, std::string("internal error: ") + e.what());
+      resp.status = 500;
+      resp.content_type = "application/json";
+      resp.body.clear();
+      resp.body.append(IsVolcano(*verb) ? "{\"errorMessage\":" : "{\"Error\":");
+      AppendJsonString(resp.body, std::string("internal error: ") + e.what());
+      resp.body.append("}");
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    verb_latency[static_cast<int>(*verb)]->Observe(seconds);
+    CountRequest(*verb, resp.status);
+  }
+
+  static bool IsJsonContentType(std::string_view ct) {
+    const std::size_t semi = ct.find(';');
+    std::string_view media = ct.substr(0, semi);
+    while (!media.empty() && media.back() == ' ') media.remove_suffix(1);
+    std::string lower(media);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    return lower == "application/json" || (lower.size() > 5 && lower.ends_with("+json"));
+  }
+
+  void CountRequest(Verb verb, int status) {
+    if (status == 200) {
+      ok_requests[static_cast<int>(verb)]->Inc();
+      return;
+    }
+    requests.With({VerbName(verb), std::to_string(status)}).Inc();
+  }
+
+  void Dispatch(Verb verb, const HttpRequest& req, HttpResponse& resp) {
+    resp.status = 200;
+    resp.content_type = "application/json";
+    resp.body.clear();
+    switch (verb) {
+      case Verb::kHealthz:
+        resp.content_type = "text/plain; charset=utf-8";
+        resp.body = "ok\n";
+        return;
+      case Verb::kReadyz:
+        resp.content_type = "text/plain; charset=utf-8";
+        if (store.synced()) {
+          resp.body = "ready\n";
+        } else {
+          resp.status = 503;
+          resp.body = "cluster state not loaded yet\n";
+        }
+        return;
+      case Verb::kMetrics:
+        RefreshGauges();
+        resp.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        resp.body = registry.Render();
+        return;
+      case Verb::kFilter: return Filter(req.body, resp, false);
+      case Verb::kPrioritize: return Filter(req.body, resp, true);
+      case Verb::kBind: return Bind(req.body, resp);
+      case Verb::kPreempt: return Preempt(req.body, resp);
+      case Verb::kVPredicate: return VolcanoPredicate(req.body, resp);
+      case Verb::kVPrioritize: return VolcanoPrioritize(req.body, resp);
+      case Verb::kVAllocate: return VolcanoAllocate(req.body, resp);
+      case Verb::kVDeallocate: return VolcanoDeallocate(req.body, resp);
+      case Verb::kVPreemptable: return VolcanoEvict(req.body, resp, Verb::kVPreemptable);
+      case Verb::kVReclaimable: return VolcanoEvict(req.body, resp, Verb::kVReclaimable);
+      case Verb::kVSessionOpen: return VolcanoSession(req.body, resp, true);
+      case Verb::kVSessionClose: return VolcanoSession(req.body, resp, false);
+    }
+  }
+
+  void RefreshGauges() {
+    if (scrape_hook) scrape_hook();
+    const auto snap = store.snapshot();
+    state_nodes.With({}).Set(static_cast<double>(snap->size()));
+    state_pods.With({}).Set(static_cast<double>(store.pod_count()));
+    cached_pods_gauge.With({}).Set(static_cast<double>(pods.size()));
+    state_synced.With({}).Set(store.synced() ? 1.0 : 0.0);
+  }
+
+  // A body the reader rejected: 400, so the scheduler treats it as a transport error (it is a
+  // protocol violation, not a scheduling answer), with the reason in the usual error key.
+  void BadRequest(HttpResponse& resp, Verb verb, const Error& error) {
+    resp.status = 400;
+    resp.body.clear();
+    resp.body.append(IsVolcano(verb) ? "{\"errorMessage\":" : "{\"Error\":");
+    AppendJsonString(resp.body, error.message());
+    resp.body.append("}");
+    server::Log(LogLevel::kWarn, {VerbName(verb), "", ""}, "bad request: " + error.message());
+  }
+
+  static WireReader& Reader() {
+    thread_local WireReader reader;
+    return reader;
+  }
+
+  // ---- pods ----
+
+  // The pod's cache entry: a hit for the same UID and resourceVersion, else parsed and stored.
+  Result<std::shared_ptr<PodEntry>> EntryFor(const PodRef& pod) {
+    const auto now = clock();
+    if (auto hit = pods.Find(pod.uid, pod.resource_version, now)) return hit;
+    if (pod.raw.empty()) return Error("the request carries no Pod");
+    Result<PlacementRequest> parsed = ParsePodRequest(pod.raw, framework.config().request);
+    if (!parsed.ok()) return parsed.error().WithContext("Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
+    return Store(std::move(parsed).value(), pod.uid, pod.resource_version, now);
+  }
+
+  std::shared_ptr<PodEntry> Store(PlacementRequest request, std::string_view uid, std::string_view rv,
+                                  PodCache::TimePoint now) {
+    auto entry = std::make_shared<PodEntry>();
+    entry->uid = std::string(uid.empty() ? std::string_view(request.pod_uid) : uid);
+    entry->pod_namespace = request.pod_namespace;
+    entry->pod_name = request.pod_name;
+    entry->resource_version = std::string(rv);
+    entry->interested = Interested(request);
+    entry->request = std::move(request);
+    return pods.Put(std::move(entry), now);
+  }
+
+  // A Volcano task's entry: from its Pod when it carries one, else from Resreq.
+  Result<std::shared_ptr<PodEntry>> EntryFor(const VolcanoTaskView& task) {
+    if (!task.pod.raw.empty()) {
+      PodRef pod = task.pod;
+      if (pod.uid.empty()) pod.uid = task.uid;
+      return EntryFor(pod);
+    }
+    const auto now = clock();
+    if (auto hit = pods.Find(task.uid, "", now)) return hit;
+    return Store(RequestFromResreq(task, framework.config().request), task.uid, "", now);
+  }
+
+  // ---- one node class ----
+
+  std::shared_ptr<const ClassVerdict> Evaluate(PodEntry& entry, std::optional<framework::CycleState>& cycle,
+                                               const state::NodeRecord& record) {
+    if (auto v = entry.FindVerdict(record.class_key)) return v;
+    if (!cycle) cycle.emplace(framework.NewCycle(entry.request));
+    const framework::NodeInfo info = NodeInfoOf(record);
+    auto v = std::make_shared<ClassVerdict>();
+    v->topology_generation = record.topology_generation;
+    const framework::FilterResult filtered = framework.RunFilter(*cycle, info);
+    v->code = filtered.code();
+    if (filtered.ok()) {
+      v->score100 = framework.RunScore(*cycle, info).total;
+      const PlacementOutcome& outcome = cycle->Outcome(info);
+      if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
+    } else {
+      v->message = filtered.ToString();
+      std::string reason = filtered.plugin().empty() ? std::string("unknown") : filtered.plugin();
+      reason.append("/").append(framework::ToString(filtered.code()));
+      v->rejections = &rejections.With({reason});
+    }
+    return entry.StoreVerdict(record.class_key, std::move(v));
+  }
+
+  // ---- kube-scheduler filter and prioritize ----
+
+  void Filter(std::string_view body, HttpResponse& resp, bool prioritize) {
+    const Verb verb = prioritize ? Verb::kPrioritize : Verb::kFilter;
+    Result<ExtenderArgsView> args = Reader().ReadExtenderArgs(body);
+    if (!args.ok()) return BadRequest(resp, verb, args.error());
+    const ExtenderArgsView& a = *args;
+    const std::vector<NodeRef>& nodes = a.nodes;
+
+    Result<std::shared_ptr<PodEntry>> entry = EntryFor(a.pod);
+    if (!entry.ok()) {
+      const std::string pod = PodLabel(a.pod.pod_namespace, a.pod.name, a.pod.uid);
+      server::Log(LogLevel::kWarn, {VerbName(verb), pod, ""}, entry.error().message());
+      if (prioritize) {
+        // Prioritize has no error field; kube-scheduler ignores prioritize failures anyway.
+        resp.status = 400;
+        resp.body.append("{\"Error\":");
+        AppendJsonString(resp.body, entry.error().message());
+        resp.body.append("}");
+      } else {
+        WriteFilterResult(resp.body, a.nodes_given && !a.node_names_given, {}, {}, {}, entry.error().message());
+      }
+      return;
+    }
+    PodEntry& e = **entry;
+    const bool nodes_mode = a.nodes_given && !a.node_names_given;
+    if (!e.interested) {
+      // Not ours (no GPUs or RDMA NICs): every node passes, every score is equal.
+      if (prioritize) {
+        std::vector<HostScore> scores;
+        scores.reserve(nodes.size());
+        for (const NodeRef& n : nodes) scores.push_back({n.name, 0});
+        WriteHostPriorityList(resp.body, scores);
+      } else {
+        WriteFilterResult(resp.body, nodes_mode, nodes, {}, {}, "");
+      }
+      return;
+    }
+
+    const std::shared_ptr<const state::Snapshot> snap = store.snapshot();
+    std::optional<framework::CycleState> cycle;
+    // Consecutive nodes are often in one class: remember the last, then a per-call map.
+    std::uint64_t last_key = 0;
+    const ClassVerdict* last = nullptr;
+    std::unordered_map<std::uint64_t, std::shared_ptr<const ClassVerdict>> local;
+    auto verdict_of = [&](const state::NodeRecord& rec) -> const ClassVerdict* {
+      if (last != nullptr && rec.class_key == last_key) return last;
+      auto it = local.find(rec.class_key);
+      if (it == local.end()) it = local.emplace(rec.class_key, Evaluate(e, cycle, rec)).first;
+      last_key = rec.class_key;
+      last = it->second.get();
+      return last;
+    };
+
+    const std::string pod = PodLabel(e.pod_namespace, e.pod_name, e.uid);
+    if (prioritize) {
+      std::vector<HostScore> scores;
+      scores.reserve(nodes.size());
+      for (const NodeRef& n : nodes) {
+        const state::NodeRecord* rec = snap->Find(n.name);
+        const ClassVerdict* v = rec == nullptr ? nullptr : verdict_of(*rec);
+        scores.push_back({n.name, v != nullptr && v->passes() ? framework::ToExtenderScore(v->score100) : 0});
+      }
+      WriteHostPriorityList(resp.body, scores);
+      if (server::LogEnabled(LogLevel::kDebug)) {
+        server::Log(LogLevel::kDebug, {"prioritize", pod, ""},
+                    "scored " + std::to_string(nodes.size()) + " nodes in " + std::to_string(local.size()) +
+                        " classes");
+      }
+      return;
+    }
+
+    std::vector<NodeRef> passed;
+    std::vector<NodeFailure> failed, unresolvable;
+    passed.reserve(nodes.size());
+    std::string error;
+    for (const NodeRef& n : nodes) {
+      const state::NodeRecord* rec = snap->Find(n.name);
+      if (rec == nullptr) {
+        unresolvable.push_back({n.name, kUnknownNode});
+        unknown_node_rejections->Inc();
+        continue;
+      }
+      const ClassVerdict* v = verdict_of(*rec);
+      if (v->passes()) {
+        passed.push_back(n);
+        continue;
+      }
+      if (v->rejections != nullptr) v->rejections->Inc();
+      switch (v->code) {
+        case Code::kUnschedulableAndUnresolvable: unresolvable.push_back({n.name, v->message}); break;
+        case Code::kError: error = v->message; [[fallthrough]];
+        default: failed.push_back({n.name, v->message}); break;
+      }
+    }
+    if (!error.empty()) {
+      // kube-scheduler's contract: a plugin error fails the whole call (the pod is retried).
+      server::Log(LogLevel::kError, {"filter", pod, ""}, error);
+      WriteFilterResult(resp.body, nodes_mode, {}, {}, {}, error);
+      return;
+    }
+    WriteFilterResult(resp.body, nodes_mode, passed, failed, unresolvable, "");
+    if (server::LogEnabled(LogLevel::kDebug)) {
+      server::Log(LogLevel::kDebug, {"filter", pod, ""},
+                  std::to_string(passed.size()) + " of " + std::to_string(nodes.size()) + " nodes fit (" +
+                      std::to_string(local.size()) + " node classes evaluated)");
+    }
+  }
+
+  // ---- bind (kube-scheduler bind and Volcano allocate) ----
+
+  struct BindOutcome {
+    std::string error;  // empty = bound
+    std::string outcome;  // metric label
+  };
+
+  BindOutcome Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb) {
+    const std::string pod = PodLabel(entry->pod_namespace, entry->pod_name, entry->uid);
+    bool confirmed = false;
+    auto decide = [&](const state::NodeRecord& record) -> Result<state::PodAllocation> {
+      state::PodAllocation a;
+      a.uid = entry->uid;
+      a.pod_namespace = entry->pod_namespace;
+      a.pod_name = entry->pod_name;
+      a.node = record.name;
+      a.topology_generation = record.topology_generation;
+      if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
+      if (auto v = entry->FindVerdict(record.class_key); v && v->passes()) confirmed = true;
+      // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.
+      const framework::NodeInfo info = NodeInfoOf(record);
+      framework::CycleState cycle = framework.NewCycle(entry->request);
+      const framework::FilterResult filtered = framework.RunFilter(cycle, info);
+      if (!filtered.ok()) return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString());
+      const PlacementOutcome& outcome = cycle.Outcome(info);
+      if (!outcome.ok()) return Error("unfit: " + outcome.detail);
+      const Placement placement = *outcome.placement;
+      framework::NodeInfo scratch = info;
+      const framework::PluginStatus reserved = framework.RunReserve(cycle, scratch);
+      if (!reserved.ok()) return Error("unfit: reserve on " + record.name + " refused: " + reserved.ToString());
+      a.delta = framework::DeltaOf(*record.topology, entry->request, placement);
+      a.worst_class = placement.worst_class;
+      return a;
+    };
+    Result<state::BindResult> bound = store.Bind(node, entry->uid, decide);
+    if (!bound.ok()) {
+      const std::string& msg = bound.error().message();
+      std::string outcome = "error";
+      if (msg.starts_with(state::kConflictTag)) outcome = "conflict";
+      else if (msg.starts_with("unfit: ")) outcome = "unfit";
+      server::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
+      return {msg, outcome};
+    }
+    pods.Erase(entry->uid);  // the reservation is consumed
+    if (bound->kind == state::BindKind::kAlreadyBound) {
+      server::Log(LogLevel::kInfo, {verb, pod, node}, "already bound here (retried bind): nothing to do");
+      return {"", "already_bound"};
+    }
+    if (entry->interested) {
+      reservations.With({confirmed ? "confirmed" : "changed"}).Inc();
+      placements.With({ToString(bound->allocation.worst_class)}).Inc();
+    }
+    if (server::LogEnabled(LogLevel::kInfo)) {
+      const framework::AllocationDelta& d = bound->allocation.delta;
+      std::string what = "bound: gpus [";
+      const auto& gpus = d.exclusive_gpus;
+      std::vector<int> shared;
+      for (const auto& s : d.shares) shared.push_back(s.first);
+      const std::vector<int>& list = gpus.empty() ? shared : gpus;
+      for (std::size_t i = 0; i < list.size(); ++i) what += (i ? "," : "") + std::to_string(list[i]);
+      what += "] nics [";
+      for (std::size_t i = 0; i < d.nics.size(); ++i) what += (i ? "," : "") + std::to_string(d.nics[i]);
+      what += "]";
+      if (entry->interested) what += " worst " + std::string(ToString(bound->allocation.worst_class));
+      server::Log(LogLevel::kInfo, {verb, pod, node}, what);
+    }
+    return {"", "bound"};
+  }
+
+  void Bind(std::string_view body, HttpResponse& resp) {
+    Result<BindingArgs> args = Reader().ReadBindingArgs(body);
+    if (!args.ok()) return BadRequest(resp, Verb::kBind, args.error());
+    const BindingArgs& b = *args;
+    std::shared_ptr<PodEntry> entry = pods.Find(b.pod_uid, "", clock());
+    if (!entry) {
+      // A retried bind of a pod bound before (the reply was lost) must still succeed.
+      if (auto existing = store.FindPod(b.pod_uid)) {
+        if (existing->node == b.node) {
+          binds.With({"already_bound"}).Inc();
+          WriteBindingResult(resp.body, "");
+          return;
+        }
+        binds.With({"conflict"}).Inc();
+        WriteBindingResult(resp.body, std::string(state::kConflictTag) + "pod " + std::string(b.pod_uid) +
+                                          " is already bound to node " + existing->node);
+        return;
+      }
+      reservations.With({"missing"}).Inc();
+      binds.With({"no_reservation"}).Inc();
+      const std::string msg = "no filter result cached for pod " + std::string(b.pod_namespace) + "/" +
+                              std::string(b.pod_name) + " (uid " + std::string(b.pod_uid) +
+                              "): it expired or the extender restarted; the scheduler will retry the pod";
+      server::Log(LogLevel::kWarn, {"bind", PodLabel(b.pod_namespace, b.pod_name, b.pod_uid), b.node}, msg);
+      WriteBindingResult(resp.body, msg);
+      return;
+    }
+    const BindOutcome out = Commit(entry, b.node, "bind");
+    binds.With({out.outcome}).Inc();
+    WriteBindingResult(resp.body, out.error);
+  }
+
+  // ---- kube-scheduler preempt ----
+
+  void Preempt(std::string_view body, HttpResponse& resp) {
+    Result<PreemptionArgsView> args = Reader().ReadPreemptionArgs(body);
+    if (!args.ok()) return BadRequest(resp, Verb::kPreempt, args.error());
+    Result<std::shared_ptr<PodEntry>> entry = EntryFor(args->pod);
+    if (!entry.ok()) return BadRequest(resp, Verb::kPreempt, entry.error());
+    const PodEntry& e = **entry;
+    const auto snap = store.snapshot();
+    std::vector<NodeVictimsOut> keep;
+    keep.reserve(args->nodes.size());
+    for (const NodeVictimsView& nv : args->nodes) {
+      if (nv.uids.empty()) continue;  // kube-scheduler rejects nodes without victims
+      if (!e.interested) {
+        keep.push_back({nv.node, nv.uids, nv.num_pdb_violations});
+        continue;
+      }
+      const state::NodeRecord* rec = snap->Find(nv.node);
+      if (rec == nullptr) continue;
+      // The node as it would be without the victims' devices.
+      framework::NodeInfo info = NodeInfoOf(*rec);
+      for (std::string_view uid : nv.uids) {
+        std::optional<state::PodAllocation> victim = store.FindPod(uid);
+        if (!victim || victim->node != rec->name) continue;
+        framework::RevertDelta(victim->delta, framework::ShapeOf(info.allocated), info.allocated);
+      }
+      framework::CycleState cycle = framework.NewCycle(e.request);
+      if (framework.RunFilter(cycle, info).ok()) keep.push_back({nv.node, nv.uids, nv.num_pdb_violations});
+    }
+    WritePreemptionResult(resp.body, keep);
+  }
+
+  // ---- Volcano ----
+
+  void VolcanoPredicate(std::string_view body, HttpResponse& resp) {
+    Result<VolcanoPredicateArgs> args = Reader().ReadVolcanoPredicate(body);
+    if (!args.ok()) return BadRequest(resp, Verb::kVPredicate, args.error());
+    Result<std::shared_ptr<PodEntry>> entry = EntryFor(args->task);
+    if (!entry.ok()) {
+      WriteVolcanoPredicateResult(resp.body, entry.error().message(), kVolcanoError);
+      return;
+    }
+    PodEntry& e = **entry;
+    if (!e.interested) {
+      WriteVolcanoPredicateResult(resp.body, "", 0);
+      return;
+    }
+    const auto snap = store.snapshot();
+    const state::NodeRecord* rec = snap->Find(args->node_name);
+    if (rec == nullptr) {
+      unknown_node_rejections->Inc();
+      WriteVolcanoPredicateResult(resp.body, kUnknownNode, kVolcanoUnresolvable);
+      return;
+    }
+    std::optional<framework::CycleState> cycle;
+    const auto v = Evaluate(e, cycle, *rec);
+    if (v->passes()) {
+      WriteVolcanoPredicateResult(resp.body, "", 0);
+      return;
+    }
+    if (v->rejections != nullptr) v->rejections->Inc();
+    const int code = v->code == Code::kUnschedulableAndUnresolvable ? kVolcanoUnresolvable
+                     : v->code == Code::kError                      ? kVolcanoError
+                                                                    : kVolcanoUnschedulable;
+    WriteVolcanoPredicateResult(resp.body, v->message, code);
+  }
+
+  void VolcanoPrioritize(std::string_view body, HttpResponse& resp) {
+    Result<VolcanoPrioritizeArgs> args = Reader().ReadVolcanoPrioritize(body);
+    if (!args.ok()) return BadRequest(resp, Verb::kVPrioritize, args.error());
+    Result<std::shared_ptr<PodEntry>> entry = EntryFor(args->task);
+    std::vector<VolcanoNodeScore> scores;
+    scores.reserve(args->node_names.size());
+    if (!entry.ok()) {
+      // An error here leaves the task without a node this pass (Volcano's PrioritizeNodes):
+      // score every node 0 instead and say why in the log.
+      server::Log(LogLevel::kWarn, {"volcano/prioritize", args->task.uid, ""}, entry.error().message());
+      for (std::string_view n : args->node_names) scores.push_back({n, 0});
+      WriteVolcanoPrioritizeResult(resp.body, scores, "");
+      return;
+    }
+    PodEntry& e = **entry;
+    const auto snap = store.snapshot();
+    std::optional<framework::CycleState> cycle;
+    for (std::string_view n : args->node_names) {
+      double score = 0;
+      if (e.interested) {
+        if (const state::NodeRecord* rec = snap->Find(n)) {
+          const auto v = Evaluate(e, cycle, *rec);
+          if (v->passes()) score = v->score100 * options.volcano_score_weight;
+        }
+      }
+      scores.push_back({n, score});
+    }
+    WriteVolcanoPrioritizeResult(resp.body, scores, "");
+  }
+
+  void VolcanoAllocate(std::string_view body, HttpResponse& resp) {
+    Result<VolcanoEventArgs> args = Reader().ReadVolcanoEvent(body);
+    if (!args.ok()) return BadRequest(resp, Verb::kVAllocate, args.error());
+    const VolcanoTaskView& task = args->task;
+    if (task.node_name.empty()) {
+      WriteVolcanoEventResult(resp.body, "task " + std::string(task.uid) + " has no NodeName to allocate on");
+      return;
+    }
+    Result<std::shared_ptr<PodEntry>> entry = EntryFor(task);
+    if (!entry.ok()) {
+      binds.With({"error"}).Inc();
+      WriteVolcanoEventResult(resp.body, entry.error().message());
+      return;
+    }
+    const BindOutcome out = Commit(*entry, task.node_name, "volcano/allocate");
+    binds.With({out.outcome}).Inc();
+    WriteVolcanoEventResult(resp.body, out.error);
+  }
+
+  void VolcanoDeallocate(std::string_view body, HttpResponse& resp) {
+    Result<VolcanoEventArgs> args = Reader().ReadVolcanoEvent(body);
+    if (!args.ok()) return BadRequest(resp, Verb::kVDeallocate, args.error());
+    Result<std::optional<state::PodAllocation>> released = store.Release(args->task.uid);
+    if (!released.ok()) {
+      WriteVolcanoEventResult(resp.body, released.error().message());
+      return;
+    }
+    if (released->has_value()) {
+      server::Log(LogLevel::kInfo, {"volcano/deallocate", args->task.uid, (*released)->node}, "released");
+    }
+    WriteVolcanoEventResult(resp.body, "");
+  }
+
+  void VolcanoEvict(std::string_view body, HttpResponse& resp, Verb verb) {
+    Result<VolcanoEvictArgs> args = Reader().ReadVolcanoEvict(body);
+    if (!args.ok()) return BadRequest(resp, verb, args.error());
+    Result<std::shared_ptr<PodEntry>> entry = EntryFor(args->evictor);
+    if (!entry.ok() || !(*entry)->interested) {
+      // Not a device request (or unreadable): no opinion on whom to evict.
+      WriteVolcanoEvictResult(resp.body, kVoteAbstain, {});
+      return;
+    }
+    // Evicting a pod helps a device request only if it holds devices toposched tracks.
+    std::vector<std::string_view> victims;
+    for (const VolcanoTaskView& t : args->evictees) {
+      const std::optional<state::PodAllocation> held = store.FindPod(t.uid);
+      if (!held) continue;
+      const framework::AllocationDelta& d = held->delta;
+      if (!d.exclusive_gpus.empty() || !d.shares.empty() || !d.nics.empty()) victims.push_back(t.raw);
+    }
+    WriteVolcanoEvictResult(resp.body, victims.empty() ? kVoteAbstain : kVotePermit, victims);
+  }
+
+  void VolcanoSession(std::string_view body, HttpResponse& resp, bool open) {
+    if (open) {
+      Result<VolcanoSessionArgs> args = Reader().ReadVolcanoSession(body);
+      if (!args.ok()) return BadRequest(resp, Verb::kVSessionOpen, args.error());
+      if (server::LogEnabled(LogLevel::kDebug)) {
+        server::Log(LogLevel::kDebug, {"volcano/onSessionOpen", "", ""},
+                    "session: " + std::to_string(args->jobs) + " jobs, " + std::to_string(args->nodes) +
+                        " nodes, " + std::to_string(args->queues) + " queues");
+      }
+    }
+    resp.body = "{}";
+  }
+
+  static constexpr std::string_view kUnknownNode =
+      "toposched has no NodeTopology for this node (is the agent running there?)";
+
+  const framework::Framework& framework;
+  state::ClusterStore& store;
+  server::Registry& registry;
+  const ExtenderOptions options;
+  const Clock clock;
+  PodCache pods;
+  server::Family<server::Counter>& requests;
+  server::Family<server::Histogram>& latency;
+  server::Family<server::Counter>& rejections;
+  server::Family<server::Counter>& placements;
+  server::Family<server::Counter>& reservations;
+  server::Family<server::Counter>& binds;
+  server::Family<server::Gauge>& state_nodes;
+  server::Family<server::Gauge>& state_pods;
+  server::Family<server::Gauge>& cached_pods_gauge;
+  server::Family<server::Gauge>& state_synced;
+  server::Histogram* verb_latency[kVerbCount] = {};
+  server::Counter* ok_requests[kVerbCount] = {};
+  server::Counter* unknown_node_rejections = &rejections.With({"UnknownNode"});
+  std::function<void()> scrape_hook;
+};
+
+ExtenderService::ExtenderService(const framework::Framework& framework, state::ClusterStore& store,
+                                 server::Registry& metrics, ExtenderOptions options, Clock clock)
+    : impl_(std::make_unique<Impl>(framework, store, metrics, std::move(options), std::move(clock))) {}
+
+ExtenderService::~ExtenderService() = default;
+
+void ExtenderService::Handle(const server::HttpRequest& request, server::HttpResponse& response) {
+  impl_->Handle(request, response);
+}
+
+std::size_t ExtenderService::BodyLimit(std::string_view target) const {
+  const std::optional<Verb> verb = impl_->Route(Impl::PathOf(target));
+  if (verb == Verb::kVSessionOpen) return impl_->options.max_session_body_bytes;
+  return impl_->options.max_body_bytes;
+}
+
+void ExtenderService::SetScrapeHook(std::function<void()> hook) { impl_->scrape_hook = std::move(hook); }
+
+std::size_t ExtenderService::cached_pods() const { return impl_->pods.size(); }
+
+}  // namespace toposched::extender

@@ -1,0 +1,492 @@
+// The extender end to end on the wire: the real HTTP server on port 0, the service with the
+// built-in plugins, an in-memory cluster store built from synthetic machines, and request
+// bodies shaped as kube-scheduler and Volcano marshal them (tests/testing/k8s_payloads.h).
+
+#include "toposched/extender/service.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plugins/registry.h"
+#include "testing/http_client.h"
+#include "testing/k8s_payloads.h"
+#include "toposched/framework/allocation.h"
+#include "toposched/server/http_server.h"
+#include "toposched/server/logging.h"
+#include "toposched/server/metrics.h"
+#include "toposched/state/cluster_state.h"
+#include "toposched/topology/synthetic.h"
+
+namespace toposched::extender {
+namespace {
+
+using json = nlohmann::json;
+using testing::ExtenderArgs;
+using testing::HttpClient;
+using testing::MakePod;
+using testing::PodSpec;
+
+std::shared_ptr<const NodeTopology> Preset(const std::string& name) {
+  Result<SyntheticSpec> spec = SyntheticPreset(name);
+  EXPECT_TRUE(spec.ok()) << name;
+  Result<NodeTopology> t = GenerateSynthetic(*spec);
+  EXPECT_TRUE(t.ok());
+  return std::make_shared<const NodeTopology>(std::move(t).value());
+}
+
+using Nodes = std::vector<std::pair<std::string, std::string>>;
+
+// A cluster, the framework, the service and the server, torn down in reverse order.
+class Harness {
+ public:
+  explicit Harness(const std::vector<std::pair<std::string, std::string>>& nodes, ExtenderOptions options = {},
+                   state::Persistence* persistence = nullptr)
+      : registry_(plugins::BuiltinRegistry()),
+        framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry_).value()),
+        store_(persistence) {
+    server::ConfigureLogging(server::LogFormat::kText, server::LogLevel::kError);
+    std::map<std::string, std::shared_ptr<const NodeTopology>> presets;
+    for (const auto& [name, preset] : nodes) {
+      auto& t = presets[preset];
+      if (!t) t = Preset(preset);
+      EXPECT_TRUE(store_.UpsertNode({name, t, {}, true}).ok());
+    }
+    store_.SetSynced(true);
+    service_ = std::make_unique<ExtenderService>(framework_, store_, metrics_, std::move(options));
+    server::ServerOptions so;
+    so.address = "127.0.0.1";
+    so.port = 0;
+    so.threads = 4;
+    so.body_limit = [this](std::string_view target) { return service_->BodyLimit(target); };
+    server_ = server::HttpServer::Start(so, [this](const server::HttpRequest& rq, server::HttpResponse& rs) {
+                service_->Handle(rq, rs);
+              }).value();
+  }
+  ~Harness() {
+    server_->Shutdown(std::chrono::milliseconds(1000));
+    server_->Wait();
+  }
+
+  std::uint16_t port() const { return server_->port(); }
+  state::ClusterStore& store() { return store_; }
+  ExtenderService& service() { return *service_; }
+
+ private:
+  framework::Registry registry_;
+  framework::Framework framework_;
+  state::ClusterStore store_;
+  server::Registry metrics_;
+  std::unique_ptr<ExtenderService> service_;
+  std::unique_ptr<server::HttpServer> server_;
+};
+
+json PostJson(HttpClient& c, const std::string& path, const std::string& body, int want_status = 200) {
+  auto r = c.Post(path, body);
+  EXPECT_TRUE(r.has_value()) << path;
+  if (!r) return json();
+  EXPECT_EQ(r->status, want_status) << path << ": " << r->body;
+  EXPECT_EQ(r->content_type, "application/json") << path;
+  return json::parse(r->body);
+}
+
+int GpusHeld(const state::ClusterStore& store, const std::string& node) {
+  const state::NodeRecord* rec = store.snapshot()->Find(node);
+  int n = 0;
+  for (std::size_t i = 0; i < rec->allocated.gpu_exclusive.size(); ++i) n += rec->allocated.gpu_exclusive[i] ? 1 : 0;
+  return n;
+}
+
+const PodSpec kTraining8{.name = "train", .uid = "uid-train", .gpus = 8, .rdma = 8};
+
+TEST(ExtenderFilter, NodeNamesModeSortsNodesIntoPassedFailedAndUnresolvable) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}, {"pcie-c", "pcie-4gpu"}});
+  HttpClient c(h.port());
+  // Fill hgx-b first so that it cannot take 8 more GPUs.
+  const PodSpec first{.name = "first", .uid = "uid-first", .gpus = 2, .rdma = 0};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(first), {"hgx-b"}));
+  ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(first, "hgx-b"))["Error"], "");
+
+  const json r = PostJson(c, "/scheduler/filter",
+                          ExtenderArgs(MakePod(kTraining8), {"hgx-a", "hgx-b", "pcie-c", "ghost"}));
+  EXPECT_EQ(r["NodeNames"], json({"hgx-a"}));
+  EXPECT_TRUE(r["Nodes"].is_null());
+  EXPECT_EQ(r["Error"], "");
+  ASSERT_TRUE(r["FailedNodes"].contains("hgx-b")) << r.dump();
+  EXPECT_NE(r["FailedNodes"]["hgx-b"].get<std::string>().find("Unschedulable"), std::string::npos);
+  // A 4-GPU machine never holds 8 GPUs, an unknown node has no topology: preemption can't help.
+  EXPECT_TRUE(r["FailedAndUnresolvableNodes"].contains("pcie-c")) << r.dump();
+  EXPECT_TRUE(r["FailedAndUnresolvableNodes"].contains("ghost")) << r.dump();
+  EXPECT_EQ(r["FailedNodes"].size() + r["FailedAndUnresolvableNodes"].size() + r["NodeNames"].size(), 4u);
+}
+
+TEST(ExtenderFilter, NodesModeEchoesTheFullNodeObjectsThatPass) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"pcie-c", "pcie-4gpu"}});
+  HttpClient c(h.port());
+  const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"hgx-a", "pcie-c"}, false));
+  EXPECT_TRUE(r["NodeNames"].is_null());
+  ASSERT_EQ(r["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(r["Nodes"]["items"][0], testing::MakeNode("hgx-a"));  // echoed whole
+  EXPECT_TRUE(r["FailedAndUnresolvableNodes"].contains("pcie-c"));
+}
+
+TEST(ExtenderFilter, PodsWithoutDevicesPassEveryNodeUntouched) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec web{.name = "web", .uid = "uid-web"};
+  const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(web), {"hgx-a", "not-ours"}));
+  EXPECT_EQ(r["NodeNames"], json({"hgx-a", "not-ours"}));
+  EXPECT_TRUE(r["FailedNodes"].empty());
+}
+
+TEST(ExtenderFilter, EmptyAndNullNodeListsAnswerEmpty) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {}));
+  EXPECT_EQ(r["NodeNames"], json::array());
+  r = PostJson(c, "/scheduler/filter", json{{"Pod", MakePod(kTraining8)}, {"Nodes", nullptr}, {"NodeNames", nullptr}}.dump());
+  EXPECT_EQ(r["Error"], "");
+  EXPECT_TRUE(r["FailedNodes"].empty());
+}
+
+TEST(ExtenderFilter, AHardAlignmentBoundRejectsNodesThatCannotMeetIt) {
+  // cloud-vm-8gpu hides the PCIe tree (every GPU-NIC pair is PHB or worse): a PIX bound fails
+  // there and only there.
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"vm-b", "cloud-vm-8gpu"}});
+  HttpClient c(h.port());
+  PodSpec p{.name = "aligned", .uid = "uid-aligned", .gpus = 2, .rdma = 2};
+  p.annotations["toposched.io/gpu-nic-alignment"] = "PIX";
+  const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {"hgx-a", "vm-b"}));
+  EXPECT_EQ(r["NodeNames"], json({"hgx-a"})) << r.dump();
+  EXPECT_EQ(r["FailedNodes"].size() + r["FailedAndUnresolvableNodes"].size(), 1u);
+}
+
+TEST(ExtenderFilter, FiveThousandNodesInOneCall) {
+  std::vector<std::pair<std::string, std::string>> nodes;
+  std::vector<std::string> names;
+  for (int i = 0; i < 5000; ++i) {
+    names.push_back("gpu-node-" + std::to_string(i));
+    nodes.emplace_back(names.back(), i % 10 == 0 ? "pcie-4gpu" : "hgx-h100-8gpu");
+  }
+  Harness h(nodes);
+  HttpClient c(h.port());
+  const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), names));
+  EXPECT_EQ(r["NodeNames"].size(), 4500u);
+  EXPECT_EQ(r["FailedAndUnresolvableNodes"].size(), 500u);
+  const json p = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(kTraining8), names));
+  ASSERT_TRUE(p.is_array());
+  EXPECT_EQ(p.size(), 5000u);
+}
+
+TEST(ExtenderPrioritize, BareArrayOfHostScoresZeroToTenBetterAlignmentFirst) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"vm-b", "cloud-vm-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec p{.name = "p", .uid = "uid-p", .gpus = 2, .rdma = 2};
+  const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p), {"hgx-a", "vm-b", "ghost"}));
+  ASSERT_TRUE(r.is_array());
+  ASSERT_EQ(r.size(), 3u);
+  std::map<std::string, int> score;
+  for (const json& hp : r) {
+    ASSERT_EQ(hp.size(), 2u);
+    score[hp["Host"]] = hp["Score"];
+  }
+  for (const auto& [host, s] : score) {
+    EXPECT_GE(s, 0) << host;
+    EXPECT_LE(s, 10) << host;
+  }
+  EXPECT_GT(score["hgx-a"], score["vm-b"]);
+  EXPECT_EQ(score["ghost"], 0);
+}
+
+TEST(ExtenderBind, BindsAfterFilterIsIdempotentAndRefusesAnotherNode) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec p{.name = "p4", .uid = "uid-p4", .gpus = 4, .rdma = 4};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {"hgx-a", "hgx-b"}));
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"], "");
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 4);
+  const std::optional<state::PodAllocation> held = h.store().FindPod("uid-p4");
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->node, "hgx-a");
+  EXPECT_EQ(held->delta.nics.size(), 4u);
+  EXPECT_EQ(held->worst_class, LinkClass::kPIX);  // HGX: each GPU shares a switch with a NIC
+  // A retried bind (the reply was lost) succeeds without taking more devices.
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"], "");
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 4);
+  const std::string other = PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-b"))["Error"];
+  EXPECT_NE(other.find("already bound to node hgx-a"), std::string::npos) << other;
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-b"), 0);
+}
+
+TEST(ExtenderBind, WithoutAFilterResultTheBindFailsInBandAndChangesNothing) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec p{.name = "late", .uid = "uid-late", .gpus = 1};
+  const std::string err = PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"];
+  EXPECT_NE(err.find("no filter result cached"), std::string::npos) << err;
+  EXPECT_EQ(h.store().pod_count(), 0u);
+}
+
+TEST(ExtenderBind, ReservationsExpireAfterTheirTtl) {
+  ExtenderOptions o;
+  o.reservation_ttl = std::chrono::milliseconds(1);
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}}, o);
+  HttpClient c(h.port());
+  const PodSpec p{.name = "slow", .uid = "uid-slow", .gpus = 1};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {"hgx-a"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string err = PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"];
+  EXPECT_NE(err.find("no filter result cached"), std::string::npos) << err;
+}
+
+TEST(ExtenderBind, ANodeThatFilledUpSinceFilterIsRefusedAtBind) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec a{.name = "a", .uid = "uid-a", .gpus = 6};
+  const PodSpec b{.name = "b", .uid = "uid-b", .gpus = 6};
+  // Both pass filter on the empty node; only the first bind can succeed.
+  EXPECT_EQ(PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(a), {"hgx-a"}))["NodeNames"].size(), 1u);
+  EXPECT_EQ(PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(b), {"hgx-a"}))["NodeNames"].size(), 1u);
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(a, "hgx-a"))["Error"], "");
+  const std::string err = PostJson(c, "/scheduler/bind", testing::BindingArgs(b, "hgx-a"))["Error"];
+  EXPECT_NE(err.find("no longer fits"), std::string::npos) << err;
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 6);
+}
+
+TEST(ExtenderPreempt, KeepsNodesWhereTheVictimsFreeEnoughDevices) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  // hgx-a: one 8-GPU pod; hgx-b: two 4-GPU pods.
+  const PodSpec big{.name = "big", .uid = "uid-big", .gpus = 8};
+  const PodSpec s1{.name = "s1", .uid = "uid-s1", .gpus = 4};
+  const PodSpec s2{.name = "s2", .uid = "uid-s2", .gpus = 4};
+  for (const auto& [p, n] : std::vector<std::pair<PodSpec, std::string>>{{big, "hgx-a"}, {s1, "hgx-b"}, {s2, "hgx-b"}}) {
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {n}));
+    ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, n))["Error"], "");
+  }
+  const PodSpec want{.name = "want", .uid = "uid-want", .gpus = 8};
+  const json args = {
+      {"Pod", MakePod(want)},
+      {"NodeNameToVictims", nullptr},
+      {"NodeNameToMetaVictims",
+       {{"hgx-a", {{"Pods", {{{"UID", "uid-big"}}}}, {"NumPDBViolations", 0}}},
+        // Evicting only one 4-GPU pod leaves 4: not enough for 8.
+        {"hgx-b", {{"Pods", {{{"UID", "uid-s1"}}}}, {"NumPDBViolations", 1}}}}}};
+  const json r = PostJson(c, "/scheduler/preempt", args.dump());
+  ASSERT_TRUE(r["NodeNameToMetaVictims"].contains("hgx-a")) << r.dump();
+  EXPECT_EQ(r["NodeNameToMetaVictims"]["hgx-a"]["Pods"], json({{{"UID", "uid-big"}}}));
+  EXPECT_FALSE(r["NodeNameToMetaVictims"].contains("hgx-b")) << r.dump();
+}
+
+TEST(ExtenderVolcano, PredicatePrioritizeAllocateDeallocate) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"pcie-c", "pcie-4gpu"}});
+  HttpClient c(h.port());
+  const PodSpec p{.name = "v", .uid = "uid-v", .gpus = 8, .rdma = 8};
+  json r = PostJson(c, "/volcano/predicate",
+                    json{{"task", testing::MakeTask(p)}, {"node", testing::MakeVolcanoNode("hgx-a")}}.dump());
+  EXPECT_EQ(r, json({{"status", ""}, {"code", 0}}));
+  r = PostJson(c, "/volcano/predicate",
+               json{{"task", testing::MakeTask(p)}, {"node", testing::MakeVolcanoNode("pcie-c")}}.dump());
+  EXPECT_EQ(r["code"], 3) << r.dump();  // UnschedulableAndUnresolvable
+  EXPECT_FALSE(r["status"].get<std::string>().empty());
+
+  r = PostJson(c, "/volcano/prioritize",
+               json{{"task", testing::MakeTask(p)},
+                    {"nodes", {testing::MakeVolcanoNode("hgx-a"), testing::MakeVolcanoNode("pcie-c")}}}
+                   .dump());
+  EXPECT_EQ(r["errorMessage"], "");
+  EXPECT_GT(r["nodeScore"]["hgx-a"].get<double>(), 0.0);
+  EXPECT_EQ(r["nodeScore"]["pcie-c"].get<double>(), 0.0);
+
+  r = PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump());
+  EXPECT_EQ(r, json({{"errorMessage", ""}}));
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);
+  // The node is full now: the same predicate for another task fails as Unschedulable (2).
+  const PodSpec q{.name = "q", .uid = "uid-q", .gpus = 1};
+  r = PostJson(c, "/volcano/predicate",
+               json{{"task", testing::MakeTask(q)}, {"node", testing::MakeVolcanoNode("hgx-a")}}.dump());
+  EXPECT_EQ(r["code"], 2) << r.dump();
+
+  r = PostJson(c, "/volcano/deallocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump());
+  EXPECT_EQ(r, json({{"errorMessage", ""}}));
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 0);
+}
+
+TEST(ExtenderVolcano, TasksWithoutAPodAreReadFromMilliUnitResreq) {
+  Harness h(Nodes{{"pcie-c", "pcie-4gpu"}});
+  HttpClient c(h.port());
+  json task = testing::MakeTask(PodSpec{.name = "np", .uid = "uid-np", .gpus = 8});
+  task["Pod"] = nullptr;  // 8000 milli-GPUs = 8 GPUs: more than the node has
+  const json r = PostJson(c, "/volcano/predicate", json{{"task", task}, {"node", testing::MakeVolcanoNode("pcie-c")}}.dump());
+  EXPECT_EQ(r["code"], 3) << r.dump();
+}
+
+TEST(ExtenderVolcano, PreemptableEchoesTheEvicteesHoldingDevices) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec holder{.name = "holder", .uid = "uid-holder", .gpus = 8};
+  ASSERT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(holder, "hgx-a")}}.dump())["errorMessage"], "");
+  const PodSpec cpu_only{.name = "cpu", .uid = "uid-cpu"};
+  const PodSpec evictor{.name = "hi", .uid = "uid-hi", .gpus = 4};
+  const json evictees = {testing::MakeTask(holder, "hgx-a"), testing::MakeTask(cpu_only, "hgx-a")};
+  json r = PostJson(c, "/volcano/preemptable", json{{"evictor", testing::MakeTask(evictor)}, {"evictees", evictees}}.dump());
+  EXPECT_EQ(r["status"], 1);
+  ASSERT_EQ(r["victims"].size(), 1u);
+  EXPECT_EQ(r["victims"][0], evictees[0]);  // the whole TaskInfo, echoed
+  r = PostJson(c, "/volcano/reclaimable", json{{"evictor", testing::MakeTask(cpu_only)}, {"evictees", evictees}}.dump());
+  EXPECT_EQ(r["status"], 0);  // not a device request: abstain
+  EXPECT_TRUE(r["victims"].empty());
+}
+
+TEST(ExtenderVolcano, SessionOpenAndCloseAnswerEmptyObjects) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const json open = {{"Jobs", json::object()},
+                     {"Nodes", {{"hgx-a", testing::MakeVolcanoNode("hgx-a")}}},
+                     {"Queues", json::object()},
+                     {"NamespaceInfo", json::object()},
+                     {"RevocableNodes", json::object()},
+                     {"NodeList", nullptr}};
+  EXPECT_EQ(PostJson(c, "/volcano/onSessionOpen", open.dump()), json::object());
+  EXPECT_EQ(PostJson(c, "/volcano/onSessionClose", "{}"), json::object());
+}
+
+TEST(ExtenderWire, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  struct Case {
+    std::string name, path, body, want;
+  } cases[] = {
+      {"not json", "/scheduler/filter", "{\"Pod\": ", "not JSON"},
+      {"wrong type", "/scheduler/filter", json{{"Pod", MakePod(kTraining8)}, {"NodeNames", {"a", 7}}}.dump(), "NodeNames[1]"},
+      {"missing pod", "/scheduler/filter", json{{"NodeNames", {"a"}}}.dump(), "Pod"},
+      {"bind missing uid", "/scheduler/bind", json{{"PodName", "x"}, {"PodNamespace", "d"}, {"Node", "n"}}.dump(), "PodUID"},
+      {"array at top", "/scheduler/prioritize", "[1,2]", ""},
+      {"volcano garbage", "/volcano/predicate", "\x01\x02", ""},
+  };
+  for (const Case& tc : cases) {
+    auto r = c.Post(tc.path, tc.body);
+    ASSERT_TRUE(r.has_value()) << tc.name;
+    EXPECT_EQ(r->status, 400) << tc.name << ": " << r->body;
+    const json body = json::parse(r->body);
+    const std::string msg = body.contains("Error") ? body["Error"] : body["errorMessage"];
+    EXPECT_NE(msg.find(tc.want), std::string::npos) << tc.name << ": " << msg;
+  }
+  // Unknown fields at every level are ignored.
+  json pod = MakePod(kTraining8);
+  pod["futureField"] = {{"x", 1}};
+  pod["spec"]["newThing"] = json::array();
+  json args = json::parse(ExtenderArgs(pod, {"hgx-a"}));
+  args["SomethingNew"] = "value";
+  EXPECT_EQ(PostJson(c, "/scheduler/filter", args.dump())["NodeNames"], json({"hgx-a"}));
+  // Routes and methods.
+  EXPECT_EQ(c.Post("/scheduler/nope", "{}")->status, 404);
+  auto get = c.Get("/scheduler/filter");
+  EXPECT_EQ(get->status, 405);
+  EXPECT_NE(get->headers.find("Allow: POST"), std::string::npos) << get->headers;
+  EXPECT_EQ(c.Request("POST", "/scheduler/filter", "<xml/>", "text/xml")->status, 415);
+  // Still serving.
+  EXPECT_EQ(c.Get("/healthz")->status, 200);
+}
+
+TEST(ExtenderOps, HealthReadinessAndMetrics) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"pcie-c", "pcie-4gpu"}});
+  HttpClient c(h.port());
+  EXPECT_EQ(c.Get("/healthz")->body, "ok\n");
+  EXPECT_EQ(c.Get("/readyz")->status, 200);
+  h.store().SetSynced(false);
+  EXPECT_EQ(c.Get("/readyz")->status, 503);
+  h.store().SetSynced(true);
+
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"hgx-a", "pcie-c"}));
+  PostJson(c, "/scheduler/bind", testing::BindingArgs(kTraining8, "hgx-a"));
+  auto m = c.Get("/metrics");
+  ASSERT_EQ(m->status, 200);
+  EXPECT_EQ(m->content_type.rfind("text/plain; version=0.0.4", 0), 0u) << m->content_type;
+  const std::string& t = m->body;
+  for (const char* want : {"toposched_requests_total{verb=\"filter\",code=\"200\"} 1",
+                           "toposched_requests_total{verb=\"bind\",code=\"200\"} 1",
+                           "toposched_request_duration_seconds_count{verb=\"filter\"} 1",
+                           "toposched_placements_total{worst_class=\"PIX\"} 1",
+                           "toposched_binds_total{outcome=\"bound\"} 1",
+                           "toposched_reservations_total{outcome=\"confirmed\"} 1",
+                           "toposched_state_nodes 2", "toposched_state_pods 1"}) {
+    EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
+  }
+  EXPECT_NE(t.find("toposched_filter_rejections_total{reason=\"DeviceFit/UnschedulableAndUnresolvable\"} 1"),
+            std::string::npos)
+      << t;
+}
+
+// Many clients filter and bind at once against a small cluster; the store must never hold a
+// device twice, and every acknowledged bind must be in it.
+TEST(ExtenderConcurrency, ConcurrentBindsNeverOversubscribe) {
+  Harness h(Nodes{{"n1", "hgx-h100-8gpu"}, {"n2", "hgx-h100-8gpu"}, {"n3", "inference-4gpu"}});
+  const std::vector<std::string> names = {"n1", "n2", "n3"};
+  constexpr int kThreads = 8, kPodsPerThread = 150;
+  std::atomic<int> acked{0};
+  std::mutex mu;
+  std::map<std::string, std::string> acked_pods;  // uid -> node
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      HttpClient c(h.port());
+      std::mt19937 rng(t);
+      for (int i = 0; i < kPodsPerThread; ++i) {
+        PodSpec p{.name = "p" + std::to_string(t) + "-" + std::to_string(i),
+                  .uid = "u" + std::to_string(t) + "-" + std::to_string(i),
+                  .gpus = 1 + static_cast<int>(rng() % 3),
+                  .rdma = static_cast<int>(rng() % 2)};
+        auto f = c.Post("/scheduler/filter", ExtenderArgs(MakePod(p), names));
+        if (!f || f->status != 200) continue;
+        const json fr = json::parse(f->body);
+        if (fr["NodeNames"].empty()) {
+          // Full: release one of this thread's earlier pods through Volcano's deallocate.
+          const std::string victim = "u" + std::to_string(t) + "-" + std::to_string(rng() % (i + 1));
+          auto d = c.Post("/volcano/deallocate", json{{"task", {{"UID", victim}}}}.dump());
+          if (d && d->status == 200) {
+            std::lock_guard lock(mu);
+            acked_pods.erase(victim);
+          }
+          continue;
+        }
+        const std::string node = fr["NodeNames"][rng() % fr["NodeNames"].size()];
+        auto b = c.Post("/scheduler/bind", testing::BindingArgs(p, node));
+        if (b && b->status == 200 && json::parse(b->body)["Error"] == "") {
+          acked.fetch_add(1);
+          std::lock_guard lock(mu);
+          acked_pods[p.uid] = node;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GT(acked.load(), 50);
+  // Every device held by at most one pod, and the store agrees with what was acknowledged.
+  const auto snap = h.store().snapshot();
+  std::map<std::pair<std::string, int>, int> gpu_holders, nic_holders;
+  std::size_t pods_in_store = 0;
+  for (const auto& rec : snap->nodes()) {
+    for (const std::string& uid : rec->pods) {
+      ++pods_in_store;
+      const std::optional<state::PodAllocation> a = h.store().FindPod(uid);
+      ASSERT_TRUE(a.has_value()) << uid;
+      EXPECT_EQ(acked_pods.count(uid), 1u) << uid << " bound but never acknowledged";
+      for (int g : a->delta.exclusive_gpus) EXPECT_EQ((++gpu_holders[{rec->name, g}]), 1) << rec->name << " GPU " << g;
+      for (int n : a->delta.nics) EXPECT_EQ((++nic_holders[{rec->name, n}]), 1) << rec->name << " NIC " << n;
+    }
+  }
+  EXPECT_EQ(pods_in_store, acked_pods.size());
+}
+
+}  // namespace
+}  // namespace toposched::extender

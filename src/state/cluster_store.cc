@@ -1,0 +1,576 @@
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <unordered_set>
+#include <utility>
+
+#include "toposched/placement/request.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::state {
+namespace {
+
+// FNV-1a 64 over a canonical byte encoding.
+class Fnv64 {
+ public:
+  void Byte(unsigned char b) {
+    hash_ ^= b;
+    hash_ *= 1099511628211ull;
+  }
+  void U64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) Byte(static_cast<unsigned char>(v >> (8 * i)));
+  }
+  void I64(std::int64_t v) { U64(static_cast<std::uint64_t>(v)); }
+  // Length-prefixed, so that ("ab", "c") and ("a", "bc") differ.
+  void String(std::string_view s) {
+    U64(s.size());
+    for (const char c : s) Byte(static_cast<unsigned char>(c));
+  }
+  std::uint64_t value() const { return hash_; }
+
+ private:
+  std::uint64_t hash_ = 14695981039346656037ull;
+};
+
+// The hash of a topology's Fingerprint() text (never 0, which means "no topology").
+std::uint64_t FingerprintOf(std::string_view fingerprint_text) {
+  Fnv64 h;
+  h.String(fingerprint_text);
+  return h.value() == 0 ? 1 : h.value();  // 0 means "no topology"
+}
+
+std::string GpuName(int g) {
+  return "GPU" + std::to_string(g);
+}
+
+// A delta's own sanity, before it touches a record: distinct devices, share amounts in range
+// (so that sums cannot overflow and a negative share cannot free capacity).
+Status CheckDelta(const framework::AllocationDelta& d, int max_shares_per_gpu) {
+  auto distinct = [](std::vector<int> v) {
+    std::sort(v.begin(), v.end());
+    return std::adjacent_find(v.begin(), v.end()) == v.end();
+  };
+  std::vector<int> gpus = d.exclusive_gpus;
+  for (const auto& [g, add] : d.shares) {
+    gpus.push_back(g);
+    if (add.shares < 1 || add.shares > max_shares_per_gpu) {
+      return Error(GpuName(g) + ": a pod's share count must be 1 to " + std::to_string(max_shares_per_gpu) +
+                   ", got " + std::to_string(add.shares));
+    }
+    // 2^40 MiB is an exbibyte; the bound keeps max_shares_per_gpu of them summable.
+    if (add.memory_mib < 0 || add.memory_mib > (std::int64_t{1} << 40)) {
+      return Error(GpuName(g) + ": share memory " + std::to_string(add.memory_mib) + " MiB out of range");
+    }
+    if (add.cores < 0 || add.cores > kFullGpuCores) {
+      return Error(GpuName(g) + ": share cores " + std::to_string(add.cores) + " out of range 0-" +
+                   std::to_string(kFullGpuCores));
+    }
+  }
+  if (!distinct(std::move(gpus))) return Error("the allocation names a GPU twice");
+  if (!distinct(d.nics)) return Error("the allocation names a NIC twice");
+  return Status::Ok();
+}
+
+// The GPUs `d` added to, checked in `after` (devices it did not touch did not change).
+Status CheckCapacity(const NodeTopology& t, const NodeAllocation& after, const framework::AllocationDelta& d,
+                     int max_shares_per_gpu) {
+  for (int g : d.exclusive_gpus) {
+    if (framework::GpuShares(after, g).shares != 0) return Error(GpuName(g) + " is held whole and shared");
+  }
+  for (const auto& [g, add] : d.shares) {
+    const GpuShareUsage u = framework::GpuShares(after, g);
+    if (framework::GpuExclusive(after, g)) return Error(GpuName(g) + " is held whole and shared");
+    if (u.shares > max_shares_per_gpu) {
+      return Error(GpuName(g) + " would carry " + std::to_string(u.shares) + " shares, over its limit of " +
+                   std::to_string(max_shares_per_gpu));
+    }
+    const std::uint64_t card = t.gpus[static_cast<std::size_t>(g)].memory_mib;
+    if (card > 0 && static_cast<std::uint64_t>(u.memory_mib) > card) {
+      return Error(GpuName(g) + " shares would use " + std::to_string(u.memory_mib) + " MiB, over its " +
+                   std::to_string(card) + " MiB");
+    }
+    if (u.cores > kFullGpuCores) {
+      return Error(GpuName(g) + " shares would use " + std::to_string(u.cores) + " cores, over " +
+                   std::to_string(kFullGpuCores));
+    }
+  }
+  return Status::Ok();
+}
+
+// `allocated` with `d` added, checked against `record`'s topology and the store's limits.
+Result<NodeAllocation> Add(const NodeRecord& record, const framework::AllocationDelta& d,
+                           int max_shares_per_gpu) {
+  if (Status s = CheckDelta(d, max_shares_per_gpu); !s.ok()) return s.error();
+  NodeAllocation after = record.allocated;
+  const bool empty = d.exclusive_gpus.empty() && d.shares.empty() && d.nics.empty();
+  if (empty) return after;
+  if (record.topology == nullptr) return Error("node " + record.name + " has published no topology");
+  if (Status s = framework::ApplyDelta(*record.topology, d, after); !s.ok()) return s.error();
+  if (Status s = CheckCapacity(*record.topology, after, d, max_shares_per_gpu); !s.ok()) return s.error();
+  return after;
+}
+
+// What no longer fits in `record` after its topology changed (empty when all fits).
+std::string MisfitsOf(const NodeRecord& record, int max_shares_per_gpu) {
+  const NodeAllocation& a = record.allocated;
+  const std::size_t gpus = record.topology ? record.topology->gpus.size() : 0;
+  const std::size_t nics = record.topology ? record.topology->nics.size() : 0;
+  std::string out;
+  auto add = [&out](const std::string& what) { out += (out.empty() ? "" : "; ") + what; };
+  for (std::size_t g = 0; g < std::max(a.gpu_exclusive.size(), a.gpu_shares.size()); ++g) {
+    const int gi = static_cast<int>(g);
+    const GpuShareUsage u = framework::GpuShares(a, gi);
+    if (framework::GpuFree(a, gi)) continue;
+    if (g >= gpus) {
+      add(GpuName(gi) + " is allocated but gone");
+      continue;
+    }
+    const std::uint64_t card = record.topology->gpus[g].memory_mib;
+    if (u.shares > max_shares_per_gpu || u.cores > kFullGpuCores ||
+        (card > 0 && static_cast<std::uint64_t>(u.memory_mib) > card)) {
+      add(GpuName(gi) + " shares exceed its capacity");
+    }
+  }
+  for (std::size_t n = 0; n < a.nic_used.size(); ++n) {
+    if (a.nic_used[n] && n >= nics) add("NIC" + std::to_string(n) + " is allocated but gone");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t ComputeClassKey(const NodeRecord& r) {
+  Fnv64 h;
+  h.U64(r.topology_fingerprint);
+  h.Byte(r.schedulable ? 1 : 0);
+  h.U64(r.labels.size());
+  for (const auto& [key, value] : r.labels) {
+    h.String(key);
+    h.String(value);
+  }
+  // Only the taken devices, by index: the same state hashes the same whatever the vectors'
+  // lengths ("nothing allocated" may be empty or all false).
+  const NodeAllocation& a = r.allocated;
+  for (std::size_t g = 0; g < std::max(a.gpu_exclusive.size(), a.gpu_shares.size()); ++g) {
+    const int gi = static_cast<int>(g);
+    if (framework::GpuExclusive(a, gi)) {
+      h.Byte('x');
+      h.U64(g);
+    }
+    const GpuShareUsage u = framework::GpuShares(a, gi);
+    if (!(u == GpuShareUsage{})) {
+      h.Byte('s');
+      h.U64(g);
+      h.I64(u.shares);
+      h.I64(u.memory_mib);
+      h.I64(u.cores);
+    }
+  }
+  for (std::size_t n = 0; n < a.nic_used.size(); ++n) {
+    if (a.nic_used[n]) {
+      h.Byte('n');
+      h.U64(n);
+    }
+  }
+  return h.value();
+}
+
+std::size_t Snapshot::Hash::operator()(std::string_view s) const noexcept {
+  return std::hash<std::string_view>{}(s);
+}
+
+const NodeRecord* Snapshot::Find(std::string_view name) const {
+  if (!index_) return nullptr;
+  const auto it = index_->find(name);
+  return it == index_->end() ? nullptr : nodes_[it->second].get();
+}
+
+struct ClusterStore::Impl {
+  using NameIndex = std::unordered_map<std::string, std::size_t, Snapshot::Hash, std::equal_to<>>;
+  template <typename V>
+  using ByName = std::unordered_map<std::string, V, Snapshot::Hash, std::equal_to<>>;
+
+  Persistence* persistence = nullptr;
+  StoreOptions options;
+
+  // Publishers serialise on publish_mu and are the only writers of `current`; readers copy it
+  // under snapshot_mu, which is held only for the pointer swap.
+  std::mutex publish_mu;
+  mutable std::mutex snapshot_mu;
+  std::shared_ptr<const Snapshot> current = std::make_shared<const Snapshot>();
+
+  // One mutex per node name ever upserted; never erased, so that two threads can never hold
+  // different mutexes for one name.
+  std::mutex locks_mu;
+  ByName<std::shared_ptr<std::mutex>> node_locks;
+
+  // The pod index, and the UIDs an operation is working on: a UID is claimed for the whole of a
+  // Bind, Release or Restore, so that one pod cannot be bound on two nodes at once (each under
+  // only its own node's lock).
+  mutable std::mutex pods_mu;
+  std::condition_variable uid_released;
+  ByName<PodAllocation> pods;
+  std::unordered_set<std::string, Snapshot::Hash, std::equal_to<>> claimed;
+
+  std::atomic<bool> synced{false};
+
+  std::shared_ptr<const Snapshot> Current() const {
+    std::lock_guard lock(snapshot_mu);
+    return current;
+  }
+
+  std::shared_ptr<std::mutex> NodeLock(std::string_view name, bool create) {
+    std::lock_guard lock(locks_mu);
+    auto it = node_locks.find(name);
+    if (it != node_locks.end()) return it->second;
+    if (!create) return nullptr;
+    return node_locks.emplace(std::string(name), std::make_shared<std::mutex>()).first->second;
+  }
+
+  // Replaces or inserts `record` (by name) in a new snapshot; removes the node when `record` is
+  // null.
+  void Publish(std::string_view name, std::shared_ptr<const NodeRecord> record) {
+    std::shared_ptr<const Snapshot> retired;  // destroyed after the locks
+    std::lock_guard publish(publish_mu);
+    const Snapshot& old = *current;
+    auto next = std::make_shared<Snapshot>();
+    next->version_ = old.version_ + 1;
+    const auto it = std::lower_bound(old.nodes_.begin(), old.nodes_.end(), name,
+                                     [](const auto& r, std::string_view n) { return r->name < n; });
+    const auto at = it - old.nodes_.begin();
+    const bool present = it != old.nodes_.end() && (*it)->name == name;
+    if (present && record) {
+      next->nodes_ = old.nodes_;
+      next->nodes_[static_cast<std::size_t>(at)] = std::move(record);
+      next->index_ = old.index_;
+    } else {
+      next->nodes_.reserve(old.nodes_.size() + 1);
+      next->nodes_.insert(next->nodes_.end(), old.nodes_.begin(), it);
+      if (record) next->nodes_.push_back(std::move(record));
+      next->nodes_.insert(next->nodes_.end(), present ? it + 1 : it, old.nodes_.end());
+      next->index_ = BuildIndex(next->nodes_);
+    }
+    std::lock_guard swap(snapshot_mu);
+    retired = std::exchange(current, std::move(next));
+  }
+
+  // Inserts or replaces `records` (sorted by name, distinct) in one new snapshot: a merge of
+  // the two sorted lists; the name index is rebuilt only when the node set grows.
+  void PublishUpserts(std::vector<std::shared_ptr<const NodeRecord>> records) {
+    std::shared_ptr<const Snapshot> retired;  // destroyed after the locks
+    std::lock_guard publish(publish_mu);
+    const Snapshot& old = *current;
+    auto next = std::make_shared<Snapshot>();
+    next->version_ = old.version_ + 1;
+    next->nodes_.reserve(old.nodes_.size() + records.size());
+    bool inserted = false;
+    auto it = old.nodes_.begin();
+    for (auto& record : records) {
+      while (it != old.nodes_.end() && (*it)->name < record->name) next->nodes_.push_back(*it++);
+      if (it != old.nodes_.end() && (*it)->name == record->name) {
+        ++it;
+      } else {
+        inserted = true;
+      }
+      next->nodes_.push_back(std::move(record));
+    }
+    next->nodes_.insert(next->nodes_.end(), it, old.nodes_.end());
+    if (inserted) {
+      next->index_ = BuildIndex(next->nodes_);
+    } else {
+      next->index_ = old.index_;
+    }
+    std::lock_guard swap(snapshot_mu);
+    retired = std::exchange(current, std::move(next));
+  }
+
+  static std::shared_ptr<const NameIndex> BuildIndex(
+      const std::vector<std::shared_ptr<const NodeRecord>>& nodes) {
+    auto index = std::make_shared<NameIndex>();
+    index->reserve(nodes.size());
+    for (std::size_t i = 0; i < nodes.size(); ++i) index->emplace(nodes[i]->name, i);
+    return index;
+  }
+
+  // Holds one UID for the scope of an operation; waits while another operation holds it.
+  class UidClaim {
+   public:
+    UidClaim(Impl& impl, std::string_view uid) : impl_(impl), uid_(uid) {
+      std::unique_lock lock(impl_.pods_mu);
+      impl_.uid_released.wait(lock, [&] { return !impl_.claimed.contains(uid_); });
+      impl_.claimed.insert(uid_);
+      const auto it = impl_.pods.find(uid_);
+      if (it != impl_.pods.end()) bound_ = it->second;
+    }
+    ~UidClaim() {
+      {
+        std::lock_guard lock(impl_.pods_mu);
+        impl_.claimed.erase(uid_);
+      }
+      impl_.uid_released.notify_all();
+    }
+    UidClaim(const UidClaim&) = delete;
+    UidClaim& operator=(const UidClaim&) = delete;
+    // The pod's allocation when the claim was taken.
+    const std::optional<PodAllocation>& bound() const { return bound_; }
+
+   private:
+    Impl& impl_;
+    std::string uid_;
+    std::optional<PodAllocation> bound_;
+  };
+
+  // The record after `allocation` is added, for publishing.
+  Result<std::shared_ptr<NodeRecord>> WithPod(const NodeRecord& record,
+                                              const PodAllocation& allocation) const {
+    auto after = Add(record, allocation.delta, options.max_shares_per_gpu);
+    if (!after.ok()) return after.error().WithContext("node " + record.name);
+    auto next = std::make_shared<NodeRecord>(record);
+    next->allocated = std::move(after).value();
+    ++next->allocation_version;
+    next->pods.insert(std::lower_bound(next->pods.begin(), next->pods.end(), allocation.uid), allocation.uid);
+    next->class_key = ComputeClassKey(*next);
+    return next;
+  }
+
+  void IndexPod(const PodAllocation& allocation) {
+    std::lock_guard lock(pods_mu);
+    pods.insert_or_assign(allocation.uid, allocation);
+  }
+};
+
+ClusterStore::ClusterStore(Persistence* persistence, StoreOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->persistence = persistence;
+  impl_->options = options;
+}
+
+ClusterStore::~ClusterStore() = default;
+
+std::shared_ptr<const Snapshot> ClusterStore::snapshot() const {
+  return impl_->Current();
+}
+
+Status ClusterStore::UpsertNode(NodeSpec spec) {
+  std::vector<NodeSpec> one;
+  one.push_back(std::move(spec));
+  return UpsertNodes(std::move(one));
+}
+
+Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
+  std::string errors;
+  auto add_error = [&errors](const std::string& e) { errors += (errors.empty() ? "" : "; ") + e; };
+  // The last spec of a name wins; empty names are refused.
+  std::map<std::string, NodeSpec, std::less<>> by_name;
+  for (NodeSpec& spec : specs) {
+    if (spec.name.empty()) {
+      add_error("node name is empty");
+      continue;
+    }
+    std::string name = spec.name;
+    by_name.insert_or_assign(std::move(name), std::move(spec));
+  }
+  // Every affected node's lock, in name order (the only place that holds more than one node
+  // lock, so the order cannot deadlock), held until the one publish: a bind in between would
+  // otherwise be overwritten by the records built here.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::shared_ptr<std::mutex>> mutexes;
+  locks.reserve(by_name.size());
+  mutexes.reserve(by_name.size());
+  for (const auto& [name, spec] : by_name) {
+    mutexes.push_back(impl_->NodeLock(name, /*create=*/true));
+    locks.emplace_back(*mutexes.back());
+  }
+  const auto snapshot = impl_->Current();
+  std::vector<std::shared_ptr<const NodeRecord>> records;
+  records.reserve(by_name.size());
+  // Sources share one topology object between nodes of one hardware type: fingerprint it once.
+  struct Prints {
+    std::uint64_t hash = 0;
+    std::string text;
+  };
+  std::unordered_map<const NodeTopology*, Prints> fingerprints;
+  auto fingerprint = [&fingerprints](const NodeTopology* t) -> const Prints& {
+    const auto [it, inserted] = fingerprints.try_emplace(t);
+    if (inserted && t != nullptr) {
+      it->second.text = t->Fingerprint();
+      it->second.hash = FingerprintOf(it->second.text);
+    }
+    return it->second;
+  };
+  for (auto& [name, spec] : by_name) {
+    const NodeRecord* old = snapshot->Find(name);
+    auto next = std::make_shared<NodeRecord>();
+    next->name = name;
+    next->labels = std::move(spec.labels);
+    next->schedulable = spec.schedulable;
+    if (old != nullptr) {
+      // A topology is immutable: the same object has the same fingerprint (computing it costs
+      // microseconds, and sources re-send unchanged nodes).
+      if (old->topology == spec.topology) {
+        next->topology_fingerprint = old->topology_fingerprint;
+        next->fingerprint = old->fingerprint;
+      } else {
+        const Prints& p = fingerprint(spec.topology.get());
+        next->topology_fingerprint = p.hash;
+        next->fingerprint = p.text;
+      }
+      next->topology_generation =
+          old->topology_generation + (next->topology_fingerprint != old->topology_fingerprint);
+      next->allocated = old->allocated;
+      next->allocation_version = old->allocation_version;
+      next->pods = old->pods;
+    } else {
+      const Prints& p = fingerprint(spec.topology.get());
+      next->topology_fingerprint = p.hash;
+      next->fingerprint = p.text;
+      next->topology_generation = 1;
+    }
+    next->topology = std::move(spec.topology);
+    next->class_key = ComputeClassKey(*next);
+    if (const std::string misfits = MisfitsOf(*next, impl_->options.max_shares_per_gpu); !misfits.empty()) {
+      add_error("node " + name + ": allocations no longer fit its new topology (kept): " + misfits);
+    }
+    records.push_back(std::move(next));
+  }
+  if (!records.empty()) impl_->PublishUpserts(std::move(records));
+  if (!errors.empty()) return Error(errors);
+  return Status::Ok();
+}
+
+void ClusterStore::RemoveNode(std::string_view name) {
+  const auto node_lock = impl_->NodeLock(name, /*create=*/false);
+  if (!node_lock) return;
+  std::lock_guard lock(*node_lock);
+  const auto snapshot = impl_->Current();
+  const NodeRecord* old = snapshot->Find(name);
+  if (old == nullptr) return;
+  impl_->Publish(name, nullptr);
+  std::lock_guard pods_lock(impl_->pods_mu);
+  for (const std::string& uid : old->pods) {
+    const auto it = impl_->pods.find(uid);
+    if (it != impl_->pods.end() && it->second.node == name) impl_->pods.erase(it);
+  }
+}
+
+Status ClusterStore::Restore(const PodAllocation& allocation) {
+  if (allocation.uid.empty()) return Error("restore: pod UID is empty");
+  const Impl::UidClaim claim(*impl_, allocation.uid);
+  if (claim.bound()) {
+    if (claim.bound()->node != allocation.node) {
+      return Error(std::string(kConflictTag) + "pod " + allocation.uid + " is already bound to node " +
+                   claim.bound()->node + ", not " + allocation.node);
+    }
+    if (*claim.bound() == allocation) return Status::Ok();
+    return Error("pod " + allocation.uid + " is already bound to node " + allocation.node +
+                 " with a different allocation");
+  }
+  const auto node_lock = impl_->NodeLock(allocation.node, /*create=*/false);
+  if (!node_lock) return Error("unknown node " + allocation.node);
+  std::lock_guard lock(*node_lock);
+  const auto snapshot = impl_->Current();
+  const NodeRecord* record = snapshot->Find(allocation.node);
+  if (record == nullptr) return Error("unknown node " + allocation.node);
+  auto next = impl_->WithPod(*record, allocation);
+  if (!next.ok()) return next.error();
+  impl_->Publish(allocation.node, std::move(next).value());
+  impl_->IndexPod(allocation);
+  return Status::Ok();
+}
+
+Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view pod_uid, const Decide& decide) {
+  if (pod_uid.empty()) return Error("bind: pod UID is empty");
+  if (!decide) return Error("bind: no decision function");
+  const Impl::UidClaim claim(*impl_, pod_uid);
+  if (claim.bound()) {
+    if (claim.bound()->node == node) return BindResult{BindKind::kAlreadyBound, *claim.bound()};
+    return Error(std::string(kConflictTag) + "pod " + std::string(pod_uid) + " is already bound to node " +
+                 claim.bound()->node);
+  }
+  const auto node_lock = impl_->NodeLock(node, /*create=*/false);
+  if (!node_lock) return Error("unknown node " + std::string(node));
+  std::lock_guard lock(*node_lock);
+  const auto snapshot = impl_->Current();
+  const NodeRecord* record = snapshot->Find(node);
+  if (record == nullptr) return Error("unknown node " + std::string(node));
+
+  auto decided = decide(*record);
+  if (!decided.ok()) return decided.error();
+  PodAllocation allocation = std::move(decided).value();
+  if (allocation.uid.empty()) allocation.uid = pod_uid;
+  if (allocation.node.empty()) allocation.node = node;
+  if (allocation.uid != pod_uid || allocation.node != node) {
+    return Error("bind: the decision is for pod " + allocation.uid + " on node " + allocation.node +
+                 ", not pod " + std::string(pod_uid) + " on node " + std::string(node));
+  }
+  allocation.topology_generation = record->topology_generation;
+
+  auto next = impl_->WithPod(*record, allocation);
+  if (!next.ok()) return next.error();
+  if (impl_->persistence != nullptr) {
+    if (Status s = impl_->persistence->RecordBind(allocation); !s.ok()) {
+      return s.error().WithContext("cannot persist the bind of pod " + allocation.uid);
+    }
+  }
+  impl_->Publish(node, std::move(next).value());
+  impl_->IndexPod(allocation);
+  return BindResult{BindKind::kBound, std::move(allocation)};
+}
+
+Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_uid) {
+  const Impl::UidClaim claim(*impl_, pod_uid);
+  if (!claim.bound()) return std::optional<PodAllocation>();
+  const PodAllocation& allocation = *claim.bound();
+  const auto node_lock = impl_->NodeLock(allocation.node, /*create=*/false);
+  if (!node_lock) return std::optional<PodAllocation>();
+  std::lock_guard lock(*node_lock);
+  {
+    // RemoveNode may have dropped the pod with its node while we waited for the node.
+    std::lock_guard pods_lock(impl_->pods_mu);
+    if (!impl_->pods.contains(pod_uid)) return std::optional<PodAllocation>();
+  }
+  const auto snapshot = impl_->Current();
+  const NodeRecord* record = snapshot->Find(allocation.node);
+  if (record == nullptr) return std::optional<PodAllocation>();
+
+  auto next = std::make_shared<NodeRecord>(*record);
+  // Back to the shortest vectors that hold what remains, so that a node whose pods are all gone
+  // compares equal to one that never had any.
+  framework::RevertDelta(allocation.delta, framework::ShapeOf(NodeAllocation{}), next->allocated);
+  ++next->allocation_version;
+  next->pods.erase(std::remove(next->pods.begin(), next->pods.end(), allocation.uid), next->pods.end());
+  next->class_key = ComputeClassKey(*next);
+  if (impl_->persistence != nullptr) {
+    if (Status s = impl_->persistence->RecordRelease(allocation); !s.ok()) {
+      return s.error().WithContext("cannot persist the release of pod " + allocation.uid);
+    }
+  }
+  impl_->Publish(allocation.node, std::move(next));
+  {
+    std::lock_guard pods_lock(impl_->pods_mu);
+    impl_->pods.erase(impl_->pods.find(pod_uid));
+  }
+  return std::optional<PodAllocation>(allocation);
+}
+
+std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) const {
+  std::lock_guard lock(impl_->pods_mu);
+  const auto it = impl_->pods.find(pod_uid);
+  if (it == impl_->pods.end()) return std::nullopt;
+  return it->second;
+}
+
+std::size_t ClusterStore::pod_count() const {
+  std::lock_guard lock(impl_->pods_mu);
+  return impl_->pods.size();
+}
+
+void ClusterStore::SetSynced(bool synced) {
+  impl_->synced.store(synced);
+}
+
+bool ClusterStore::synced() const {
+  return impl_->synced.load();
+}
+
+}  // namespace toposched::state

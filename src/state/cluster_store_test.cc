@@ -1,0 +1,733 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "state_testing.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::state {
+namespace {
+
+using testing::Allocation;
+using testing::FakePersistence;
+using testing::IndexViolation;
+using testing::PresetNode;
+using testing::PresetTopology;
+using testing::RecordViolation;
+using testing::Share;
+using testing::Take;
+using testing::Whole;
+
+constexpr std::string_view kHgx = "hgx-h100-8gpu";         // 8 GPUs (81559 MiB), 8 RDMA NICs + 1 Ethernet
+constexpr std::string_view kInference = "inference-4gpu";  // 4 L40S (46068 MiB), 2 Ethernet NICs
+
+NodeSpec Node(const std::string& name, std::string_view preset = kHgx) {
+  return PresetNode(name, std::string(preset));
+}
+
+TEST(ClusterStoreTest, UpsertedNodesAreSortedAndFoundByName) {
+  ClusterStore store(nullptr);
+  for (const char* name : {"gpu-c", "gpu-a", "gpu-b"}) ASSERT_TRUE(store.UpsertNode(Node(name)).ok());
+  const auto snapshot = store.snapshot();
+  ASSERT_EQ(snapshot->size(), 3u);
+  EXPECT_EQ(snapshot->nodes()[0]->name, "gpu-a");
+  EXPECT_EQ(snapshot->nodes()[1]->name, "gpu-b");
+  EXPECT_EQ(snapshot->nodes()[2]->name, "gpu-c");
+  EXPECT_EQ(snapshot->version(), 3u);  // one publish per upsert
+  const NodeRecord* b = snapshot->Find("gpu-b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->name, "gpu-b");
+  EXPECT_EQ(b->topology, PresetTopology(std::string(kHgx)));
+  EXPECT_NE(b->topology_fingerprint, 0u);
+  EXPECT_EQ(b->topology_generation, 1);
+  EXPECT_EQ(b->allocation_version, 0u);
+  EXPECT_EQ(snapshot->Find("gpu-d"), nullptr);
+  EXPECT_EQ(Snapshot().Find("gpu-a"), nullptr);  // an empty snapshot has no index
+}
+
+TEST(ClusterStoreTest, ReplacingANodeKeepsTheIndexAndTheOrder) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("gpu-a", std::string(kHgx), {{"zone", "z1"}}, false)).ok());
+  const auto snapshot = store.snapshot();
+  ASSERT_EQ(snapshot->size(), 2u);
+  EXPECT_EQ(snapshot->nodes()[0]->name, "gpu-a");
+  EXPECT_FALSE(snapshot->Find("gpu-a")->schedulable);
+  EXPECT_EQ(snapshot->Find("gpu-a")->labels.at("zone"), "z1");
+  EXPECT_EQ(snapshot->Find("gpu-b")->name, "gpu-b");
+}
+
+TEST(ClusterStoreTest, UpsertNodesPublishesOneSnapshot) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  ASSERT_TRUE(store.Bind("gpu-b", "u1", Take(Whole({0}))).ok());
+  const auto before = store.snapshot();
+  std::vector<NodeSpec> specs = {Node("gpu-c"), PresetNode("gpu-b", std::string(kHgx), {{"v", "1"}}),
+                                 Node("gpu-a"), PresetNode("gpu-b", std::string(kInference), {{"v", "2"}}),
+                                 NodeSpec{}};
+  const Status s = store.UpsertNodes(specs);
+  ASSERT_FALSE(s.ok());  // the nameless spec
+  EXPECT_EQ(s.error().message(), "node name is empty");
+  const auto after = store.snapshot();
+  EXPECT_EQ(after->version(), before->version() + 1);
+  ASSERT_EQ(after->size(), 3u);
+  EXPECT_EQ(after->nodes()[0]->name, "gpu-a");
+  EXPECT_EQ(after->nodes()[2]->name, "gpu-c");
+  const NodeRecord* b = after->Find("gpu-b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->labels.at("v"), "2");  // the last spec of a name wins
+  EXPECT_EQ(b->topology, PresetTopology(std::string(kInference)));
+  EXPECT_EQ(b->topology_generation, 2);
+  EXPECT_EQ(b->pods, std::vector<std::string>{"u1"});  // allocations kept
+  EXPECT_TRUE(framework::GpuExclusive(b->allocated, 0));
+  EXPECT_EQ(after->Find("gpu-a")->topology_generation, 1);
+  EXPECT_EQ(after->Find("gpu-a")->topology_fingerprint, after->Find("gpu-c")->topology_fingerprint);
+  // Replacing only (no new names) keeps the name index.
+  ASSERT_TRUE(store.UpsertNodes({Node("gpu-a"), Node("gpu-c")}).ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-c")->name, "gpu-c");
+  EXPECT_EQ(store.snapshot()->Find("gpu-b"), store.snapshot()->nodes()[1].get());
+  EXPECT_TRUE(store.UpsertNodes({}).ok());
+}
+
+TEST(ClusterStoreTest, GenerationBumpsOnlyWhenTheFingerprintChanges) {
+  const auto hgx = PresetTopology(std::string(kHgx));
+  auto hgx_copy = std::make_shared<const NodeTopology>(*hgx);  // equal content, another object
+  auto renamed = std::make_shared<NodeTopology>(*hgx);
+  renamed->node_name = "elsewhere";  // not part of the fingerprint
+  const auto inference = PresetTopology(std::string(kInference));
+  struct Step {
+    const char* name;
+    std::shared_ptr<const NodeTopology> topology;
+    std::map<std::string, std::string> labels;
+    std::int64_t want_generation;
+  };
+  const Step steps[] = {
+      {"first insert", hgx, {}, 1},
+      {"same object", hgx, {}, 1},
+      {"equal copy", hgx_copy, {}, 1},
+      {"other node_name only", renamed, {}, 1},
+      {"labels only", hgx, {{"a", "b"}}, 1},
+      {"other hardware", inference, {}, 2},
+      {"topology withdrawn", nullptr, {}, 3},
+      {"withdrawn again", nullptr, {}, 3},
+      {"back", hgx, {}, 4},
+  };
+  ClusterStore store(nullptr);
+  for (const Step& step : steps) {
+    SCOPED_TRACE(step.name);
+    NodeSpec spec;
+    spec.name = "gpu-a";
+    spec.topology = step.topology;
+    spec.labels = step.labels;
+    ASSERT_TRUE(store.UpsertNode(spec).ok());
+    const NodeRecord* r = store.snapshot()->Find("gpu-a");
+    EXPECT_EQ(r->topology_generation, step.want_generation);
+    EXPECT_EQ(r->topology_fingerprint == 0, step.topology == nullptr);
+    EXPECT_EQ(r->topology, step.topology);
+  }
+}
+
+TEST(ClusterStoreTest, ClassKeysGroupIdenticalNodesAndSplitOnAnyDifference) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", std::string(kHgx), {{"pool", "p1"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("b", std::string(kHgx), {{"pool", "p1"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("c", std::string(kHgx), {{"pool", "p2"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("d", std::string(kHgx), {{"pool", "p1"}}, false)).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("e", std::string(kInference), {{"pool", "p1"}})).ok());
+  auto key = [&](const char* n) { return store.snapshot()->Find(n)->class_key; };
+  EXPECT_EQ(key("a"), key("b"));
+  EXPECT_NE(key("a"), key("c"));  // labels
+  EXPECT_NE(key("a"), key("d"));  // schedulability
+  EXPECT_NE(key("a"), key("e"));  // hardware
+  // Label keys and values are length-prefixed: {"ab": "c"} is not {"a": "bc"}.
+  ASSERT_TRUE(store.UpsertNode(PresetNode("f", std::string(kHgx), {{"ab", "c"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("g", std::string(kHgx), {{"a", "bc"}})).ok());
+  EXPECT_NE(key("f"), key("g"));
+
+  ASSERT_TRUE(store.Bind("a", "u1", Take(Whole({0}))).ok());
+  EXPECT_NE(key("a"), key("b"));  // allocation
+  ASSERT_TRUE(store.Bind("b", "u2", Take(Whole({1}))).ok());
+  EXPECT_NE(key("a"), key("b"));  // a different GPU is a different state
+  ASSERT_TRUE(store.Release("u2").ok());
+  ASSERT_TRUE(store.Bind("b", "u3", Take(Whole({0}))).ok());
+  EXPECT_EQ(key("a"), key("b"));  // the same GPU taken: the same state again
+  ASSERT_TRUE(store.Release("u1").ok());
+  ASSERT_TRUE(store.Release("u3").ok());
+  EXPECT_EQ(key("a"), key("b"));
+  // Released back to empty vectors: the same key as never allocated (and as all-false vectors).
+  NodeRecord padded = *store.snapshot()->Find("a");
+  EXPECT_EQ(padded.allocated, NodeAllocation{});
+  padded.allocated.gpu_exclusive.assign(8, false);
+  padded.allocated.nic_used.assign(9, false);
+  padded.allocated.gpu_shares.assign(8, GpuShareUsage{});
+  EXPECT_EQ(ComputeClassKey(padded), key("a"));
+  // Each record carries the key of its content.
+  for (const auto& r : store.snapshot()->nodes()) EXPECT_EQ(r->class_key, ComputeClassKey(*r)) << r->name;
+}
+
+TEST(ClusterStoreTest, AnOldSnapshotKeepsItsContentAfterABind) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  const auto before = store.snapshot();
+  const NodeRecord* old_record = before->Find("gpu-a");
+  const NodeRecord old_copy = *old_record;
+  ASSERT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({0, 1}, {0}))).ok());
+  EXPECT_EQ(before->version(), 1u);
+  EXPECT_EQ(before->Find("gpu-a"), old_record);
+  EXPECT_EQ(old_record->allocated, old_copy.allocated);
+  EXPECT_TRUE(old_record->pods.empty());
+  EXPECT_EQ(old_record->allocation_version, 0u);
+  const auto after = store.snapshot();
+  EXPECT_EQ(after->version(), 2u);
+  EXPECT_NE(after->Find("gpu-a"), old_record);
+  EXPECT_TRUE(framework::GpuExclusive(after->Find("gpu-a")->allocated, 1));
+}
+
+TEST(ClusterStoreTest, BindPublishesPersistsAndIndexesThePod) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  int decided = 0;
+  auto decide = [&](const NodeRecord& r) -> Result<PodAllocation> {
+    ++decided;
+    EXPECT_EQ(r.name, "gpu-a");
+    PodAllocation a;
+    a.pod_namespace = "ml";
+    a.pod_name = "trainer-0";
+    a.delta = Whole({2, 3}, {1});
+    a.worst_class = LinkClass::kPXB;
+    a.topology_generation = 77;  // the store sets the real one
+    return a;
+  };
+  const auto bound = store.Bind("gpu-a", "uid-1", decide);
+  ASSERT_TRUE(bound.ok()) << bound.error().message();
+  EXPECT_EQ(bound->kind, BindKind::kBound);
+  EXPECT_EQ(bound->allocation.uid, "uid-1");
+  EXPECT_EQ(bound->allocation.node, "gpu-a");
+  EXPECT_EQ(bound->allocation.pod_name, "trainer-0");
+  EXPECT_EQ(bound->allocation.topology_generation, 1);
+  EXPECT_EQ(bound->allocation.worst_class, LinkClass::kPXB);
+  EXPECT_EQ(decided, 1);
+
+  const NodeRecord* r = store.snapshot()->Find("gpu-a");
+  EXPECT_EQ(r->allocation_version, 1u);
+  EXPECT_EQ(r->pods, std::vector<std::string>{"uid-1"});
+  EXPECT_TRUE(framework::GpuExclusive(r->allocated, 2));
+  EXPECT_TRUE(framework::GpuExclusive(r->allocated, 3));
+  EXPECT_FALSE(framework::GpuExclusive(r->allocated, 0));
+  EXPECT_TRUE(framework::NicUsed(r->allocated, 1));
+  EXPECT_EQ(store.snapshot()->Find("gpu-b")->allocation_version, 0u);
+  EXPECT_EQ(store.FindPod("uid-1"), bound->allocation);
+  EXPECT_EQ(store.pod_count(), 1u);
+  ASSERT_EQ(persistence.binds().size(), 1u);
+  EXPECT_EQ(persistence.binds()[0], bound->allocation);
+
+  // The next decision sees the first pod's devices.
+  const auto second = store.Bind("gpu-a", "uid-2", [](const NodeRecord& rec) -> Result<PodAllocation> {
+    if (!framework::GpuExclusive(rec.allocated, 2)) return Error("decide saw a stale record");
+    PodAllocation a;
+    a.delta = Whole({4});
+    return a;
+  });
+  ASSERT_TRUE(second.ok()) << second.error().message();
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->pods, (std::vector<std::string>{"uid-1", "uid-2"}));
+}
+
+TEST(ClusterStoreTest, ARetriedBindIsAlreadyBoundAndChangesNothing) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  const auto first = store.Bind("gpu-a", "uid-1", Take(Whole({0})));
+  ASSERT_TRUE(first.ok());
+  const std::uint64_t version = store.snapshot()->version();
+  int decided = 0;
+  const auto retry = store.Bind("gpu-a", "uid-1", [&](const NodeRecord&) -> Result<PodAllocation> {
+    ++decided;
+    return Error("must not be asked");
+  });
+  ASSERT_TRUE(retry.ok()) << retry.error().message();
+  EXPECT_EQ(retry->kind, BindKind::kAlreadyBound);
+  EXPECT_EQ(retry->allocation, first->allocation);
+  EXPECT_EQ(decided, 0);
+  EXPECT_EQ(store.snapshot()->version(), version);
+  EXPECT_EQ(persistence.binds().size(), 1u);
+}
+
+TEST(ClusterStoreTest, BindingAPodBoundElsewhereIsAConflict) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  ASSERT_TRUE(store.Bind("gpu-a", "uid-1", Take(Whole({0}))).ok());
+  const auto other = store.Bind("gpu-b", "uid-1", Take(Whole({0})));
+  ASSERT_FALSE(other.ok());
+  EXPECT_TRUE(other.error().message().starts_with(kConflictTag)) << other.error().message();
+  EXPECT_NE(other.error().message().find("gpu-a"), std::string::npos);
+  EXPECT_EQ(store.snapshot()->Find("gpu-b")->allocation_version, 0u);
+  EXPECT_EQ(store.FindPod("uid-1")->node, "gpu-a");
+}
+
+TEST(ClusterStoreTest, BindErrorsWithoutAChange) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  NodeSpec bare;
+  bare.name = "bare";
+  ASSERT_TRUE(store.UpsertNode(bare).ok());
+  struct Case {
+    const char* name;
+    std::string node;
+    std::string uid;
+    ClusterStore::Decide decide;
+    std::string want;  // the whole message, or a part of it
+    bool exact;
+  };
+  const Case cases[] = {
+      {"decide's error passes through as is", "gpu-a", "u1",
+       [](const NodeRecord&) -> Result<PodAllocation> { return Error("node does not fit: 2 GPUs free"); },
+       "node does not fit: 2 GPUs free", true},
+      {"unknown node", "gpu-z", "u1", Take(Whole({0})), "unknown node gpu-z", true},
+      {"empty UID", "gpu-a", "", Take(Whole({0})), "UID is empty", false},
+      {"no decision function", "gpu-a", "u1", nullptr, "no decision", false},
+      {"a decision for another pod", "gpu-a", "u1",
+       [](const NodeRecord&) -> Result<PodAllocation> { return Allocation("u9", "gpu-a", Whole({0})); },
+       "not pod u1", false},
+      {"a decision for another node", "gpu-a", "u1",
+       [](const NodeRecord&) -> Result<PodAllocation> { return Allocation("u1", "gpu-b", Whole({0})); },
+       "on node gpu-b", false},
+      {"devices on a node without topology", "bare", "u1", Take(Whole({0})), "has published no topology",
+       false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::uint64_t version = store.snapshot()->version();
+    const auto bound = store.Bind(c.node, c.uid, c.decide);
+    ASSERT_FALSE(bound.ok());
+    if (c.exact) {
+      EXPECT_EQ(bound.error().message(), c.want);
+    } else {
+      EXPECT_NE(bound.error().message().find(c.want), std::string::npos) << bound.error().message();
+    }
+    EXPECT_EQ(store.snapshot()->version(), version);
+    EXPECT_EQ(store.pod_count(), 0u);
+  }
+  // A pod with no devices binds even to a node without topology (nothing to check).
+  EXPECT_TRUE(store.Bind("bare", "u1", Take({})).ok());
+}
+
+framework::AllocationDelta Shares(int gpu, int count, std::int64_t memory_mib, std::int64_t cores) {
+  framework::AllocationDelta d;
+  d.shares.emplace_back(gpu, GpuShareUsage{count, memory_mib, cores});
+  return d;
+}
+
+TEST(ClusterStoreTest, CapacityViolationsAreRejectedWithNothingChanged) {
+  struct Case {
+    const char* name;
+    std::string_view preset;
+    std::vector<framework::AllocationDelta> before;  // bound first, each as its own pod
+    framework::AllocationDelta offending;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"exclusive GPU taken twice", kHgx, {Whole({0, 1})}, Whole({1, 2}), "GPU1 is not free"},
+      {"NIC taken twice", kHgx, {Whole({0}, {3})}, Whole({1}, {3}), "NIC mlx5_3 is in use"},
+      // max_shares_per_gpu is 3 in this test: 2 + 2 = 4 shares.
+      {"shares over the count",
+       kHgx,
+       {Shares(4, 2, 1000, 0)},
+       Shares(4, 2, 1000, 0),
+       "GPU4 would carry 4 shares, over its limit of 3"},
+      {"one pod's share count over the limit", kHgx, {}, Shares(4, 4, 1000, 0), "share count must be 1 to 3"},
+      // 30000 + 20000 > 46068 MiB on an L40S.
+      {"share memory over the card",
+       kInference,
+       {Share(0, 30000)},
+       Share(0, 20000),
+       "GPU0 shares would use 50000 MiB, over its 46068 MiB"},
+      {"share cores over the GPU",
+       kHgx,
+       {Share(5, 1000, 6000)},
+       Share(5, 1000, 5000),
+       "GPU5 shares would use 11000 cores, over 10000"},
+      {"shares on a whole GPU", kHgx, {Whole({6})}, Share(6, 1000), "GPU6 is held whole"},
+      {"whole on a shared GPU", kHgx, {Share(6, 1000)}, Whole({6}), "GPU6 is not free"},
+      {"GPU out of range", kHgx, {}, Whole({8}), "GPU index 8 out of range"},
+      {"NIC out of range", kHgx, {}, Whole({0}, {9}), "NIC index 9 out of range"},
+      {"negative GPU index", kHgx, {}, Whole({-1}), "GPU index -1 out of range"},
+      {"a GPU twice in one pod", kHgx, {}, Whole({3, 3}), "names a GPU twice"},
+      {"a GPU whole and shared in one pod",
+       kHgx,
+       {},
+       [] {
+         auto d = Whole({3});
+         d.shares.emplace_back(3, GpuShareUsage{1, 10, 0});
+         return d;
+       }(),
+       "names a GPU twice"},
+      {"a NIC twice in one pod", kHgx, {}, Whole({0}, {2, 2}), "names a NIC twice"},
+      {"negative shares", kHgx, {Share(2, 1000)}, Shares(2, -1, 0, 0), "share count must be 1 to 3"},
+      {"negative memory", kHgx, {Share(2, 1000)}, Shares(2, 1, -1000, 0), "out of range"},
+      {"negative cores", kHgx, {Share(2, 1000, 500)}, Shares(2, 1, 0, -500), "out of range"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakePersistence persistence;
+    ClusterStore store(&persistence, StoreOptions{.max_shares_per_gpu = 3});
+    ASSERT_TRUE(store.UpsertNode(Node("gpu-a", c.preset)).ok());
+    for (std::size_t i = 0; i < c.before.size(); ++i) {
+      const auto b = store.Bind("gpu-a", "setup-" + std::to_string(i), Take(c.before[i]));
+      ASSERT_TRUE(b.ok()) << b.error().message();
+    }
+    const auto before = store.snapshot();
+    const auto bound = store.Bind("gpu-a", "offender", Take(c.offending));
+    ASSERT_FALSE(bound.ok());
+    EXPECT_NE(bound.error().message().find(c.want), std::string::npos) << bound.error().message();
+    EXPECT_TRUE(bound.error().message().starts_with("node gpu-a: ")) << bound.error().message();
+    EXPECT_EQ(store.snapshot(), before);                     // nothing published
+    EXPECT_EQ(persistence.binds().size(), c.before.size());  // nothing persisted
+    EXPECT_FALSE(store.FindPod("offender").has_value());
+    EXPECT_EQ(RecordViolation(*store.snapshot()->Find("gpu-a"), 3), "");
+    // The same checks guard Restore.
+    const Status restored = store.Restore(Allocation("offender", "gpu-a", c.offending));
+    ASSERT_FALSE(restored.ok());
+    EXPECT_NE(restored.error().message().find(c.want), std::string::npos) << restored.error().message();
+    EXPECT_EQ(store.snapshot(), before);
+  }
+}
+
+TEST(ClusterStoreTest, SharesWithinCapacityStackOnOneGpu) {
+  ClusterStore store(nullptr, StoreOptions{.max_shares_per_gpu = 3});
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a", kInference)).ok());
+  // 3 x 15000 = 45000 <= 46068 MiB; 3 x 3000 = 9000 <= 10000 cores.
+  for (const char* uid : {"s1", "s2", "s3"})
+    ASSERT_TRUE(store.Bind("gpu-a", uid, Take(Share(1, 15000, 3000))).ok());
+  EXPECT_EQ(framework::GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
+            (GpuShareUsage{3, 45000, 9000}));
+  ASSERT_TRUE(store.Release("s2").ok());
+  EXPECT_EQ(framework::GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
+            (GpuShareUsage{2, 30000, 6000}));
+}
+
+TEST(ClusterStoreTest, APersistenceFailureChangesNothing) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  persistence.FailWith("disk full");
+  const auto before = store.snapshot();
+  const auto bound = store.Bind("gpu-a", "uid-1", Take(Whole({0})));
+  ASSERT_FALSE(bound.ok());
+  EXPECT_NE(bound.error().message().find("disk full"), std::string::npos);
+  EXPECT_EQ(store.snapshot(), before);
+  EXPECT_FALSE(store.FindPod("uid-1").has_value());
+  // The UID is not left claimed: once the disk recovers, the same pod binds.
+  persistence.FailWith("");
+  const auto retry = store.Bind("gpu-a", "uid-1", Take(Whole({0})));
+  ASSERT_TRUE(retry.ok()) << retry.error().message();
+  EXPECT_EQ(retry->kind, BindKind::kBound);
+  // And a failed release keeps the pod bound.
+  persistence.FailWith("disk full");
+  const auto after_bind = store.snapshot();
+  const auto released = store.Release("uid-1");
+  ASSERT_FALSE(released.ok());
+  EXPECT_NE(released.error().message().find("disk full"), std::string::npos);
+  EXPECT_EQ(store.snapshot(), after_bind);
+  EXPECT_TRUE(store.FindPod("uid-1").has_value());
+}
+
+TEST(ClusterStoreTest, ReleaseGivesTheDevicesBack) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  const auto one = store.Bind("gpu-a", "u1", Take(Whole({0, 1}, {0})));
+  const auto two = store.Bind("gpu-a", "u2", Take(Share(2, 8000, 2500)));
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(two.ok());
+  const auto released = store.Release("u1");
+  ASSERT_TRUE(released.ok());
+  ASSERT_TRUE(released->has_value());
+  EXPECT_EQ(**released, one->allocation);
+  ASSERT_EQ(persistence.releases().size(), 1u);
+  EXPECT_EQ(persistence.releases()[0], one->allocation);
+  const NodeRecord* r = store.snapshot()->Find("gpu-a");
+  EXPECT_EQ(r->allocation_version, 3u);  // bind, bind, release
+  EXPECT_EQ(r->pods, std::vector<std::string>{"u2"});
+  EXPECT_FALSE(framework::GpuExclusive(r->allocated, 0));
+  EXPECT_FALSE(framework::NicUsed(r->allocated, 0));
+  EXPECT_EQ(framework::GpuShares(r->allocated, 2), (GpuShareUsage{1, 8000, 2500}));
+  EXPECT_FALSE(store.FindPod("u1").has_value());
+  EXPECT_EQ(store.pod_count(), 1u);
+
+  const auto unknown = store.Release("u1");
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_FALSE(unknown->has_value());
+  EXPECT_EQ(persistence.releases().size(), 1u);
+
+  ASSERT_TRUE(store.Release("u2").ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->allocated, NodeAllocation{});
+  // Devices are free again for another pod.
+  EXPECT_TRUE(store.Bind("gpu-a", "u3", Take(Whole({0, 1, 2}, {0}))).ok());
+}
+
+TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  PodAllocation a = Allocation("u1", "gpu-a", Whole({0}, {0}));
+  a.topology_generation = 5;  // kept as persisted
+  ASSERT_TRUE(store.Restore(a).ok());
+  EXPECT_EQ(store.FindPod("u1"), a);
+  const auto after_first = store.snapshot();
+  EXPECT_TRUE(framework::GpuExclusive(after_first->Find("gpu-a")->allocated, 0));
+  // Again: a no-op.
+  const Status again = store.Restore(a);
+  EXPECT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(store.snapshot(), after_first);
+  // Restores never persist.
+  EXPECT_TRUE(persistence.binds().empty());
+
+  struct Case {
+    const char* name;
+    PodAllocation allocation;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"same UID, other devices", Allocation("u1", "gpu-a", Whole({1})), "different allocation"},
+      {"same UID, other node", Allocation("u1", "gpu-b", Whole({0})), std::string(kConflictTag)},
+      {"unknown node", Allocation("u2", "gpu-z", Whole({0})), "unknown node gpu-z"},
+      {"taken device", Allocation("u2", "gpu-a", Whole({0})), "GPU0 is not free"},
+      {"empty UID", Allocation("", "gpu-a", Whole({1})), "UID is empty"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Status s = store.Restore(c.allocation);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message().find(c.want), std::string::npos) << s.error().message();
+    EXPECT_EQ(store.snapshot(), after_first);
+  }
+  // A restored pod behaves like a bound one.
+  const auto retry = store.Bind("gpu-a", "u1", Take(Whole({5})));
+  ASSERT_TRUE(retry.ok());
+  EXPECT_EQ(retry->kind, BindKind::kAlreadyBound);
+}
+
+TEST(ClusterStoreTest, UpsertKeepsAllocationsAndReportsThoseThatNoLongerFit) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({6, 7}, {7}))).ok());
+  ASSERT_TRUE(store.Bind("gpu-a", "u2", Take(Whole({0}))).ok());
+  // Same hardware, new labels: allocations kept, no complaint.
+  ASSERT_TRUE(store.UpsertNode(PresetNode("gpu-a", std::string(kHgx), {{"zone", "z"}})).ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->pods, (std::vector<std::string>{"u1", "u2"}));
+  // Smaller hardware (4 GPUs, 2 NICs): GPUs 6-7 and NIC 7 are gone.
+  const Status shrunk = store.UpsertNode(Node("gpu-a", kInference));
+  ASSERT_FALSE(shrunk.ok());
+  EXPECT_NE(shrunk.error().message().find("GPU6 is allocated but gone"), std::string::npos)
+      << shrunk.error().message();
+  EXPECT_NE(shrunk.error().message().find("NIC7 is allocated but gone"), std::string::npos);
+  const NodeRecord* r = store.snapshot()->Find("gpu-a");
+  EXPECT_EQ(r->topology, PresetTopology(std::string(kInference)));  // updated anyway
+  EXPECT_EQ(r->topology_generation, 2);
+  EXPECT_TRUE(framework::GpuExclusive(r->allocated, 7));  // kept
+  EXPECT_EQ(store.pod_count(), 2u);
+  // Releasing the misfit works; what remains fits.
+  ASSERT_TRUE(store.Release("u1").ok());
+  EXPECT_TRUE(store.UpsertNode(Node("gpu-a", kInference)).ok());
+}
+
+TEST(ClusterStoreTest, RemoveNodeDropsItsPods) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  ASSERT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({0}))).ok());
+  ASSERT_TRUE(store.Bind("gpu-b", "u2", Take(Whole({0}))).ok());
+  store.RemoveNode("gpu-a");
+  store.RemoveNode("gpu-unknown");  // no-op
+  EXPECT_EQ(store.snapshot()->size(), 1u);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a"), nullptr);
+  EXPECT_EQ(store.snapshot()->Find("gpu-b")->name, "gpu-b");  // the index was rebuilt
+  EXPECT_FALSE(store.FindPod("u1").has_value());
+  EXPECT_TRUE(store.FindPod("u2").has_value());
+  EXPECT_EQ(store.pod_count(), 1u);
+  const auto bound = store.Bind("gpu-a", "u3", Take(Whole({0})));
+  ASSERT_FALSE(bound.ok());
+  EXPECT_EQ(bound.error().message(), "unknown node gpu-a");
+  const auto released = store.Release("u1");
+  ASSERT_TRUE(released.ok());
+  EXPECT_FALSE(released->has_value());
+  // Back again: a fresh node.
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->allocated, NodeAllocation{});
+  EXPECT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({0}))).ok());
+}
+
+TEST(ClusterStoreTest, SyncedFlag) {
+  ClusterStore store(nullptr);
+  EXPECT_FALSE(store.synced());
+  store.SetSynced(true);
+  EXPECT_TRUE(store.synced());
+}
+
+// ---- concurrency ----
+
+// Takes the first free devices the record shows (a well-behaved scheduler), or, when
+// `reckless`, random devices regardless of what is taken (a stale cache): the store must turn
+// those away whenever they collide.
+ClusterStore::Decide FirstFree(int whole_gpus, int shares, bool reckless, std::uint64_t seed,
+                               int max_shares) {
+  return [=](const NodeRecord& r) -> Result<PodAllocation> {
+    std::mt19937_64 rng(seed);
+    const NodeTopology& t = *r.topology;
+    const int gpus = static_cast<int>(t.gpus.size());
+    const int rdma = t.RdmaNicCount();
+    PodAllocation a;
+    if (reckless) {
+      for (int i = 0; i < whole_gpus; ++i) a.delta.exclusive_gpus.push_back(static_cast<int>(rng() % gpus));
+      for (int i = 0; i < whole_gpus; ++i) a.delta.nics.push_back(static_cast<int>(rng() % rdma));
+      for (int i = 0; i < shares; ++i) {
+        a.delta.shares.emplace_back(static_cast<int>(rng() % gpus), GpuShareUsage{1, 30000, 4000});
+      }
+      return a;
+    }
+    for (int g = 0; g < gpus && static_cast<int>(a.delta.exclusive_gpus.size()) < whole_gpus; ++g) {
+      if (framework::GpuFree(r.allocated, g)) a.delta.exclusive_gpus.push_back(g);
+    }
+    for (int n = 0; n < rdma && static_cast<int>(a.delta.nics.size()) < whole_gpus; ++n) {
+      if (!framework::NicUsed(r.allocated, n)) a.delta.nics.push_back(n);
+    }
+    for (int g = 0; g < gpus && static_cast<int>(a.delta.shares.size()) < shares; ++g) {
+      const GpuShareUsage u = framework::GpuShares(r.allocated, g);
+      if (!framework::GpuExclusive(r.allocated, g) && u.shares < max_shares &&
+          u.memory_mib + 30000 <= static_cast<std::int64_t>(t.gpus[static_cast<std::size_t>(g)].memory_mib) &&
+          u.cores + 4000 <= kFullGpuCores) {
+        a.delta.shares.emplace_back(g, GpuShareUsage{1, 30000, 4000});
+      }
+    }
+    if (static_cast<int>(a.delta.exclusive_gpus.size()) < whole_gpus ||
+        static_cast<int>(a.delta.nics.size()) < whole_gpus ||
+        static_cast<int>(a.delta.shares.size()) < shares) {
+      return Error("does not fit");
+    }
+    return a;
+  };
+}
+
+TEST(ClusterStoreConcurrencyTest, ParallelBindsAndReleasesNeverOversubscribe) {
+  constexpr int kNodes = 4, kThreads = 16, kOpsPerThread = 2000, kUids = 256, kMaxShares = 4;
+  FakePersistence persistence;
+  ClusterStore store(&persistence, StoreOptions{.max_shares_per_gpu = kMaxShares});
+  std::vector<std::string> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    nodes.push_back("gpu-" + std::to_string(i));
+    ASSERT_TRUE(store.UpsertNode(Node(nodes.back())).ok());
+  }
+  const auto initial = store.snapshot();
+  const std::vector<NodeRecord> initial_copy = [&] {
+    std::vector<NodeRecord> v;
+    for (const auto& r : initial->nodes()) v.push_back(*r);
+    return v;
+  }();
+
+  std::atomic<bool> done{false};
+  std::atomic<int> binds{0}, releases{0}, already{0}, conflicts{0}, rejected{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;
+  auto fail = [&](std::string what) {
+    std::lock_guard lock(failures_mu);
+    if (failures.size() < 10) failures.push_back(std::move(what));
+  };
+
+  // Checks every snapshot it can get while the writers run.
+  std::thread reader([&] {
+    std::uint64_t last_version = 0;
+    int checked = 0;
+    while (!done.load() || checked == 0) {
+      const auto s = store.snapshot();
+      if (s->version() < last_version) fail("snapshot version went backwards");
+      last_version = s->version();
+      if (s->size() != kNodes) fail("node count changed");
+      for (const auto& r : s->nodes()) {
+        if (const std::string v = RecordViolation(*r, kMaxShares); !v.empty()) fail(v);
+      }
+      ++checked;
+      std::this_thread::yield();
+    }
+  });
+
+  // Re-sends every node now and then, as a source does: binds must never be lost to it.
+  const auto hgx = PresetTopology(std::string(kHgx));  // the preset cache is not thread-safe
+  std::thread upserter([&] {
+    for (int round = 0; !done.load(); ++round) {
+      std::vector<NodeSpec> specs;
+      for (const std::string& n : nodes) {
+        specs.push_back(NodeSpec{n, hgx, {{"round", std::to_string(round % 2)}}, true});
+      }
+      if (const Status s = store.UpsertNodes(std::move(specs)); !s.ok())
+        fail("upsert: " + s.error().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&, t] {
+      std::mt19937_64 rng(1234 + static_cast<std::uint64_t>(t));
+      for (int op = 0; op < kOpsPerThread; ++op) {
+        // A shared pool of UIDs, so threads race to bind one pod to different nodes.
+        const std::string uid = "pod-" + std::to_string(rng() % kUids);
+        if (rng() % 10 >= 7) {
+          const auto released = store.Release(uid);
+          if (!released.ok()) fail("release: " + released.error().message());
+          if (released.ok() && released->has_value()) ++releases;
+          continue;
+        }
+        const std::string& node = nodes[rng() % kNodes];
+        const bool shared = rng() % 3 == 0;
+        const int whole = shared ? 0 : 1 + static_cast<int>(rng() % 4);
+        const int shares = shared ? 1 + static_cast<int>(rng() % 2) : 0;
+        const bool reckless = rng() % 10 == 0;
+        const auto bound = store.Bind(node, uid, FirstFree(whole, shares, reckless, rng(), kMaxShares));
+        if (bound.ok()) {
+          if (bound->kind == BindKind::kBound) ++binds;
+          if (bound->kind == BindKind::kAlreadyBound) ++already;
+          if (bound->allocation.node != node || bound->allocation.uid != uid)
+            fail("bind returned another pod");
+        } else if (bound.error().message().starts_with(kConflictTag)) {
+          ++conflicts;
+        } else {
+          ++rejected;
+        }
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  done = true;
+  reader.join();
+  upserter.join();
+
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  EXPECT_EQ(IndexViolation(store), "");
+  for (const auto& r : store.snapshot()->nodes()) EXPECT_EQ(RecordViolation(*r, kMaxShares), "");
+  EXPECT_EQ(store.pod_count(), static_cast<std::size_t>(binds - releases));
+  EXPECT_EQ(persistence.binds().size(), static_cast<std::size_t>(binds.load()));
+  EXPECT_EQ(persistence.releases().size(), static_cast<std::size_t>(releases.load()));
+  // The mix exercised every path.
+  EXPECT_GT(binds, 1000);
+  EXPECT_GT(releases, 500);
+  EXPECT_GT(already, 0);
+  EXPECT_GT(conflicts, 0);
+  EXPECT_GT(rejected, 0);
+  // The first snapshot never changed under the writers.
+  ASSERT_EQ(initial->size(), initial_copy.size());
+  for (std::size_t i = 0; i < initial_copy.size(); ++i) {
+    EXPECT_EQ(initial->nodes()[i]->allocated, initial_copy[i].allocated);
+    EXPECT_EQ(initial->nodes()[i]->pods, initial_copy[i].pods);
+  }
+}
+
+}  // namespace
+}  // namespace toposched::state
