@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -180,14 +181,83 @@ std::size_t Snapshot::Hash::operator()(std::string_view s) const noexcept {
   return std::hash<std::string_view>{}(s);
 }
 
+// Open addressing with linear probing over (hash tag, position + 1) slots, at most half full;
+// the names themselves sit in one arena in nodes_ order, so a probe and its comparison touch
+// two small contiguous tables. Node names come from the scheduler, not from tenants, so a
+// fast non-keyed hash is fine.
+struct Snapshot::NameIndex {
+  struct Slot {
+    std::uint32_t tag = 0;  // high half of the hash
+    std::uint32_t pos = 0;  // position in nodes_ + 1; 0 = empty
+  };
+  std::vector<Slot> slots;  // a power of two
+  std::string arena;
+  std::vector<std::uint32_t> offsets;  // name i = arena[offsets[i], offsets[i + 1])
+
+  static std::uint64_t HashName(std::string_view s) {
+    std::uint64_t h = 0x9e3779b97f4a7c15ull ^ (s.size() * 0xff51afd7ed558ccdull);
+    std::size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    std::uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+  }
+
+  std::string_view NameAt(std::size_t i) const {
+    return std::string_view(arena).substr(offsets[i], offsets[i + 1] - offsets[i]);
+  }
+
+  std::size_t Find(std::string_view name) const {
+    if (slots.empty()) return npos;
+    const std::uint64_t h = HashName(name);
+    const std::uint32_t tag = static_cast<std::uint32_t>(h >> 32);
+    const std::size_t mask = slots.size() - 1;
+    for (std::size_t p = static_cast<std::size_t>(h) & mask;; p = (p + 1) & mask) {
+      const Slot s = slots[p];
+      if (s.pos == 0) return npos;
+      if (s.tag == tag && NameAt(s.pos - 1) == name) return s.pos - 1;
+    }
+  }
+
+  static std::shared_ptr<const NameIndex> Build(const std::vector<std::shared_ptr<const NodeRecord>>& nodes) {
+    auto index = std::make_shared<NameIndex>();
+    std::size_t size = 16;
+    while (size < nodes.size() * 2) size *= 2;
+    index->slots.resize(size);
+    index->offsets.reserve(nodes.size() + 1);
+    index->offsets.push_back(0);
+    for (const auto& r : nodes) {
+      index->arena.append(r->name);
+      index->offsets.push_back(static_cast<std::uint32_t>(index->arena.size()));
+    }
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const std::uint64_t h = HashName(nodes[i]->name);
+      std::size_t p = static_cast<std::size_t>(h) & (size - 1);
+      while (index->slots[p].pos != 0) p = (p + 1) & (size - 1);
+      index->slots[p] = {static_cast<std::uint32_t>(h >> 32), static_cast<std::uint32_t>(i + 1)};
+    }
+    return index;
+  }
+};
+
+std::size_t Snapshot::IndexOf(std::string_view name) const {
+  return index_ ? index_->Find(name) : npos;
+}
+
 const NodeRecord* Snapshot::Find(std::string_view name) const {
-  if (!index_) return nullptr;
-  const auto it = index_->find(name);
-  return it == index_->end() ? nullptr : nodes_[it->second].get();
+  const std::size_t i = IndexOf(name);
+  return i == npos ? nullptr : nodes_[i].get();
 }
 
 struct ClusterStore::Impl {
-  using NameIndex = std::unordered_map<std::string, std::size_t, Snapshot::Hash, std::equal_to<>>;
   template <typename V>
   using ByName = std::unordered_map<std::string, V, Snapshot::Hash, std::equal_to<>>;
 
@@ -242,6 +312,8 @@ struct ClusterStore::Impl {
     const bool present = it != old.nodes_.end() && (*it)->name == name;
     if (present && record) {
       next->nodes_ = old.nodes_;
+      next->class_keys_ = old.class_keys_;
+      next->class_keys_[static_cast<std::size_t>(at)] = record->class_key;
       next->nodes_[static_cast<std::size_t>(at)] = std::move(record);
       next->index_ = old.index_;
     } else {
@@ -250,6 +322,7 @@ struct ClusterStore::Impl {
       if (record) next->nodes_.push_back(std::move(record));
       next->nodes_.insert(next->nodes_.end(), present ? it + 1 : it, old.nodes_.end());
       next->index_ = BuildIndex(next->nodes_);
+      FillClassKeys(*next);
     }
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
@@ -281,16 +354,19 @@ struct ClusterStore::Impl {
     } else {
       next->index_ = old.index_;
     }
+    FillClassKeys(*next);
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
   }
 
-  static std::shared_ptr<const NameIndex> BuildIndex(
+  static std::shared_ptr<const Snapshot::NameIndex> BuildIndex(
       const std::vector<std::shared_ptr<const NodeRecord>>& nodes) {
-    auto index = std::make_shared<NameIndex>();
-    index->reserve(nodes.size());
-    for (std::size_t i = 0; i < nodes.size(); ++i) index->emplace(nodes[i]->name, i);
-    return index;
+    return Snapshot::NameIndex::Build(nodes);
+  }
+
+  static void FillClassKeys(Snapshot& s) {
+    s.class_keys_.resize(s.nodes_.size());
+    for (std::size_t i = 0; i < s.nodes_.size(); ++i) s.class_keys_[i] = s.nodes_[i]->class_key;
   }
 
   // Holds one UID for the scope of an operation; waits while another operation holds it.
