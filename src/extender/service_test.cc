@@ -432,7 +432,7 @@ TEST(ExtenderOps, HealthReadinessAndMetrics) {
 TEST(ExtenderConcurrency, ConcurrentBindsNeverOversubscribe) {
   Harness h(Nodes{{"n1", "hgx-h100-8gpu"}, {"n2", "hgx-h100-8gpu"}, {"n3", "inference-4gpu"}});
   const std::vector<std::string> names = {"n1", "n2", "n3"};
-  constexpr int kThreads = 8, kPodsPerThread = 150;
+  constexpr int kThreads = 8, kPodsPerThread = 400;  // 3,200 filter+bind attempts
   std::atomic<int> acked{0};
   std::mutex mu;
   std::map<std::string, std::string> acked_pods;  // uid -> node

@@ -11,6 +11,7 @@
 // deadline, so a stalled client costs a socket and a few kilobytes, never a worker.
 
 #include "toposched/server/http_server.h"
+#include "toposched/server/logging.h"
 
 #include <sys/stat.h>
 
@@ -20,6 +21,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
@@ -28,7 +30,6 @@
 #include <vector>
 
 #include <openssl/ssl.h>
-#include <spdlog/spdlog.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
@@ -269,9 +270,9 @@ class ServerCore {
     try {
       return options_.body_limit(target);
     } catch (const std::exception& e) {
-      spdlog::error("http: body limit callback failed on {}: {}", target, e.what());
+      Log(LogLevel::kError, {"http", "", ""}, "body limit callback failed on " + std::string(target) + ": " + e.what());
     } catch (...) {
-      spdlog::error("http: body limit callback failed on {}", target);
+      Log(LogLevel::kError, {"http", "", ""}, "body limit callback failed on " + std::string(target));
     }
     return options_.max_body_bytes;
   }
@@ -496,11 +497,11 @@ class Session final : public SessionBase {
       core_.handler()(view, response);
     } catch (const std::exception& e) {
       Bump(core_.counters().handler_exceptions);
-      spdlog::error("http: handler failed on {} {}: {}", view.method, view.target, e.what());
+      Log(LogLevel::kError, {"http", "", ""}, "handler failed on " + std::string(view.method) + " " + std::string(view.target) + ": " + e.what());
       response = ErrorResponse(500, e.what());
     } catch (...) {
       Bump(core_.counters().handler_exceptions);
-      spdlog::error("http: handler failed on {} {}: unknown exception", view.method, view.target);
+      Log(LogLevel::kError, {"http", "", ""}, "handler failed on " + std::string(view.method) + " " + std::string(view.target) + ": unknown exception");
       response = ErrorResponse(500, "unknown exception");
     }
     // While shutting down the reply says Connection: close, so the client does not reuse it.
@@ -684,7 +685,7 @@ void ServerCore::RunWorker() {
       return;
     } catch (const std::exception& e) {
       // Nothing here throws by design; if something does, keep the worker alive.
-      spdlog::error("http: worker caught an exception: {}", e.what());
+      Log(LogLevel::kError, {"http", "", ""}, std::string("worker caught an exception: ") + e.what());
     }
   }
 }
@@ -699,7 +700,7 @@ void ServerCore::OnAccept(const error_code& ec, tcp::socket socket) {
   if (stopping()) return;  // the acceptor is closed; `socket` closes on return
   if (ec) {
     // Typically EMFILE: retry later instead of spinning.
-    spdlog::warn("http: accept failed: {}", ec.message());
+    Log(LogLevel::kWarn, {"http", "", ""}, "accept failed: " + ec.message());
     accept_retry_timer_.expires_after(kAcceptRetryDelay);
     accept_retry_timer_.async_wait([this](const error_code& wait_ec) {
       if (!wait_ec && !stopping()) Accept();
@@ -773,7 +774,7 @@ void ServerCore::PollTlsFiles() {
   auto context = LoadTlsContext(options_.tls);
   if (!context.ok()) {
     Bump(counters_.tls_reload_failures);
-    spdlog::warn("http: TLS reload failed, keeping the previous certificate: {}", context.error().message());
+    Log(LogLevel::kWarn, {"http", "", ""}, "TLS reload failed, keeping the previous certificate: " + context.error().message());
     return;
   }
   {
@@ -781,8 +782,7 @@ void ServerCore::PollTlsFiles() {
     tls_context_ = std::move(context).value();
   }
   Bump(counters_.tls_reloads);
-  spdlog::info("http: TLS certificate reloaded from {} and {}", options_.tls.cert_file,
-               options_.tls.key_file);
+  Log(LogLevel::kInfo, {"http", "", ""}, "TLS certificate reloaded from " + options_.tls.cert_file + " and " + options_.tls.key_file);
 }
 
 void ServerCore::Shutdown(milliseconds grace) {
