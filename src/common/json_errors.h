@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -44,6 +45,54 @@ inline std::string Describe(const nlohmann::json& v) {
 
 inline Error Expected(const std::string& path, std::string_view what, const nlohmann::json& got) {
   return Error(path + ": expected " + std::string(what) + ", got " + Describe(got));
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; the tag means nothing to
+// a user.
+inline std::string StripExceptionTag(const char* what) {
+  std::string s = what;
+  if (!s.empty() && s[0] == '[') {
+    const std::size_t end = s.find("] ");
+    if (end != std::string::npos) s.erase(0, end + 2);
+  }
+  return s;
+}
+
+// Maximum bracket nesting of `text` and an upper bound on its number of values (commas plus
+// openings plus one), skipping strings. Exact for valid JSON; on invalid JSON exact up to the
+// first error, which is as far as a parser builds values. Decoders of untrusted JSON check both
+// before parsing, so that 16 MiB of "[]," cannot become ~400 MB of nested values and "[[[[..."
+// cannot recurse deeply.
+struct Shape {
+  int max_depth = 0;
+  std::size_t values = 1;
+};
+
+inline Shape ScanShape(std::string_view text) {
+  Shape shape;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      shape.max_depth = std::max(shape.max_depth, ++depth);
+      ++shape.values;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    } else if (c == ',') {
+      ++shape.values;
+    }
+  }
+  return shape;
 }
 
 }  // namespace toposched::json_errors

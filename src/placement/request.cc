@@ -61,6 +61,7 @@ constexpr int kMaxKeptDepth = 6;
 using json_errors::Describe;
 using json_errors::Expected;
 using json_errors::Quote;
+using json_errors::StripExceptionTag;
 
 std::int64_t SaturatingAdd(std::int64_t a, std::int64_t b) {
   return std::min(a + b, kSaturated);  // both operands are in [0, kSaturated]
@@ -288,17 +289,6 @@ class KeepFilter {
 
   std::vector<std::string> slots_;
 };
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; the tag means nothing to
-// a user.
-std::string StripExceptionTag(const char* what) {
-  std::string s = what;
-  if (!s.empty() && s[0] == '[') {
-    const std::size_t end = s.find("] ");
-    if (end != std::string::npos) s.erase(0, end + 2);
-  }
-  return s;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Field readers. Every access checks the type first, so nothing below throws on bad input.

@@ -30,6 +30,9 @@ namespace internal {
 namespace {
 
 using json_errors::Expected;
+using json_errors::ScanShape;
+using json_errors::Shape;
+using json_errors::StripExceptionTag;
 using nlohmann::json;
 
 // The node document wraps a NodeTopology (which the codec allows 32 levels) in one object.
@@ -38,53 +41,8 @@ constexpr int kMaxDocumentDepth = 33;
 constexpr std::size_t kMaxDocumentValues = 1'100'000;
 constexpr std::size_t kMaxDnsSubdomainLength = 253;
 
-struct Shape {
-  int max_depth = 0;
-  std::size_t values = 1;
-};
-
-// Nesting and an upper bound on the value count, skipping strings: checked before parsing so
-// that a hostile document cannot make the parser build millions of values or nest deeply
-// enough for the encoder's recursion (inline topologies are re-encoded for the codec).
-Shape ScanShape(std::string_view text) {
-  Shape shape;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      shape.max_depth = std::max(shape.max_depth, ++depth);
-      ++shape.values;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    } else if (c == ',') {
-      ++shape.values;
-    }
-  }
-  return shape;
-}
-
 bool IsLowerAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-// "[json.exception.parse_error.101] parse error at line 1..." -> "parse error at line 1...".
-std::string StripExceptionTag(const char* what) {
-  std::string s = what;
-  if (!s.empty() && s[0] == '[') {
-    const std::size_t end = s.find("] ");
-    if (end != std::string::npos) s.erase(0, end + 2);
-  }
-  return s;
 }
 
 Status CheckTopologyFilePath(const std::string& path) {

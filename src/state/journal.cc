@@ -54,31 +54,6 @@ std::string ErrnoText(int err) {
   return std::strerror(err);
 }
 
-// Bracket nesting of `text`, skipping strings; checked before parsing so that a hostile line
-// of "[[[[..." costs nothing.
-int MaxDepth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
 std::optional<LinkClass> ParseWorstClass(std::string_view s) {
   if (s == ToString(LinkClass::kNV)) return LinkClass::kNV;
   return ParseLinkClass(s);
@@ -231,7 +206,8 @@ Result<JournalEntry> Decode(std::string_view line, bool verify_checksum) {
                    actual + "\")");
     }
   }
-  if (MaxDepth(line) > kMaxLineDepth) {
+  // Checked before parsing, so that a hostile line of "[[[[..." costs nothing.
+  if (json_errors::ScanShape(line).max_depth > kMaxLineDepth) {
     return Error("not a journal entry: nested deeper than " + std::to_string(kMaxLineDepth) + " levels");
   }
   const json doc = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);

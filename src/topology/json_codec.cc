@@ -230,6 +230,9 @@ json EncodeStatus(const NodeTopology& t) {
 
 using json_errors::Describe;
 using json_errors::Expected;
+using json_errors::ScanShape;
+using json_errors::Shape;
+using json_errors::StripExceptionTag;
 using json_errors::Quote;
 
 std::string Child(const std::string& path, std::string_view key) {
@@ -773,53 +776,6 @@ Status DecodeDocument(const json& doc, NodeTopology* t) {
 }
 
 #undef TOPOSCHED_RETURN_IF_ERROR
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; the tag means nothing to
-// a user.
-std::string StripExceptionTag(const char* what) {
-  std::string s = what;
-  if (!s.empty() && s[0] == '[') {
-    const std::size_t end = s.find("] ");
-    if (end != std::string::npos) s.erase(0, end + 2);
-  }
-  return s;
-}
-
-// Maximum bracket nesting of `text` and an upper bound on its number of values (commas plus
-// openings plus one), skipping strings. Exact for valid JSON; on invalid JSON exact up to the
-// first error, which is as far as the parser builds values, so checking both first bounds what
-// the parser allocates: 16 MiB of "[]," would otherwise become ~400 MB of nested values.
-struct Shape {
-  int max_depth = 0;
-  std::size_t values = 1;
-};
-
-Shape ScanShape(std::string_view text) {
-  Shape shape;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      shape.max_depth = std::max(shape.max_depth, ++depth);
-      ++shape.values;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    } else if (c == ',') {
-      ++shape.values;
-    }
-  }
-  return shape;
-}
 
 Result<NodeTopology> Decode(std::string_view text) {
   if (text.size() > kMaxTopologyJsonBytes) {
