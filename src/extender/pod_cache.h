@@ -2,7 +2,9 @@
 // PodCache: what filter/prioritize computed for a pod, kept until its bind (or a TTL) -- the
 // extender's reservations. Keyed by pod UID; an entry for another resourceVersion of the same
 // pod is replaced (the pod changed, its request may have). Verdicts are per node class
-// (NodeRecord::class_key): nodes in one scheduling state share one filter+score result.
+// (NodeRecord::class_key): nodes in one scheduling state share one filter+score result. The
+// class key covers the node's hardware fingerprint (so its topology generation) and its
+// allocation, so a verdict is never stale for its key; bind re-decides anyway.
 // Thread-safe: the map under one mutex (short sections), each entry's verdicts under its own.
 
 #include <chrono>
@@ -28,7 +30,6 @@ struct ClassVerdict {
   std::string message;      // the failing plugin's status, as the reply's FailedNodes text
   int score100 = 0;         // framework total, 0..100 (0 when filtered out)
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
-  std::int64_t topology_generation = 0;  // of the node it was computed on
   server::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
 };

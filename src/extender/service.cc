@@ -382,7 +382,6 @@ struct ExtenderService::Impl {
     if (!cycle) cycle.emplace(framework.NewCycle(entry.request));
     const framework::NodeInfo info = NodeInfoOf(record);
     auto v = std::make_shared<ClassVerdict>();
-    v->topology_generation = record.topology_generation;
     const framework::FilterResult filtered = framework.RunFilter(*cycle, info);
     v->code = filtered.code();
     if (filtered.ok()) {

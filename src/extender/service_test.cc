@@ -212,7 +212,9 @@ TEST(ExtenderBind, BindsAfterFilterIsIdempotentAndRefusesAnotherNode) {
   HttpClient c(h.port());
   const PodSpec p{.name = "p4", .uid = "uid-p4", .gpus = 4, .rdma = 4};
   PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {"hgx-a", "hgx-b"}));
+  EXPECT_EQ(h.service().cached_pods(), 1u);  // the reservation waits for the bind
   EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"], "");
+  EXPECT_EQ(h.service().cached_pods(), 0u);  // and is consumed by it
   EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 4);
   const std::optional<state::PodAllocation> held = h.store().FindPod("uid-p4");
   ASSERT_TRUE(held.has_value());

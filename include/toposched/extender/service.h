@@ -6,7 +6,7 @@
 // Per call: one snapshot of the cluster state, one CycleState; no global lock held across a
 // request. Nodes in the same scheduling state (equal class keys) are filtered and scored once
 // per pod. What filter/prioritize computed for a pod is kept in the PodCache (pod UID,
-// resourceVersion, per-class verdicts with their topology generation, TTL); bind reads the
+// resourceVersion, per-class verdicts keyed by hardware fingerprint + allocation, TTL); bind reads the
 // pod's request from it (kube-scheduler's bind carries no Pod) and re-decides under the node's
 // lock in ClusterStore::Bind, so two concurrent binds never oversubscribe a device.
 
