@@ -11,13 +11,13 @@
 // deadline, so a stalled client costs a socket and a few kilobytes, never a worker.
 
 #include "toposched/server/http_server.h"
+#include "toposched/extender/wire.h"
 #include "toposched/server/logging.h"
 
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -74,44 +74,14 @@ std::string_view ToStd(beast::string_view text) {
   return {text.data(), text.size()};
 }
 
-std::string JsonEscape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-          out += escaped;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 HttpResponse ErrorResponse(int status, std::string_view message) {
   HttpResponse response;
   response.status = status;
   response.content_type = "application/json";
-  response.body = "{\"Error\":\"" + JsonEscape(message) + "\"}";
+  response.body = "{\"Error\":";
+  extender::AppendJsonString(response.body, message);  // valid JSON whatever bytes `message` has
+  response.body += '}';
   return response;
 }
 

@@ -680,6 +680,7 @@ TEST(HttpServerTest, HandlerExceptionBecomes500AndTheConnectionKeepsServing) {
     response.body = "partial";
     if (request.target == "/throw") throw std::runtime_error("boom \"quoted\"\n");
     if (request.target == "/throw-int") throw 42;
+    if (request.target == "/throw-bytes") throw std::runtime_error("bad \xff byte");
     response.body = "fine";
   });
   ASSERT_NE(server, nullptr);
@@ -689,6 +690,10 @@ TEST(HttpServerTest, HandlerExceptionBecomes500AndTheConnectionKeepsServing) {
   EXPECT_EQ(thrown->status, 500);
   EXPECT_EQ(thrown->Header("content-type"), "application/json");
   EXPECT_EQ(thrown->body, R"({"Error":"boom \"quoted\"\n"})");
+  // Invalid UTF-8 in a message must not make the reply invalid JSON.
+  const auto bytes = client.RoundTrip(Request("GET", "/throw-bytes"));
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_EQ(bytes->body, R"({"Error":"bad \ufffd byte"})");
   const auto thrown_int = client.RoundTrip(Request("GET", "/throw-int"));
   ASSERT_TRUE(thrown_int.has_value());
   EXPECT_EQ(thrown_int->status, 500);
@@ -697,7 +702,7 @@ TEST(HttpServerTest, HandlerExceptionBecomes500AndTheConnectionKeepsServing) {
   ASSERT_TRUE(fine.has_value());
   EXPECT_EQ(fine->status, 200);
   EXPECT_EQ(fine->body, "fine");
-  EXPECT_EQ(server->counters().handler_exceptions, 2u);
+  EXPECT_EQ(server->counters().handler_exceptions, 3u);
 }
 
 TEST(HttpServerTest, InvalidStatusOrHeaderFromTheHandlerCannotBreakTheResponse) {
