@@ -110,6 +110,40 @@ void AppendHexEscape(std::string& out, const char* prefix, unsigned char c) {
   out += buf;
 }
 
+// `value` (already valid UTF-8) double-quoted, with quotes, backslashes, \n, \t and \r escaped;
+// other control characters as \u00XX in JSON (which needs only < 0x20 escaped) or \xXX in logfmt
+// (DEL too, so that a line never carries a raw control byte).
+void AppendQuoted(std::string& out, std::string_view value, bool json) {
+  out += '"';
+  for (char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (json ? u < 0x20 : IsControl(u)) {
+          AppendHexEscape(out, json ? "\\u00" : "\\x", u);
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
 // A logfmt value: bare when it is plain, double-quoted with escapes when it holds a space, '=',
 // '"' or a control character, "-" when empty. `always_quote` is for the message.
 void AppendTextValue(std::string& out, std::string_view raw, bool always_quote) {
@@ -127,67 +161,13 @@ void AppendTextValue(std::string& out, std::string_view raw, bool always_quote) 
     out += value;
     return;
   }
-  out += '"';
-  for (char c : value) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (IsControl(u)) {
-          AppendHexEscape(out, "\\x", u);
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
+  AppendQuoted(out, value, /*json=*/false);
 }
 
 // A JSON string literal (RFC 8259): quotes, backslashes and control characters escaped, invalid
 // UTF-8 replaced so that every line parses.
 void AppendJsonString(std::string& out, std::string_view raw) {
-  out += '"';
-  for (char c : SanitizeUtf8(raw)) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (u < 0x20) {
-          AppendHexEscape(out, "\\u00", u);
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
+  AppendQuoted(out, SanitizeUtf8(raw), /*json=*/true);
 }
 
 // UTC, RFC 3339 with milliseconds: 2026-12-02T14:30:01.123Z.
