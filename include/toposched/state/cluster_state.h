@@ -42,6 +42,10 @@ struct PodAllocation {
   framework::AllocationDelta delta;  // topology indices
   std::int64_t topology_generation = 0;  // of the node when bound
   LinkClass worst_class = LinkClass::kPIX;
+  // Devices per container, init containers first (HAMi's annotation order): how the kube
+  // source splits the GPUs into HAMi's per-container segments. Empty: one container takes all.
+  // Not journaled (the file source has no containers to hand devices to).
+  std::vector<int> container_devices;
   bool operator==(const PodAllocation&) const = default;
 };
 
