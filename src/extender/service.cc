@@ -141,11 +141,12 @@ struct ExtenderService::Impl {
         reservations(reg.AddCounter(
             "toposched_reservations_total",
             "Binds by what became of the filter-time result: confirmed (same node state), changed "
-            "(node changed, re-decided), missing (no cached filter result for the pod).",
+            "(node changed, re-decided), refetched (no cached result: the pod was read from the API server), "
+            "missing (no cached filter result for the pod).",
             {"outcome"})),
         binds(reg.AddCounter("toposched_binds_total",
                              "Bind and Volcano allocate outcomes: bound, already_bound, unfit, conflict, "
-                             "no_reservation, error.",
+                             "no_reservation, not_leader, binding_failed, error.",
                              {"outcome"})),
         state_nodes(reg.AddGauge("toposched_state_nodes", "Nodes in the cluster state.")),
         state_pods(reg.AddGauge("toposched_state_pods", "Pods holding an allocation in the cluster state.")),
@@ -271,11 +272,11 @@ struct ExtenderService::Impl {
         return;
       case Verb::kReadyz:
         resp.content_type = "text/plain; charset=utf-8";
-        if (store.synced()) {
+        if (std::string why; hooks != nullptr ? hooks->Ready(&why) : store.synced()) {
           resp.body = "ready\n";
         } else {
           resp.status = 503;
-          resp.body = "cluster state not loaded yet\n";
+          resp.body = (why.empty() ? std::string("cluster state not loaded yet") : why) + "\n";
         }
         return;
       case Verb::kMetrics:
@@ -542,6 +543,7 @@ struct ExtenderService::Impl {
       a.pod_name = entry->pod_name;
       a.node = record.name;
       a.topology_generation = record.topology_generation;
+      a.container_devices = entry->request.container_devices;
       if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
       if (auto v = entry->FindVerdict(record.class_key); v && v->passes()) confirmed = true;
       // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.
@@ -594,17 +596,43 @@ struct ExtenderService::Impl {
     return {"", "bound"};
   }
 
+  // Only the leader changes state; an in-band error makes the scheduler retry (by then the
+  // Service routes it to the leader, the only ready replica).
+  bool RefuseUnlessLeader(std::string& error) const {
+    if (hooks == nullptr || hooks->MayChangeState()) return false;
+    error = "this toposched replica is not the leader; retry against the leader";
+    return true;
+  }
+
   void Bind(std::string_view body, HttpResponse& resp) {
     Result<BindingArgs> args = Reader().ReadBindingArgs(body);
     if (!args.ok()) return BadRequest(resp, Verb::kBind, args.error());
     const BindingArgs& b = *args;
+    if (std::string error; RefuseUnlessLeader(error)) {
+      binds.With({"not_leader"}).Inc();
+      WriteBindingResult(resp.body, error);
+      return;
+    }
     std::shared_ptr<PodEntry> entry = pods.Find(b.pod_uid, "", clock());
+    if (auto existing = store.FindPod(b.pod_uid); existing && existing->node != b.node && hooks != nullptr &&
+                                                  hooks->MayRebind(*existing)) {
+      // An allocation whose Binding never happened (the extender died between the two, or
+      // the scheduler gave up on that node): the pod is not running anywhere, so it moves.
+      if (auto released = store.Release(b.pod_uid); !released.ok()) {
+        binds.With({"error"}).Inc();
+        WriteBindingResult(resp.body, released.error().message());
+        return;
+      }
+      server::Log(LogLevel::kInfo, {"bind", PodLabel(b.pod_namespace, b.pod_name, b.pod_uid), existing->node},
+                  "released an allocation whose Binding was never created; binding to " + std::string(b.node));
+    }
     if (!entry) {
       // A retried bind of a pod bound before (the reply was lost) must still succeed.
       if (auto existing = store.FindPod(b.pod_uid)) {
         if (existing->node == b.node) {
-          binds.With({"already_bound"}).Inc();
-          WriteBindingResult(resp.body, "");
+          const std::string error = Complete(*existing);
+          binds.With({error.empty() ? "already_bound" : "error"}).Inc();
+          WriteBindingResult(resp.body, error);
           return;
         }
         binds.With({"conflict"}).Inc();
@@ -612,6 +640,26 @@ struct ExtenderService::Impl {
                                           " is already bound to node " + existing->node);
         return;
       }
+      if (hooks != nullptr) {
+        // The API server has the pod: read its request from there.
+        Result<std::string> pod = hooks->FetchPod(b.pod_namespace, b.pod_name, b.pod_uid);
+        if (pod.ok()) {
+          Result<PlacementRequest> parsed = ParsePodRequest(*pod, framework.config().request);
+          if (parsed.ok()) {
+            reservations.With({"refetched"}).Inc();
+            entry = Store(std::move(parsed).value(), b.pod_uid, "", clock());
+          } else {
+            binds.With({"error"}).Inc();
+            WriteBindingResult(resp.body, parsed.error().message());
+            return;
+          }
+        } else {
+          server::Log(LogLevel::kWarn, {"bind", PodLabel(b.pod_namespace, b.pod_name, b.pod_uid), b.node},
+                      "cannot read the pod: " + pod.error().message());
+        }
+      }
+    }
+    if (!entry) {
       reservations.With({"missing"}).Inc();
       binds.With({"no_reservation"}).Inc();
       const std::string msg = "no filter result cached for pod " + std::string(b.pod_namespace) + "/" +
@@ -621,9 +669,29 @@ struct ExtenderService::Impl {
       WriteBindingResult(resp.body, msg);
       return;
     }
-    const BindOutcome out = Commit(entry, b.node, "bind");
+    BindOutcome out = Commit(entry, b.node, "bind");
+    if (out.error.empty()) {
+      if (auto bound = store.FindPod(b.pod_uid)) {
+        if (std::string error = Complete(*bound); !error.empty()) out = {std::move(error), "binding_failed"};
+      }
+    }
     binds.With({out.outcome}).Inc();
     WriteBindingResult(resp.body, out.error);
+  }
+
+  // Creates the Binding through the hooks; on failure gives the devices back (persistence
+  // undoes the annotations) and returns the error for the scheduler ("" = bound).
+  std::string Complete(const state::PodAllocation& allocation) {
+    if (hooks == nullptr) return "";
+    Status s = hooks->CompleteBind(allocation);
+    if (s.ok()) return "";
+    const std::string pod = PodLabel(allocation.pod_namespace, allocation.pod_name, allocation.uid);
+    std::string error = "cannot create the Binding: " + s.error().message();
+    if (auto released = store.Release(allocation.uid); !released.ok()) {
+      error += "; and releasing the allocation failed: " + released.error().message();
+    }
+    server::Log(LogLevel::kWarn, {"bind", pod, allocation.node}, error);
+    return error;
   }
 
   // ---- kube-scheduler preempt ----
@@ -727,6 +795,11 @@ struct ExtenderService::Impl {
     Result<VolcanoEventArgs> args = Reader().ReadVolcanoEvent(body);
     if (!args.ok()) return BadRequest(resp, Verb::kVAllocate, args.error());
     const VolcanoTaskView& task = args->task;
+    if (std::string error; RefuseUnlessLeader(error)) {
+      binds.With({"not_leader"}).Inc();
+      WriteVolcanoEventResult(resp.body, error);
+      return;
+    }
     if (task.node_name.empty()) {
       WriteVolcanoEventResult(resp.body, "task " + std::string(task.uid) + " has no NodeName to allocate on");
       return;
@@ -745,6 +818,10 @@ struct ExtenderService::Impl {
   void VolcanoDeallocate(std::string_view body, HttpResponse& resp) {
     Result<VolcanoEventArgs> args = Reader().ReadVolcanoEvent(body);
     if (!args.ok()) return BadRequest(resp, Verb::kVDeallocate, args.error());
+    if (std::string error; RefuseUnlessLeader(error)) {
+      WriteVolcanoEventResult(resp.body, error);
+      return;
+    }
     Result<std::optional<state::PodAllocation>> released = store.Release(args->task.uid);
     if (!released.ok()) {
       WriteVolcanoEventResult(resp.body, released.error().message());
@@ -794,6 +871,7 @@ struct ExtenderService::Impl {
 
   const framework::Framework& framework;
   state::ClusterStore& store;
+  BindHooks* hooks = nullptr;
   server::Registry& registry;
   const ExtenderOptions options;
   const Clock clock;
@@ -815,8 +893,11 @@ struct ExtenderService::Impl {
 };
 
 ExtenderService::ExtenderService(const framework::Framework& framework, state::ClusterStore& store,
-                                 server::Registry& metrics, ExtenderOptions options, Clock clock)
-    : impl_(std::make_unique<Impl>(framework, store, metrics, std::move(options), std::move(clock))) {}
+                                 server::Registry& metrics, ExtenderOptions options, Clock clock,
+                                 BindHooks* hooks)
+    : impl_(std::make_unique<Impl>(framework, store, metrics, std::move(options), std::move(clock))) {
+  impl_->hooks = hooks;
+}
 
 ExtenderService::~ExtenderService() = default;
 

@@ -714,6 +714,14 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
                  "; one node has at most " + std::to_string(kMaxDevices));
   }
   if (amd > 0) req.vendor = GpuVendor::kAmd;
+  if (gpus > 0) {
+    const std::string_view vendor_gpu = amd > 0 ? kAmdGpu : kNvidiaGpu;
+    for (const ContainerAsk& c : containers) {
+      const auto it = c.amounts.find(vendor_gpu);
+      req.container_devices.push_back(
+          it == c.amounts.end() ? 0 : static_cast<int>(std::min<std::int64_t>(it->second, kMaxDevices)));
+    }
+  }
 
   // Shared or whole: one shape per pod, shared when any container's vGPUs are.
   if (gpus >= 1 && std::any_of(containers.begin(), containers.end(), AsksSharedGpus)) {

@@ -127,7 +127,41 @@ TEST_P(PodRequestParseTest, Parses) {
   const ParseCase& c = GetParam();
   const Result<PlacementRequest> got = ParsePodRequest(c.pod.dump(), c.config);
   ASSERT_TRUE(got.ok()) << got.error().message();
-  EXPECT_EQ(*got, c.want);
+  PlacementRequest without_containers = *got;  // container_devices has its own table below
+  without_containers.container_devices.clear();
+  EXPECT_EQ(without_containers, c.want);
+}
+
+// Devices per container, in HAMi's order: init containers first, then app containers; a
+// container without the vendor's GPU resource counts 0; pods without GPUs list nothing.
+TEST(PodRequestContainers, DevicesPerContainerInitFirst) {
+  struct Case {
+    const char* name;
+    const char* spec;
+    std::vector<int> want;
+  };
+  const Case cases[] = {
+      {"OneContainer", R"({"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"4"}}}]})", {4}},
+      {"SidecarWithoutGpus",
+       R"({"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"2"}}},{"name":"log"}]})", {2, 0}},
+      {"InitContainerFirst",
+       R"({"initContainers":[{"name":"i","resources":{"limits":{"nvidia.com/gpu":"1"}}}],
+           "containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"2"}}},
+                         {"name":"b","resources":{"requests":{"nvidia.com/gpu":"1"}}}]})",
+       {1, 2, 1}},
+      {"SharedVgpus",
+       R"({"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"2","nvidia.com/gpumem":"8000"}}}]})",
+       {2}},
+      {"AmdGpus", R"({"containers":[{"name":"a","resources":{"limits":{"amd.com/gpu":"2"}}}]})", {2}},
+      {"NoGpus", R"({"containers":[{"name":"a","resources":{"limits":{"rdma/ib":"1"}}}]})", {}},
+  };
+  for (const Case& c : cases) {
+    const json pod = {{"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u"}}},
+                      {"spec", json::parse(c.spec)}};
+    const Result<PlacementRequest> got = ParsePodRequest(pod.dump());
+    ASSERT_TRUE(got.ok()) << c.name << ": " << got.error().message();
+    EXPECT_EQ(got->container_devices, c.want) << c.name;
+  }
 }
 
 std::vector<ParseCase> ParseCases() {

@@ -584,7 +584,7 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   auto next = impl_->WithPod(*record, allocation);
   if (!next.ok()) return next.error();
   if (impl_->persistence != nullptr) {
-    if (Status s = impl_->persistence->RecordBind(allocation); !s.ok()) {
+    if (Status s = impl_->persistence->RecordBind(allocation, *record); !s.ok()) {
       return s.error().WithContext("cannot persist the bind of pod " + allocation.uid);
     }
   }
@@ -593,7 +593,7 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   return BindResult{BindKind::kBound, std::move(allocation)};
 }
 
-Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_uid) {
+Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_uid, bool persist) {
   const Impl::UidClaim claim(*impl_, pod_uid);
   if (!claim.bound()) return std::optional<PodAllocation>();
   const PodAllocation& allocation = *claim.bound();
@@ -616,7 +616,7 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
   ++next->allocation_version;
   next->pods.erase(std::remove(next->pods.begin(), next->pods.end(), allocation.uid), next->pods.end());
   next->class_key = ComputeClassKey(*next);
-  if (impl_->persistence != nullptr) {
+  if (impl_->persistence != nullptr && persist) {
     if (Status s = impl_->persistence->RecordRelease(allocation); !s.ok()) {
       return s.error().WithContext("cannot persist the release of pod " + allocation.uid);
     }

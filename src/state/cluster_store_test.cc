@@ -472,6 +472,22 @@ TEST(ClusterStoreTest, ReleaseGivesTheDevicesBack) {
   EXPECT_TRUE(store.Bind("gpu-a", "u3", Take(Whole({0, 1, 2}, {0}))).ok());
 }
 
+// A pod the source reports gone is released without asking persistence to undo anything,
+// even when persistence is failing (there is nothing left to write).
+TEST(ClusterStoreTest, ReleaseWithoutPersistingForPodsAlreadyGone) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({0}))).ok());
+  persistence.FailWith("API server down");
+  const auto released = store.Release("u1", /*persist=*/false);
+  ASSERT_TRUE(released.ok()) << released.error().message();
+  ASSERT_TRUE(released->has_value());
+  EXPECT_TRUE(persistence.releases().empty());
+  EXPECT_FALSE(store.FindPod("u1").has_value());
+  EXPECT_FALSE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 0));
+}
+
 TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
   FakePersistence persistence;
   ClusterStore store(&persistence);

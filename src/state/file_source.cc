@@ -366,7 +366,7 @@ Status FileSource::Load(ClusterStore& store) {
   return Status::Ok();
 }
 
-Status FileSource::RecordBind(const PodAllocation& allocation) {
+Status FileSource::RecordBind(const PodAllocation& allocation, const NodeRecord& /*node*/) {
   if (!impl_->journal) return Error("file source " + impl_->dir + ": bind before Load");
   auto line = internal::EncodeJournalLine(internal::JournalOp::kBind, allocation);
   if (!line.ok()) return line.error();

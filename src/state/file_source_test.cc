@@ -266,7 +266,7 @@ TEST(FileSourceTest, RecordBeforeLoadIsAnError) {
   ClusterDir dir;
   auto source = FileSource::Open(dir.path());
   ASSERT_TRUE(source.ok());
-  EXPECT_FALSE((*source)->RecordBind(Allocation("u", "gpu-0", Whole({0}))).ok());
+  EXPECT_FALSE((*source)->RecordBind(Allocation("u", "gpu-0", Whole({0})), NodeRecord{}).ok());
   EXPECT_FALSE((*source)->RecordRelease(Allocation("u", "gpu-0", Whole({0}))).ok());
   ClusterStore store(source->get());
   ASSERT_TRUE((*source)->Load(store).ok());

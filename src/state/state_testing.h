@@ -73,7 +73,7 @@ inline PodAllocation Allocation(std::string uid, std::string node, framework::Al
 // Records what it is asked to persist; fails with `fail_with` when set.
 class FakePersistence : public Persistence {
  public:
-  Status RecordBind(const PodAllocation& a) override { return Record(a, binds_); }
+  Status RecordBind(const PodAllocation& a, const NodeRecord& /*node*/) override { return Record(a, binds_); }
   Status RecordRelease(const PodAllocation& a) override { return Record(a, releases_); }
   void FailWith(std::string message) {
     std::lock_guard lock(mu_);

@@ -45,13 +45,40 @@ struct ExtenderOptions {
 
 class PodCache;
 
+// What a bind means beyond the cluster state when an API server is the store (the kube
+// source, src/kube/kube_source.cc). Without hooks (the file source) a bind is complete once
+// persisted, every replica may change state, and readiness is "state loaded".
+class BindHooks {
+ public:
+  virtual ~BindHooks() = default;
+  // Only the leader changes state (bind, Volcano allocate/deallocate); the others answer those
+  // verbs with an in-band error (the scheduler retries, by then against the leader).
+  virtual bool MayChangeState() const = 0;
+  // /readyz: true when this replica should get traffic; otherwise `why` says what is missing.
+  virtual bool Ready(std::string* why) const = 0;
+  // The Pod (JSON) for a bind that has no cached filter result: the extender restarted, or
+  // the reservation expired, between kube-scheduler's filter and its bind.
+  virtual Result<std::string> FetchPod(std::string_view pod_namespace, std::string_view pod_name,
+                                       std::string_view pod_uid) = 0;
+  // After the store committed (and persisted) the allocation, and also for a retried bind
+  // that finds the pod already allocated on the node: creates the Binding (idempotent). On
+  // an error the service releases the allocation (persistence undoes what it wrote) and
+  // answers the error.
+  virtual Status CompleteBind(const state::PodAllocation& allocation) = 0;
+  // A bind to another node than the one a pod's allocation is on: true when the old one was
+  // never completed (the pod has no node yet), so the service may release it and bind anew.
+  virtual bool MayRebind(const state::PodAllocation& previous) = 0;
+};
+
 class ExtenderService {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
-  // `framework`, `store` and `metrics` must outlive the service. `clock` is for tests (TTL).
+  // `framework`, `store`, `metrics` and `hooks` (may be null) must outlive the service.
+  // `clock` is for tests (TTL).
   ExtenderService(const framework::Framework& framework, state::ClusterStore& store,
-                  server::Registry& metrics, ExtenderOptions options, Clock clock = nullptr);
+                  server::Registry& metrics, ExtenderOptions options, Clock clock = nullptr,
+                  BindHooks* hooks = nullptr);
   ~ExtenderService();
   ExtenderService(const ExtenderService&) = delete;
   ExtenderService& operator=(const ExtenderService&) = delete;

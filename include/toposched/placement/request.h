@@ -56,6 +56,10 @@ struct PlacementRequest {
   std::string pool;
   SharedGpuRequest shared;
   PackPolicy node_policy = PackPolicy::kDefault;
+  // GPUs (whole or vGPUs) each container asks, init containers first, then app containers
+  // (HAMi's per-container annotation order); not part of the shape. Init containers run
+  // before the app containers and take their devices from the same set.
+  std::vector<int> container_devices;
 
   bool IsShared() const { return shared.count > 0; }
   // The request's shape: everything the engine's choice depends on (not the pod's identity).

@@ -97,12 +97,14 @@ class Snapshot {
   std::uint64_t version_ = 0;
 };
 
-// Where binds are made durable before they are acknowledged: the file source's journal, or
-// (issue 5) the API server. Called with the node's lock held; must not call back into the store.
+// Where binds are made durable before they are acknowledged: the file source's journal, or the
+// API server (the kube source writes the allocation annotations on the pod). Called with the
+// node's lock held; must not call back into the store. `node` is the node's record before the
+// change (its topology names the devices).
 class Persistence {
  public:
   virtual ~Persistence() = default;
-  virtual Status RecordBind(const PodAllocation& allocation) = 0;
+  virtual Status RecordBind(const PodAllocation& allocation, const NodeRecord& node) = 0;
   virtual Status RecordRelease(const PodAllocation& allocation) = 0;
 };
 
@@ -157,9 +159,11 @@ class ClusterStore {
   using Decide = std::function<Result<PodAllocation>(const NodeRecord&)>;
   Result<BindResult> Bind(std::string_view node, std::string_view pod_uid, const Decide& decide);
 
-  // Releases a pod's devices (pod deleted, Volcano deallocate): persisted, then published.
-  // Returns the released allocation, or nullopt when the UID holds nothing.
-  Result<std::optional<PodAllocation>> Release(std::string_view pod_uid);
+  // Releases a pod's devices (pod deleted, Volcano deallocate, a Binding that failed):
+  // persisted (unless `persist` is false: the source reports a pod that is already gone, so
+  // there is nothing to undo), then published. Returns the released allocation, or nullopt
+  // when the UID holds nothing.
+  Result<std::optional<PodAllocation>> Release(std::string_view pod_uid, bool persist = true);
 
   std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;
   std::size_t pod_count() const;
@@ -204,7 +208,7 @@ class FileSource : public Persistence {
   // Call once, before serving. `store` must use this source as its persistence.
   Status Load(ClusterStore& store);
 
-  Status RecordBind(const PodAllocation& allocation) override;
+  Status RecordBind(const PodAllocation& allocation, const NodeRecord& node) override;
   Status RecordRelease(const PodAllocation& allocation) override;
 
   std::size_t node_count() const;
