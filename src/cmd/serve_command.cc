@@ -1,15 +1,18 @@
 // `toposched serve`: the scheduler extender. Loads the scheduler config and the cluster state
-// (file source for now), starts the HTTP server and serves until SIGTERM/SIGINT, then drains
-// in-flight requests and exits 0.
+// (the Kubernetes API with --kube, or a directory with --cluster), starts the HTTP server and
+// serves until SIGTERM/SIGINT, then drains in-flight requests, gives up the Lease and exits 0.
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <cstdlib>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,6 +23,10 @@
 #include "toposched/extender/service.h"
 #include "toposched/framework/config.h"
 #include "toposched/framework/framework.h"
+#include "toposched/kube/api.h"
+#include "toposched/kube/leader.h"
+#include "toposched/kube/source.h"
+#include "toposched/kube/transport.h"
 #include "toposched/server/http_server.h"
 #include "toposched/server/logging.h"
 #include "toposched/server/metrics.h"
@@ -28,14 +35,29 @@
 namespace toposched::cmd {
 namespace {
 
-constexpr const char* kServeHelp = R"(usage: toposched serve --cluster DIR [flags]
+constexpr const char* kServeHelp = R"(usage: toposched serve (--kube | --cluster DIR) [flags]
 
 The scheduler extender: kube-scheduler's filter/prioritize/bind/preempt verbs and Volcano's
 extender-plugin verbs over HTTP, with /healthz, /readyz and /metrics (docs/extender.md).
 
-cluster state:
+cluster state (one of):
+  --kube                 the Kubernetes API server: in-cluster service account, or --kubeconfig
   --cluster DIR          file source: DIR/nodes/*.json node documents and the durable
                          DIR/allocations.journal (created if absent); binds append to it
+Kubernetes (with --kube; docs/operations.md):
+  --kubeconfig FILE      use this kubeconfig instead of the in-cluster service account
+  --context NAME         kubeconfig context (default: current-context)
+  --leader-elect BOOL    elect one leader among replicas with a Lease (default true)
+  --lease-namespace NS   the Lease's namespace (default: the service account's namespace)
+  --lease-name NAME      (default toposched-extender)
+  --identity ID          this replica's name in the Lease (default: $POD_NAME, else hostname)
+  --lease-duration DUR --renew-deadline DUR --retry-period DUR   (defaults 15s, 10s, 2s)
+  --stale-topology-age DUR   a NodeTopology whose agent heartbeat is older is stale
+                         (default 15m; 0 = never stale)
+  --stale-topology-policy closed|open   stale: no new GPU pods there (closed, default), or
+                         keep using the last topology (open)
+  --hami-node-lock BOOL  take HAMi's node lock (hami.io/mutex.lock) at bind; set true when
+                         HAMi's device plugin runs on the GPU nodes (default false)
 scheduling:
   --config FILE          scheduler config YAML (docs/configuration.md); default: every
                          built-in plugin with its default weight
@@ -99,7 +121,22 @@ Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit) {
   return text;
 }
 
+struct KubeFlags {
+  bool enabled = false;
+  std::string kubeconfig, context;
+  bool leader_elect = true;
+  kube::LeaderOptions lease;
+  kube::KubeSourceOptions source;
+};
+
+Result<bool> ParseBool(std::string_view flag, std::string_view v) {
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return Error(std::string(flag) + " \"" + std::string(v) + "\": expected true or false");
+}
+
 struct ServeFlags {
+  KubeFlags kube;
   std::string cluster, config, port_file;
   server::ServerOptions http;
   extender::ExtenderOptions extender;
@@ -111,12 +148,17 @@ struct ServeFlags {
 // Returns 0 to go on, else the exit code (help 0 is signalled by setting `help`).
 int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) {
   f.http.port = 8888;
+  f.kube.source.stale_topology_age = std::chrono::minutes(15);
   f.http.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       help = true;
       return 0;
+    }
+    if (a == "--kube") {
+      f.kube.enabled = true;
+      continue;
     }
     if (i + 1 >= args.size()) {
       std::fprintf(stderr, "toposched serve: %s: missing value or unknown flag\n%s", a.c_str(), kServeHelp);
@@ -128,6 +170,30 @@ int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) 
       return 2;
     };
     if (a == "--cluster") f.cluster = v;
+    else if (a == "--kubeconfig") f.kube.kubeconfig = v;
+    else if (a == "--context") f.kube.context = v;
+    else if (a == "--lease-namespace") f.kube.lease.lease_namespace = v;
+    else if (a == "--lease-name") f.kube.lease.lease_name = v;
+    else if (a == "--identity") f.kube.lease.identity = v;
+    else if (a == "--leader-elect" || a == "--hami-node-lock") {
+      auto b = ParseBool(a, v);
+      if (!b.ok()) return fail(b.error());
+      (a == "--leader-elect" ? f.kube.leader_elect : f.kube.source.hami_node_lock) = *b;
+    } else if (a == "--stale-topology-policy") {
+      if (v == "closed") f.kube.source.stale_policy = kube::StaleTopologyPolicy::kClosed;
+      else if (v == "open") f.kube.source.stale_policy = kube::StaleTopologyPolicy::kOpen;
+      else return fail(Error("--stale-topology-policy \"" + v + "\": expected closed or open"));
+    } else if (a == "--lease-duration" || a == "--renew-deadline" || a == "--retry-period" ||
+               a == "--stale-topology-age") {
+      auto d = ParseDuration(a, v);
+      if (!d.ok()) return fail(d.error());
+      if (a == "--lease-duration") f.kube.lease.lease_duration = *d;
+      if (a == "--renew-deadline") f.kube.lease.renew_deadline = *d;
+      if (a == "--retry-period") f.kube.lease.retry_period = *d;
+      if (a == "--stale-topology-age") {
+        f.kube.source.stale_topology_age = std::chrono::duration_cast<std::chrono::seconds>(*d);
+      }
+    }
     else if (a == "--config") f.config = v;
     else if (a == "--port-file") f.port_file = v;
     else if (a == "--address") f.http.address = v;
@@ -172,9 +238,13 @@ int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) 
       return 2;
     }
   }
-  if (f.cluster.empty()) {
-    std::fprintf(stderr, "toposched serve: --cluster DIR is required (the Kubernetes source comes next)\n%s",
-                 kServeHelp);
+  if (f.cluster.empty() == !f.kube.enabled) {
+    std::fprintf(stderr, "toposched serve: give exactly one of --kube and --cluster DIR\n%s", kServeHelp);
+    return 2;
+  }
+  if (f.kube.leader_elect && !(f.kube.lease.renew_deadline < f.kube.lease.lease_duration &&
+                               f.kube.lease.retry_period < f.kube.lease.renew_deadline)) {
+    std::fprintf(stderr, "toposched serve: leader election needs retry-period < renew-deadline < lease-duration\n");
     return 2;
   }
   if (f.http.tls.cert_file.empty() != f.http.tls.key_file.empty()) {
@@ -183,6 +253,22 @@ int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) 
   }
   f.http.tls_enabled = !f.http.tls.cert_file.empty();
   return 0;
+}
+
+// $POD_NAME (the downward API), else the host name, plus a random suffix: two processes must
+// never share an identity, or both would think they hold the Lease.
+std::string DefaultIdentity() {
+  std::string base;
+  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') {
+    base = pod;
+  } else {
+    char host[256] = {};
+    base = gethostname(host, sizeof host - 1) == 0 && host[0] != '\0' ? host : "toposched";
+  }
+  std::random_device rd;
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "_%08x", rd());
+  return base + suffix;
 }
 
 void Fatal(const std::string& message) { server::Log(server::LogLevel::kError, {"startup", "", ""}, message); }
@@ -218,17 +304,56 @@ int RunServe(const std::vector<std::string>& args) {
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 
-  Result<std::unique_ptr<state::FileSource>> source = state::FileSource::Open(flags.cluster);
-  if (!source.ok()) return Fatal(source.error().message()), 1;
-  state::ClusterStore store(source->get(), state::StoreOptions{.max_shares_per_gpu = max_shares});
-  if (Status loaded = (*source)->Load(store); !loaded.ok()) return Fatal(loaded.error().message()), 1;
-  for (const std::string& w : (*source)->warnings()) server::Log(server::LogLevel::kWarn, {"startup", "", ""}, w);
-  server::Log(server::LogLevel::kInfo, {"startup", "", ""},
-              "cluster " + flags.cluster + ": " + std::to_string(store.snapshot()->size()) + " nodes, " +
-                  std::to_string(store.pod_count()) + " pods with allocations");
-
   server::Registry metrics;
-  extender::ExtenderService service(*fw, store, metrics, flags.extender);
+  state::ClusterStore store(nullptr, state::StoreOptions{.max_shares_per_gpu = max_shares});
+  std::unique_ptr<state::FileSource> file_source;
+  std::unique_ptr<kube::Transport> transport;
+  std::unique_ptr<kube::Api> api;
+  std::unique_ptr<kube::LeaderElector> elector;
+  std::unique_ptr<kube::KubeSource> kube_source;
+  std::jthread elector_thread;
+  if (flags.kube.enabled) {
+    Result<kube::ClientConfig> client = flags.kube.kubeconfig.empty()
+                                            ? kube::InClusterConfig()
+                                            : kube::LoadKubeconfig(flags.kube.kubeconfig, flags.kube.context);
+    if (!client.ok()) return Fatal(client.error().message()), 1;
+    Result<std::unique_ptr<kube::Transport>> t = kube::MakeRestTransport(*client);
+    if (!t.ok()) return Fatal(t.error().message()), 1;
+    transport = std::move(t).value();
+    api = std::make_unique<kube::Api>(*transport);
+    kube::LeaderOptions& lease = flags.kube.lease;
+    if (lease.lease_namespace.empty()) lease.lease_namespace = client->namespace_name;
+    if (lease.identity.empty()) lease.identity = DefaultIdentity();
+    flags.kube.source.identity = lease.identity;
+    if (flags.kube.leader_elect) {
+      elector = std::make_unique<kube::LeaderElector>(*api, lease, [&kube_source](bool leading) {
+        if (kube_source) kube_source->OnLeadership(leading);
+      });
+    }
+    kube_source = std::make_unique<kube::KubeSource>(*api, store, metrics, flags.kube.source, elector.get());
+    store.SetPersistence(kube_source.get());
+    kube_source->Start();
+    if (elector) elector_thread = std::jthread([&elector](std::stop_token stop) { elector->Run(stop); });
+    server::Log(server::LogLevel::kInfo, {"startup", "", ""},
+                "Kubernetes API " + client->server + (elector ? ", leader election on Lease " + lease.lease_namespace +
+                                                                 "/" + lease.lease_name + " as " + lease.identity
+                                                           : ", no leader election") +
+                    "; ready once synced");
+  } else {
+    Result<std::unique_ptr<state::FileSource>> source = state::FileSource::Open(flags.cluster);
+    if (!source.ok()) return Fatal(source.error().message()), 1;
+    file_source = std::move(source).value();
+    store.SetPersistence(file_source.get());
+    if (Status loaded = file_source->Load(store); !loaded.ok()) return Fatal(loaded.error().message()), 1;
+    for (const std::string& w : file_source->warnings()) {
+      server::Log(server::LogLevel::kWarn, {"startup", "", ""}, w);
+    }
+    server::Log(server::LogLevel::kInfo, {"startup", "", ""},
+                "cluster " + flags.cluster + ": " + std::to_string(store.snapshot()->size()) + " nodes, " +
+                    std::to_string(store.pod_count()) + " pods with allocations");
+  }
+
+  extender::ExtenderService service(*fw, store, metrics, flags.extender, nullptr, kube_source.get());
   flags.http.body_limit = [&service](std::string_view target) { return service.BodyLimit(target); };
   Result<std::unique_ptr<server::HttpServer>> http = server::HttpServer::Start(
       flags.http, [&service](const server::HttpRequest& req, server::HttpResponse& resp) { service.Handle(req, resp); });
@@ -242,6 +367,7 @@ int RunServe(const std::vector<std::string>& args) {
   auto& http_errors = metrics.AddGauge("toposched_http_protocol_errors",
                                        "Requests answered by the HTTP layer itself, by kind.", {"kind"});
   service.SetScrapeHook([&] {
+    if (kube_source) kube_source->RefreshMetrics();
     const server::ServerCounters c = srv.counters();
     conn_open.With({}).Set(static_cast<double>(c.open_connections));
     conn_total.With({}).Set(static_cast<double>(c.connections_accepted));
@@ -276,6 +402,11 @@ int RunServe(const std::vector<std::string>& args) {
                   ": finishing in-flight requests");
   srv.Shutdown(flags.grace);
   srv.Wait();
+  if (elector_thread.joinable()) {
+    elector_thread.request_stop();  // gives the Lease up, so the other replica leads at once
+    elector_thread.join();
+  }
+  if (kube_source) kube_source->Stop();
   server::Log(server::LogLevel::kInfo, {"shutdown", "", ""}, "stopped");
   return 0;
 }

@@ -544,6 +544,7 @@ struct ExtenderService::Impl {
       a.node = record.name;
       a.topology_generation = record.topology_generation;
       a.container_devices = entry->request.container_devices;
+      a.init_containers = entry->request.init_containers;
       if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
       if (auto v = entry->FindVerdict(record.class_key); v && v->passes()) confirmed = true;
       // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.

@@ -1,1 +1,282 @@
-// (being written)
+// Where the API server's address and credentials come from: the pod's service account
+// (InClusterConfig) or a kubeconfig file (LoadKubeconfig). Both read every file they need up
+// front, with a size bound, so a bad configuration fails at startup with a clear error.
+
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "toposched/kube/transport.h"
+
+namespace toposched::kube {
+
+namespace {
+
+constexpr std::size_t kMaxKubeconfigBytes = 4u << 20;
+constexpr std::size_t kMaxPemBytes = 1u << 20;     // a CA bundle or a client certificate chain
+constexpr std::size_t kMaxTokenBytes = 64u << 10;  // projected tokens are ~1 KiB
+constexpr std::size_t kMaxNamespaceBytes = 4u << 10;
+
+// The whole file, or an error naming `what` and the path. Reads at most max_bytes + 1 bytes.
+Result<std::string> ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
+                                    const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("cannot read " + what + " " + path.string());
+  std::string contents(max_bytes + 1, '\0');
+  in.read(contents.data(), static_cast<std::streamsize>(contents.size()));
+  if (in.bad()) return Error("cannot read " + what + " " + path.string());
+  contents.resize(static_cast<std::size_t>(in.gcount()));
+  if (contents.size() > max_bytes) {
+    return Error(what + " " + path.string() + " is larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  return contents;
+}
+
+std::string Trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return std::string(s);
+}
+
+// RFC 4648 base64 (standard alphabet). Whitespace is ignored (kubeconfigs wrap long values);
+// padding is optional but, when present, must be at the end.
+Result<std::string> DecodeBase64(std::string_view text) {
+  static constexpr std::array<std::int8_t, 256> kValues = [] {
+    std::array<std::int8_t, 256> values{};
+    values.fill(-1);
+    constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (std::size_t i = 0; i < kAlphabet.size(); ++i) {
+      values[static_cast<unsigned char>(kAlphabet[i])] = static_cast<std::int8_t>(i);
+    }
+    return values;
+  }();
+  std::string out;
+  out.reserve(text.size() / 4 * 3 + 3);
+  std::uint32_t bits = 0;
+  int bit_count = 0;
+  std::size_t symbols = 0, padding = 0;
+  for (const char c : text) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    if (c == '=') {
+      ++padding;
+      continue;
+    }
+    const std::int8_t value = kValues[static_cast<unsigned char>(c)];
+    if (value < 0 || padding > 0) return Error("invalid base64");
+    ++symbols;
+    bits = (bits << 6) | static_cast<std::uint8_t>(value);
+    bit_count += 6;
+    if (bit_count >= 8) {
+      bit_count -= 8;
+      out.push_back(static_cast<char>((bits >> bit_count) & 0xff));
+    }
+  }
+  // A final group of 1 symbol cannot encode a byte; padding may only complete the last group.
+  if (symbols % 4 == 1 || padding > 2 || (padding > 0 && (symbols + padding) % 4 != 0)) {
+    return Error("invalid base64");
+  }
+  return out;
+}
+
+// A scalar field of a kubeconfig map, or nullopt when absent or null.
+Result<std::optional<std::string>> StringField(const YAML::Node& map, const char* key) {
+  const YAML::Node node = map[key];
+  if (!node || node.IsNull()) return std::optional<std::string>();
+  if (!node.IsScalar()) return Error(std::string("\"") + key + "\" is not a string");
+  return std::optional<std::string>(node.Scalar());
+}
+
+// The `field` map of the entry named `name` in the list `list` ("clusters", "users",
+// "contexts"): entries look like {name: NAME, cluster: {...}}. Null when absent.
+Result<YAML::Node> NamedEntry(const YAML::Node& root, const char* list, const char* field,
+                              const std::string& name) {
+  const YAML::Node entries = root[list];
+  if (!entries || entries.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+  if (!entries.IsSequence()) return Error(std::string("\"") + list + "\" is not a list");
+  for (const YAML::Node& entry : entries) {
+    if (!entry.IsMap()) continue;
+    const YAML::Node entry_name = entry["name"];
+    if (!entry_name || !entry_name.IsScalar() || entry_name.Scalar() != name) continue;
+    const YAML::Node value = entry[field];
+    if (!value || value.IsNull()) return YAML::Node(YAML::NodeType::Map);  // named but empty
+    if (!value.IsMap()) return Error(std::string(list) + " \"" + name + "\": \"" + field + "\" is not a map");
+    return value;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// PEM data from `<key>-data` (base64, preferred, as client-go does) or the file `<key>`
+// (relative to the kubeconfig's folder). Empty when neither is set.
+Result<std::string> PemField(const YAML::Node& map, const std::string& key, const std::filesystem::path& base,
+                             const std::string& owner) {
+  auto data = StringField(map, (key + "-data").c_str());
+  if (!data.ok()) return data.error().WithContext(owner);
+  if (data->has_value() && !(*data)->empty()) {
+    auto decoded = DecodeBase64(**data);
+    if (!decoded.ok()) return decoded.error().WithContext(owner + ": " + key + "-data");
+    return decoded;
+  }
+  auto file = StringField(map, key.c_str());
+  if (!file.ok()) return file.error().WithContext(owner);
+  if (!file->has_value() || (*file)->empty()) return std::string();
+  auto contents = ReadFileBounded(base / **file, kMaxPemBytes, key);
+  if (!contents.ok()) return contents.error().WithContext(owner);
+  return contents;
+}
+
+Result<ClientConfig> ParseKubeconfig(const YAML::Node& root, const std::filesystem::path& base,
+                                     const std::string& requested_context) {
+  if (!root.IsMap()) return Error("not a kubeconfig (the document is not a map)");
+  std::string context_name = requested_context;
+  if (context_name.empty()) {
+    auto current = StringField(root, "current-context");
+    if (!current.ok()) return current.error();
+    if (!current->has_value() || (*current)->empty()) {
+      return Error("no current-context is set and no context was given");
+    }
+    context_name = **current;
+  }
+
+  auto context = NamedEntry(root, "contexts", "context", context_name);
+  if (!context.ok()) return context.error();
+  if (!context->IsDefined()) return Error("context \"" + context_name + "\" not found");
+  const std::string context_owner = "context \"" + context_name + "\"";
+  auto cluster_name = StringField(*context, "cluster");
+  auto user_name = StringField(*context, "user");
+  auto namespace_name = StringField(*context, "namespace");
+  if (!cluster_name.ok()) return cluster_name.error().WithContext(context_owner);
+  if (!user_name.ok()) return user_name.error().WithContext(context_owner);
+  if (!namespace_name.ok()) return namespace_name.error().WithContext(context_owner);
+  if (!cluster_name->has_value() || (*cluster_name)->empty())
+    return Error(context_owner + " names no cluster");
+
+  ClientConfig config;
+  if (namespace_name->has_value() && !(*namespace_name)->empty()) config.namespace_name = **namespace_name;
+
+  // The cluster.
+  const std::string cluster_owner = "cluster \"" + **cluster_name + "\"";
+  auto cluster = NamedEntry(root, "clusters", "cluster", **cluster_name);
+  if (!cluster.ok()) return cluster.error();
+  if (!cluster->IsDefined())
+    return Error(context_owner + " names " + cluster_owner + ", which is not in clusters");
+  auto server = StringField(*cluster, "server");
+  if (!server.ok()) return server.error().WithContext(cluster_owner);
+  if (!server->has_value() || (*server)->empty()) return Error(cluster_owner + " has no server");
+  config.server = **server;
+  auto ca = PemField(*cluster, "certificate-authority", base, cluster_owner);
+  if (!ca.ok()) return ca.error();
+  config.ca_pem = std::move(*ca);
+  if (const YAML::Node insecure = (*cluster)["insecure-skip-tls-verify"]; insecure && !insecure.IsNull()) {
+    bool value = false;
+    if (!insecure.IsScalar() || !YAML::convert<bool>::decode(insecure, value)) {
+      return Error(cluster_owner + ": insecure-skip-tls-verify is not a boolean");
+    }
+    config.insecure_skip_tls_verify = value;
+  }
+  auto server_name = StringField(*cluster, "tls-server-name");
+  if (!server_name.ok()) return server_name.error().WithContext(cluster_owner);
+  if (server_name->has_value()) config.tls_server_name = **server_name;
+
+  // The user (a context without one talks to the server without credentials).
+  if (!user_name->has_value() || (*user_name)->empty()) return config;
+  const std::string user_owner = "user \"" + **user_name + "\"";
+  auto user = NamedEntry(root, "users", "user", **user_name);
+  if (!user.ok()) return user.error();
+  if (!user->IsDefined()) return Error(context_owner + " names " + user_owner + ", which is not in users");
+  const auto plugin = [&](const char* kind) {
+    return Error(user_owner + " authenticates with " + kind +
+                 "; toposched cannot run credential plugins (use a service-account token or a client "
+                 "certificate)");
+  };
+  if ((*user)["exec"] && !(*user)["exec"].IsNull()) return plugin("an exec credential plugin");
+  if ((*user)["auth-provider"] && !(*user)["auth-provider"].IsNull())
+    return plugin("an auth-provider plugin");
+  auto token = StringField(*user, "token");
+  auto token_file = StringField(*user, "tokenFile");
+  auto username = StringField(*user, "username");
+  if (!token.ok()) return token.error().WithContext(user_owner);
+  if (!token_file.ok()) return token_file.error().WithContext(user_owner);
+  if (!username.ok()) return username.error().WithContext(user_owner);
+  if (token->has_value()) config.token = Trim(**token);
+  if (token_file->has_value() && !(*token_file)->empty()) {
+    const std::filesystem::path path = base / **token_file;
+    auto contents = ReadFileBounded(path, kMaxTokenBytes, "token file");  // fail now, not at the first call
+    if (!contents.ok()) return contents.error().WithContext(user_owner);
+    config.token_file = path.string();
+  }
+  auto certificate = PemField(*user, "client-certificate", base, user_owner);
+  if (!certificate.ok()) return certificate.error();
+  auto key = PemField(*user, "client-key", base, user_owner);
+  if (!key.ok()) return key.error();
+  if (certificate->empty() != key->empty()) {
+    return Error(user_owner + " has a client certificate without a key, or a key without a certificate");
+  }
+  config.client_cert_pem = std::move(*certificate);
+  config.client_key_pem = std::move(*key);
+  if (config.token.empty() && config.token_file.empty() && config.client_cert_pem.empty() &&
+      username->has_value()) {
+    return Error(user_owner +
+                 " uses basic authentication (username/password), which toposched does not support");
+  }
+  return config;
+}
+
+}  // namespace
+
+Result<ClientConfig> InClusterConfig(const std::function<const char*(const char*)>& getenv,
+                                     const std::string& sa_dir) {
+  const auto env = [&](const char* name) -> std::string {
+    const char* value = getenv ? getenv(name) : std::getenv(name);
+    return value == nullptr ? std::string() : Trim(value);
+  };
+  const std::string host = env("KUBERNETES_SERVICE_HOST");
+  const std::string port = env("KUBERNETES_SERVICE_PORT");
+  if (host.empty() || port.empty()) {
+    return Error(std::string("not running in a cluster: ") +
+                 (host.empty() ? "KUBERNETES_SERVICE_HOST" : "KUBERNETES_SERVICE_PORT") + " is not set");
+  }
+  ClientConfig config;
+  const bool ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+  config.server = "https://" + (ipv6 ? "[" + host + "]" : host) + ":" + port;
+
+  const std::filesystem::path dir(sa_dir);
+  const std::filesystem::path token_file = dir / "token";
+  auto token = ReadFileBounded(token_file, kMaxTokenBytes, "service-account token");
+  if (!token.ok()) return token.error();
+  if (Trim(*token).empty()) return Error("service-account token " + token_file.string() + " is empty");
+  config.token_file = token_file.string();
+
+  auto ca = ReadFileBounded(dir / "ca.crt", kMaxPemBytes, "service-account CA bundle");
+  if (!ca.ok()) return ca.error();
+  config.ca_pem = std::move(*ca);
+
+  const std::filesystem::path namespace_file = dir / "namespace";
+  std::error_code ec;
+  if (std::filesystem::exists(namespace_file, ec)) {
+    auto namespace_name = ReadFileBounded(namespace_file, kMaxNamespaceBytes, "service-account namespace");
+    if (!namespace_name.ok()) return namespace_name.error();
+    if (!Trim(*namespace_name).empty()) config.namespace_name = Trim(*namespace_name);
+  }
+  return config;
+}
+
+Result<ClientConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
+  auto contents = ReadFileBounded(path, kMaxKubeconfigBytes, "kubeconfig");
+  if (!contents.ok()) return contents.error();
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  try {
+    auto config = ParseKubeconfig(YAML::Load(*contents), base, context);
+    if (!config.ok()) return config.error().WithContext("kubeconfig " + path);
+    return config;
+  } catch (const YAML::Exception& e) {
+    return Error("kubeconfig " + path + ": " + e.what());
+  }
+}
+
+}  // namespace toposched::kube

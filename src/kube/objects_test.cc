@@ -1,1 +1,1061 @@
+// Tests for the Kubernetes object encodings: toposched.io/allocation and friends, HAMi's
+// device lists, registration and node lock (exact strings from shared/reference/protocols.md
+// §3), the Node/Pod views and the NodeTopology object.
+
+#include "toposched/kube/objects.h"
+
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <climits>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "testing/fuzz_driver.h"
+#include "testing/k8s_payloads.h"
+#include "testing/shared_topologies.h"
+#include "toposched/agent/discovery.h"
+#include "toposched/kube/time.h"
+#include "toposched/topology/nccl_xml.h"
+#include "toposched/topology/synthetic.h"
+
+namespace toposched::kube {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// ---- builders ----
+
+NodeTopology Preset(const std::string& name) {
+  Result<SyntheticSpec> spec = SyntheticPreset(name);
+  EXPECT_TRUE(spec.ok()) << name;
+  Result<NodeTopology> t = GenerateSynthetic(*spec);
+  EXPECT_TRUE(t.ok()) << t.error().message();
+  return std::move(t).value();
+}
+
+// HGX H100: GPUs 0-3 and mlx5_0-3 on NUMA 0, GPUs 4-7 and mlx5_4-7 on NUMA 1; each PCIe switch
+// holds two GPUs and two NICs (GPU 2k, 2k+1 with mlx5_2k, 2k+1: PIX); all GPU pairs NV18; nic 8 is
+// the Ethernet port eno1. The generator gives no UUIDs; these are "GPU-<index>", memory 81559 MiB.
+NodeTopology Hgx() {
+  NodeTopology t = Preset("hgx-h100-8gpu");
+  t.node_name = "gpu-a1";
+  for (Gpu& g : t.gpus) g.uuid = "GPU-" + std::to_string(g.index);
+  return t;
+}
+
+state::PodAllocation Alloc(std::vector<int> gpus, std::vector<int> nics,
+                           std::vector<std::pair<int, GpuShareUsage>> shares = {},
+                           std::vector<int> containers = {}) {
+  state::PodAllocation a;
+  a.uid = "uid-1";
+  a.pod_namespace = "default";
+  a.pod_name = "train-0";
+  a.node = "gpu-a1";
+  a.delta.exclusive_gpus = std::move(gpus);
+  a.delta.nics = std::move(nics);
+  a.delta.shares = std::move(shares);
+  a.container_devices = std::move(containers);
+  return a;
+}
+
+std::chrono::system_clock::time_point At(std::chrono::sys_days day, std::chrono::seconds time_of_day) {
+  return std::chrono::system_clock::time_point(day) + time_of_day;
+}
+
+// ---- toposched.io/allocation ----
+
+TEST(EncodeAllocation, WholeGpusAndNicsExactJson) {
+  const NodeTopology t = Hgx();
+  const AllocationAnnotations a = EncodeAllocation(Alloc({0, 1}, {0, 1}), t, "toposched");
+  const std::string& b0 = t.gpus[0].pci_bus_id;
+  const std::string& b1 = t.gpus[1].pci_bus_id;
+  // GPUs 0, 1 and mlx5_0, mlx5_1 share one switch: every GPU->NIC pair is PIX; both NICs are
+  // PIX to GPU 1 as well, and the tie goes to the NIC serving no GPU yet (mlx5_1). NV18 between
+  // the GPUs; everything on NUMA 0. Whole GPUs carry no memoryMiB/coresPercent.
+  const std::string expected =
+      R"({"version":1,"node":"gpu-a1","policy":"toposched","topologyFingerprint":")" + t.Fingerprint() +
+      R"(","gpus":[{"index":0,"pciBusId":")" + b0 + R"(","uuid":"GPU-0","numa":0},)" +
+      R"({"index":1,"pciBusId":")" + b1 + R"(","uuid":"GPU-1","numa":0}],)" +
+      R"("nics":[{"name":"mlx5_0","pciBusId":")" + t.nics[0].pci_bus_id + R"(","numa":0},)" +
+      R"({"name":"mlx5_1","pciBusId":")" + t.nics[1].pci_bus_id + R"(","numa":0}],)" +
+      R"("numaNodes":[0],"links":{"worstGpuNic":"PIX","worstGpuGpu":"NV18",)" +
+      R"("gpuNic":[{"gpu":0,"nic":"mlx5_0","class":"PIX"},{"gpu":1,"nic":"mlx5_1","class":"PIX"}]}})";
+  EXPECT_EQ(a.allocation, expected);
+  EXPECT_EQ(a.visible_gpus, "GPU-0,GPU-1");
+  EXPECT_EQ(a.nccl_ib_hca, "=mlx5_0,mlx5_1");
+  // One container with both whole cards: the card's memory and 100 cores each.
+  EXPECT_EQ(a.hami_devices, "GPU-0,NVIDIA,81559,100:GPU-1,NVIDIA,81559,100:;");
+}
+
+TEST(EncodeAllocation, LinksSummaryTable) {
+  struct Case {
+    std::string name, preset;
+    std::vector<int> gpus, nics;
+    json links;       // expected "links"
+    json numa_nodes;  // expected "numaNodes"
+  };
+  const std::vector<Case> cases = {
+      // GPU 0 and mlx5_0 under one switch.
+      {"one gpu one nic",
+       "hgx-h100-8gpu",
+       {0},
+       {0},
+       {{"worstGpuNic", "PIX"}, {"gpuNic", {{{"gpu", 0}, {"nic", "mlx5_0"}, {"class", "PIX"}}}}},
+       {0}},
+      // GPU 2 sits under the second switch of NUMA 0: to mlx5_0 it is NODE, the worst pair.
+      {"gpu on the other switch",
+       "hgx-h100-8gpu",
+       {0, 2},
+       {0},
+       {{"worstGpuNic", "NODE"},
+        {"worstGpuGpu", "NV18"},
+        {"gpuNic",
+         {{{"gpu", 0}, {"nic", "mlx5_0"}, {"class", "PIX"}},
+          {{"gpu", 2}, {"nic", "mlx5_0"}, {"class", "NODE"}}}}},
+       {0}},
+      // Each GPU picks its best chosen NIC by class: GPU 4 -> mlx5_4 (PIX), not mlx5_0 (SYS).
+      {"two sockets",
+       "hgx-h100-8gpu",
+       {0, 4},
+       {0, 4},
+       {{"worstGpuNic", "PIX"},
+        {"worstGpuGpu", "NV18"},
+        {"gpuNic",
+         {{{"gpu", 0}, {"nic", "mlx5_0"}, {"class", "PIX"}},
+          {{"gpu", 4}, {"nic", "mlx5_4"}, {"class", "PIX"}}}}},
+       {0, 1}},
+      // No NICs: no GPU->NIC keys; one GPU: no GPU<->GPU key.
+      {"one gpu no nic", "hgx-h100-8gpu", {5}, {}, json::object(), {1}},
+      // pcie-4gpu: NVLink bridge pairs (0,1) and (2,3); across the pairs SYS, which is worse.
+      {"nvlink pair", "pcie-4gpu", {0, 1}, {}, {{"worstGpuGpu", "NV12"}}, {0}},
+      {"across sockets", "pcie-4gpu", {0, 1, 2}, {}, {{"worstGpuGpu", "SYS"}}, {0, 1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const NodeTopology t = Preset(c.preset);
+    const json doc = json::parse(EncodeAllocation(Alloc(c.gpus, c.nics), t, "toposched").allocation);
+    EXPECT_EQ(doc["links"], c.links);
+    EXPECT_EQ(doc["numaNodes"], c.numa_nodes);
+  }
+}
+
+TEST(EncodeAllocation, SharedGpuCarriesMemoryAndRoundedUpCores) {
+  const NodeTopology t = Hgx();
+  // 2550 hundredths = 25.5 % rounds up to 26 (never promise less than was reserved); 1 -> 1 %.
+  const AllocationAnnotations a =
+      EncodeAllocation(Alloc({}, {}, {{2, {1, 20000, 2550}}, {3, {1, 512, 1}}}), t, "toposched");
+  const json doc = json::parse(a.allocation);
+  EXPECT_EQ(doc["gpus"][0]["memoryMiB"], 20000);
+  EXPECT_EQ(doc["gpus"][0]["coresPercent"], 26);
+  EXPECT_EQ(doc["gpus"][1]["coresPercent"], 1);
+  EXPECT_FALSE(doc["gpus"][0].contains("shares"));  // written only when not 1
+  EXPECT_EQ(a.hami_devices, "GPU-2,NVIDIA,20000,26:GPU-3,NVIDIA,512,1:;");
+  // Decoding gives back whole percents: 26 % = 2600 hundredths.
+  Result<framework::AllocationDelta> d = DecodeAllocation(a.allocation, t);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  ASSERT_EQ(d->shares.size(), 2u);
+  EXPECT_EQ(d->shares[0], (std::pair<int, GpuShareUsage>{2, {1, 20000, 2600}}));
+  EXPECT_EQ(d->shares[1], (std::pair<int, GpuShareUsage>{3, {1, 512, 100}}));
+  // A nonsensical share (more than the card, by far) is clamped, not overflowed.
+  const json huge = json::parse(
+      EncodeAllocation(Alloc({}, {}, {{0, {1, 1, std::numeric_limits<std::int64_t>::max()}}}), t, "x")
+          .allocation);
+  EXPECT_EQ(huge["gpus"][0]["coresPercent"], INT_MAX);
+}
+
+TEST(EncodeAllocation, RoundTripTable) {
+  struct Case {
+    std::string name;
+    state::PodAllocation allocation;
+  };
+  // Cores are whole percents here (multiples of 100), which the annotation keeps exactly.
+  const std::vector<Case> cases = {
+      {"nothing", Alloc({}, {})},
+      {"whole gpus and nics", Alloc({0, 1, 2, 3}, {0, 1, 2, 3})},
+      {"whole gpus across sockets", Alloc({3, 4}, {3, 4, 8})},  // nic 8: the Ethernet port
+      {"shared gpus", Alloc({}, {}, {{2, {1, 20000, 5000}}, {3, {1, 40000, 10000}}})},
+      {"mixed with containers", Alloc({4}, {4}, {{5, {1, 1024, 2500}}}, {0, 1, 1})},
+      {"two vgpus of one card", Alloc({}, {}, {{6, {2, 2000, 4000}}})},
+  };
+  const NodeTopology t = Hgx();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AllocationAnnotations a = EncodeAllocation(c.allocation, t, "toposched");
+    Result<framework::AllocationDelta> d = DecodeAllocation(a.allocation, t);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(*d, c.allocation.delta);
+  }
+}
+
+TEST(EncodeAllocation, ContainersSplitHamiSegments) {
+  NodeTopology t = Hgx();
+  t.gpus[2].uuid = "GPU-a";
+  t.gpus[3].uuid = "GPU-b";
+  struct Case {
+    std::string name;
+    state::PodAllocation allocation;
+    std::string hami;
+  };
+  const std::vector<Case> cases = {
+      // protocols.md §3.4's example: an init container without devices, then one with 2 GPUs
+      // of 20000 MiB and 50 % each.
+      {"protocols.md example", Alloc({}, {}, {{2, {1, 20000, 5000}}, {3, {1, 20000, 5000}}}, {0, 2}),
+       ";GPU-a,NVIDIA,20000,50:GPU-b,NVIDIA,20000,50:;"},
+      // Init container first with one GPU, an empty sidecar, then the app with the other.
+      {"empty middle segment", Alloc({2, 3}, {}, {}, {1, 0, 1}),
+       "GPU-a,NVIDIA,81559,100:;;GPU-b,NVIDIA,81559,100:;"},
+      // container_devices accounting for fewer GPUs than chosen: the last container takes the rest.
+      {"last container takes the rest", Alloc({2, 3}, {}, {}, {0, 1}),
+       ";GPU-a,NVIDIA,81559,100:GPU-b,NVIDIA,81559,100:;"},
+      // No split given: one container with everything.
+      {"one container", Alloc({3, 2}, {}), "GPU-b,NVIDIA,81559,100:GPU-a,NVIDIA,81559,100:;"},
+      // An init container asking 1 GPU runs before the app container asking 2: the pod holds 2
+      // GPUs (max(1, 2)); the init container is handed the first of them, the app both.
+      {"init container reuses the first devices",
+       [] {
+         state::PodAllocation a = Alloc({2, 3}, {}, {}, {1, 2});
+         a.init_containers = 1;
+         return a;
+       }(),
+       "GPU-a,NVIDIA,81559,100:;GPU-a,NVIDIA,81559,100:GPU-b,NVIDIA,81559,100:;"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AllocationAnnotations a = EncodeAllocation(c.allocation, t, "toposched");
+    EXPECT_EQ(a.hami_devices, c.hami);
+    const json doc = json::parse(a.allocation);
+    if (c.allocation.container_devices.empty()) {
+      EXPECT_FALSE(doc.contains("containers"));
+    } else {
+      EXPECT_EQ(doc["containers"], json(c.allocation.container_devices));
+    }
+  }
+}
+
+TEST(EncodeAllocation, AmdGpusUseTheVendorName) {
+  NodeTopology t = Hgx();
+  t.gpus[0].vendor = GpuVendor::kAmd;
+  EXPECT_EQ(EncodeAllocation(Alloc({0}, {}), t, "toposched").hami_devices, "GPU-0,AMD,81559,100:;");
+}
+
+TEST(EncodeAllocation, VisibleGpusTable) {
+  struct Case {
+    std::string name;
+    std::vector<int> without_uuid;  // GPUs whose UUID is cleared
+    state::PodAllocation allocation;
+    std::string visible, hami;
+  };
+  const std::vector<Case> cases = {
+      {"all uuids", {}, Alloc({0, 3}, {}), "GPU-0,GPU-3", "GPU-0,NVIDIA,81559,100:GPU-3,NVIDIA,81559,100:;"},
+      {"shares use uuids too", {}, Alloc({}, {}, {{5, {1, 100, 100}}}), "GPU-5", "GPU-5,NVIDIA,100,1:;"},
+      // One chosen GPU lacks a UUID: host indices for all (never a mix); HAMi needs UUIDs, so
+      // its annotation stays empty.
+      {"one without uuid", {3}, Alloc({0, 3}, {}), "0,3", ""},
+      // A GPU without UUID that was not chosen does not matter.
+      {"unchosen gpu without uuid",
+       {7},
+       Alloc({0, 3}, {}),
+       "GPU-0,GPU-3",
+       "GPU-0,NVIDIA,81559,100:GPU-3,NVIDIA,81559,100:;"},
+      {"no gpus", {}, Alloc({}, {0}), "", ""},  // nothing for HAMi's device plugin
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    NodeTopology t = Hgx();
+    for (int g : c.without_uuid) t.gpus[static_cast<std::size_t>(g)].uuid.clear();
+    const AllocationAnnotations a = EncodeAllocation(c.allocation, t, "toposched");
+    EXPECT_EQ(a.visible_gpus, c.visible);
+    EXPECT_EQ(a.hami_devices, c.hami);
+  }
+}
+
+TEST(EncodeAllocation, NcclIbHcaTable) {
+  struct Case {
+    std::string name;
+    std::vector<int> nics;
+    std::string expected;
+  };
+  NodeTopology t = Hgx();
+  t.nics[5].name.clear();  // a NIC the source knows only by bus address
+  const std::vector<Case> cases = {
+      {"two nics", {0, 3}, "=mlx5_0,mlx5_3"},  // NCCL's exact-match form
+      {"no nics", {}, ""},
+      {"nameless nic left out", {4, 5}, "=mlx5_4"},
+      {"only a nameless nic", {5}, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(EncodeAllocation(Alloc({0}, c.nics), t, "toposched").nccl_ib_hca, c.expected);
+  }
+  // The nameless NIC is written and read back by its bus id.
+  const AllocationAnnotations a = EncodeAllocation(Alloc({4}, {5}), t, "toposched");
+  Result<framework::AllocationDelta> d = DecodeAllocation(a.allocation, t);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(d->nics, std::vector<int>{5});
+}
+
+TEST(DecodeAllocation, MatchesByPciBusIdBeforeIndex) {
+  const NodeTopology t = Hgx();
+  // The written index (7) is stale; the bus id names GPU 2.
+  const std::string text =
+      R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}]})";
+  Result<framework::AllocationDelta> d = DecodeAllocation(text, t);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(d->exclusive_gpus, std::vector<int>{2});
+}
+
+TEST(DecodeAllocation, SurvivesARenumberingRediscovery) {
+  const NodeTopology before = Hgx();
+  const AllocationAnnotations a =
+      EncodeAllocation(Alloc({3}, {3}, {{6, {1, 1000, 1000}}}), before, "toposched");
+  // GPU 0 disappears (fell off the bus): GPU k becomes k-1; NICs are unchanged.
+  NodeTopology after = before;
+  after.gpus.erase(after.gpus.begin());
+  for (std::size_t i = 0; i < after.gpus.size(); ++i) after.gpus[i].index = static_cast<int>(i);
+  Result<framework::AllocationDelta> d = DecodeAllocation(a.allocation, after);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(d->exclusive_gpus, std::vector<int>{2});
+  EXPECT_EQ(d->shares, (std::vector<std::pair<int, GpuShareUsage>>{{5, {1, 1000, 1000}}}));
+  EXPECT_EQ(d->nics, std::vector<int>{3});
+}
+
+TEST(DecodeAllocation, FallbacksTable) {
+  struct Case {
+    std::string name, text;
+    framework::AllocationDelta expected;
+  };
+  const NodeTopology t = Hgx();
+  const std::vector<Case> cases = {
+      {"gpu by index without bus id", R"({"version":1,"gpus":[{"index":5}]})", {{5}, {}, {}}},
+      {"nic by name without bus id", R"({"version":1,"nics":[{"name":"mlx5_3"}]})", {{}, {}, {3}}},
+      // NVML writes 8-digit domains and upper case: normalized before matching.
+      {"bus id normalized",
+       R"({"version":1,"gpus":[{"pciBusId":"00000000:)" + t.gpus[1].pci_bus_id.substr(5) + R"("}]})",
+       {{1}, {}, {}}},
+      {"coresPercent alone marks a share",
+       R"({"version":1,"gpus":[{"index":0,"coresPercent":30}]})",
+       {{}, {{0, {1, 0, 3000}}}, {}}},
+      {"unknown keys ignored",
+       R"({"version":1,"future":{"x":1},"gpus":[{"index":1,"extra":true}]})",
+       {{1}, {}, {}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<framework::AllocationDelta> d = DecodeAllocation(c.text, t);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(*d, c.expected);
+  }
+}
+
+TEST(DecodeAllocation, ErrorsTable) {
+  struct Case {
+    std::string name, text, error;  // error: a substring the message must contain
+  };
+  const NodeTopology t = Hgx();
+  const std::string uuid_mismatch =
+      R"({"version":1,"gpus":[{"pciBusId":")" + t.gpus[1].pci_bus_id + R"(","uuid":"GPU-0"}]})";
+  const std::vector<Case> cases = {
+      {"not json", "{", "not valid JSON"},
+      {"not an object", "[]", "top level: expected a JSON object"},
+      {"no version", "{}", "version: required"},
+      {"future version", R"({"version":2})", "unsupported version 2"},
+      {"version a string", R"({"version":"1"})", "version: expected an integer"},
+      {"gpus not an array", R"({"version":1,"gpus":{}})", "gpus: expected an array"},
+      {"gpu not an object", R"({"version":1,"gpus":[3]})", "gpus[0]: expected an object"},
+      {"unknown bus id", R"({"version":1,"gpus":[{"pciBusId":"0000:99:00.0"}]})",
+       R"(gpus[0].pciBusId: node has no GPU at "0000:99:00.0")"},
+      {"malformed bus id", R"({"version":1,"gpus":[{"pciBusId":"zz"}]})",
+       "gpus[0].pciBusId: expected a PCI bus id"},
+      {"index out of range", R"({"version":1,"gpus":[{"index":1},{"index":8}]})",
+       "gpus[1].index: node has no GPU 8"},
+      {"negative index", R"({"version":1,"gpus":[{"index":-1}]})", "gpus[0].index: expected an integer"},
+      {"neither bus id nor index", R"({"version":1,"gpus":[{"uuid":"GPU-0"}]})",
+       "gpus[0]: needs pciBusId or index"},
+      {"uuid of another card", uuid_mismatch, R"(gpus[0].uuid: "GPU-0" but the node's GPU 1 is "GPU-1")"},
+      {"gpu twice", R"({"version":1,"gpus":[{"index":1},{"index":1,"memoryMiB":5}]})",
+       "gpus[1]: GPU 1 is listed twice"},
+      {"cores over 100", R"({"version":1,"gpus":[{"index":1,"coresPercent":101}]})",
+       "gpus[0].coresPercent: expected an integer from 0 to 100"},
+      {"negative memory", R"({"version":1,"gpus":[{"index":1,"memoryMiB":-1}]})", "gpus[0].memoryMiB"},
+      {"unknown nic name", R"({"version":1,"nics":[{"name":"mlx5_9"}]})",
+       R"(nics[0].name: node has no NIC "mlx5_9")"},
+      {"unknown nic bus id", R"({"version":1,"nics":[{"name":"mlx5_0","pciBusId":"0000:99:00.0"}]})",
+       "nics[0].pciBusId: node has no NIC"},
+      {"nic twice", R"({"version":1,"nics":[{"name":"mlx5_0"},{"name":"mlx5_0"}]})",
+       "nics[1]: NIC \"mlx5_0\" is listed twice"},
+      {"nic without identity", R"({"version":1,"nics":[{"numa":0}]})", "nics[0]: needs pciBusId or name"},
+      {"negative container", R"({"version":1,"containers":[1,-1]})",
+       "containers[1]: expected a device count"},
+      {"too deep", std::string(100, '[') + std::string(100, ']'), "nested deeper"},
+      {"too large", R"({"version":1,"x":")" + std::string(1u << 20, 'a') + R"("})", "over the limit"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<framework::AllocationDelta> d = DecodeAllocation(c.text, t);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.error().message().find(c.error), std::string::npos) << d.error().message();
+  }
+}
+
+// ---- HAMi device lists ----
+
+HamiDevice Dev(std::string uuid, std::int64_t mem, int cores, std::string type = "NVIDIA") {
+  return HamiDevice{std::move(uuid), std::move(type), mem, cores};
+}
+
+TEST(HamiDevices, EncodeDecodeRoundTripTable) {
+  struct Case {
+    std::string name;
+    HamiPodDevices devices;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {"no containers", {}, ""},
+      {"one empty container", {{}}, ";"},
+      // protocols.md §3.4: one init container without devices, one container with 2 GPUs.
+      {"protocols.md example",
+       {{}, {Dev("GPU-a", 20000, 50), Dev("GPU-b", 20000, 50)}},
+       ";GPU-a,NVIDIA,20000,50:GPU-b,NVIDIA,20000,50:;"},
+      {"init container with a device first",
+       {{Dev("GPU-a", 81559, 100)}, {}, {Dev("GPU-b", 1024, 10)}},
+       "GPU-a,NVIDIA,81559,100:;;GPU-b,NVIDIA,1024,10:;"},
+      {"other vendor word", {{Dev("GPU-x", 65536, 100, "AMD")}}, "GPU-x,AMD,65536,100:;"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(EncodeHamiDevices(c.devices), c.text);
+    Result<HamiPodDevices> d = DecodeHamiDevices(c.text);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(*d, c.devices);
+  }
+}
+
+TEST(HamiDevices, DecodeToleratesTable) {
+  struct Case {
+    std::string name, text;
+    HamiPodDevices expected;
+  };
+  const std::vector<Case> cases = {
+      // A hand-written value without the final ';' still names its container.
+      {"unterminated last segment", "GPU-a,NVIDIA,1,2:", {{Dev("GPU-a", 1, 2)}}},
+      {"record without trailing colon", "GPU-a,NVIDIA,1,2;", {{Dev("GPU-a", 1, 2)}}},
+      // HAMi reads the first four fields and ignores the rest.
+      {"extra fields ignored", "GPU-a,NVIDIA,1,2,extra:;", {{Dev("GPU-a", 1, 2)}}},
+      {"whitespace around records", " GPU-a,NVIDIA,1,2 :\n;", {{Dev("GPU-a", 1, 2)}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<HamiPodDevices> d = DecodeHamiDevices(c.text);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(*d, c.expected);
+  }
+}
+
+TEST(HamiDevices, DecodeErrorsTable) {
+  struct Case {
+    std::string name, text, error;
+  };
+  const std::vector<Case> cases = {
+      {"too few fields", "GPU-a,NVIDIA,100:;",
+       "container 0 device 0: expected UUID,Type,usedMemMiB,usedCores"},
+      {"memory not a number", ";GPU-a,NVIDIA,lots,50:;", "container 1 device 0: usedMemMiB"},
+      {"negative cores", "GPU-a,NVIDIA,1,50:GPU-b,NVIDIA,1,-5:;", "container 0 device 1: usedCores"},
+      {"empty uuid", ",NVIDIA,1,50:;", "empty UUID"},
+      {"memory over int32", "GPU-a,NVIDIA,2147483648,50:;",
+       "usedMemMiB is not an integer from 0 to 2147483647"},
+      {"cores over int", "GPU-a,NVIDIA,1,99999999999:;", "usedCores"},
+      {"garbage", "hello;", "expected UUID"},
+      {"too large", std::string((1u << 20) + 1, ';'), "over the limit"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<HamiPodDevices> d = DecodeHamiDevices(c.text);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.error().message().find(c.error), std::string::npos) << d.error().message();
+  }
+}
+
+TEST(DeltaFromHami, Table) {
+  NodeTopology t = Hgx();
+  t.gpus[7].memory_mib = 0;  // memory unknown
+  struct Case {
+    std::string name;
+    HamiPodDevices devices;
+    framework::AllocationDelta expected;
+  };
+  const std::vector<Case> cases = {
+      {"whole card", {{Dev("GPU-0", 81559, 100)}}, {{0}, {}, {}}},
+      // deviceMemoryScaling > 1 registers more memory than the card has: still the whole card.
+      {"scaled memory", {{Dev("GPU-0", 163118, 100)}}, {{0}, {}, {}}},
+      {"all cores, part of the memory", {{Dev("GPU-1", 40000, 100)}}, {{}, {{1, {1, 40000, 10000}}}, {}}},
+      {"half the cores", {{Dev("GPU-2", 81559, 50)}}, {{}, {{2, {1, 81559, 5000}}}, {}}},
+      {"card with unknown memory", {{Dev("GPU-7", 0, 100)}}, {{7}, {}, {}}},
+      {"containers in order",
+       {{}, {Dev("GPU-4", 81559, 100)}, {Dev("GPU-5", 100, 10)}},
+       {{4}, {{5, {1, 100, 1000}}}, {}}},
+      // Two containers with a vGPU of one card: 2 shares, memory 1000+2000, cores 30+20 %.
+      {"two vgpus of one card add up",
+       {{Dev("GPU-3", 1000, 30)}, {Dev("GPU-3", 2000, 20)}},
+       {{}, {{3, {2, 3000, 5000}}}, {}}},
+      {"nothing", {{}, {}}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<framework::AllocationDelta> d = DeltaFromHami(c.devices, t);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(*d, c.expected);
+  }
+  Result<framework::AllocationDelta> negative = DeltaFromHami({{Dev("GPU-0", -1, 100)}}, t);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.error().message().find("container 0 device 0: usedMemMiB or usedCores out of range"),
+            std::string::npos)
+      << negative.error().message();
+  Result<framework::AllocationDelta> unknown =
+      DeltaFromHami({{Dev("GPU-0", 1, 1)}, {Dev("GPU-zz", 1, 1)}}, t);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(
+      unknown.error().message().find("container 1 device 0: node \"gpu-a1\" has no GPU with UUID \"GPU-zz\""),
+      std::string::npos)
+      << unknown.error().message();
+}
+
+TEST(DeltaFromHami, InvertsEncodeAllocation) {
+  const NodeTopology t = Hgx();
+  const state::PodAllocation a = Alloc({0, 1}, {}, {{4, {1, 20000, 5000}}}, {1, 0, 2});
+  Result<HamiPodDevices> devices = DecodeHamiDevices(EncodeAllocation(a, t, "toposched").hami_devices);
+  ASSERT_TRUE(devices.ok()) << devices.error().message();
+  ASSERT_EQ(devices->size(), 3u);  // one segment per container, the empty one kept
+  EXPECT_TRUE((*devices)[1].empty());
+  Result<framework::AllocationDelta> d = DeltaFromHami(*devices, t);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(*d, a.delta);
+}
+
+// ---- hami.io/node-nvidia-register ----
+
+HamiRegisteredGpu Reg(std::string uuid, int index, int count, std::int64_t mem, int core, std::string type,
+                      int numa, bool health, std::string mode) {
+  return HamiRegisteredGpu{std::move(uuid), index,          count, mem, core, std::move(type), numa,
+                           health,          std::move(mode)};
+}
+
+TEST(ParseHamiRegister, FormatsTable) {
+  struct Case {
+    std::string name, text;
+    std::vector<HamiRegisteredGpu> expected;
+  };
+  const std::string h100 = "NVIDIA H100 80GB HBM3";
+  const std::string v100 = "NVIDIA-Tesla V100-SXM2-32GB";
+  const std::vector<Case> cases = {
+      // v2.8+: every key omitempty. GPU 0 has no "index" and no "numa" (zero), GPU 1 no "health"
+      // (false); migProfiles and unknown keys are ignored.
+      {"json array with omitempty",
+       R"([{"id":"GPU-a","count":10,"devmem":81559,"devcore":100,"type":"NVIDIA H100 80GB HBM3","mode":"hami-core","health":true},)"
+       R"({"id":"GPU-b","index":1,"count":10,"devmem":81559,"devcore":100,"type":"NVIDIA H100 80GB HBM3","numa":1,"mode":"mig",)"
+       R"("migProfiles":[{"name":"1g.10gb","memoryMB":9856,"core":14,"sliceCount":7,"placements":[{"start":0,"size":1}]}],"devicevendor":"NVIDIA"}])",
+       {Reg("GPU-a", 0, 10, 81559, 100, h100, 0, true, "hami-core"),
+        Reg("GPU-b", 1, 10, 81559, 100, h100, 1, false, "mig")}},
+      {"empty json array", "[]", {}},
+      {"absent annotation", "", {}},
+      // v2.5-2.7: UUID,count,devmem,devcore,type,numa,health,index,mode with trailing ':'.
+      {"nine fields",
+       "GPU-a,10,32768,100," + v100 + ",0,true,0,hami-core:GPU-b,10,32768,100," + v100 +
+           ",1,false,1,hami-core:",
+       {Reg("GPU-a", 0, 10, 32768, 100, v100, 0, true, "hami-core"),
+        Reg("GPU-b", 1, 10, 32768, 100, v100, 1, false, "hami-core")}},
+      // <= v2.4: 7 fields; the index is the record's position, the mode unknown.
+      {"seven fields",
+       "GPU-a,10,32768,100," + v100 + ",0,true:GPU-b,4,32768,100," + v100 + ",1,true:",
+       {Reg("GPU-a", 0, 10, 32768, 100, v100, 0, true, ""),
+        Reg("GPU-b", 1, 4, 32768, 100, v100, 1, true, "")}},
+      {"whitespace and no trailing colon",
+       "  GPU-a,10,32768,100," + v100 + ",0,true :\n GPU-b,4,32768,100," + v100 + ",1,true\n",
+       {Reg("GPU-a", 0, 10, 32768, 100, v100, 0, true, ""),
+        Reg("GPU-b", 1, 4, 32768, 100, v100, 1, true, "")}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<std::vector<HamiRegisteredGpu>> r = ParseHamiRegister(c.text);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(*r, c.expected);
+  }
+}
+
+TEST(ParseHamiRegister, ErrorsTable) {
+  struct Case {
+    std::string name, text, error;
+  };
+  const std::vector<Case> cases = {
+      {"id not a string", R"([{"id":5}])", "[0].id: expected a string"},
+      {"no id", R"([{"id":"GPU-a"},{"count":1}])", "[1].id: a GPU UUID is required"},
+      {"negative index", R"([{"id":"GPU-a","index":-1}])", "[0].index: expected an integer"},
+      {"health as string", R"([{"id":"GPU-a","health":"true"}])", "[0].health: expected true or false"},
+      {"element not an object", R"(["GPU-a"])", "[0]: expected an object"},
+      {"truncated json", R"([{"id":"GPU-a")", "not valid JSON"},
+      {"json object", R"({"id":"GPU-a"})", "top level: expected an array"},
+      {"three fields", "GPU-a,10,81559:", R"(record 0 "GPU-a,10,81559": expected 9 fields)"},
+      {"count not a number", "GPU-a,ten,32768,100,T,0,true:", R"(count "ten")"},
+      {"bad health", "GPU-a,10,32768,100,T,0,true:GPU-b,10,32768,100,T,0,yes:", "record 1"},
+      {"bad index", "GPU-a,10,32768,100,T,0,true,x,hami-core:", R"(index "x")"},
+      {"garbage", "hello world", "expected 9 fields"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<std::vector<HamiRegisteredGpu>> r = ParseHamiRegister(c.text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message().find(c.error), std::string::npos) << r.error().message();
+    EXPECT_EQ(r.error().message().rfind("hami.io/node-nvidia-register: ", 0), 0u) << r.error().message();
+  }
+}
+
+TEST(ApplyHamiRegister, FillsOnlyWhatIsMissing) {
+  NodeTopology t = Hgx();
+  t.gpus[0].uuid = "GPU-known";
+  t.gpus[1].uuid.clear();
+  t.gpus[1].memory_mib = 0;
+  t.gpus[2].uuid.clear();
+  const NodeTopology before = t;
+  const std::vector<HamiRegisteredGpu> reg = {
+      Reg("GPU-x0", 0, 10, 40000, 100, "T", 0, true, "hami-core"),  // GPU 0 keeps its UUID and memory
+      Reg("GPU-x1", 1, 4, 32768, 100, "T", 0, true, "hami-core"),   // GPU 1 gets both
+      Reg("GPU-x99", 99, 2, 1, 100, "T", 0, true, "hami-core"),     // no such GPU: only its count counts
+      Reg("GPU-x3", 3, 0, 0, 100, "T", 0, true, "hami-core"),       // count 0 is not a split count
+  };
+  // Smallest split count of the registration: min(10, 4, 2) = 2.
+  EXPECT_EQ(ApplyHamiRegister(reg, t), 2);
+  EXPECT_EQ(t.gpus[0].uuid, "GPU-known");
+  EXPECT_EQ(t.gpus[0].memory_mib, 81559u);
+  EXPECT_EQ(t.gpus[1].uuid, "GPU-x1");
+  EXPECT_EQ(t.gpus[1].memory_mib, 32768u);
+  EXPECT_EQ(t.gpus[2], before.gpus[2]);  // not registered: untouched
+  EXPECT_EQ(t.gpus[3].uuid, "GPU-3");    // already had one
+  EXPECT_EQ(ApplyHamiRegister({}, t), 0);
+}
+
+// ---- hami.io/mutex.lock ----
+
+TEST(HamiNodeLock, EncodeAndDecode) {
+  using std::chrono::December;
+  const auto t = At(std::chrono::sys_days{std::chrono::year{2026} / December / 2}, 16h + 35min + 41s);
+  EXPECT_EQ(EncodeHamiNodeLock({t, "default", "train-0"}), "2026-12-02T16:35:41Z,default,train-0");
+  struct Case {
+    std::string name, text;
+    std::string ns, pod;
+  };
+  const std::vector<Case> cases = {
+      {"ours", "2026-12-02T16:35:41Z,default,train-0", "default", "train-0"},
+      // Go's time.RFC3339 writes the scheduler's local offset: 17:35:41+01:00 = 16:35:41Z.
+      {"offset", "2026-12-02T17:35:41+01:00,ml,job-1", "ml", "job-1"},
+      {"older HAMi, time only", "2026-12-02T16:35:41Z", "", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<HamiNodeLock> l = DecodeHamiNodeLock(c.text);
+    ASSERT_TRUE(l.ok()) << l.error().message();
+    EXPECT_EQ(l->time, t);
+    EXPECT_EQ(l->pod_namespace, c.ns);
+    EXPECT_EQ(l->pod_name, c.pod);
+  }
+  for (const std::string bad :
+       {"", "yesterday,ns,pod", "2026-12-02T16:35:41Z,ns", "2026-12-02T16:35:41Z,a,b,c"}) {
+    SCOPED_TRACE(bad);
+    Result<HamiNodeLock> l = DecodeHamiNodeLock(bad);
+    ASSERT_FALSE(l.ok());
+    EXPECT_EQ(l.error().message().rfind("hami.io/mutex.lock", 0), 0u) << l.error().message();
+  }
+}
+
+// ---- Node and Pod views ----
+
+json PodWithStatus() {
+  testing::PodSpec spec;
+  spec.name = "train-0";
+  spec.ns = "ml";
+  spec.uid = "uid-7";
+  spec.resource_version = "123";
+  spec.gpus = 2;
+  spec.annotations = {{"toposched.io/allocation", "{}"},
+                      {"hami.io/vgpu-node", "gpu-a1"},
+                      {"nvidia.com/use-gputype", "A100"},
+                      {"kubectl.kubernetes.io/last-applied-configuration", "{}"}};
+  return testing::MakePod(spec);
+}
+
+TEST(ReadPod, FieldsTable) {
+  using std::chrono::December;
+  const auto ready_at = At(std::chrono::sys_days{std::chrono::year{2026} / December / 2}, 10h + 5min);
+  struct Case {
+    std::string name;
+    json pod;
+    std::string node, phase;
+    bool deleting, ready, active;
+    std::optional<std::chrono::system_clock::time_point> ready_since;
+  };
+  json pending = PodWithStatus();
+  json running = PodWithStatus();
+  running["spec"]["nodeName"] = "gpu-a1";
+  running["status"]["phase"] = "Running";
+  running["status"]["conditions"] = {
+      {{"type", "Initialized"}, {"status", "True"}, {"lastTransitionTime", "2026-12-02T10:00:00Z"}},
+      {{"type", "Ready"}, {"status", "True"}, {"lastTransitionTime", "2026-12-02T10:05:00Z"}}};
+  json not_ready = running;
+  not_ready["status"]["conditions"][1]["status"] = "False";
+  json deleting = running;
+  deleting["metadata"]["deletionTimestamp"] = "2026-12-02T11:00:00Z";
+  json succeeded = running;
+  succeeded["status"]["phase"] = "Succeeded";
+  succeeded["status"]["conditions"][1]["status"] = "False";
+  const std::vector<Case> cases = {
+      {"pending", pending, "", "Pending", false, false, true, std::nullopt},
+      {"running and ready", running, "gpu-a1", "Running", false, true, true, ready_at},
+      {"not ready", not_ready, "gpu-a1", "Running", false, false, true, std::nullopt},
+      // A deleting pod still holds its devices until it is gone.
+      {"deleting", deleting, "gpu-a1", "Running", true, true, true, ready_at},
+      {"succeeded", succeeded, "gpu-a1", "Succeeded", false, false, false, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<PodView> p = ReadPod(c.pod);
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    EXPECT_EQ(p->uid, "uid-7");
+    EXPECT_EQ(p->pod_namespace, "ml");
+    EXPECT_EQ(p->pod_name, "train-0");
+    EXPECT_EQ(p->resource_version, "123");
+    EXPECT_EQ(p->node_name, c.node);
+    EXPECT_EQ(p->phase, c.phase);
+    EXPECT_EQ(p->deleting, c.deleting);
+    EXPECT_EQ(p->ready, c.ready);
+    EXPECT_EQ(p->Active(), c.active);
+    EXPECT_EQ(p->ready_since, c.ready_since);
+    // Only toposched.io/* and hami.io/* are kept.
+    EXPECT_EQ(p->annotations, (std::map<std::string, std::string>{{"hami.io/vgpu-node", "gpu-a1"},
+                                                                  {"toposched.io/allocation", "{}"}}));
+  }
+}
+
+TEST(ReadPod, ErrorsTable) {
+  struct Case {
+    std::string name;
+    json pod;
+    std::string error;
+  };
+  auto with = [](const std::string& pointer, json value) {
+    json p = PodWithStatus();
+    p[json::json_pointer(pointer)] = std::move(value);
+    return p;
+  };
+  json no_uid = PodWithStatus();
+  no_uid["metadata"].erase("uid");
+  const std::vector<Case> cases = {
+      {"not an object", json::array(), "pod: top level: expected an object"},
+      {"no metadata", json::object(), "metadata: required"},
+      {"no uid", no_uid, "metadata.uid: required"},
+      {"name not a string", with("/metadata/name", 5), "metadata.name: expected a string"},
+      {"annotation not a string", with("/metadata/annotations/other.io~1x", 1),
+       "metadata.annotations.other.io/x: expected a string"},
+      {"nodeName not a string", with("/spec/nodeName", json::array()), "spec.nodeName: expected a string"},
+      {"conditions not an array", with("/status/conditions", "Ready"),
+       "status.conditions: expected an array"},
+      {"bad ready time",
+       with("/status/conditions", {{{"type", "Ready"}, {"status", "True"}, {"lastTransitionTime", "soon"}}}),
+       "status.conditions[0].lastTransitionTime"},
+      {"phase not a string", with("/status/phase", true), "status.phase: expected a string"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<PodView> p = ReadPod(c.pod);
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.error().message().find(c.error), std::string::npos) << p.error().message();
+  }
+}
+
+TEST(ReadNode, Fields) {
+  json node = testing::MakeNode("gpu-a1");
+  node["metadata"]["resourceVersion"] = "77";
+  node["metadata"]["annotations"] = {{std::string(kHamiNodeRegister), "[]"}, {"other", "x"}};
+  node["spec"]["unschedulable"] = true;
+  Result<NodeView> n = ReadNode(node);
+  ASSERT_TRUE(n.ok()) << n.error().message();
+  EXPECT_EQ(n->name, "gpu-a1");
+  EXPECT_EQ(n->uid, "node-uid-gpu-a1");
+  EXPECT_EQ(n->resource_version, "77");
+  EXPECT_EQ(n->labels.at("kubernetes.io/hostname"), "gpu-a1");
+  EXPECT_EQ(n->labels.size(), 2u);
+  EXPECT_TRUE(n->unschedulable);
+  EXPECT_EQ(n->hami_register, "[]");
+
+  // A plain node: schedulable, no registration.
+  Result<NodeView> plain = ReadNode(testing::MakeNode("cpu-1"));
+  ASSERT_TRUE(plain.ok()) << plain.error().message();
+  EXPECT_FALSE(plain->unschedulable);
+  EXPECT_EQ(plain->hami_register, "");
+}
+
+TEST(ReadNode, ErrorsTable) {
+  struct Case {
+    std::string name, pointer;
+    json value;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"no name", "/metadata/name", nullptr, "node: metadata.name: required"},
+      {"empty uid", "/metadata/uid", "", "metadata.uid: must not be empty"},
+      {"label not a string", "/metadata/labels/zone", 3, "metadata.labels.zone: expected a string"},
+      {"unschedulable a string", "/spec/unschedulable", "yes", "spec.unschedulable: expected true or false"},
+      {"spec not an object", "/spec", 1, "spec: expected an object"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    json node = testing::MakeNode("gpu-a1");
+    node[json::json_pointer(c.pointer)] = c.value;
+    Result<NodeView> n = ReadNode(node);
+    ASSERT_FALSE(n.ok());
+    EXPECT_NE(n.error().message().find(c.error), std::string::npos) << n.error().message();
+  }
+}
+
+// ---- NodeTopology objects ----
+
+TEST(NodeTopologyObject, ShapeAndRoundTrip) {
+  using std::chrono::December;
+  const NodeTopology t = Hgx();
+  const auto heartbeat = At(std::chrono::sys_days{std::chrono::year{2026} / December / 2}, 16h + 35min + 41s);
+  json object = NodeTopologyObject(t, "gpu-a1", "node-uid-1", 3, heartbeat);
+  const std::string fingerprint = t.Fingerprint();
+  EXPECT_EQ(object["apiVersion"], "toposched.io/v1alpha1");
+  EXPECT_EQ(object["kind"], "NodeTopology");
+  EXPECT_EQ(object["metadata"]["name"], "gpu-a1");
+  EXPECT_EQ(object["metadata"]["labels"], json({{"toposched.io/topology-class", fingerprint.substr(0, 12)}}));
+  EXPECT_EQ(object["metadata"]["ownerReferences"],
+            json::parse(R"([{"apiVersion":"v1","kind":"Node","name":"gpu-a1","uid":"node-uid-1"}])"));
+  const json& status = object["status"];
+  EXPECT_EQ(status["schemaVersion"], 1);
+  EXPECT_EQ(status["fingerprint"], fingerprint);
+  // 8 GPUs, 9 NICs of which 8 RDMA (eno1 is plain Ethernet), 2 NUMA nodes.
+  EXPECT_EQ(status["summary"], json::parse(R"({"gpus":8,"nics":9,"rdmaNics":8,"numaNodes":2,)"
+                                           R"("gpuModel":"NVIDIA H100 80GB HBM3"})"));
+  EXPECT_EQ(status["generation"], 3);
+  EXPECT_EQ(status["heartbeatTime"], "2026-12-02T16:35:41Z");
+
+  object["metadata"]["resourceVersion"] = "42";
+  Result<NodeTopologyView> v = ReadNodeTopology(object);
+  ASSERT_TRUE(v.ok()) << v.error().message();
+  EXPECT_EQ(v->name, "gpu-a1");
+  EXPECT_EQ(v->resource_version, "42");
+  EXPECT_EQ(v->generation, 3);
+  EXPECT_EQ(v->heartbeat, heartbeat);
+  ASSERT_NE(v->topology, nullptr);
+  EXPECT_EQ(*v->topology, t);
+}
+
+TEST(NodeTopologyObject, NodeWithoutGpusAndWithoutOwner) {
+  NodeTopology t;
+  t.node_name = "cpu-1";
+  t.numa_nodes = {NumaNode{0, 0, "0-7", 0}};
+  DeriveLinks(t);
+  const json object = NodeTopologyObject(t, "cpu-1", "", 1, std::chrono::system_clock::time_point{});
+  EXPECT_FALSE(object["metadata"].contains("ownerReferences"));
+  // It says so: no GPUs, no model.
+  EXPECT_EQ(object["status"]["summary"],
+            json::parse(R"({"gpus":0,"nics":0,"rdmaNics":0,"numaNodes":1,"gpuModel":""})"));
+  Result<NodeTopologyView> v = ReadNodeTopology(object);
+  ASSERT_TRUE(v.ok()) << v.error().message();
+  ASSERT_NE(v->topology, nullptr);
+  EXPECT_EQ(*v->topology, t);
+}
+
+TEST(ReadNodeTopology, WithoutStatusHasNoTopology) {
+  // Just created (status is a subresource written next): no status, or status null.
+  for (const bool null_status : {false, true}) {
+    SCOPED_TRACE(null_status ? "status null" : "no status");
+    json object = {{"apiVersion", "toposched.io/v1alpha1"},
+                   {"kind", "NodeTopology"},
+                   {"metadata", {{"name", "gpu-a1"}, {"resourceVersion", "5"}}}};
+    if (null_status) object["status"] = nullptr;
+    Result<NodeTopologyView> v = ReadNodeTopology(object);
+    ASSERT_TRUE(v.ok()) << v.error().message();
+    EXPECT_EQ(v->name, "gpu-a1");
+    EXPECT_EQ(v->resource_version, "5");
+    EXPECT_EQ(v->topology, nullptr);
+    EXPECT_EQ(v->generation, 0);
+    EXPECT_FALSE(v->heartbeat.has_value());
+  }
+}
+
+TEST(ReadNodeTopology, ErrorsTable) {
+  const json good = NodeTopologyObject(Hgx(), "gpu-a1", "uid", 1, std::chrono::system_clock::time_point{});
+  struct Case {
+    std::string name, pointer;
+    json value;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"wrong kind", "/kind", "Node", "NodeTopology: kind: expected \"NodeTopology\""},
+      {"no name", "/metadata/name", nullptr, "metadata.name: required"},
+      {"generation a string", "/status/generation", "3", "status.generation: expected an integer"},
+      {"bad heartbeat", "/status/heartbeatTime", "noon", "status.heartbeatTime"},
+      {"bad gpu bus id", "/status/gpus/0/pciBusId", "zz", "status.gpus[0].pciBusId"},
+      {"status not an object", "/status", 7, "status: expected an object"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    json object = good;
+    object[json::json_pointer(c.pointer)] = c.value;
+    Result<NodeTopologyView> v = ReadNodeTopology(object);
+    ASSERT_FALSE(v.ok());
+    EXPECT_NE(v.error().message().find(c.error), std::string::npos) << v.error().message();
+  }
+}
+
+TEST(AgentNodeLabels, Table) {
+  struct Case {
+    std::string preset, gpus, rdma;
+  };
+  // hgx: 8 GPUs, 8 RDMA NICs (the Ethernet port is not counted); pcie-4gpu: 4 GPUs, none.
+  for (const Case& c : std::vector<Case>{{"hgx-h100-8gpu", "8", "8"}, {"pcie-4gpu", "4", "0"}}) {
+    SCOPED_TRACE(c.preset);
+    const NodeTopology t = Preset(c.preset);
+    const std::map<std::string, std::string> labels = AgentNodeLabels(t);
+    const std::string cls = t.Fingerprint().substr(0, 12);
+    EXPECT_EQ(labels, (std::map<std::string, std::string>{{"toposched.io/gpu-count", c.gpus},
+                                                          {"toposched.io/rdma-nic-count", c.rdma},
+                                                          {"toposched.io/topology-class", cls}}));
+    // A valid label value: 12 lower-case hex digits, alphanumeric at both ends.
+    ASSERT_EQ(cls.size(), 12u);
+    EXPECT_EQ(cls.find_first_not_of("0123456789abcdef"), std::string::npos);
+  }
+  // Equal hardware, equal class; other hardware, another class.
+  EXPECT_EQ(AgentNodeLabels(Preset("hgx-h100-8gpu")).at("toposched.io/topology-class"),
+            AgentNodeLabels(Preset("hgx-h100-8gpu")).at("toposched.io/topology-class"));
+  EXPECT_NE(AgentNodeLabels(Preset("hgx-h100-8gpu")).at("toposched.io/topology-class"),
+            AgentNodeLabels(Preset("hgx-a100-8gpu")).at("toposched.io/topology-class"));
+}
+
+// ---- robustness ----
+
+// Mutated annotations and objects never crash (ASan/UBSan run); what decodes re-encodes to the
+// same value (the encoders are the decoders' inverses on everything the decoders accept).
+TEST(ObjectsFuzz, DecodersSurviveMutationsAndRoundTrip) {
+  const NodeTopology t = Hgx();
+  std::vector<std::string> seeds = {
+      EncodeAllocation(Alloc({0, 1}, {0, 1}), t, "toposched").allocation,
+      EncodeAllocation(Alloc({4}, {4, 8}, {{5, {1, 1024, 2500}}, {6, {2, 10, 100}}}, {0, 1, 2}), t, "x")
+          .allocation,
+      ";GPU-a,NVIDIA,20000,50:GPU-b,NVIDIA,20000,50:;",
+      "GPU-1,NVIDIA,81559,100:;;GPU-2,NVIDIA,1,1:;",
+      R"([{"id":"GPU-a","count":10,"devmem":81559,"devcore":100,"type":"NVIDIA H100","health":true},{"id":"GPU-b","index":1}])",
+      "GPU-a,10,32768,100,T,0,true,0,hami-core:GPU-b,10,32768,100,T,1,false,1,hami-core:",
+      "GPU-a,10,32768,100,T,0,true:",
+      "2026-12-02T17:35:41+01:00,ml,job-1",
+      PodWithStatus().dump(),
+      testing::MakeNode("gpu-a1").dump(),
+      NodeTopologyObject(Preset("pcie-4gpu"), "n", "u", 1, std::chrono::system_clock::time_point{}).dump(),
+  };
+  int decoded_allocations = 0, decoded_hami = 0;
+  testing::RunFuzz(
+      seeds,
+      [&](std::string_view input) {
+        if (Result<framework::AllocationDelta> d = DecodeAllocation(input, t); d.ok()) {
+          ++decoded_allocations;
+          state::PodAllocation a;
+          a.delta = *d;
+          Result<framework::AllocationDelta> again =
+              DecodeAllocation(EncodeAllocation(a, t, "x").allocation, t);
+          ASSERT_TRUE(again.ok()) << input;
+          EXPECT_EQ(*again, *d) << input;
+        }
+        if (Result<HamiPodDevices> h = DecodeHamiDevices(input); h.ok()) {
+          ++decoded_hami;
+          Result<HamiPodDevices> again = DecodeHamiDevices(EncodeHamiDevices(*h));
+          ASSERT_TRUE(again.ok()) << input;
+          EXPECT_EQ(*again, *h) << input;
+          (void)DeltaFromHami(*h, t);
+        }
+        if (Result<std::vector<HamiRegisteredGpu>> r = ParseHamiRegister(input); r.ok()) {
+          NodeTopology copy = t;
+          (void)ApplyHamiRegister(*r, copy);
+        }
+        (void)DecodeHamiNodeLock(input);
+        const json parsed = json::parse(input.begin(), input.end(), nullptr, /*allow_exceptions=*/false);
+        if (!parsed.is_discarded()) {
+          (void)ReadPod(parsed);
+          (void)ReadNode(parsed);
+          (void)ReadNodeTopology(parsed);
+        }
+      },
+      3000);
+  // The round-trip checks ran on more than the seeds.
+  EXPECT_GT(decoded_allocations, 2);
+  EXPECT_GT(decoded_hami, 4);
+}
+
+// ---- real topologies from ../shared/topologies ----
+
+TEST(RealTopologies, AliyunNcclXmlWithoutUuids) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  Result<NodeTopology> r = ParseNcclXml(
+      testing::ReadFile(testing::SharedTopology("aliyun__hgx-a100-80g_8xA100_4xCX6-bond.nccl.xml")));
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  NodeTopology t = std::move(r).value();
+  t.node_name = "aliyun-1";
+  ASSERT_EQ(t.nics[1].name, "mlx5_bond_1");
+  const AllocationAnnotations a = EncodeAllocation(Alloc({0, 1}, {1}), t, "toposched");
+  // The NCCL export gives no UUIDs: host indices, and nothing HAMi could use.
+  EXPECT_EQ(a.visible_gpus, "0,1");
+  EXPECT_EQ(a.hami_devices, "");
+  EXPECT_EQ(a.nccl_ib_hca, "=mlx5_bond_1");
+  // GPU 1 shares a switch with mlx5_bond_1 (PIX); GPU 0 is one bridge further (PXB).
+  const json doc = json::parse(a.allocation);
+  EXPECT_EQ(doc["links"], json::parse(R"({"worstGpuNic":"PXB","worstGpuGpu":"NV12","gpuNic":[)"
+                                      R"({"gpu":0,"nic":"mlx5_bond_1","class":"PXB"},)"
+                                      R"({"gpu":1,"nic":"mlx5_bond_1","class":"PIX"}]})"));
+  EXPECT_EQ(doc["numaNodes"], json({0}));
+  Result<framework::AllocationDelta> d = DecodeAllocation(a.allocation, t);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(*d, (framework::AllocationDelta{{0, 1}, {}, {1}}));
+}
+
+TEST(RealTopologies, Dgx2HwlocXmlWithUuids) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  Result<NodeTopology> r = ParseHwlocXml(
+      testing::ReadFile(testing::SharedTopology("hwloc__nvidia-dgx2h_16xV100_12xNVSwitch.hwloc2.xml")));
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  NodeTopology t = std::move(r).value();
+  t.node_name = "dgx2-1";
+  ASSERT_EQ(t.gpus.size(), 16u);
+  const std::string u0 = t.gpus[0].uuid, u8 = t.gpus[8].uuid;
+  ASSERT_EQ(u0, "GPU-d3977428-7a30-086b-2e20-5c1eeed647c6");
+  ASSERT_EQ(t.gpus[0].memory_mib, 0u);  // hwloc's export has no memory size
+
+  const AllocationAnnotations a = EncodeAllocation(Alloc({0, 8}, {}), t, "toposched");
+  EXPECT_EQ(a.visible_gpus, u0 + "," + u8);
+  // Whole cards of unknown memory: 0 MiB, 100 cores; read back as whole cards.
+  EXPECT_EQ(a.hami_devices, u0 + ",NVIDIA,0,100:" + u8 + ",NVIDIA,0,100:;");
+  const json doc = json::parse(a.allocation);
+  EXPECT_EQ(doc["links"], json::parse(R"({"worstGpuGpu":"NV6"})"));  // NVSwitch, 6 links; no NICs
+  EXPECT_EQ(doc["numaNodes"], json({0, 1}));
+  Result<HamiPodDevices> devices = DecodeHamiDevices(a.hami_devices);
+  ASSERT_TRUE(devices.ok()) << devices.error().message();
+  Result<framework::AllocationDelta> from_hami = DeltaFromHami(*devices, t);
+  ASSERT_TRUE(from_hami.ok()) << from_hami.error().message();
+  EXPECT_EQ(from_hami->exclusive_gpus, (std::vector<int>{0, 8}));
+
+  // HAMi's registration supplies the memory; whole cards are then written with it.
+  std::string reg = "[";
+  for (const Gpu& g : t.gpus) {
+    if (g.index > 0) reg += ",";
+    reg += R"({"id":")" + g.uuid + R"(","index":)" + std::to_string(g.index) +
+           R"(,"count":10,"devmem":32768,"devcore":100,"type":"Tesla V100-SXM3-32GB-H","health":true})";
+  }
+  reg += "]";
+  Result<std::vector<HamiRegisteredGpu>> parsed = ParseHamiRegister(reg);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message();
+  EXPECT_EQ(ApplyHamiRegister(*parsed, t), 10);
+  EXPECT_EQ(EncodeAllocation(Alloc({0}, {}), t, "toposched").hami_devices, u0 + ",NVIDIA,32768,100:;");
+}
+
+}  // namespace
+}  // namespace toposched::kube

@@ -13,7 +13,7 @@ std::string FormatSeconds(std::chrono::system_clock::time_point t) {
       std::chrono::floor<std::chrono::seconds>(t));
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char buf[32];
+  char buf[64];  // room for any int the compiler assumes tm fields may hold
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
   return buf;
@@ -48,7 +48,7 @@ std::string FormatMicroTime(std::chrono::system_clock::time_point t) {
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
                           since - std::chrono::floor<std::chrono::seconds>(since))
                           .count();
-  char frac[16];
+  char frac[32];
   std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(micros));
   return FormatSeconds(t) + frac + "Z";
 }

@@ -720,6 +720,7 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
       const auto it = c.amounts.find(vendor_gpu);
       req.container_devices.push_back(
           it == c.amounts.end() ? 0 : static_cast<int>(std::min<std::int64_t>(it->second, kMaxDevices)));
+      if (c.init) ++req.init_containers;
     }
   }
 

@@ -129,6 +129,7 @@ TEST_P(PodRequestParseTest, Parses) {
   ASSERT_TRUE(got.ok()) << got.error().message();
   PlacementRequest without_containers = *got;  // container_devices has its own table below
   without_containers.container_devices.clear();
+  without_containers.init_containers = 0;
   EXPECT_EQ(without_containers, c.want);
 }
 
@@ -161,6 +162,7 @@ TEST(PodRequestContainers, DevicesPerContainerInitFirst) {
     const Result<PlacementRequest> got = ParsePodRequest(pod.dump());
     ASSERT_TRUE(got.ok()) << c.name << ": " << got.error().message();
     EXPECT_EQ(got->container_devices, c.want) << c.name;
+    EXPECT_EQ(got->init_containers, std::string(c.name) == "InitContainerFirst" ? 1 : 0) << c.name;
   }
 }
 

@@ -537,7 +537,9 @@ Status ClusterStore::Restore(const PodAllocation& allocation) {
       return Error(std::string(kConflictTag) + "pod " + allocation.uid + " is already bound to node " +
                    claim.bound()->node + ", not " + allocation.node);
     }
-    if (*claim.bound() == allocation) return Status::Ok();
+    // The same devices: the source read back what a bind just wrote (the annotation carries
+    // no worst class or container split, so compare the claim, not every field).
+    if (claim.bound()->delta == allocation.delta) return Status::Ok();
     return Error("pod " + allocation.uid + " is already bound to node " + allocation.node +
                  " with a different allocation");
   }
@@ -628,6 +630,8 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
   }
   return std::optional<PodAllocation>(allocation);
 }
+
+void ClusterStore::SetPersistence(Persistence* persistence) { impl_->persistence = persistence; }
 
 std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) const {
   std::lock_guard lock(impl_->pods_mu);

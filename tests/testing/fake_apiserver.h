@@ -32,6 +32,14 @@
 //     bookmark_interval and before ending at timeoutSeconds; selectors filter events.
 // Every error body is a metav1.Status {"kind":"Status","apiVersion":"v1","status":"Failure",
 // "message","reason","code"}.
+// Also as the real server has it: a write through HTTP that changes nothing (a no-op PUT or
+// PATCH) neither bumps the resourceVersion nor emits an event; HTTP create resets a pod's status
+// to {"phase":"Pending"} and drops a NodeTopology's status (the status subresource sets it);
+// continue tokens list a consistent snapshot at the first page's resourceVersion; a watch whose
+// selector stops (starts) matching a modified object gets DELETED (ADDED). Also served:
+// /apis/events.k8s.io/v1/namespaces/{ns}/events, GET /version, /healthz, /readyz, /livez.
+// Not modelled: graceful pod deletion (DELETE removes at once), admission, defaulting,
+// server-side apply, deletecollection (405), watches on single objects.
 
 #include <chrono>
 #include <cstdint>
@@ -52,10 +60,14 @@ struct FakeApiServerOptions {
   std::string tls_cert_pem, tls_key_pem;
   // When non-empty, every request must carry "Authorization: Bearer <token>" (401 otherwise).
   std::string required_token;
+  // Request bodies over this get 413 (the connection is then closed).
+  std::size_t max_body_bytes = 8u << 20;
 };
 
 // A fault for the next `times` requests that match: method ("" = any) and a path prefix ("" =
-// any; the query string is not part of the match), optionally only watches.
+// any; the query string is not part of the match), optionally only watches. Faults are tried in
+// the order injected, the first match applies; times < 0 = every match until ClearFaults. A
+// fault applies before the token check (it models the network and the server, not the client).
 struct Fault {
   std::string method;
   std::string path_prefix;
@@ -65,7 +77,8 @@ struct Fault {
   std::chrono::milliseconds delay{0};  // wait before handling (slow server)
   bool drop = false;          // close the connection without replying (after the delay)
   // For watches with status 0: serve the watch but close the connection after this many events
-  // (-1 = do not), without the terminating chunk (a broken stream).
+  // (-1 = do not), without the terminating chunk (a broken stream). Bookmarks do not count;
+  // the synthetic ADDED events of a watch without resourceVersion do.
   int drop_watch_after_events = -1;
 };
 
@@ -96,7 +109,11 @@ class FakeApiServer {
 
   // Direct access for tests (not through HTTP, never faulted). Objects carry the apiVersion and
   // kind of their resource. `collection` is the path of the cluster-scoped or namespaced
-  // collection, e.g. "/api/v1/nodes", "/api/v1/namespaces/ns/pods".
+  // collection, e.g. "/api/v1/nodes", "/api/v1/namespaces/ns/pods"; an all-namespaces
+  // collection ("/api/v1/pods") takes the namespace from the object (Create, Upsert, List only).
+  // Unlike HTTP they keep a given uid, creationTimestamp and status, and every Create, Upsert
+  // and Delete emits an event. A bad collection or object throws std::invalid_argument; Create
+  // of an existing object throws std::runtime_error.
   nlohmann::json Create(const std::string& collection, nlohmann::json object);  // sets metadata
   nlohmann::json Upsert(const std::string& collection, nlohmann::json object);  // create or replace
   std::optional<nlohmann::json> Get(const std::string& collection, const std::string& name) const;

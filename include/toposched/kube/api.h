@@ -104,6 +104,8 @@ class Api {
   Result<std::string> Watch(const std::string& collection_path, const WatchOptions& options,
                             const std::function<bool(WatchEvent&&)>& on_event, std::stop_token stop);
 
+  // Retried on transport errors, 429 and 5xx too: a retry whose first attempt did land gets
+  // 409 AlreadyExists, returned as is (the caller knows whether the object is its own).
   Result<nlohmann::json> Create(const std::string& collection_path, const nlohmann::json& object);
   // PUT. The object's metadata.resourceVersion makes it conditional (409 when stale).
   Result<nlohmann::json> Replace(const std::string& path, const nlohmann::json& object);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -74,6 +75,7 @@ class Informer {
   InformerHandler handler_;
   std::atomic<bool> synced_{false};
   mutable std::mutex mu_;
+  mutable std::condition_variable sync_cv_;  // notified once synced_ is set (under mu_)
   std::string resource_version_;
   InformerCounters counters_;
 };

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <stop_token>
@@ -29,6 +30,7 @@ struct LeaderOptions {
   bool release_on_stop = true;
   std::function<std::chrono::steady_clock::time_point()> now;  // tests; default steady_clock
   std::function<void(std::chrono::milliseconds, std::stop_token)> sleep;  // tests
+  std::uint64_t jitter_seed = 0;  // the retry period's jitter; 0: from std::random_device
 };
 
 class LeaderElector {

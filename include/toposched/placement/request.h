@@ -60,6 +60,7 @@ struct PlacementRequest {
   // (HAMi's per-container annotation order); not part of the shape. Init containers run
   // before the app containers and take their devices from the same set.
   std::vector<int> container_devices;
+  int init_containers = 0;  // how many leading entries of container_devices are init containers
 
   bool IsShared() const { return shared.count > 0; }
   // The request's shape: everything the engine's choice depends on (not the pod's identity).

@@ -46,6 +46,9 @@ struct PodAllocation {
   // source splits the GPUs into HAMi's per-container segments. Empty: one container takes all.
   // Not journaled (the file source has no containers to hand devices to).
   std::vector<int> container_devices;
+  // How many leading entries of container_devices are init containers: they run before the app
+  // containers, one at a time, so each takes its devices from the start of the pod's set.
+  int init_containers = 0;
   bool operator==(const PodAllocation&) const = default;
 };
 
@@ -130,6 +133,10 @@ class ClusterStore {
   ClusterStore(const ClusterStore&) = delete;
   ClusterStore& operator=(const ClusterStore&) = delete;
 
+  // Sets the persistence after construction, for a source that needs the store to exist
+  // first (the kube source). Call before the first Bind or Release.
+  void SetPersistence(Persistence* persistence);
+
   std::shared_ptr<const Snapshot> snapshot() const;
 
   // Adds or replaces a node's topology, labels and schedulability, keeping its allocations.
@@ -146,7 +153,7 @@ class ClusterStore {
 
   // Puts back an allocation read from persistence at start (journal replay, pod annotations)
   // without persisting it again. Errors: unknown node, device out of range, over capacity,
-  // UID already bound elsewhere. Restoring the same allocation twice is a no-op.
+  // UID already bound elsewhere. Restoring the same devices on the same node again is a no-op.
   Status Restore(const PodAllocation& allocation);
 
   // The bind transaction, under `node`'s lock (binds to other nodes proceed in parallel):

@@ -1,0 +1,87 @@
+#pragma once
+// The Kubernetes source of the extender's cluster state: informers on Nodes, NodeTopology
+// objects and Pods fill the ClusterStore; a bind writes the allocation annotations on the pod
+// (Persistence) and then creates the Binding (BindHooks); a Lease elects the one replica that
+// changes state. The API server is the store: after a restart every allocation is rebuilt
+// from the pods' annotations (ours, and HAMi's for pods HAMi placed) before /readyz says ready.
+// docs/operations.md describes the behaviour seen from the cluster.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "toposched/extender/service.h"
+#include "toposched/kube/api.h"
+#include "toposched/kube/leader.h"
+#include "toposched/server/metrics.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::kube {
+
+enum class StaleTopologyPolicy : std::uint8_t {
+  kClosed,  // a node whose agent went silent gets no new GPU pods (its topology is withdrawn)
+  kOpen,    // keep placing on the last topology published (logged and counted)
+};
+
+struct KubeSourceOptions {
+  std::string policy_name = "toposched";  // written in toposched.io/allocation
+  // A NodeTopology whose heartbeat is older than this is stale (0 = never).
+  std::chrono::seconds stale_topology_age{0};
+  StaleTopologyPolicy stale_policy = StaleTopologyPolicy::kClosed;
+  std::chrono::milliseconds stale_check_interval{15'000};
+  // HAMi's node lock (hami.io/mutex.lock) around a bind, as HAMi's own scheduler takes it, so
+  // HAMi's device plugin finds the pod through the lock owner.
+  // Off by default: without HAMi's device plugin nobody releases the lock until it expires
+  // (5 minutes), which would hold up every later bind on the node.
+  bool hami_node_lock = false;
+  // Informers (tests shorten these).
+  int watch_timeout_seconds = 300;
+  std::chrono::milliseconds backoff_base{250};
+  std::chrono::milliseconds backoff_max{30'000};
+  // Events for the bind -> Ready time are written by this component name.
+  std::string event_component = "toposched-extender";
+  std::string identity;  // reportingInstance of events (the replica's name)
+};
+
+class KubeSource : public state::Persistence, public extender::BindHooks {
+ public:
+  // `api`, `store`, `metrics` and `leader` (null: no election, this replica always leads) must
+  // outlive the source. The store must use this source as its Persistence.
+  KubeSource(Api& api, state::ClusterStore& store, server::Registry& metrics, KubeSourceOptions options,
+             LeaderElector* leader = nullptr);
+  ~KubeSource() override;  // Stop()
+
+  // Starts the informers (Nodes and NodeTopology objects first; Pods once both have synced,
+  // so every pod's allocation finds its node) and the stale-topology check. Non-blocking.
+  void Start();
+  void Stop();
+  // Blocks until the state is ready (synced, and when elected, resynced as leader) or timeout.
+  bool WaitUntilReady(std::chrono::milliseconds timeout) const;
+
+  // To be called by the leader elector's on_change (serve wires it). Gaining leadership
+  // re-reads every pod with a quorum LIST before this replica changes state, so allocations
+  // the previous leader wrote just before it stopped are in the store first.
+  void OnLeadership(bool leading);
+
+  // Copies informer counters into the metrics (the /metrics scrape hook calls it).
+  void RefreshMetrics();
+
+  // state::Persistence
+  Status RecordBind(const state::PodAllocation& allocation, const state::NodeRecord& node) override;
+  Status RecordRelease(const state::PodAllocation& allocation) override;
+  // extender::BindHooks
+  bool MayChangeState() const override;
+  bool Ready(std::string* why) const override;
+  Result<std::string> FetchPod(std::string_view pod_namespace, std::string_view pod_name,
+                               std::string_view pod_uid) override;
+  Status CompleteBind(const state::PodAllocation& allocation) override;
+  bool MayRebind(const state::PodAllocation& previous) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace toposched::kube

@@ -1,0 +1,166 @@
+#include "toposched/kube/agent.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "toposched/kube/objects.h"
+#include "toposched/kube/time.h"
+#include "toposched/server/logging.h"
+
+namespace toposched::kube {
+
+namespace {
+
+using nlohmann::json;
+using server::LogLevel;
+
+constexpr std::string_view kVerb = "agent";
+
+// The status fields that say when and how often, not what: equal topologies differ only there.
+json Content(json status) {
+  if (status.is_object()) {
+    status.erase("heartbeatTime");
+    status.erase("generation");
+  }
+  return status;
+}
+
+std::int64_t GenerationOf(const json& object) {
+  const json* g = nullptr;
+  if (object.contains("status") && object["status"].is_object() && object["status"].contains("generation")) {
+    g = &object["status"]["generation"];
+  }
+  return g != nullptr && g->is_number_integer() ? g->get<std::int64_t>() : 0;
+}
+
+}  // namespace
+
+std::string_view ToString(PublishOutcome outcome) {
+  switch (outcome) {
+    case PublishOutcome::kCreated: return "created";
+    case PublishOutcome::kUpdated: return "updated";
+    case PublishOutcome::kHeartbeat: return "heartbeat";
+    case PublishOutcome::kUnchanged: return "unchanged";
+  }
+  return "unknown";
+}
+
+AgentPublisher::AgentPublisher(Api& api, AgentOptions options, Discover discover)
+    : api_(api), options_(std::move(options)), discover_(std::move(discover)) {
+  if (!options_.now) options_.now = [] { return std::chrono::system_clock::now(); };
+  if (!options_.sleep) {
+    options_.sleep = [](std::chrono::milliseconds d, std::stop_token stop) {
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock lock(m);
+      cv.wait_for(lock, stop, d, [] { return false; });
+    };
+  }
+}
+
+Result<PublishOutcome> AgentPublisher::PublishOnce() {
+  const std::string& name = options_.node_name;
+  Result<NodeTopology> topology = discover_();
+  if (!topology.ok()) return topology.error().WithContext("discovery");
+
+  Result<json> node = api_.Get(NodePath(name));
+  if (!node.ok()) {
+    if (IsNotFound(node.error())) {
+      return Error("node " + name + " does not exist: the agent needs the Kubernetes node name (--node-name or "
+                   "the NODE_NAME environment variable from the downward API's spec.nodeName)");
+    }
+    return node.error();
+  }
+  const std::string node_uid = node->value("/metadata/uid"_json_pointer, std::string());
+  const auto now = options_.now();
+
+  // Node labels first: they are what users select on, and cost one patch only when they change.
+  if (options_.label_node) {
+    json labels_patch = json::object();
+    const json current = node->value("/metadata/labels"_json_pointer, json::object());
+    for (const auto& [key, value] : AgentNodeLabels(*topology)) {
+      if (!current.contains(key) || current[key] != value) labels_patch[key] = value;
+    }
+    if (!labels_patch.empty()) {
+      Result<json> r = api_.Patch(NodePath(name), PatchType::kMerge, json{{"metadata", {{"labels", labels_patch}}}});
+      if (!r.ok()) return r.error().WithContext("labelling node " + name);
+    }
+  }
+
+  const std::string path = NodeTopologyPath(name);
+  Result<json> existing = api_.Get(path);
+  if (!existing.ok() && !IsNotFound(existing.error())) return existing.error();
+
+  if (!existing.ok()) {
+    json object = NodeTopologyObject(*topology, name, node_uid, 1, now);
+    json status = object["status"];
+    object.erase("status");  // a status subresource: create ignores it, /status writes it
+    Result<json> created = api_.Create(std::string(kNodeTopologyCollection), object);
+    if (!created.ok() && !IsConflict(created.error())) return created.error().WithContext("creating " + path);
+    Result<json> written = api_.Patch(path + "/status", PatchType::kMerge, json{{"status", status}});
+    if (!written.ok()) return written.error().WithContext("writing " + path + "/status");
+    return created.ok() ? PublishOutcome::kCreated : PublishOutcome::kUpdated;
+  }
+
+  const std::int64_t generation = GenerationOf(*existing);
+  json wanted = NodeTopologyObject(*topology, name, node_uid, generation, now);
+  const json old_status = existing->value("status", json::object());
+
+  // The object's labels (topology class) follow the topology.
+  const json wanted_labels = wanted.value("/metadata/labels"_json_pointer, json::object());
+  if (existing->value("/metadata/labels"_json_pointer, json::object()) != wanted_labels &&
+      !wanted_labels.empty()) {
+    Result<json> r = api_.Patch(path, PatchType::kMerge, json{{"metadata", {{"labels", wanted_labels}}}});
+    if (!r.ok()) return r.error().WithContext("labelling " + path);
+  }
+
+  if (Content(old_status) == Content(wanted["status"])) {
+    std::optional<std::chrono::system_clock::time_point> beat;
+    if (old_status.contains("heartbeatTime") && old_status["heartbeatTime"].is_string()) {
+      if (auto t = ParseTime(old_status["heartbeatTime"].get<std::string>()); t.ok()) beat = *t;
+    }
+    if (beat && now - *beat < options_.heartbeat && now >= *beat) return PublishOutcome::kUnchanged;
+    Result<json> r = api_.Patch(path + "/status", PatchType::kMerge,
+                                json{{"status", {{"heartbeatTime", FormatTime(now)}}}});
+    if (!r.ok()) return r.error().WithContext("heartbeat on " + path + "/status");
+    return PublishOutcome::kHeartbeat;
+  }
+
+  // Changed: the whole status, generation + 1; keys the new status lacks are deleted (null).
+  json status = NodeTopologyObject(*topology, name, node_uid, generation + 1, now)["status"];
+  for (const auto& [key, value] : old_status.items()) {
+    if (!status.contains(key)) status[key] = nullptr;
+  }
+  Result<json> r = api_.Patch(path + "/status", PatchType::kMerge, json{{"status", status}});
+  if (!r.ok()) return r.error().WithContext("writing " + path + "/status");
+  return PublishOutcome::kUpdated;
+}
+
+void AgentPublisher::Run(std::stop_token stop) {
+  Backoff backoff(std::chrono::milliseconds(1000), options_.interval);
+  while (!stop.stop_requested()) {
+    Result<PublishOutcome> r = PublishOnce();
+    std::chrono::milliseconds wait = options_.interval;
+    if (r.ok()) {
+      backoff.Reset();
+      const LogLevel level =
+          *r == PublishOutcome::kCreated || *r == PublishOutcome::kUpdated ? LogLevel::kInfo : LogLevel::kDebug;
+      if (server::LogEnabled(level)) {
+        server::Log(level, {kVerb, "", options_.node_name}, "NodeTopology " + std::string(ToString(*r)));
+      }
+    } else {
+      wait = std::max(std::chrono::milliseconds(100), backoff.Next());
+      server::Log(LogLevel::kWarn, {kVerb, "", options_.node_name},
+                  "publishing failed (retrying): " + r.error().message());
+    }
+    options_.sleep(wait, stop);
+  }
+}
+
+}  // namespace toposched::kube

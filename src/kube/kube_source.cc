@@ -1,0 +1,882 @@
+#include "toposched/kube/source.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "toposched/kube/informer.h"
+#include "toposched/kube/objects.h"
+#include "toposched/kube/time.h"
+#include "toposched/server/logging.h"
+
+namespace toposched::kube {
+
+namespace {
+
+using nlohmann::json;
+using server::LogLevel;
+using SystemClock = std::chrono::system_clock;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr std::string_view kVerb = "kube";
+
+std::string PodLabel(std::string_view ns, std::string_view name) {
+  return std::string(ns) + "/" + std::string(name);
+}
+
+// Every annotation a bind writes, so that an undo removes exactly these.
+constexpr std::string_view kBindAnnotations[] = {
+    kAllocationAnnotation, kVisibleGpusAnnotation, kNcclIbHcaAnnotation, kBindTimeAnnotation,
+    kHamiDevicesToAllocate, kHamiDevicesAllocated, kHamiVgpuNode, kHamiVgpuTime, kHamiBindPhase, kHamiBindTime,
+};
+
+bool HasDevices(const framework::AllocationDelta& d) {
+  return !d.exclusive_gpus.empty() || !d.shares.empty() || !d.nics.empty();
+}
+
+// What a node's NodeSpec is built from; an event that changes none of it changes nothing
+// (kubelet rewrites Node status every few seconds).
+struct NodeInputs {
+  std::map<std::string, std::string> labels;
+  bool unschedulable = false;
+  std::string hami_register;
+  std::string topology_version;  // NodeTopology resourceVersion ("" = none)
+  bool withdrawn = false;        // stale under the closed policy
+  bool operator==(const NodeInputs&) const = default;
+};
+
+// The node an annotated pod's allocation is on: spec.nodeName once bound, else the node the
+// allocation names (written before the Binding), else HAMi's vgpu-node.
+std::string AllocationNode(const PodView& pod) {
+  if (!pod.node_name.empty()) return pod.node_name;
+  if (auto it = pod.annotations.find(std::string(kAllocationAnnotation)); it != pod.annotations.end()) {
+    try {
+      const json doc = json::parse(it->second);
+      if (doc.is_object() && doc.contains("node") && doc["node"].is_string()) return doc["node"].get<std::string>();
+    } catch (const json::exception&) {
+    }
+  }
+  if (auto it = pod.annotations.find(std::string(kHamiVgpuNode)); it != pod.annotations.end()) return it->second;
+  return "";
+}
+
+std::optional<SystemClock::time_point> BindTimeOf(const PodView& pod) {
+  auto it = pod.annotations.find(std::string(kBindTimeAnnotation));
+  if (it == pod.annotations.end()) return std::nullopt;
+  Result<SystemClock::time_point> t = ParseTime(it->second);
+  if (!t.ok()) return std::nullopt;
+  return *t;
+}
+
+}  // namespace
+
+struct KubeSource::Impl {
+  Impl(Api& a, state::ClusterStore& s, server::Registry& reg, KubeSourceOptions o, LeaderElector* l)
+      : api(a),
+        store(s),
+        options(std::move(o)),
+        leader(l),
+        leader_gauge(reg.AddGauge("toposched_kube_leader", "1 while this replica holds the leader Lease.")),
+        synced_gauge(reg.AddGauge("toposched_kube_synced",
+                                  "1 once Nodes, NodeTopology objects and Pods have been listed and applied.")),
+        restore_errors(reg.AddCounter(
+            "toposched_kube_restore_errors_total",
+            "Pod allocations read from the API server that the state could not take (device gone, over "
+            "capacity: two pods claim one device, bad annotation).")),
+        bindings(reg.AddCounter("toposched_kube_bindings_total",
+                                "Bindings created by bind: created, failed.", {"outcome"})),
+        annotation_writes(reg.AddCounter(
+            "toposched_kube_annotation_writes_total",
+            "Pod annotation writes: bind (allocation written), undo (removed after a failed Binding or a "
+            "release), error.",
+            {"outcome"})),
+        bind_to_ready(reg.AddHistogram(
+            "toposched_bind_to_ready_seconds",
+            "Time from toposched's bind of a pod to the pod's Ready condition (capacity counts from then).",
+            {}, {1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600})),
+        stale_gauge(reg.AddGauge("toposched_kube_stale_topologies",
+                                 "NodeTopology objects whose agent heartbeat is older than the stale age.")),
+        informer_lists(reg.AddGauge("toposched_kube_informer_lists",
+                                    "Successful (re)lists per informer since start.", {"resource"})),
+        informer_gone(reg.AddGauge("toposched_kube_informer_gone",
+                                   "410 Gone answers (each forces a relist) per informer.", {"resource"})),
+        informer_errors(reg.AddGauge("toposched_kube_informer_errors",
+                                     "Failed lists and watches (each followed by a backoff) per informer.",
+                                     {"resource"})),
+        informer_events(reg.AddGauge("toposched_kube_informer_events", "Watch events applied per informer.",
+                                     {"resource"})) {}
+
+  Api& api;
+  state::ClusterStore& store;
+  KubeSourceOptions options;
+  LeaderElector* leader;
+
+  server::Family<server::Gauge>& leader_gauge;
+  server::Family<server::Gauge>& synced_gauge;
+  server::Family<server::Counter>& restore_errors;
+  server::Family<server::Counter>& bindings;
+  server::Family<server::Counter>& annotation_writes;
+  server::Family<server::Histogram>& bind_to_ready;
+  server::Family<server::Gauge>& stale_gauge;
+  server::Family<server::Gauge>& informer_lists;
+  server::Family<server::Gauge>& informer_gone;
+  server::Family<server::Gauge>& informer_errors;
+  server::Family<server::Gauge>& informer_events;
+
+  std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
+  std::vector<std::jthread> threads;
+
+  // ---- informer state, guarded by mu (informer handlers run one at a time under it) ----
+  // Lock order: mu, then the store's locks. Persistence callbacks (under a store node lock)
+  // never take mu.
+  mutable std::mutex mu;
+  std::map<std::string, NodeView, std::less<>> nodes;
+  std::map<std::string, NodeTopologyView, std::less<>> topologies;
+  std::map<std::string, NodeInputs, std::less<>> applied_inputs;
+  std::set<std::string, std::less<>> stale;  // nodes whose topology heartbeat is too old
+  struct PodState {
+    std::string pod_namespace, pod_name, node_name;
+    bool ready = false;
+  };
+  std::unordered_map<std::string, PodState> pods;  // every pod the informer knows, by UID
+  std::map<std::string, PodView, std::less<>> pending;  // annotated pods whose node is not known yet
+  std::atomic<bool> pods_applied{false};
+
+  // ---- binds made by this replica (guarded by bind_mu, never held across API calls) ----
+  std::mutex bind_mu;
+  struct LocalBind {
+    SteadyClock::time_point at;
+  };
+  std::unordered_map<std::string, LocalBind> recent_binds;
+
+  // ---- leadership ----
+  std::atomic<bool> leader_ready{false};  // resynced since leadership was gained
+  std::mutex leader_mu;
+  std::condition_variable_any leader_cv;
+  bool resync_requested = false;
+
+  // ---------------------------------------------------------------------------------------
+  // Nodes and topologies.
+
+  // Rebuilds `name`'s NodeSpec from what the informers know and upserts it (or removes the
+  // node), unless nothing it depends on changed. mu held.
+  void RefreshNode(const std::string& name) {
+    const auto node_it = nodes.find(name);
+    if (node_it == nodes.end()) {
+      applied_inputs.erase(name);
+      if (store.snapshot()->Find(name) != nullptr) {
+        store.RemoveNode(name);
+        server::Log(LogLevel::kInfo, {kVerb, "", name}, "node removed from the state");
+      }
+      return;
+    }
+    const NodeView& node = node_it->second;
+    const auto topo_it = topologies.find(name);
+    const bool withdrawn = stale.contains(name) && options.stale_policy == StaleTopologyPolicy::kClosed;
+    NodeInputs inputs{node.labels, node.unschedulable, node.hami_register,
+                      topo_it == topologies.end() ? std::string() : topo_it->second.resource_version, withdrawn};
+    if (auto it = applied_inputs.find(name); it != applied_inputs.end() && it->second == inputs) return;
+
+    state::NodeSpec spec;
+    spec.name = name;
+    spec.labels = node.labels;
+    spec.schedulable = !node.unschedulable;
+    if (topo_it != topologies.end() && topo_it->second.topology && !withdrawn) {
+      spec.topology = topo_it->second.topology;
+      if (!node.hami_register.empty()) {
+        Result<std::vector<HamiRegisteredGpu>> registered = ParseHamiRegister(node.hami_register);
+        if (registered.ok()) {
+          auto copy = std::make_shared<NodeTopology>(*spec.topology);
+          ApplyHamiRegister(*registered, *copy);
+          spec.topology = std::move(copy);
+        } else {
+          server::Log(LogLevel::kWarn, {kVerb, "", name},
+                      std::string(kHamiNodeRegister) + " ignored: " + registered.error().message());
+        }
+      }
+    }
+    if (Status s = store.UpsertNode(std::move(spec)); !s.ok()) {
+      server::Log(LogLevel::kWarn, {kVerb, "", name}, s.error().message());
+    }
+    applied_inputs[name] = std::move(inputs);
+    RetryPending(name);
+  }
+
+  void ApplyNode(const json& object) {
+    Result<NodeView> node = ReadNode(object);
+    if (!node.ok()) {
+      server::Log(LogLevel::kWarn, {kVerb, "", ""}, "Node ignored: " + node.error().message());
+      return;
+    }
+    const std::string name = node->name;
+    nodes[name] = std::move(node).value();
+    RefreshNode(name);
+  }
+
+  void ApplyTopology(const json& object) {
+    Result<NodeTopologyView> topo = ReadNodeTopology(object);
+    if (!topo.ok()) {
+      // A bad object must not take the node's previous topology with it: keep what we had.
+      server::Log(LogLevel::kWarn, {kVerb, "", object.value("/metadata/name"_json_pointer, std::string())},
+                  "NodeTopology ignored: " + topo.error().message());
+      return;
+    }
+    const std::string name = topo->name;
+    topologies[name] = std::move(topo).value();
+    UpdateStale(name, SystemClock::now());
+    RefreshNode(name);
+  }
+
+  // Re-evaluates whether `name`'s topology is stale. mu held. True when that changed.
+  bool UpdateStale(const std::string& name, SystemClock::time_point now) {
+    bool is_stale = false;
+    if (options.stale_topology_age.count() > 0) {
+      if (auto it = topologies.find(name); it != topologies.end() && it->second.topology) {
+        // No heartbeat at all counts as stale: an agent that never said when it last looked.
+        is_stale = !it->second.heartbeat || now - *it->second.heartbeat > options.stale_topology_age;
+      }
+    }
+    const bool was = stale.contains(name);
+    if (is_stale == was) return false;
+    if (is_stale) {
+      stale.insert(name);
+      server::Log(LogLevel::kWarn, {kVerb, "", name},
+                  std::string("NodeTopology heartbeat older than the stale age: ") +
+                      (options.stale_policy == StaleTopologyPolicy::kClosed
+                           ? "no new GPU pods on this node until its agent reports again"
+                           : "still placing on its last topology (stale policy open)"));
+    } else {
+      stale.erase(name);
+      server::Log(LogLevel::kInfo, {kVerb, "", name}, "NodeTopology fresh again");
+    }
+    stale_gauge.With({}).Set(static_cast<double>(stale.size()));
+    return true;
+  }
+
+  void CheckStale() {
+    std::lock_guard lock(mu);
+    const auto now = SystemClock::now();
+    std::vector<std::string> changed;
+    for (const auto& [name, topo] : topologies) {
+      if (UpdateStale(name, now)) changed.push_back(name);
+    }
+    for (const std::string& name : changed) RefreshNode(name);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Pods.
+
+  struct ReadyEvent {
+    std::string pod_namespace, pod_name, uid, node;
+    double seconds = 0;
+  };
+
+  // Applies one pod's current state. mu held. Appends a Ready event to `events` when the pod
+  // just became Ready after a bind whose time is known.
+  void ApplyPod(const PodView& pod, std::vector<ReadyEvent>& events) {
+    PodState& state = pods[pod.uid];
+    const bool was_known = !state.pod_name.empty();
+    const bool was_ready = state.ready;
+    state.pod_namespace = pod.pod_namespace;
+    state.pod_name = pod.pod_name;
+    state.node_name = pod.node_name;
+    state.ready = pod.ready;
+
+    if (!pod.Active()) {
+      pending.erase(pod.uid);
+      ReleaseGone(pod.uid, "pod " + pod.phase);
+      return;
+    }
+    if (pod.ready && was_known && !was_ready) {
+      if (std::optional<SystemClock::time_point> bound = BindTimeOf(pod)) {
+        const SystemClock::time_point ready_at = pod.ready_since.value_or(SystemClock::now());
+        const double seconds = std::chrono::duration<double>(ready_at - *bound).count();
+        if (seconds >= 0) {
+          bind_to_ready.With({}).Observe(seconds);
+          events.push_back({pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, seconds});
+        }
+      }
+    }
+    RestorePod(pod);
+  }
+
+  // Puts an annotated pod's allocation into the store (no-op when it is there already).
+  void RestorePod(const PodView& pod) {
+    const bool ours = pod.annotations.contains(std::string(kAllocationAnnotation));
+    const bool hami = pod.annotations.contains(std::string(kHamiDevicesAllocated));
+    if (!ours && !hami) return;
+    const std::string node = AllocationNode(pod);
+    if (node.empty()) return;
+    if (std::optional<state::PodAllocation> existing = store.FindPod(pod.uid)) {
+      if (existing->node == node) {
+        pending.erase(pod.uid);
+        return;
+      }
+      // Another replica (a new leader) bound it elsewhere after an undone bind: follow the pod.
+      (void)store.Release(pod.uid, /*persist=*/false);
+    }
+    const auto snapshot = store.snapshot();
+    const state::NodeRecord* record = snapshot->Find(node);
+    if (record == nullptr || record->topology == nullptr) {
+      pending[pod.uid] = pod;  // its node (or topology) is not known yet
+      return;
+    }
+    pending.erase(pod.uid);
+    Result<framework::AllocationDelta> delta = Error("");
+    if (ours) {
+      delta = DecodeAllocation(pod.annotations.at(std::string(kAllocationAnnotation)), *record->topology);
+    } else {
+      Result<HamiPodDevices> devices = DecodeHamiDevices(pod.annotations.at(std::string(kHamiDevicesAllocated)));
+      delta = devices.ok() ? DeltaFromHami(*devices, *record->topology) : Result<framework::AllocationDelta>(devices.error());
+    }
+    if (!delta.ok()) {
+      restore_errors.With({}).Inc();
+      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                  "allocation annotation not understood: " + delta.error().message());
+      return;
+    }
+    state::PodAllocation allocation;
+    allocation.uid = pod.uid;
+    allocation.pod_namespace = pod.pod_namespace;
+    allocation.pod_name = pod.pod_name;
+    allocation.node = node;
+    allocation.delta = std::move(delta).value();
+    allocation.topology_generation = record->topology_generation;
+    if (Status s = store.Restore(allocation); !s.ok()) {
+      restore_errors.With({}).Inc();
+      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                  "allocation not restored: " + s.error().message());
+    }
+  }
+
+  void RetryPending(const std::string& node) {
+    std::vector<PodView> retry;
+    for (const auto& [uid, pod] : pending) {
+      if (AllocationNode(pod) == node) retry.push_back(pod);
+    }
+    for (const PodView& pod : retry) RestorePod(pod);
+  }
+
+  // A pod that is gone or finished gives its devices back (nothing to undo in the API).
+  void ReleaseGone(const std::string& uid, std::string_view why) {
+    Result<std::optional<state::PodAllocation>> released = store.Release(uid, /*persist=*/false);
+    if (released.ok() && released->has_value()) {
+      const state::PodAllocation& a = **released;
+      server::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
+                  "released (" + std::string(why) + ")");
+    }
+    std::lock_guard lock(bind_mu);
+    recent_binds.erase(uid);
+  }
+
+  // Every pod in the API server now (a list): pods we knew that are missing were deleted while
+  // the watch was down. A pod this replica bound moments ago may be missing only because the
+  // list was read before the bind; those are confirmed with a GET before they are released.
+  void ReplacePods(std::vector<json>&& objects) {
+    std::vector<ReadyEvent> events;
+    std::vector<std::string> check;
+    {
+      std::lock_guard lock(mu);
+      std::set<std::string> seen;
+      for (const json& object : objects) {
+        Result<PodView> pod = ReadPod(object);
+        if (!pod.ok()) {
+          server::Log(LogLevel::kWarn, {kVerb, "", ""}, "Pod ignored: " + pod.error().message());
+          continue;
+        }
+        seen.insert(pod->uid);
+        ApplyPod(*pod, events);
+      }
+      std::vector<std::string> gone;
+      for (const auto& [uid, state] : pods) {
+        if (!seen.contains(uid)) gone.push_back(uid);
+      }
+      // Allocations of pods no list has shown (bound by us, not yet seen by the watch).
+      for (const auto& record : store.snapshot()->nodes()) {
+        for (const std::string& uid : record->pods) {
+          if (!seen.contains(uid) && !pods.contains(uid)) gone.push_back(uid);
+        }
+      }
+      for (const std::string& uid : gone) {
+        pending.erase(uid);
+        if (BoundRecently(uid)) {
+          check.push_back(uid);
+          continue;
+        }
+        pods.erase(uid);
+        ReleaseGone(uid, "pod deleted");
+      }
+    }
+    for (const std::string& uid : check) ConfirmGone(uid);
+    pods_applied.store(true, std::memory_order_release);
+    synced_gauge.With({}).Set(1);
+    PostReadyEvents(events);
+  }
+
+  bool BoundRecently(const std::string& uid) {
+    std::lock_guard lock(bind_mu);
+    auto it = recent_binds.find(uid);
+    return it != recent_binds.end() && SteadyClock::now() - it->second.at < std::chrono::minutes(2);
+  }
+
+  void ConfirmGone(const std::string& uid) {
+    std::optional<state::PodAllocation> a = store.FindPod(uid);
+    if (!a) return;
+    Result<json> pod = api.Get(PodPath(a->pod_namespace, a->pod_name));
+    const bool gone = (!pod.ok() && IsNotFound(pod.error())) ||
+                      (pod.ok() && pod->value("/metadata/uid"_json_pointer, std::string()) != uid);
+    if (!gone) return;
+    std::lock_guard lock(mu);
+    pods.erase(uid);
+    ReleaseGone(uid, "pod deleted");
+  }
+
+  void UpsertPod(const json& object) {
+    std::vector<ReadyEvent> events;
+    {
+      std::lock_guard lock(mu);
+      Result<PodView> pod = ReadPod(object);
+      if (!pod.ok()) {
+        server::Log(LogLevel::kWarn, {kVerb, "", ""}, "Pod ignored: " + pod.error().message());
+        return;
+      }
+      ApplyPod(*pod, events);
+    }
+    PostReadyEvents(events);
+  }
+
+  void RemovePod(const json& object) {
+    std::lock_guard lock(mu);
+    const std::string uid = object.value("/metadata/uid"_json_pointer, std::string());
+    if (uid.empty()) return;
+    pods.erase(uid);
+    pending.erase(uid);
+    ReleaseGone(uid, "pod deleted");
+  }
+
+  // A core/v1 Event on the pod per Ready-after-bind, written by the leader only (two replicas
+  // would report it twice). Failures are logged, never retried: the metric has the figure.
+  void PostReadyEvents(const std::vector<ReadyEvent>& events) {
+    if (events.empty() || !MayChangeState()) return;
+    const auto now = SystemClock::now();
+    for (const ReadyEvent& e : events) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.1f", e.seconds);
+      const std::string stamp = FormatTime(now);
+      json event = {
+          {"apiVersion", "v1"},
+          {"kind", "Event"},
+          {"metadata",
+           {{"name", e.pod_name + "." + std::to_string(now.time_since_epoch().count())},
+            {"namespace", e.pod_namespace}}},
+          {"involvedObject",
+           {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", e.pod_namespace}, {"name", e.pod_name},
+            {"uid", e.uid}}},
+          {"reason", "ReadyAfterBind"},
+          {"message", "Ready " + std::string(seconds) + " s after toposched bound it to node " + e.node},
+          {"type", "Normal"},
+          {"source", {{"component", options.event_component}}},
+          {"reportingComponent", "toposched.io/" + options.event_component},
+          {"reportingInstance", options.identity},
+          {"firstTimestamp", stamp},
+          {"lastTimestamp", stamp},
+          {"count", 1},
+      };
+      if (Result<json> r = api.Create(EventCollection(e.pod_namespace), event); !r.ok()) {
+        server::Log(LogLevel::kWarn, {kVerb, PodLabel(e.pod_namespace, e.pod_name), e.node},
+                    "cannot write the ReadyAfterBind event: " + r.error().message());
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Readiness and leadership.
+
+  bool Synced() const {
+    return node_informer && node_informer->synced() && topology_informer->synced() && pod_informer->synced() &&
+           pods_applied.load(std::memory_order_acquire);
+  }
+
+  bool MayChangeState() const {
+    if (!Synced()) return false;
+    if (leader == nullptr) return true;
+    return leader->leading() && leader_ready.load(std::memory_order_acquire);
+  }
+
+  // The new leader's quorum read of every pod, applied like a relist.
+  void Resync(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      {
+        std::unique_lock lock(leader_mu);
+        leader_cv.wait(lock, stop, [&] { return resync_requested; });
+        if (stop.stop_requested()) return;
+        resync_requested = false;
+      }
+      // Pods are applied only on top of known nodes: wait for the first sync.
+      while (!stop.stop_requested() && !(node_informer->synced() && topology_informer->synced())) {
+        std::unique_lock lock(leader_mu);
+        leader_cv.wait_for(lock, stop, std::chrono::milliseconds(50), [] { return false; });
+      }
+      if (stop.stop_requested()) return;
+      ListOptions list;
+      list.resource_version = "";  // most recent: a quorum read, newer than any watch cache
+      Result<ObjectList> all = api.List(CorePath("pods"), list);
+      if (!all.ok()) {
+        server::Log(LogLevel::kWarn, {kVerb, "", ""},
+                    "leader resync failed, retrying: " + all.error().message());
+        std::unique_lock lock(leader_mu);
+        resync_requested = true;
+        leader_cv.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
+        continue;
+      }
+      ReplacePods(std::move(all->items));
+      if (leader == nullptr || leader->leading()) {
+        leader_ready.store(true, std::memory_order_release);
+        server::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: state resynced from the API server, serving binds");
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // HAMi node lock.
+
+  Status LockNode(const std::string& node, const std::string& ns, const std::string& name) {
+    Result<json> locked = api.Update(NodePath(node), [&](json& object) -> Result<bool> {
+      json& annotations = object["metadata"]["annotations"];
+      if (annotations.is_null()) annotations = json::object();
+      if (annotations.contains(kHamiNodeLock) && annotations[std::string(kHamiNodeLock)].is_string()) {
+        Result<HamiNodeLock> held = DecodeHamiNodeLock(annotations[std::string(kHamiNodeLock)].get<std::string>());
+        if (held.ok() && !(held->pod_namespace == ns && held->pod_name == name) &&
+            SystemClock::now() - held->time < kHamiNodeLockExpiry) {
+          return Error("node " + node + " is locked (" + std::string(kHamiNodeLock) + ") by pod " +
+                       held->pod_namespace + "/" + held->pod_name + " since " + FormatTime(held->time) +
+                       "; HAMi's device plugin releases it once that pod's devices are allocated");
+        }
+      }
+      annotations[std::string(kHamiNodeLock)] = EncodeHamiNodeLock({SystemClock::now(), ns, name});
+      return true;
+    });
+    if (!locked.ok()) return locked.error();
+    return Status::Ok();
+  }
+
+  void UnlockNode(const std::string& node, const std::string& ns, const std::string& name) {
+    Result<json> r = api.Update(NodePath(node), [&](json& object) -> Result<bool> {
+      json* annotations = object.contains("metadata") ? &object["metadata"]["annotations"] : nullptr;
+      if (annotations == nullptr || !annotations->is_object() || !annotations->contains(kHamiNodeLock)) return false;
+      Result<HamiNodeLock> held = DecodeHamiNodeLock((*annotations)[std::string(kHamiNodeLock)].get<std::string>());
+      if (!held.ok() || held->pod_namespace != ns || held->pod_name != name) return false;  // not ours
+      annotations->erase(std::string(kHamiNodeLock));
+      return true;
+    });
+    if (!r.ok() && !IsNotFound(r.error())) {
+      server::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node}, "cannot release the node lock: " + r.error().message());
+    }
+  }
+
+  void RefreshMetrics() {
+    const std::pair<const char*, Informer*> informers[] = {
+        {"nodes", node_informer.get()}, {"nodetopologies", topology_informer.get()}, {"pods", pod_informer.get()}};
+    for (const auto& [name, informer] : informers) {
+      if (informer == nullptr) continue;
+      const InformerCounters c = informer->counters();
+      informer_lists.With({name}).Set(static_cast<double>(c.lists));
+      informer_gone.With({name}).Set(static_cast<double>(c.gone));
+      informer_errors.With({name}).Set(static_cast<double>(c.errors));
+      informer_events.With({name}).Set(static_cast<double>(c.events));
+    }
+    leader_gauge.With({}).Set(leader == nullptr || leader->leading() ? 1.0 : 0.0);
+    synced_gauge.With({}).Set(Synced() ? 1.0 : 0.0);
+  }
+
+  InformerOptions InformerFor(std::string path, std::string name) const {
+    InformerOptions o;
+    o.collection_path = std::move(path);
+    o.name = std::move(name);
+    o.watch_timeout_seconds = options.watch_timeout_seconds;
+    o.backoff_base = options.backoff_base;
+    o.backoff_max = options.backoff_max;
+    return o;
+  }
+};
+
+KubeSource::KubeSource(Api& api, state::ClusterStore& store, server::Registry& metrics, KubeSourceOptions options,
+                       LeaderElector* leader)
+    : impl_(std::make_unique<Impl>(api, store, metrics, std::move(options), leader)) {
+  Impl& d = *impl_;
+  d.node_informer = std::make_unique<Informer>(
+      api, d.InformerFor(CorePath("nodes"), "nodes"),
+      InformerHandler{
+          [&d](std::vector<json>&& objects) {
+            std::lock_guard lock(d.mu);
+            std::set<std::string> seen;
+            for (const json& o : objects) {
+              d.ApplyNode(o);
+              seen.insert(o.value("/metadata/name"_json_pointer, std::string()));
+            }
+            std::vector<std::string> gone;
+            for (const auto& [name, node] : d.nodes) {
+              if (!seen.contains(name)) gone.push_back(name);
+            }
+            for (const std::string& name : gone) {
+              d.nodes.erase(name);
+              d.RefreshNode(name);
+            }
+          },
+          [&d](const json& o) {
+            std::lock_guard lock(d.mu);
+            d.ApplyNode(o);
+          },
+          [&d](const json& o) {
+            std::lock_guard lock(d.mu);
+            const std::string name = o.value("/metadata/name"_json_pointer, std::string());
+            d.nodes.erase(name);
+            d.RefreshNode(name);
+          }});
+  d.topology_informer = std::make_unique<Informer>(
+      api, d.InformerFor(std::string(kNodeTopologyCollection), "nodetopologies"),
+      InformerHandler{
+          [&d](std::vector<json>&& objects) {
+            std::lock_guard lock(d.mu);
+            std::set<std::string> seen;
+            for (const json& o : objects) {
+              d.ApplyTopology(o);
+              seen.insert(o.value("/metadata/name"_json_pointer, std::string()));
+            }
+            std::vector<std::string> gone;
+            for (const auto& [name, topo] : d.topologies) {
+              if (!seen.contains(name)) gone.push_back(name);
+            }
+            for (const std::string& name : gone) {
+              d.topologies.erase(name);
+              d.RefreshNode(name);
+            }
+          },
+          [&d](const json& o) {
+            std::lock_guard lock(d.mu);
+            d.ApplyTopology(o);
+          },
+          [&d](const json& o) {
+            std::lock_guard lock(d.mu);
+            const std::string name = o.value("/metadata/name"_json_pointer, std::string());
+            d.topologies.erase(name);
+            d.stale.erase(name);
+            d.RefreshNode(name);
+          }});
+  d.pod_informer = std::make_unique<Informer>(
+      api, d.InformerFor(CorePath("pods"), "pods"),
+      InformerHandler{[&d](std::vector<json>&& objects) { d.ReplacePods(std::move(objects)); },
+                      [&d](const json& o) { d.UpsertPod(o); }, [&d](const json& o) { d.RemovePod(o); }});
+}
+
+KubeSource::~KubeSource() { Stop(); }
+
+void KubeSource::Start() {
+  Impl& d = *impl_;
+  if (!d.threads.empty()) return;
+  d.threads.emplace_back([&d](std::stop_token stop) { d.node_informer->Run(stop); });
+  d.threads.emplace_back([&d](std::stop_token stop) { d.topology_informer->Run(stop); });
+  d.threads.emplace_back([&d](std::stop_token stop) {
+    // Pods after Nodes and NodeTopology objects, so that the first list finds every node.
+    while (!stop.stop_requested()) {
+      if (d.node_informer->WaitForSync(std::chrono::milliseconds(50)) &&
+          d.topology_informer->WaitForSync(std::chrono::milliseconds(50))) {
+        break;
+      }
+    }
+    if (!stop.stop_requested()) d.pod_informer->Run(stop);
+  });
+  d.threads.emplace_back([&d](std::stop_token stop) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    while (!stop.stop_requested()) {
+      std::unique_lock lock(m);
+      cv.wait_for(lock, stop, d.options.stale_check_interval, [] { return false; });
+      if (stop.stop_requested()) return;
+      lock.unlock();
+      d.CheckStale();
+    }
+  });
+  if (d.leader != nullptr) {
+    d.threads.emplace_back([&d](std::stop_token stop) { d.Resync(stop); });
+  }
+}
+
+void KubeSource::Stop() {
+  Impl& d = *impl_;
+  for (std::jthread& t : d.threads) t.request_stop();
+  d.leader_cv.notify_all();
+  d.threads.clear();  // joins
+}
+
+bool KubeSource::WaitUntilReady(std::chrono::milliseconds timeout) const {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
+    if (std::string why; Ready(&why)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string why;
+  return Ready(&why);
+}
+
+void KubeSource::OnLeadership(bool leading) {
+  Impl& d = *impl_;
+  d.leader_ready.store(false, std::memory_order_release);
+  d.leader_gauge.With({}).Set(leading ? 1.0 : 0.0);
+  server::Log(LogLevel::kInfo, {kVerb, "", ""},
+              leading ? "became the leader: resyncing pods before serving binds"
+                      : "not the leader: binds are refused, /readyz reports not ready");
+  if (!leading) return;
+  {
+    std::lock_guard lock(d.leader_mu);
+    d.resync_requested = true;
+  }
+  d.leader_cv.notify_all();
+}
+
+void KubeSource::RefreshMetrics() { impl_->RefreshMetrics(); }
+
+Status KubeSource::RecordBind(const state::PodAllocation& allocation, const state::NodeRecord& node) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.bind_mu);
+    d.recent_binds[allocation.uid] = {SteadyClock::now()};
+  }
+  // A pod without devices of ours carries no annotations; its bind is just the Binding.
+  if (!HasDevices(allocation.delta) || node.topology == nullptr) return Status::Ok();
+  const auto now = SystemClock::now();
+  const AllocationAnnotations a = EncodeAllocation(allocation, *node.topology, d.options.policy_name);
+  const std::string unix_seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                      now.time_since_epoch()).count());
+  json annotations = {
+      {std::string(kAllocationAnnotation), a.allocation},
+      {std::string(kVisibleGpusAnnotation), a.visible_gpus},
+      {std::string(kNcclIbHcaAnnotation), a.nccl_ib_hca},
+      {std::string(kBindTimeAnnotation), FormatTime(now)},
+  };
+  if (!a.hami_devices.empty()) {
+    annotations[std::string(kHamiDevicesToAllocate)] = a.hami_devices;
+    annotations[std::string(kHamiDevicesAllocated)] = a.hami_devices;
+    annotations[std::string(kHamiVgpuNode)] = allocation.node;
+    annotations[std::string(kHamiVgpuTime)] = unix_seconds;
+    annotations[std::string(kHamiBindPhase)] = "allocating";
+    annotations[std::string(kHamiBindTime)] = unix_seconds;
+  }
+  if (d.options.hami_node_lock) {
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+  }
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                                     json{{"metadata", {{"annotations", annotations}}}});
+  if (!patched.ok()) {
+    d.annotation_writes.With({"error"}).Inc();
+    if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    return patched.error().WithContext("cannot write the allocation annotations");
+  }
+  if (patched->value("/metadata/uid"_json_pointer, std::string()) != allocation.uid) {
+    // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
+    d.annotation_writes.With({"error"}).Inc();
+    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                      json{{"metadata", {{"annotations", [&] {
+                              json undo = json::object();
+                              for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
+                              return undo;
+                            }()}}}});
+    if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
+                 patched->value("/metadata/uid"_json_pointer, std::string()) + ", not " + allocation.uid);
+  }
+  d.annotation_writes.With({"bind"}).Inc();
+  return Status::Ok();
+}
+
+Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.bind_mu);
+    d.recent_binds.erase(allocation.uid);
+  }
+  if (!HasDevices(allocation.delta)) return Status::Ok();
+  json undo = json::object();
+  for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                                     json{{"metadata", {{"annotations", undo}}}});
+  if (!patched.ok() && !IsNotFound(patched.error())) {
+    d.annotation_writes.With({"error"}).Inc();
+    return patched.error().WithContext("cannot remove the allocation annotations");
+  }
+  d.annotation_writes.With({"undo"}).Inc();
+  if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+  return Status::Ok();
+}
+
+bool KubeSource::MayChangeState() const { return impl_->MayChangeState(); }
+
+bool KubeSource::Ready(std::string* why) const {
+  const Impl& d = *impl_;
+  if (!d.Synced()) {
+    if (why != nullptr) {
+      *why = "not synced with the API server yet (nodes " + std::string(d.node_informer->synced() ? "ok" : "pending") +
+             ", nodetopologies " + (d.topology_informer->synced() ? "ok" : "pending") + ", pods " +
+             (d.pods_applied.load() ? "ok" : "pending") + ")";
+    }
+    return false;
+  }
+  if (d.leader != nullptr && !d.leader->leading()) {
+    if (why != nullptr) *why = "not the leader (the Lease is held by " + d.leader->holder() + ")";
+    return false;
+  }
+  if (d.leader != nullptr && !d.leader_ready.load(std::memory_order_acquire)) {
+    if (why != nullptr) *why = "leader, resyncing pods from the API server";
+    return false;
+  }
+  return true;
+}
+
+Result<std::string> KubeSource::FetchPod(std::string_view pod_namespace, std::string_view pod_name,
+                                         std::string_view pod_uid) {
+  Result<json> pod = impl_->api.Get(PodPath(pod_namespace, pod_name));
+  if (!pod.ok()) return pod.error();
+  const std::string uid = pod->value("/metadata/uid"_json_pointer, std::string());
+  if (uid != pod_uid) {
+    return Error("pod " + std::string(pod_namespace) + "/" + std::string(pod_name) + " has UID " + uid + ", not " +
+                 std::string(pod_uid));
+  }
+  return pod->dump();
+}
+
+Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
+  Impl& d = *impl_;
+  Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node);
+  d.bindings.With({s.ok() ? "created" : "failed"}).Inc();
+  if (s.ok()) {
+    std::lock_guard lock(d.mu);
+    if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
+  }
+  return s;
+}
+
+bool KubeSource::MayRebind(const state::PodAllocation& previous) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.mu);
+    if (auto it = d.pods.find(previous.uid); it != d.pods.end() && !it->second.node_name.empty()) return false;
+  }
+  // Ask the API server: the informer may be behind, and a wrong "yes" would move a running pod.
+  Result<json> pod = d.api.Get(PodPath(previous.pod_namespace, previous.pod_name));
+  if (!pod.ok()) return false;
+  return pod->value("/metadata/uid"_json_pointer, std::string()) == previous.uid &&
+         pod->value("/spec/nodeName"_json_pointer, std::string()).empty();
+}
+
+}  // namespace toposched::kube
