@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_util.h"
 #include "toposched/kube/objects.h"
 #include "toposched/kube/time.h"
 #include "toposched/server/logging.h"
@@ -77,13 +78,13 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
     }
     return node.error();
   }
-  const std::string node_uid = node->value("/metadata/uid"_json_pointer, std::string());
+  const std::string node_uid = StringAt(*node, "/metadata/uid");
   const auto now = options_.now();
 
   // Node labels first: they are what users select on, and cost one patch only when they change.
   if (options_.label_node) {
     json labels_patch = json::object();
-    const json current = node->value("/metadata/labels"_json_pointer, json::object());
+    const json current = ObjectAt(*node, "/metadata/labels");
     for (const auto& [key, value] : AgentNodeLabels(*topology)) {
       if (!current.contains(key) || current[key] != value) labels_patch[key] = value;
     }
@@ -110,11 +111,11 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
 
   const std::int64_t generation = GenerationOf(*existing);
   json wanted = NodeTopologyObject(*topology, name, node_uid, generation, now);
-  const json old_status = existing->value("status", json::object());
+  const json old_status = ObjectAt(*existing, "/status");
 
   // The object's labels (topology class) follow the topology.
-  const json wanted_labels = wanted.value("/metadata/labels"_json_pointer, json::object());
-  if (existing->value("/metadata/labels"_json_pointer, json::object()) != wanted_labels &&
+  const json wanted_labels = ObjectAt(wanted, "/metadata/labels");
+  if (ObjectAt(*existing, "/metadata/labels") != wanted_labels &&
       !wanted_labels.empty()) {
     Result<json> r = api_.Patch(path, PatchType::kMerge, json{{"metadata", {{"labels", wanted_labels}}}});
     if (!r.ok()) return r.error().WithContext("labelling " + path);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toposched/kube/informer.h"
+#include "json_util.h"
 #include "toposched/kube/objects.h"
 #include "toposched/kube/time.h"
 #include "toposched/server/logging.h"
@@ -77,6 +78,20 @@ std::optional<SystemClock::time_point> BindTimeOf(const PodView& pod) {
   Result<SystemClock::time_point> t = ParseTime(it->second);
   if (!t.ok()) return std::nullopt;
   return *t;
+}
+
+// An informer handler that logs instead of throwing: an exception must not end the informer's
+// thread (every path below validates, so this is the last line, not the plan).
+template <typename Arg, typename Fn>
+std::function<void(Arg)> Guarded(std::string_view resource, Fn fn) {
+  return [resource, fn = std::move(fn)](Arg arg) {
+    try {
+      fn(std::forward<Arg>(arg));
+    } catch (const std::exception& e) {
+      server::Log(LogLevel::kError, {kVerb, "", ""},
+                  std::string(resource) + " event not applied (internal error): " + e.what());
+    }
+  };
 }
 
 }  // namespace
@@ -228,7 +243,7 @@ struct KubeSource::Impl {
     Result<NodeTopologyView> topo = ReadNodeTopology(object);
     if (!topo.ok()) {
       // A bad object must not take the node's previous topology with it: keep what we had.
-      server::Log(LogLevel::kWarn, {kVerb, "", object.value("/metadata/name"_json_pointer, std::string())},
+      server::Log(LogLevel::kWarn, {kVerb, "", StringAt(object, "/metadata/name")},
                   "NodeTopology ignored: " + topo.error().message());
       return;
     }
@@ -240,6 +255,11 @@ struct KubeSource::Impl {
 
   // Re-evaluates whether `name`'s topology is stale. mu held. True when that changed.
   bool UpdateStale(const std::string& name, SystemClock::time_point now) {
+    if (!topologies.contains(name)) {  // deleted: nothing left to be stale
+      const bool was = stale.erase(name) > 0;
+      stale_gauge.With({}).Set(static_cast<double>(stale.size()));
+      return was;
+    }
     bool is_stale = false;
     if (options.stale_topology_age.count() > 0) {
       if (auto it = topologies.find(name); it != topologies.end() && it->second.topology) {
@@ -262,6 +282,41 @@ struct KubeSource::Impl {
     }
     stale_gauge.With({}).Set(static_cast<double>(stale.size()));
     return true;
+  }
+
+  void Locked(void (Impl::*apply)(const json&), const json& object) {
+    std::lock_guard lock(mu);
+    (this->*apply)(object);
+  }
+
+  // A relist of Nodes or NodeTopology objects: apply each, then forget the names it lacks.
+  template <typename Map>
+  void ReplaceNamed(Map& known, std::vector<json>&& objects, void (Impl::*apply)(const json&)) {
+    std::lock_guard lock(mu);
+    std::set<std::string> seen;
+    for (const json& o : objects) {
+      (this->*apply)(o);
+      seen.insert(StringAt(o, "/metadata/name"));
+    }
+    std::vector<std::string> gone;
+    for (const auto& [name, value] : known) {
+      if (!seen.contains(name)) gone.push_back(name);
+    }
+    for (const std::string& name : gone) {
+      known.erase(name);
+      UpdateStale(name, SystemClock::now());
+      RefreshNode(name);
+    }
+  }
+
+  // A deleted Node or NodeTopology object.
+  template <typename Map>
+  void ForgetNamed(Map& known, const json& object) {
+    std::lock_guard lock(mu);
+    const std::string name = StringAt(object, "/metadata/name");
+    if (auto it = known.find(name); it != known.end()) known.erase(it);
+    UpdateStale(name, SystemClock::now());
+    RefreshNode(name);
   }
 
   void CheckStale() {
@@ -435,7 +490,7 @@ struct KubeSource::Impl {
     if (!a) return;
     Result<json> pod = api.Get(PodPath(a->pod_namespace, a->pod_name));
     const bool gone = (!pod.ok() && IsNotFound(pod.error())) ||
-                      (pod.ok() && pod->value("/metadata/uid"_json_pointer, std::string()) != uid);
+                      (pod.ok() && StringAt(*pod, "/metadata/uid") != uid);
     if (!gone) return;
     std::lock_guard lock(mu);
     pods.erase(uid);
@@ -458,7 +513,7 @@ struct KubeSource::Impl {
 
   void RemovePod(const json& object) {
     std::lock_guard lock(mu);
-    const std::string uid = object.value("/metadata/uid"_json_pointer, std::string());
+    const std::string uid = StringAt(object, "/metadata/uid");
     if (uid.empty()) return;
     pods.erase(uid);
     pending.erase(uid);
@@ -615,69 +670,24 @@ KubeSource::KubeSource(Api& api, state::ClusterStore& store, server::Registry& m
                        LeaderElector* leader)
     : impl_(std::make_unique<Impl>(api, store, metrics, std::move(options), leader)) {
   Impl& d = *impl_;
+  using Objects = std::vector<json>&&;
   d.node_informer = std::make_unique<Informer>(
       api, d.InformerFor(CorePath("nodes"), "nodes"),
-      InformerHandler{
-          [&d](std::vector<json>&& objects) {
-            std::lock_guard lock(d.mu);
-            std::set<std::string> seen;
-            for (const json& o : objects) {
-              d.ApplyNode(o);
-              seen.insert(o.value("/metadata/name"_json_pointer, std::string()));
-            }
-            std::vector<std::string> gone;
-            for (const auto& [name, node] : d.nodes) {
-              if (!seen.contains(name)) gone.push_back(name);
-            }
-            for (const std::string& name : gone) {
-              d.nodes.erase(name);
-              d.RefreshNode(name);
-            }
-          },
-          [&d](const json& o) {
-            std::lock_guard lock(d.mu);
-            d.ApplyNode(o);
-          },
-          [&d](const json& o) {
-            std::lock_guard lock(d.mu);
-            const std::string name = o.value("/metadata/name"_json_pointer, std::string());
-            d.nodes.erase(name);
-            d.RefreshNode(name);
-          }});
+      InformerHandler{Guarded<Objects>("Node", [&d](Objects o) { d.ReplaceNamed(d.nodes, std::move(o), &Impl::ApplyNode); }),
+                      Guarded<const json&>("Node", [&d](const json& o) { d.Locked(&Impl::ApplyNode, o); }),
+                      Guarded<const json&>("Node", [&d](const json& o) { d.ForgetNamed(d.nodes, o); })});
   d.topology_informer = std::make_unique<Informer>(
       api, d.InformerFor(std::string(kNodeTopologyCollection), "nodetopologies"),
       InformerHandler{
-          [&d](std::vector<json>&& objects) {
-            std::lock_guard lock(d.mu);
-            std::set<std::string> seen;
-            for (const json& o : objects) {
-              d.ApplyTopology(o);
-              seen.insert(o.value("/metadata/name"_json_pointer, std::string()));
-            }
-            std::vector<std::string> gone;
-            for (const auto& [name, topo] : d.topologies) {
-              if (!seen.contains(name)) gone.push_back(name);
-            }
-            for (const std::string& name : gone) {
-              d.topologies.erase(name);
-              d.RefreshNode(name);
-            }
-          },
-          [&d](const json& o) {
-            std::lock_guard lock(d.mu);
-            d.ApplyTopology(o);
-          },
-          [&d](const json& o) {
-            std::lock_guard lock(d.mu);
-            const std::string name = o.value("/metadata/name"_json_pointer, std::string());
-            d.topologies.erase(name);
-            d.stale.erase(name);
-            d.RefreshNode(name);
-          }});
+          Guarded<Objects>("NodeTopology",
+                           [&d](Objects o) { d.ReplaceNamed(d.topologies, std::move(o), &Impl::ApplyTopology); }),
+          Guarded<const json&>("NodeTopology", [&d](const json& o) { d.Locked(&Impl::ApplyTopology, o); }),
+          Guarded<const json&>("NodeTopology", [&d](const json& o) { d.ForgetNamed(d.topologies, o); })});
   d.pod_informer = std::make_unique<Informer>(
       api, d.InformerFor(CorePath("pods"), "pods"),
-      InformerHandler{[&d](std::vector<json>&& objects) { d.ReplacePods(std::move(objects)); },
-                      [&d](const json& o) { d.UpsertPod(o); }, [&d](const json& o) { d.RemovePod(o); }});
+      InformerHandler{Guarded<Objects>("Pod", [&d](Objects o) { d.ReplacePods(std::move(o)); }),
+                      Guarded<const json&>("Pod", [&d](const json& o) { d.UpsertPod(o); }),
+                      Guarded<const json&>("Pod", [&d](const json& o) { d.RemovePod(o); })});
 }
 
 KubeSource::~KubeSource() { Stop(); }
@@ -783,7 +793,7 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
     if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
     return patched.error().WithContext("cannot write the allocation annotations");
   }
-  if (patched->value("/metadata/uid"_json_pointer, std::string()) != allocation.uid) {
+  if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
     // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
     d.annotation_writes.With({"error"}).Inc();
     (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
@@ -794,7 +804,7 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
                             }()}}}});
     if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
     return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
-                 patched->value("/metadata/uid"_json_pointer, std::string()) + ", not " + allocation.uid);
+                 StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
   }
   d.annotation_writes.With({"bind"}).Inc();
   return Status::Ok();
@@ -847,7 +857,7 @@ Result<std::string> KubeSource::FetchPod(std::string_view pod_namespace, std::st
                                          std::string_view pod_uid) {
   Result<json> pod = impl_->api.Get(PodPath(pod_namespace, pod_name));
   if (!pod.ok()) return pod.error();
-  const std::string uid = pod->value("/metadata/uid"_json_pointer, std::string());
+  const std::string uid = StringAt(*pod, "/metadata/uid");
   if (uid != pod_uid) {
     return Error("pod " + std::string(pod_namespace) + "/" + std::string(pod_name) + " has UID " + uid + ", not " +
                  std::string(pod_uid));
@@ -875,8 +885,8 @@ bool KubeSource::MayRebind(const state::PodAllocation& previous) {
   // Ask the API server: the informer may be behind, and a wrong "yes" would move a running pod.
   Result<json> pod = d.api.Get(PodPath(previous.pod_namespace, previous.pod_name));
   if (!pod.ok()) return false;
-  return pod->value("/metadata/uid"_json_pointer, std::string()) == previous.uid &&
-         pod->value("/spec/nodeName"_json_pointer, std::string()).empty();
+  return StringAt(*pod, "/metadata/uid") == previous.uid &&
+         StringAt(*pod, "/spec/nodeName").empty();
 }
 
 }  // namespace toposched::kube

@@ -135,7 +135,7 @@ TEST(CliTest, ErrorsAreClearAndNonZero) {
       {"missing value", "topo --input", 2, "--input needs a value"},
       {"both sources", "topo --input x --synthetic hgx-h100-8gpu", 1, "mutually exclusive"},
       {"unknown preset", "topo --synthetic nope", 1, "unknown synthetic preset"},
-      {"agent without --once", "agent", 2, "only --once"},
+      {"agent without a node name", "agent --synthetic pcie-4gpu", 1, "NODE_NAME"},
       {"unknown command", "frobnicate", 2, "unknown command"},
       {"agent bad output dir", "agent --once --synthetic pcie-4gpu --output /nonexistent/dir/x.json", 1,
        "cannot write"},

@@ -785,6 +785,27 @@ TEST_F(KubeE2E, StaleTopologyFailsClosedOrOpenAsConfigured) {
   }
 }
 
+TEST_F(KubeE2E, DeletedTopologyOrNodeTakesTheNodeOutOfPlacement) {
+  AddNode("a100-0", kAzureA100);
+  AddNode("a100-1", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  // No NodeTopology: the node stays (labels, allocations) but gets no GPU pods.
+  server_.Delete(kTopologies, "a100-0");
+  ASSERT_TRUE(WaitFor([&] {
+    const state::NodeRecord* rec = r.store.snapshot()->Find("a100-0");
+    return rec != nullptr && rec->topology == nullptr;
+  }));
+  const json pod = GpuPod(server_, "p", 1, 1);
+  EXPECT_FALSE(Schedule(r, pod, {"a100-0"}).error.empty());
+  // The Node itself deleted: gone from the state.
+  server_.Delete(kNodes, "a100-1");
+  EXPECT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-1") == nullptr; }));
+  // The agent publishes again: usable again.
+  ASSERT_TRUE(Publish("a100-0", kAzureA100).ok());
+  EXPECT_TRUE(WaitFor([&] { return Schedule(r, pod, {"a100-0"}).error.empty(); }));
+}
+
 // ---------------------------------------------------------------------------------------------
 // RBAC: every request the agent and the extender made in a full run is granted by
 // deploy/rbac.yaml to the role that runs it.

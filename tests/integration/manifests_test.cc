@@ -1,6 +1,8 @@
 // The manifests in deploy/ (and the chart's CRD copy) are valid Kubernetes objects, the
 // NodeTopology CRD's schema keeps every field the agent writes (the API server prunes what a
-// schema does not list), and RBAC grants exactly what the code paths need.
+// schema does not list), RBAC grants exactly what the code paths need, and the agent DaemonSet
+// and extender Deployment run unprivileged, as the service accounts RBAC binds, with flags the
+// binary documents.
 //
 // Kubernetes' own schemas come from ../shared/k8s-schemas (kubeconform's standalone-strict
 // files); tests that need them skip without them. The CRD schema and RBAC checks need nothing.
@@ -8,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,6 +28,7 @@
 #include "testing/k8s_schema.h"
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
+#include "toposched/kube/objects.h"
 #include "toposched/topology/json_codec.h"
 #include "toposched/topology/synthetic.h"
 
@@ -37,6 +42,8 @@ const fs::path kSourceDir = TOPOSCHED_SOURCE_DIR;
 const fs::path kCrdFile = kSourceDir / "deploy/crds/toposched.io_nodetopologies.yaml";
 const fs::path kChartCrdFile = kSourceDir / "charts/toposched/crds/toposched.io_nodetopologies.yaml";
 const fs::path kRbacFile = kSourceDir / "deploy/rbac.yaml";
+const fs::path kAgentFile = kSourceDir / "deploy/agent.yaml";
+const fs::path kExtenderFile = kSourceDir / "deploy/extender.yaml";
 constexpr const char* kNamespace = "toposched-system";
 
 fs::path K8sSchemasDir() {
@@ -71,6 +78,8 @@ std::vector<fs::path> DeployManifests() {
     }
   }
   files.push_back(kRbacFile);
+  files.push_back(kAgentFile);
+  files.push_back(kExtenderFile);
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -88,30 +97,12 @@ const json& CrdSchema() {
   return schema;
 }
 
-// What the agent will publish (kube::NodeTopologyObject, objects.h): the topology JSON plus
-// status.summary / generation / heartbeatTime, the topology-class label and the Node as owner.
-json NodeTopologyObject(const NodeTopology& topology) {
-  json object = json::parse(EncodeTopologyJson(topology, -1));
-  json& status = object["status"];
-  json summary = {{"gpus", topology.gpus.size()},
-                  {"nics", topology.nics.size()},
-                  {"rdmaNics", topology.RdmaNicCount()},
-                  {"numaNodes", topology.numa_nodes.size()}};
-  for (const Gpu& gpu : topology.gpus) {
-    if (!gpu.model.empty()) {
-      summary["gpuModel"] = gpu.model;
-      break;
-    }
-  }
-  status["summary"] = std::move(summary);
-  status["generation"] = 3;
-  status["heartbeatTime"] = "2026-01-15T10:04:05Z";
-  object["spec"] = json::object();
-  json& metadata = object["metadata"];
-  metadata["labels"] = {{"toposched.io/topology-class", topology.Fingerprint().substr(0, 12)}};
-  metadata["ownerReferences"] = json::array(
-      {{{"apiVersion", "v1"}, {"kind", "Node"}, {"name", topology.node_name}, {"uid", "0b6f3c1e-uid"}}});
-  return object;
+// What the agent publishes (kube::NodeTopologyObject): the topology JSON plus status.summary,
+// generation and heartbeatTime, the topology-class label and the Node as owner.
+json PublishedObject(const NodeTopology& topology) {
+  using namespace std::chrono;
+  const sys_time<seconds> heartbeat = sys_days{year{2026} / January / 15} + hours{10} + minutes{4} + seconds{5};
+  return kube::NodeTopologyObject(topology, topology.node_name, "0b6f3c1e-uid", 3, heartbeat);
 }
 
 NodeTopology Preset(const std::string& name) {
@@ -274,7 +265,7 @@ NodeTopology EveryFieldTopology() {
 // describes nothing the encoder no longer writes (a stale schema).
 TEST(NodeTopologyCrd, StatusSchemaDescribesExactlyTheFieldsTheEncoderWrites) {
   std::set<std::string> written, described;
-  CollectPaths(NodeTopologyObject(EveryFieldTopology())["status"], "", &written);
+  CollectPaths(PublishedObject(EveryFieldTopology())["status"], "", &written);
   CollectSchemaPaths(CrdSchema()["properties"]["status"], "", &described);
   ASSERT_GT(written.size(), 50u);
   for (const std::string& path : written)
@@ -287,11 +278,11 @@ TEST(NodeTopologyCrd, EverySyntheticPresetValidatesWithoutLoss) {
   ASSERT_GE(presets.size(), 5u);
   for (const std::string& name : presets) {
     SCOPED_TRACE(name);
-    const SchemaViolations violations = ValidateCrdSchema(NodeTopologyObject(Preset(name)), CrdSchema());
+    const SchemaViolations violations = ValidateCrdSchema(PublishedObject(Preset(name)), CrdSchema());
     EXPECT_TRUE(violations.empty()) << Describe(violations);
   }
   const SchemaViolations violations =
-      ValidateCrdSchema(NodeTopologyObject(EveryFieldTopology()), CrdSchema());
+      ValidateCrdSchema(PublishedObject(EveryFieldTopology()), CrdSchema());
   EXPECT_TRUE(violations.empty()) << Describe(violations);
 }
 
@@ -309,7 +300,7 @@ TEST(NodeTopologyCrd, EverySharedTopologyFileValidatesWithoutLoss) {
     SCOPED_TRACE(file.filename().string());
     Result<NodeTopology> topology = LoadTopologyFile(file.string());
     ASSERT_TRUE(topology.ok()) << topology.error().message();
-    const json object = NodeTopologyObject(topology.value());
+    const json object = PublishedObject(topology.value());
     const SchemaViolations violations = ValidateCrdSchema(object, CrdSchema());
     EXPECT_TRUE(violations.empty()) << Describe(violations);
     ++validated;
@@ -362,7 +353,7 @@ TEST(CrdSchemaValidator, ReportsEachViolationAtItsPath) {
        },
        "", ""},
   };
-  const json valid = NodeTopologyObject(Preset("hgx-h100-8gpu"));
+  const json valid = PublishedObject(Preset("hgx-h100-8gpu"));
   ASSERT_TRUE(ValidateCrdSchema(valid, CrdSchema()).empty());
   for (const MutationCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -708,6 +699,310 @@ TEST(Rbac, EveryBindingJoinsAnExistingRoleAndServiceAccount) {
   }
   for (const auto& [key, role] : rbac.roles)
     EXPECT_TRUE(bound.count(key)) << std::get<2>(key) << " is not bound";
+}
+
+// ---- the workloads: agent DaemonSet, extender Deployment and Service ---------------------------
+
+const json* FindObject(const std::vector<json>& docs, const std::string& kind, const std::string& name) {
+  for (const json& doc : docs) {
+    if (doc.value("kind", "") == kind && doc["metadata"].value("name", "") == name) return &doc;
+  }
+  return nullptr;
+}
+
+struct DeployedWorkloads {
+  std::vector<json> agent_docs, extender_docs;
+  const json* agent = nullptr;     // DaemonSet toposched-agent
+  const json* extender = nullptr;  // Deployment toposched-extender
+  const json* service = nullptr;   // Service toposched-extender
+};
+
+DeployedWorkloads LoadWorkloads() {
+  DeployedWorkloads w;
+  w.agent_docs = LoadYaml(kAgentFile);
+  w.extender_docs = LoadYaml(kExtenderFile);
+  w.agent = FindObject(w.agent_docs, "DaemonSet", "toposched-agent");
+  w.extender = FindObject(w.extender_docs, "Deployment", "toposched-extender");
+  w.service = FindObject(w.extender_docs, "Service", "toposched-extender");
+  return w;
+}
+
+const json& PodSpec(const json& workload) { return workload["spec"]["template"]["spec"]; }
+
+// Every container of a pod spec, init containers included.
+std::vector<const json*> Containers(const json& pod_spec) {
+  std::vector<const json*> out;
+  for (const char* key : {"initContainers", "containers"}) {
+    if (!pod_spec.contains(key)) continue;
+    for (const json& c : pod_spec[key]) out.push_back(&c);
+  }
+  return out;
+}
+
+const json& OnlyContainer(const json& workload) {
+  static const json kNone = json::object();
+  const json& containers = PodSpec(workload)["containers"];
+  EXPECT_EQ(containers.size(), 1u);
+  return containers.empty() ? kNone : containers[0];
+}
+
+std::vector<std::string> Args(const json& container) {
+  return container.value("args", std::vector<std::string>{});
+}
+
+// The value after `flag` in args ("" when absent or last).
+std::string FlagValue(const std::vector<std::string>& args, const std::string& flag) {
+  auto it = std::find(args.begin(), args.end(), flag);
+  return it == args.end() || it + 1 == args.end() ? "" : *(it + 1);
+}
+
+const json* EnvVar(const json& container, const std::string& name) {
+  for (const json& env : container.value("env", json::array())) {
+    if (env.value("name", "") == name) return &env;
+  }
+  return nullptr;
+}
+
+TEST(Workloads, AreTheExpectedObjectsInTheNamespaceAsTheServiceAccountsRbacDefines) {
+  const DeployedWorkloads w = LoadWorkloads();
+  ASSERT_NE(w.agent, nullptr) << "no DaemonSet toposched-agent in " << kAgentFile;
+  ASSERT_NE(w.extender, nullptr) << "no Deployment toposched-extender in " << kExtenderFile;
+  ASSERT_NE(w.service, nullptr) << "no Service toposched-extender in " << kExtenderFile;
+  const Rbac rbac = LoadRbac();
+  for (const std::vector<json>* docs : {&w.agent_docs, &w.extender_docs}) {
+    for (const json& doc : *docs) {
+      EXPECT_EQ(doc["metadata"].value("namespace", ""), kNamespace) << doc["kind"] << " " << doc["metadata"]["name"];
+    }
+  }
+  const std::vector<std::pair<const json*, std::string>> expected = {{w.agent, "toposched-agent"},
+                                                                     {w.extender, "toposched-extender"}};
+  for (const auto& [workload, account] : expected) {
+    SCOPED_TRACE(account);
+    const json& pod = PodSpec(*workload);
+    EXPECT_EQ(pod.value("serviceAccountName", ""), account);
+    EXPECT_TRUE(rbac.service_accounts.count(
+        {(*workload)["metadata"].value("namespace", ""), pod.value("serviceAccountName", "")}))
+        << "not a ServiceAccount of rbac.yaml";
+    // The API server refuses a workload whose selector does not select its own template.
+    const json& labels = (*workload)["spec"]["template"]["metadata"]["labels"];
+    for (const auto& [key, value] : (*workload)["spec"]["selector"]["matchLabels"].items()) {
+      EXPECT_EQ(labels.value(key, ""), value) << key;
+    }
+    EXPECT_FALSE((*workload)["spec"]["selector"].contains("matchExpressions"));
+    const json& container = OnlyContainer(*workload);
+    EXPECT_EQ(container["command"], json::array({"/usr/local/bin/toposched"}));
+    EXPECT_TRUE(container["resources"]["requests"].contains("cpu"));
+    EXPECT_TRUE(container["resources"]["requests"].contains("memory"));
+    EXPECT_TRUE(container["resources"]["limits"].contains("memory"));
+  }
+}
+
+TEST(Workloads, EveryContainerRunsUnprivilegedAndHostPathsAreReadOnly) {
+  const DeployedWorkloads w = LoadWorkloads();
+  ASSERT_TRUE(w.agent != nullptr && w.extender != nullptr);
+  int host_path_mounts = 0;
+  for (const json* workload : {w.agent, w.extender}) {
+    const json& pod = PodSpec(*workload);
+    EXPECT_FALSE(pod.value("hostNetwork", false));
+    EXPECT_FALSE(pod.value("hostPID", false));
+    std::set<std::string> host_path_volumes;
+    for (const json& volume : pod.value("volumes", json::array())) {
+      if (volume.contains("hostPath")) host_path_volumes.insert(volume["name"].get<std::string>());
+    }
+    const std::vector<const json*> containers = Containers(pod);
+    ASSERT_FALSE(containers.empty());
+    for (const json* container : containers) {
+      SCOPED_TRACE((*workload)["metadata"]["name"].get<std::string>() + "/" + (*container)["name"].get<std::string>());
+      const json& sc = container->value("securityContext", json::object());
+      EXPECT_EQ(sc.value("runAsNonRoot", false), true);
+      EXPECT_EQ(sc.value("readOnlyRootFilesystem", false), true);
+      EXPECT_EQ(sc.value("allowPrivilegeEscalation", true), false);
+      EXPECT_EQ(sc.value("privileged", false), false);
+      EXPECT_NE(sc.value("runAsUser", 0), 0);
+      const json drop = sc.value("/capabilities/drop"_json_pointer, json::array());
+      EXPECT_NE(std::find(drop.begin(), drop.end(), "ALL"), drop.end()) << "capabilities.drop lacks ALL";
+      EXPECT_FALSE(sc.contains("capabilities") && sc["capabilities"].contains("add"));
+      EXPECT_EQ(sc.value("/seccompProfile/type"_json_pointer, std::string()), "RuntimeDefault");
+      for (const json& mount : container->value("volumeMounts", json::array())) {
+        if (!host_path_volumes.count(mount["name"].get<std::string>())) continue;
+        ++host_path_mounts;
+        EXPECT_EQ(mount.value("readOnly", false), true) << "hostPath mount " << mount["mountPath"];
+      }
+    }
+  }
+  EXPECT_GE(host_path_mounts, 1) << "the agent mounts the host's /sys";
+}
+
+TEST(Workloads, AgentRunsOnGpuNodesAndKnowsItsNode) {
+  const DeployedWorkloads w = LoadWorkloads();
+  ASSERT_NE(w.agent, nullptr);
+  const json& container = OnlyContainer(*w.agent);
+  EXPECT_EQ(Args(container).at(0), "agent");
+  const json* node_name = EnvVar(container, "NODE_NAME");
+  ASSERT_NE(node_name, nullptr) << "the agent reads its node from $NODE_NAME";
+  EXPECT_EQ(node_name->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()), "spec.nodeName");
+  // hwloc reads the PCIe tree from the host's sysfs, at the default --sysfs-root.
+  std::string sys_volume;
+  for (const json& mount : container["volumeMounts"]) {
+    if (mount["mountPath"] == "/sys") sys_volume = mount["name"].get<std::string>();
+  }
+  ASSERT_FALSE(sys_volume.empty()) << "no mount at /sys";
+  bool host_sys = false;
+  for (const json& volume : PodSpec(*w.agent)["volumes"]) {
+    if (volume["name"] == sys_volume) host_sys = volume.value("/hostPath/path"_json_pointer, std::string()) == "/sys";
+  }
+  EXPECT_TRUE(host_sys) << "/sys is not the host's /sys";
+  // Either GPU label selects the node: one nodeSelectorTerm each (terms are ORed, expressions
+  // within a term ANDed).
+  const json& terms = PodSpec(*w.agent).value(
+      "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"_json_pointer,
+      json::array());
+  std::set<std::string> keys;
+  for (const json& term : terms) {
+    ASSERT_EQ(term["matchExpressions"].size(), 1u) << term;
+    EXPECT_EQ(term["matchExpressions"][0]["operator"], "Exists");
+    keys.insert(term["matchExpressions"][0]["key"].get<std::string>());
+  }
+  EXPECT_EQ(keys, (std::set<std::string>{"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}));
+  EXPECT_EQ(terms.size(), 2u);
+  const json expected_toleration = {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+  const json tolerations = PodSpec(*w.agent).value("tolerations", json::array());
+  EXPECT_NE(std::find(tolerations.begin(), tolerations.end(), expected_toleration), tolerations.end());
+}
+
+TEST(Workloads, ExtenderServesKubernetesAndIsReadyOnlyAsLeaderBehindItsService) {
+  const DeployedWorkloads w = LoadWorkloads();
+  ASSERT_TRUE(w.extender != nullptr && w.service != nullptr);
+  const json& container = OnlyContainer(*w.extender);
+  const std::vector<std::string> args = Args(container);
+  ASSERT_FALSE(args.empty());
+  EXPECT_EQ(args[0], "serve");
+  EXPECT_NE(std::find(args.begin(), args.end(), "--kube"), args.end());
+  const std::string port = FlagValue(args, "--port");
+  ASSERT_FALSE(port.empty()) << "pass --port explicitly: the probes and the Service depend on it";
+  const int container_port = std::stoi(port);
+  EXPECT_EQ(container["ports"][0]["containerPort"], container_port);
+  EXPECT_EQ(container.value("/readinessProbe/httpGet/path"_json_pointer, std::string()), "/readyz");
+  EXPECT_EQ(container.value("/readinessProbe/httpGet/port"_json_pointer, 0), container_port);
+  EXPECT_EQ(container.value("/livenessProbe/httpGet/path"_json_pointer, std::string()), "/healthz");
+  EXPECT_EQ(container.value("/livenessProbe/httpGet/port"_json_pointer, 0), container_port);
+  // The Lease identity: $POD_NAME from the downward API.
+  const json* pod_name = EnvVar(container, "POD_NAME");
+  ASSERT_NE(pod_name, nullptr);
+  EXPECT_EQ(pod_name->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()), "metadata.name");
+  // Every $(VAR) in args is an env var the container defines (else Kubernetes passes it verbatim).
+  for (const std::string& arg : args) {
+    std::smatch m;
+    if (std::regex_search(arg, m, std::regex(R"(\$\(([A-Za-z_][A-Za-z0-9_]*)\))"))) {
+      EXPECT_NE(EnvVar(container, m[1].str()), nullptr) << arg;
+    }
+  }
+  EXPECT_EQ(PodSpec(*w.extender).value(
+                "/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/podAffinityTerm/topologyKey"_json_pointer,
+                std::string()),
+            "kubernetes.io/hostname");
+  EXPECT_GE((*w.extender)["spec"].value("replicas", 1), 2);
+  // The Service selects the extender's pods and forwards to the port it serves on.
+  const json& pod_labels = (*w.extender)["spec"]["template"]["metadata"]["labels"];
+  ASSERT_FALSE((*w.service)["spec"]["selector"].empty());
+  for (const auto& [key, value] : (*w.service)["spec"]["selector"].items()) {
+    EXPECT_EQ(pod_labels.value(key, ""), value) << key;
+  }
+  ASSERT_EQ((*w.service)["spec"]["ports"].size(), 1u);
+  EXPECT_EQ((*w.service)["spec"]["ports"][0]["targetPort"], container_port);
+}
+
+// host:port of an http URL ("http://h.ns.svc:8888/scheduler" -> "h.ns.svc:8888").
+std::string UrlAuthority(const std::string& url) {
+  const std::size_t scheme = url.find("://");
+  const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  return url.substr(start, url.find('/', start) - start);
+}
+
+// The scheduler configurations call the Service above by its in-cluster DNS name.
+TEST(Workloads, SchedulerConfigurationsCallTheExtendersService) {
+  const DeployedWorkloads w = LoadWorkloads();
+  ASSERT_NE(w.service, nullptr);
+  const std::string authority = w.service->value("/metadata/name"_json_pointer, std::string()) + "." + kNamespace +
+                                ".svc:" + std::to_string((*w.service)["spec"]["ports"][0]["port"].get<int>());
+  const std::vector<json> kube = LoadYaml(kSourceDir / "deploy/kube-scheduler/scheduler-config.yaml");
+  ASSERT_EQ(kube.size(), 1u);
+  EXPECT_EQ(UrlAuthority(kube[0].value("/extenders/0/urlPrefix"_json_pointer, std::string())), authority);
+  const std::vector<json> volcano = LoadYaml(kSourceDir / "deploy/volcano/volcano-scheduler.conf");
+  ASSERT_EQ(volcano.size(), 1u);
+  std::string volcano_url;
+  for (const json& tier : volcano[0]["tiers"]) {
+    for (const json& plugin : tier["plugins"]) {
+      if (plugin["name"] == "extender") volcano_url = plugin["arguments"].value("extender.urlPrefix", "");
+    }
+  }
+  EXPECT_EQ(UrlAuthority(volcano_url), authority);
+}
+
+// ---- the workloads' flags are the binary's flags -------------------------------------------------
+
+// The text between the first `begin` and the next `end` after it ("" when either is missing).
+std::string Between(const std::string& text, const std::string& begin, const std::string& end) {
+  const std::size_t b = text.find(begin);
+  if (b == std::string::npos) return "";
+  const std::size_t e = text.find(end, b + begin.size());
+  return e == std::string::npos ? "" : text.substr(b + begin.size(), e - b - begin.size());
+}
+
+// The help text of a subcommand, as its source spells it.
+std::string HelpText(const std::string& subcommand) {
+  const fs::path cmd = kSourceDir / "src/cmd";
+  if (subcommand == "serve") return Between(ReadFile(cmd / "serve_command.cc"), "kServeHelp = R\"(", ")\";");
+  if (subcommand == "agent") {
+    std::string help = Between(ReadFile(cmd / "agent_command.cc"), "void PrintHelp() {", "\n}\n");
+    // The agent's help prints the shared topology-source flags (--input, --sysfs-root, ...).
+    if (help.find("kTopologyFlagsHelp") != std::string::npos) {
+      help += Between(ReadFile(cmd / "commands.h"), "kTopologyFlagsHelp =", "\";\n");
+    }
+    return help;
+  }
+  return "";
+}
+
+// `flag` appears in `help` as a whole token: "--kube" is not mentioned by "--kubeconfig".
+bool MentionsFlag(const std::string& help, const std::string& flag) {
+  const std::regex token("(^|[^-A-Za-z0-9])" + flag + "($|[^-A-Za-z0-9])");
+  return std::regex_search(help, token);
+}
+
+TEST(Workloads, HelpTextExtractionFindsWholeFlags) {
+  const std::string serve = HelpText("serve"), agent = HelpText("agent");
+  ASSERT_FALSE(serve.empty()) << "kServeHelp not found in src/cmd/serve_command.cc";
+  ASSERT_FALSE(agent.empty()) << "PrintHelp not found in src/cmd/agent_command.cc";
+  EXPECT_TRUE(MentionsFlag(serve, "--kube"));
+  EXPECT_TRUE(MentionsFlag(serve, "--lease-namespace"));
+  EXPECT_TRUE(MentionsFlag(agent, "--kubeconfig"));
+  EXPECT_FALSE(MentionsFlag(agent, "--kube"));       // only --kubeconfig
+  EXPECT_FALSE(MentionsFlag(serve, "--lease"));      // only --lease-name, --lease-duration, ...
+  EXPECT_TRUE(MentionsFlag(agent, "--sysfs-root"));  // from kTopologyFlagsHelp
+  EXPECT_FALSE(MentionsFlag(serve, "--no-such-flag"));
+}
+
+TEST(Workloads, EveryFlagInArgsIsInTheSubcommandsHelp) {
+  const DeployedWorkloads w = LoadWorkloads();
+  ASSERT_TRUE(w.agent != nullptr && w.extender != nullptr);
+  int flags = 0;
+  for (const json* workload : {w.agent, w.extender}) {
+    for (const json* container : Containers(PodSpec(*workload))) {
+      const std::vector<std::string> args = Args(*container);
+      ASSERT_FALSE(args.empty());
+      const std::string help = HelpText(args[0]);
+      ASSERT_FALSE(help.empty()) << "no help text for subcommand " << args[0];
+      for (const std::string& arg : args) {
+        if (arg.rfind("--", 0) != 0) continue;
+        const std::string flag = arg.substr(0, arg.find('='));
+        ASSERT_TRUE(std::regex_match(flag, std::regex("--[a-z0-9][-a-z0-9]*"))) << flag;
+        EXPECT_TRUE(MentionsFlag(help, flag)) << "toposched " << args[0] << " --help does not mention " << flag;
+        ++flags;
+      }
+    }
+  }
+  EXPECT_GE(flags, 4);  // agent --log-format; serve --kube --port --log-format ...
 }
 
 }  // namespace
