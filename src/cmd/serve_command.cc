@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -308,7 +309,7 @@ int RunServe(const std::vector<std::string>& args) {
   state::ClusterStore store(nullptr, state::StoreOptions{.max_shares_per_gpu = max_shares});
   std::unique_ptr<state::FileSource> file_source;
   std::unique_ptr<kube::Transport> transport;
-  std::unique_ptr<kube::Api> api;
+  std::unique_ptr<kube::Api> api, lease_api;
   std::unique_ptr<kube::LeaderElector> elector;
   std::unique_ptr<kube::KubeSource> kube_source;
   std::jthread elector_thread;
@@ -326,7 +327,15 @@ int RunServe(const std::vector<std::string>& args) {
     if (lease.identity.empty()) lease.identity = DefaultIdentity();
     flags.kube.source.identity = lease.identity;
     if (flags.kube.leader_elect) {
-      elector = std::make_unique<kube::LeaderElector>(*api, lease, [&kube_source](bool leading) {
+      // The Lease gets its own Api: one attempt per renewal, bounded well inside the gap between
+      // the renew deadline and the lease duration, so a hung API server cannot keep this replica
+      // believing it leads after another one could have taken over.
+      kube::ApiOptions lease_options;
+      lease_options.max_attempts = 1;
+      lease_options.request_timeout = std::max(std::chrono::milliseconds(500),
+                                               (lease.lease_duration - lease.renew_deadline) / 2);
+      lease_api = std::make_unique<kube::Api>(*transport, lease_options);
+      elector = std::make_unique<kube::LeaderElector>(*lease_api, lease, [&kube_source](bool leading) {
         if (kube_source) kube_source->OnLeadership(leading);
       });
     }

@@ -225,8 +225,14 @@ class KubeCli : public ::testing::Test {
     return !HaveSharedTopologies() || !fs::exists(SharedTopology(kAzureA100));
   }
 
+  static FakeApiServerOptions TokenRequired() {
+    FakeApiServerOptions options;
+    options.required_token = kToken;
+    return options;
+  }
+
   fs::path dir_;
-  FakeApiServer server_{FakeApiServerOptions{.required_token = kToken}};
+  FakeApiServer server_{TokenRequired()};
   std::string kubeconfig_;
 };
 

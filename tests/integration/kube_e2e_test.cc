@@ -100,7 +100,11 @@ struct Replica {
       lease.lease_duration = milliseconds(1'500);
       lease.renew_deadline = milliseconds(1'000);
       lease.retry_period = milliseconds(100);
-      elector = std::make_unique<kube::LeaderElector>(api, lease, [this](bool leading) {
+      kube::ApiOptions lease_options = FastApi();
+      lease_options.max_attempts = 1;  // as serve does: a renewal never outlives its deadline
+      lease_options.request_timeout = milliseconds(250);
+      lease_api = std::make_unique<kube::Api>(*transport, lease_options);
+      elector = std::make_unique<kube::LeaderElector>(*lease_api, lease, [this](bool leading) {
         if (source) source->OnLeadership(leading);
       });
     }
@@ -133,6 +137,7 @@ struct Replica {
 
   std::unique_ptr<kube::Transport> transport;
   kube::Api api;
+  std::unique_ptr<kube::Api> lease_api;
   framework::Registry registry;
   framework::Framework framework;
   server::Registry metrics;
@@ -757,6 +762,22 @@ TEST_F(KubeE2E, LeaderThatCannotRenewStopsBinding) {
   EXPECT_NE(Schedule(r, pod, {"a100-0"}).error.find("not the leader"), std::string::npos);
   server_.ClearFaults();
   EXPECT_TRUE(WaitFor([&] { return r.Ready(); }, milliseconds(5'000)));
+}
+
+// A hung API server (renewals never answer) must not keep a replica leading: each renewal
+// times out, and the renew deadline passes before the lease duration.
+TEST_F(KubeE2E, LeaderWhoseRenewalsHangStopsBinding) {
+  AddNode("a100-0", kAzureA100);
+  Replica r(server_, "replica-1", true);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const auto hung_at = std::chrono::steady_clock::now();
+  server_.InjectFault({.method = "PUT", .path_prefix = "/apis/coordination.k8s.io/", .times = 1000,
+                       .delay = milliseconds(3'000)});
+  ASSERT_TRUE(WaitFor([&] { return !r.Ready(); }, milliseconds(5'000)));
+  // Renew deadline 1 s + one timed-out request (250 ms) + a retry period: ~1.1 s here. Without
+  // the per-request timeout the first hung renewal alone would hold it leading for 3 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - hung_at, milliseconds(2'900));
+  server_.ClearFaults();
 }
 
 TEST_F(KubeE2E, StaleTopologyFailsClosedOrOpenAsConfigured) {

@@ -757,7 +757,8 @@ std::string FlagValue(const std::vector<std::string>& args, const std::string& f
 }
 
 const json* EnvVar(const json& container, const std::string& name) {
-  for (const json& env : container.value("env", json::array())) {
+  if (!container.contains("env")) return nullptr;
+  for (const json& env : container["env"]) {
     if (env.value("name", "") == name) return &env;
   }
   return nullptr;
