@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <string>
 
@@ -108,8 +109,18 @@ int PublishLoop(const TopologyArgs& source, kube::AgentOptions publish, const st
   Result<std::unique_ptr<kube::Transport>> transport = kube::MakeRestTransport(*client);
   if (!transport.ok()) return fatal(transport.error().message());
   kube::Api api(**transport);
-  kube::AgentPublisher publisher(api, publish, [source]() -> Result<NodeTopology> {
-    return ObtainTopology(source);
+  // What NVML contributed (NVLink peers, UUIDs) or why not: logged when it changes, so a node
+  // that fell back to hwloc-only data says so once, not every round.
+  auto last_nvml_note = std::make_shared<std::string>();
+  const std::string node_name = publish.node_name;
+  kube::AgentPublisher publisher(api, publish, [source, last_nvml_note, node_name]() -> Result<NodeTopology> {
+    std::string nvml_note;
+    Result<NodeTopology> topology = ObtainTopology(source, &nvml_note);
+    if (!nvml_note.empty() && nvml_note != *last_nvml_note) {
+      server::Log(server::LogLevel::kInfo, {"agent", "", node_name}, "nvml: " + nvml_note);
+      *last_nvml_note = nvml_note;
+    }
+    return topology;
   });
   server::Log(server::LogLevel::kInfo, {"agent", "", publish.node_name},
               "publishing NodeTopology to " + client->server);
@@ -144,8 +155,6 @@ int RunAgent(const std::vector<std::string>& args) {
       once = true;
     } else if (args[i] == "--output" && has_value) {
       output = args[++i];
-    } else if (args[i] == "--node-name" && has_value) {
-      publish.node_name = args[++i];
     } else if (args[i] == "--kubeconfig" && has_value) {
       kubeconfig = args[++i];
     } else if (args[i] == "--context" && has_value) {
@@ -187,6 +196,9 @@ int RunAgent(const std::vector<std::string>& args) {
       return 2;
     }
   }
+  // ParseTopologyFlag takes --node-name (the name recorded in the topology); it is also the
+  // Kubernetes node to publish as, and overrides $NODE_NAME.
+  if (!source.node_name.empty()) publish.node_name = source.node_name;
   if (!once) return PublishLoop(source, publish, kubeconfig, context, log_format, log_level);
   // Logs go to stderr: stdout may carry the JSON.
   auto logger = std::make_shared<spdlog::logger>("agent", std::make_shared<spdlog::sinks::stderr_sink_mt>());
