@@ -32,18 +32,11 @@
 #include <cpprest/http_client.h>
 #include <cpprest/uri_builder.h>
 
+#include "rest_transport_internal.h"
 #include "toposched/kube/transport.h"
 
 namespace toposched::kube {
 
-namespace internal {
-// For tests (declared again in rest_transport_test.cc): a shorter token re-read period and
-// smaller size limits, so that tests need not wait a minute or send 256 MiB.
-Result<std::unique_ptr<Transport>> MakeRestTransportForTesting(const ClientConfig& config,
-                                                               std::chrono::milliseconds token_reread_period,
-                                                               std::size_t max_response_bytes,
-                                                               std::size_t max_line_bytes);
-}  // namespace internal
 
 namespace {
 

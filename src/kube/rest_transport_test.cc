@@ -31,18 +31,11 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "rest_transport_internal.h"
 #include "toposched/kube/transport.h"
 
 namespace toposched::kube {
 
-namespace internal {
-// Defined in rest_transport.cc: the transport with a shorter token re-read period and smaller
-// size limits.
-Result<std::unique_ptr<Transport>> MakeRestTransportForTesting(const ClientConfig& config,
-                                                               std::chrono::milliseconds token_reread_period,
-                                                               std::size_t max_response_bytes,
-                                                               std::size_t max_line_bytes);
-}  // namespace internal
 
 namespace {
 

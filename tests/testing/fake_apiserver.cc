@@ -1,5 +1,7 @@
 #include "testing/fake_apiserver.h"
 
+#include "../../src/common/json_errors.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -284,32 +286,9 @@ std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// The parser recurses per level; a body of 8 MiB of '[' must not exhaust the stack.
-bool NestingWithin(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 std::optional<json> ParseJson(std::string_view text, std::string& error) {
-  if (!NestingWithin(text, kMaxJsonDepth)) {
+  // The parser recurses per level; a body of 8 MiB of '[' must not exhaust the stack.
+  if (json_errors::ScanShape(text).max_depth > kMaxJsonDepth) {
     error = "the request body is nested too deeply";
     return std::nullopt;
   }
