@@ -19,4 +19,5 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions="$PWD/tes
 # The benchmark binary must at least run (figures are in docs/benchmarks.md, not asserted).
 build/bench/toposched_discovery_bench --benchmark_min_time=0.01 >/dev/null
 build/bench/toposched_extender_load --iterations 20 --seconds 0.3 --clients 2 >/dev/null
+build/bench/toposched_kube_bind --nodes 10 --pods 20 >/tmp/toposched_kube_bind.log 2>&1 || { cat /tmp/toposched_kube_bind.log; exit 1; }
 echo "test.sh: all tests passed (release and ASan/UBSan builds)"

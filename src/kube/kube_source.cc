@@ -221,11 +221,29 @@ struct KubeSource::Impl {
         }
       }
     }
+    applied_inputs[name] = std::move(inputs);
+    if (batch != nullptr) {  // a relist: one snapshot for all nodes (FlushBatch)
+      batch->push_back(std::move(spec));
+      return;
+    }
     if (Status s = store.UpsertNode(std::move(spec)); !s.ok()) {
       server::Log(LogLevel::kWarn, {kVerb, "", name}, s.error().message());
     }
-    applied_inputs[name] = std::move(inputs);
     RetryPending(name);
+  }
+
+  // During a relist RefreshNode collects specs here instead of publishing a snapshot per node
+  // (n upserts would copy the node list n times: seconds at a few thousand nodes).
+  std::vector<state::NodeSpec>* batch = nullptr;
+
+  void FlushBatch(std::vector<state::NodeSpec>& specs) {
+    batch = nullptr;
+    std::vector<std::string> names;
+    for (const state::NodeSpec& spec : specs) names.push_back(spec.name);
+    if (Status s = store.UpsertNodes(std::move(specs)); !s.ok()) {
+      server::Log(LogLevel::kWarn, {kVerb, "", ""}, s.error().message());
+    }
+    for (const std::string& name : names) RetryPending(name);
   }
 
   void ApplyNode(const json& object) {
@@ -294,10 +312,17 @@ struct KubeSource::Impl {
   void ReplaceNamed(Map& known, std::vector<json>&& objects, void (Impl::*apply)(const json&)) {
     std::lock_guard lock(mu);
     std::set<std::string> seen;
+    std::vector<state::NodeSpec> specs;
+    batch = &specs;
+    struct Unbatch {
+      std::vector<state::NodeSpec>*& batch;
+      ~Unbatch() { batch = nullptr; }  // also when an apply throws
+    } unbatch{batch};
     for (const json& o : objects) {
       (this->*apply)(o);
       seen.insert(StringAt(o, "/metadata/name"));
     }
+    FlushBatch(specs);
     std::vector<std::string> gone;
     for (const auto& [name, value] : known) {
       if (!seen.contains(name)) gone.push_back(name);
