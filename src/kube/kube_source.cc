@@ -483,7 +483,9 @@ struct KubeSource::Impl {
         if (!seen.contains(uid)) gone.push_back(uid);
       }
       // Allocations of pods no list has shown (bound by us, not yet seen by the watch).
-      for (const auto& record : store.snapshot()->nodes()) {
+      // Hold the snapshot: another informer may publish a new one while we iterate.
+      const std::shared_ptr<const state::Snapshot> snapshot = store.snapshot();
+      for (const auto& record : snapshot->nodes()) {
         for (const std::string& uid : record->pods) {
           if (!seen.contains(uid) && !pods.contains(uid)) gone.push_back(uid);
         }

@@ -252,7 +252,9 @@ bool StoreMatchesApi(const Replica& r, const FakeApiServer& server, std::string*
     ++devices;
   }
   std::size_t with_devices = 0;
-  for (const auto& record : r.store.snapshot()->nodes()) with_devices += record->pods.size();
+  // Hold the snapshot: the replica's informers publish new ones while this runs.
+  const std::shared_ptr<const state::Snapshot> snapshot = r.store.snapshot();
+  for (const auto& record : snapshot->nodes()) with_devices += record->pods.size();
   if (with_devices != devices) {
     if (diff) *diff = std::to_string(with_devices) + " pods in the store, " + std::to_string(devices) + " in the API";
     return false;
