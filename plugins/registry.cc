@@ -5,9 +5,11 @@
 #include "device_fit/device_fit.h"
 #include "fragmentation/fragmentation.h"
 #include "gpu_nic_alignment/gpu_nic_alignment.h"
+#include "kv_transfer_cost/kv_transfer_cost.h"
 #include "numa_alignment/numa_alignment.h"
 #include "rdma_affinity/rdma_affinity.h"
 #include "nvlink_affinity/nvlink_affinity.h"
+#include "pd_ratio/pd_ratio.h"
 #include "shared_gpu/shared_gpu.h"
 
 namespace toposched::plugins {
@@ -26,6 +28,8 @@ Status RegisterBuiltinPlugins(framework::Registry& registry) {
       {fragmentation::kName, fragmentation::New, fragmentation::kDefaultWeight},
       {shared_gpu::kName, shared_gpu::New, shared_gpu::kDefaultWeight},
       {rdma_affinity::kName, rdma_affinity::New, rdma_affinity::kDefaultWeight},
+      {kv_transfer_cost::kName, kv_transfer_cost::New, kv_transfer_cost::kDefaultWeight},
+      {pd_ratio::kName, pd_ratio::New, pd_ratio::kDefaultWeight},
   };
   for (const Builtin& b : builtins) {
     if (Status s = registry.Register(std::string(b.name), b.factory, b.default_weight); !s.ok()) return s;

@@ -9,8 +9,10 @@
 #include "device_fit/device_fit.h"
 #include "fragmentation/fragmentation.h"
 #include "gpu_nic_alignment/gpu_nic_alignment.h"
+#include "kv_transfer_cost/kv_transfer_cost.h"
 #include "numa_alignment/numa_alignment.h"
 #include "nvlink_affinity/nvlink_affinity.h"
+#include "pd_ratio/pd_ratio.h"
 #include "rdma_affinity/rdma_affinity.h"
 #include "shared_gpu/shared_gpu.h"
 #include "testing/framework_testing.h"
@@ -30,13 +32,15 @@ static_assert(std::is_base_of_v<framework::ScorePlugin, numa_alignment::NumaAlig
 static_assert(std::is_base_of_v<framework::ScorePlugin, fragmentation::Fragmentation>);
 static_assert(std::is_base_of_v<framework::ScorePlugin, shared_gpu::SharedGpu>);
 static_assert(std::is_base_of_v<framework::ScorePlugin, rdma_affinity::RdmaAffinity>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, kv_transfer_cost::KvTransferCost>);
+static_assert(std::is_base_of_v<framework::ScorePlugin, pd_ratio::PdRatio>);
 static_assert(!std::is_base_of_v<framework::FilterPlugin, gpu_nic_alignment::GpuNicAlignment>);
 
 TEST(BuiltinRegistryTest, TheOneList) {
   const framework::Registry r = BuiltinRegistry();
   EXPECT_EQ(r.Names(), (std::vector<std::string>{"DeviceFit", "GpuNicAlignment", "NvlinkAffinity",
                                                  "NumaAlignment", "Fragmentation", "SharedGpu",
-                                                 "RdmaAffinity"}));
+                                                 "RdmaAffinity", "KvTransferCost", "PdRatio"}));
   for (const std::string& name : r.Names()) {
     SCOPED_TRACE(name);
     Result<std::unique_ptr<framework::Plugin>> p = r.Create(name, {});
@@ -57,13 +61,14 @@ TEST(BuiltinRegistryTest, DefaultConfig) {
   const std::vector<framework::PluginConfig> want = {{"DeviceFit", 1, {}},      {"GpuNicAlignment", 5, {}},
                                                      {"NvlinkAffinity", 3, {}}, {"NumaAlignment", 2, {}},
                                                      {"Fragmentation", 2, {}},  {"SharedGpu", 1, {}},
-                                                     {"RdmaAffinity", 3, {}}};
+                                                     {"RdmaAffinity", 3, {}},   {"KvTransferCost", 3, {}},
+                                                     {"PdRatio", 2, {}}};
   EXPECT_EQ(c.plugins, want);
   Result<Framework> f = Framework::Create(c, BuiltinRegistry());
   ASSERT_TRUE(f.ok()) << f.error().message();
   EXPECT_EQ(f->FilterPluginNames(), (std::vector<std::string_view>{"DeviceFit"}));
   EXPECT_EQ(f->ReservePluginNames(), (std::vector<std::string_view>{"DeviceFit"}));
-  EXPECT_EQ(f->ScorePluginNames().size(), 6u);
+  EXPECT_EQ(f->ScorePluginNames().size(), 8u);
 }
 
 // The example of docs/configuration.md loads, and means what the page says.
@@ -81,7 +86,9 @@ TEST(BuiltinRegistryTest, DocumentedExampleLoads) {
   Result<framework::SchedulerConfig> c = framework::LoadSchedulerConfigYaml(yaml, BuiltinRegistry());
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_TRUE(Framework::Create(*c, BuiltinRegistry()).ok());
-  EXPECT_EQ(c->plugins.size(), 7u);  // every built-in plugin
+  // Every built-in plugin but the Prefill/Decode pool plugins (KvTransferCost, PdRatio), which
+  // the page does not list yet.
+  EXPECT_EQ(c->plugins.size(), 7u);
 }
 
 TEST(BuiltinRegistryTest, BriefExampleLoads) {
@@ -112,14 +119,15 @@ TEST(BuiltinFrameworkTest, PrefersTheAlignedNodeAndReservesIt) {
       continue;
     }
     const framework::NodeScore s = f->RunScore(state, n);
-    EXPECT_EQ(s.parts.size(), 6u);
+    EXPECT_EQ(s.parts.size(), 8u);
     totals.push_back(s.total);
   }
-  EXPECT_EQ(state.placer_calls(), 3u) << "one engine run per node across filter and six scores";
+  EXPECT_EQ(state.placer_calls(), 3u) << "one engine run per node across filter and eight scores";
   EXPECT_EQ(totals[2], -1) << "no RDMA NICs: filtered out";
   EXPECT_GT(totals[0], totals[1]) << "PIX beats NODE";
   // hgx: GpuNicAlignment 100 x5, NvlinkAffinity 100 x3, NumaAlignment 100 x2, Fragmentation 75 x2,
-  // SharedGpu 100 x1, RdmaAffinity 100 x3 (the pod asks NICs: neutral):
+  // SharedGpu 100 x1, RdmaAffinity 100 x3 (the pod asks NICs: neutral); KvTransferCost and
+  // PdRatio do not apply (no pool) and are not counted:
   // (500 + 300 + 200 + 150 + 100 + 300) / 16 = 1550 / 16 = 96.875 -> 97.
   EXPECT_EQ(totals[0], 97);
   EXPECT_EQ(framework::ToExtenderScore(totals[0]), 10);

@@ -9,6 +9,8 @@ jobs=$(nproc)
 
 BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=ON -DTOPOSCHED_SANITIZE=OFF
 ctest --test-dir build --output-on-failure -j"$jobs"
+# The Helm chart rendered without helm, every object checked, deploy/ in sync (tests/chart/).
+TOPOSCHED_BIN=build/src/cmd/toposched tests/chart/run.sh
 
 BUILD_DIR=build-asan BUILD_TYPE=Debug ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=OFF \
   -DTOPOSCHED_SANITIZE=ON

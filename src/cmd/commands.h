@@ -12,6 +12,7 @@ int RunAgent(const std::vector<std::string>& args);
 int RunPlace(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
 int RunServe(const std::vector<std::string>& args);
+int RunAdvise(const std::vector<std::string>& args);
 
 // Where a topology comes from on the command line: --input FILE, --synthetic PRESET, or the
 // live machine. Shared by topo and agent.

@@ -17,6 +17,7 @@ commands:
   place    choose a pod's GPUs and RDMA NICs on one node, with the score and why
   simulate compare placement policies on a virtual cluster (embedded default: no flags)
   serve    the scheduler extender for kube-scheduler and Volcano (HTTP)
+  advise   co-located or disaggregated Prefill/Decode for a model, workload and cluster
   version  print the version
 
 Run `toposched <command> --help` for a command's flags.
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (command == "place") return toposched::cmd::RunPlace(args);
     if (command == "simulate") return toposched::cmd::RunSimulate(args);
     if (command == "serve") return toposched::cmd::RunServe(args);
+    if (command == "advise") return toposched::cmd::RunAdvise(args);
     if (command == "version" || command == "--version") {
       std::printf("toposched %s\n", TOPOSCHED_VERSION);
       return 0;

@@ -52,6 +52,9 @@ Kubernetes (with --kube; docs/operations.md):
   --lease-namespace NS   the Lease's namespace (default: the service account's namespace)
   --lease-name NAME      (default toposched-extender)
   --identity ID          this replica's name in the Lease (default: $POD_NAME, else hostname)
+                         With $POD_NAMESPACE and $POD_NAME set, every synced replica is ready
+                         and the leader labels its pod toposched.io/leader=true (the Service
+                         selects it); without them only the leader is ready.
   --lease-duration DUR --renew-deadline DUR --retry-period DUR   (defaults 15s, 10s, 2s)
   --stale-topology-age DUR   a NodeTopology whose agent heartbeat is older is stale
                          (default 15m; 0 = never stale)
@@ -302,6 +305,7 @@ int RunServe(const std::vector<std::string>& args) {
     config = std::move(loaded).value();
   }
   const int max_shares = config.engine.max_shares_per_gpu;
+  flags.kube.source.pool_label = config.request.pool_label;
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 
@@ -327,6 +331,14 @@ int RunServe(const std::vector<std::string>& args) {
     if (lease.identity.empty()) lease.identity = DefaultIdentity();
     flags.kube.source.identity = lease.identity;
     if (flags.kube.leader_elect) {
+      // In a pod (the downward API sets both): followers report ready too and the leader labels
+      // its pod toposched.io/leader=true, which the Service selects (docs/operations.md).
+      const char* pod_namespace = std::getenv("POD_NAMESPACE");
+      const char* pod_name = std::getenv("POD_NAME");
+      if (pod_namespace != nullptr && *pod_namespace != '\0' && pod_name != nullptr && *pod_name != '\0') {
+        flags.kube.source.self_namespace = pod_namespace;
+        flags.kube.source.self_name = pod_name;
+      }
       // The Lease gets its own Api: one attempt per renewal, bounded well inside the gap between
       // the renew deadline and the lease duration, so a hung API server cannot keep this replica
       // believing it leads after another one could have taken over.

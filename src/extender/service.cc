@@ -377,10 +377,23 @@ struct ExtenderService::Impl {
 
   // ---- one node class ----
 
+  // A pod of a Prefill/Decode pool: its scores depend on where the pool's other pods run, which
+  // no node's class key captures, so it is scored node by node, afresh on every call.
+  static bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
+
   std::shared_ptr<const ClassVerdict> Evaluate(PodEntry& entry, std::optional<framework::CycleState>& cycle,
                                                const state::NodeRecord& record) {
-    if (auto v = entry.FindVerdict(record.class_key)) return v;
-    if (!cycle) cycle.emplace(framework.NewCycle(entry.request));
+    const bool pool_pod = IsPoolPod(entry.request);
+    if (!pool_pod) {
+      if (auto v = entry.FindVerdict(record.class_key)) return v;
+    }
+    if (!cycle) {
+      cycle.emplace(framework.NewCycle(entry.request));
+      if (pool_pod) {
+        cycle->SetCluster(state::MakeClusterView(store, store.snapshot(), framework.config().network,
+                                                 entry.request.pool));
+      }
+    }
     const framework::NodeInfo info = NodeInfoOf(record);
     auto v = std::make_shared<ClassVerdict>();
     const framework::FilterResult filtered = framework.RunFilter(*cycle, info);
@@ -395,6 +408,7 @@ struct ExtenderService::Impl {
       reason.append("/").append(framework::ToString(filtered.code()));
       v->rejections = &rejections.With({reason});
     }
+    if (pool_pod) return v;
     return entry.StoreVerdict(record.class_key, std::move(v));
   }
 
@@ -449,8 +463,10 @@ struct ExtenderService::Impl {
     auto& many = scratch.many_classes;  // used once a call sees more than kLinearClasses
     local.clear();
     many.clear();
+    // Pool pods are scored per node (Evaluate): key this call's verdicts by node index.
+    const bool per_node = IsPoolPod(e.request);
     auto verdict_at = [&](std::size_t i) -> const ClassVerdict* {
-      const std::uint64_t key = class_keys[i];
+      const std::uint64_t key = per_node ? static_cast<std::uint64_t>(i) : class_keys[i];
       if (local.size() <= kLinearClasses) {
         for (const auto& [k, v] : local) {
           if (k == key) return v.get();
@@ -545,6 +561,8 @@ struct ExtenderService::Impl {
       a.topology_generation = record.topology_generation;
       a.container_devices = entry->request.container_devices;
       a.init_containers = entry->request.init_containers;
+      a.role = entry->request.role;
+      a.pool = entry->request.pool;
       if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
       if (auto v = entry->FindVerdict(record.class_key); v && v->passes()) confirmed = true;
       // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.

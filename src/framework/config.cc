@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <initializer_list>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -68,6 +70,26 @@ Result<int> ParseInt(const YAML::Node& node, const std::string& path, int lo, in
   return value;
 }
 
+// A finite decimal number; range checks are pd::Validate's, which names the same key path.
+Result<double> ParseDouble(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) return Error(At(path, node) + ": expected a number");
+  const std::string& s = node.Scalar();
+  double value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty() || !std::isfinite(value)) {
+    return Error(At(path, node) + ": expected a number, got \"" + s + "\"");
+  }
+  return value;
+}
+
+Result<bool> ParseBool(const YAML::Node& node, const std::string& path) {
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    return Error(At(path, node) + ": expected true or false");
+  }
+  return value;
+}
+
 Result<PackPolicy> ParsePolicy(const YAML::Node& node, const std::string& path) {
   Result<std::string> s = ParseString(node, path);
   if (!s.ok()) return s.error();
@@ -83,7 +105,7 @@ class ConfigParser {
   Result<SchedulerConfig> Parse(const YAML::Node& root) {
     SchedulerConfig config = DefaultSchedulerConfig(registry_);
     if (root.IsNull()) return config;  // an empty document: every default
-    if (Status s = CheckMap(root, "", {"plugins", "engine", "request"}); !s.ok()) {
+    if (Status s = CheckMap(root, "", {"plugins", "engine", "request", "network"}); !s.ok()) {
       return s.error().WithContext("config");
     }
     if (const YAML::Node plugins = root["plugins"]) {
@@ -96,6 +118,9 @@ class ConfigParser {
     }
     if (const YAML::Node request = root["request"]) {
       if (Status s = ParseRequest(request, config.request); !s.ok()) return s.error();
+    }
+    if (const YAML::Node network = root["network"]) {
+      if (Status s = ParseNetwork(network, config.network); !s.ok()) return s.error();
     }
     return config;
   }
@@ -204,6 +229,99 @@ class ConfigParser {
       request.pool_label = *s;
     }
     return Status::Ok();
+  }
+
+  // The schema is NetworkConfig's comment in toposched/pd/network.h. Keys given override the
+  // defaults one by one (a path kind's bandwidth alone keeps its latency); `tiers` replaces the
+  // whole list. Ranges are checked once, by pd::Validate, after everything is read.
+  Status ParseNetwork(const YAML::Node& node, pd::NetworkConfig& network) {
+    if (Status s =
+            CheckMap(node, "network",
+                     {"tiers", "hyperNodes", "sameNodeIpc", "paths", "alignment", "transferOverheadUs"});
+        !s.ok()) {
+      return s;
+    }
+    if (const YAML::Node tiers = node["tiers"]) {
+      if (!tiers.IsSequence())
+        return Error(At("network.tiers", tiers) + ": expected a list of {label, path}");
+      network.tiers.clear();
+      for (std::size_t i = 0; i < tiers.size(); ++i) {
+        const std::string path = "network.tiers[" + std::to_string(i) + "]";
+        const YAML::Node entry = tiers[i];
+        if (Status s = CheckMap(entry, path, {"label", "path"}); !s.ok()) return s;
+        for (const char* key : {"label", "path"}) {
+          if (!entry[key]) return Error(At(path, entry) + ": missing key \"" + key + "\"");
+        }
+        Result<std::string> label = ParseString(entry["label"], path + ".label");
+        if (!label.ok()) return label.error();
+        Result<std::string> kind = ParseString(entry["path"], path + ".path");
+        if (!kind.ok()) return kind.error();
+        const std::optional<pd::PathKind> parsed = pd::ParsePathKind(*kind);
+        if (!parsed) {
+          return Error(At(path + ".path", entry["path"]) + ": \"" + *kind +
+                       "\" is not a tier path (nvlink-domain, leaf, spine, zone)");
+        }
+        network.tiers.push_back(pd::Tier{*label, *parsed});
+      }
+    }
+    if (const YAML::Node flag = node["hyperNodes"]) {
+      Result<bool> b = ParseBool(flag, "network.hyperNodes");
+      if (!b.ok()) return b.error();
+      network.hyper_nodes = *b;
+    }
+    if (const YAML::Node flag = node["sameNodeIpc"]) {
+      Result<bool> b = ParseBool(flag, "network.sameNodeIpc");
+      if (!b.ok()) return b.error();
+      network.same_node_ipc = *b;
+    }
+    if (const YAML::Node paths = node["paths"]) {
+      if (Status s = CheckMap(
+              paths, "network.paths",
+              {"same-node-ipc", "same-node-rdma", "nvlink-domain", "leaf", "spine", "zone", "beyond"});
+          !s.ok()) {
+        return s;
+      }
+      for (auto it = paths.begin(); it != paths.end(); ++it) {
+        const std::string path = "network.paths." + it->first.Scalar();
+        const YAML::Node cost = it->second;
+        if (Status s = CheckMap(cost, path, {"bandwidthGBps", "latencyUs"}); !s.ok()) return s;
+        pd::PathCost& out = network.paths[static_cast<std::size_t>(*pd::ParsePathKind(it->first.Scalar()))];
+        if (const YAML::Node v = cost["bandwidthGBps"]) {
+          Result<double> d = ParseDouble(v, path + ".bandwidthGBps");
+          if (!d.ok()) return d.error();
+          out.bandwidth_gbps = *d;
+        }
+        if (const YAML::Node v = cost["latencyUs"]) {
+          Result<double> d = ParseDouble(v, path + ".latencyUs");
+          if (!d.ok()) return d.error();
+          out.latency_us = *d;
+        }
+      }
+    }
+    if (const YAML::Node alignment = node["alignment"]) {
+      if (Status s = CheckMap(alignment, "network.alignment", {"PIX", "PXB", "PHB", "NODE", "SYS"});
+          !s.ok()) {
+        return s;
+      }
+      const std::pair<const char*, double*> factors[] = {{"PIX", &network.alignment.pix},
+                                                         {"PXB", &network.alignment.pxb},
+                                                         {"PHB", &network.alignment.phb},
+                                                         {"NODE", &network.alignment.node},
+                                                         {"SYS", &network.alignment.sys}};
+      for (const auto& [key, field] : factors) {
+        if (const YAML::Node v = alignment[key]) {
+          Result<double> d = ParseDouble(v, std::string("network.alignment.") + key);
+          if (!d.ok()) return d.error();
+          *field = *d;
+        }
+      }
+    }
+    if (const YAML::Node overhead = node["transferOverheadUs"]) {
+      Result<double> d = ParseDouble(overhead, "network.transferOverheadUs");
+      if (!d.ok()) return d.error();
+      network.transfer_overhead_us = *d;
+    }
+    return pd::Validate(network);
   }
 
   const Registry& registry_;

@@ -89,7 +89,7 @@ TEST(ConfigTest, RejectsBadConfigWithThePath) {
   };
   const std::vector<Case> cases = {
       {"unknown top-level key", "plugin: []",
-       "plugin (line 1): unknown key (known: plugins, engine, request)"},
+       "plugin (line 1): unknown key (known: plugins, engine, request, network)"},
       {"duplicate top-level key", "engine: {}\nengine: {}", "engine (line 2): duplicate key"},
       {"document is a list", "- name: Fit", "document (line 1): expected a map"},
       {"document is a scalar", "hello", "expected a map"},
@@ -187,6 +187,119 @@ TEST(RegistryTest, CreateChecksTheName) {
   Result<std::unique_ptr<Plugin>> missing = r.Create("Absent", {});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message().find("unknown plugin \"Absent\" (known: Right)"), std::string::npos);
+}
+
+// ------------------------------------------------------------------------------------------
+// network: (schema in toposched/pd/network.h)
+
+TEST(ConfigTest, NetworkDefaultsWhenAbsent) {
+  Result<SchedulerConfig> c = LoadSchedulerConfigYaml("engine: {}", TestRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->network, pd::NetworkConfig{});
+  Result<SchedulerConfig> empty = LoadSchedulerConfigYaml("network: {}", TestRegistry());
+  ASSERT_TRUE(empty.ok()) << empty.error().message();
+  EXPECT_EQ(empty->network, pd::NetworkConfig{});
+}
+
+TEST(ConfigTest, NetworkFullSection) {
+  const char* yaml = R"(
+network:
+  tiers:
+    - {label: example.com/rack, path: leaf}
+    - {label: example.com/pod, path: spine}
+  hyperNodes: true
+  sameNodeIpc: true
+  paths:
+    leaf: {bandwidthGBps: 40}
+    beyond: {bandwidthGBps: 2.5, latencyUs: 2000}
+    same-node-ipc: {latencyUs: 0}
+  alignment: {PHB: 0.5, SYS: 0.25}
+  transferOverheadUs: 150
+)";
+  Result<SchedulerConfig> c = LoadSchedulerConfigYaml(yaml, TestRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  pd::NetworkConfig want;
+  want.tiers = {{"example.com/rack", pd::PathKind::kLeaf}, {"example.com/pod", pd::PathKind::kSpine}};
+  want.hyper_nodes = true;
+  want.same_node_ipc = true;
+  // Each key overrides one field: leaf keeps its 5 us, same-node-ipc its 150 GB/s.
+  want.paths[static_cast<std::size_t>(pd::PathKind::kLeaf)] = {40, 5};
+  want.paths[static_cast<std::size_t>(pd::PathKind::kBeyond)] = {2.5, 2000};
+  want.paths[static_cast<std::size_t>(pd::PathKind::kSameNodeIpc)] = {150, 0};
+  want.alignment.phb = 0.5;
+  want.alignment.sys = 0.25;
+  want.transfer_overhead_us = 150;
+  EXPECT_EQ(c->network, want);
+}
+
+TEST(ConfigTest, NetworkEmptyTierListIsAllowed) {
+  // No tiers: every pair of distinct nodes is "beyond".
+  Result<SchedulerConfig> c = LoadSchedulerConfigYaml("network: {tiers: []}", TestRegistry());
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_TRUE(c->network.tiers.empty());
+}
+
+TEST(ConfigTest, NetworkRejectsBadValuesWithThePath) {
+  struct Case {
+    std::string name;
+    std::string yaml;
+    std::string error;  // a substring of the message
+  };
+  const std::vector<Case> cases = {
+      {"unknown network key", "network: {tier: []}",
+       "network.tier (line 1): unknown key (known: tiers, hyperNodes, sameNodeIpc, paths, alignment, "
+       "transferOverheadUs)"},
+      {"network not a map", "network: leaf", "network (line 1): expected a map"},
+      {"tiers not a list", "network: {tiers: {label: x, path: leaf}}",
+       "network.tiers (line 1): expected a list of {label, path}"},
+      {"tier missing path", "network: {tiers: [{label: x}]}",
+       "network.tiers[0] (line 1): missing key \"path\""},
+      {"tier missing label", "network: {tiers: [{path: leaf}]}",
+       "network.tiers[0] (line 1): missing key \"label\""},
+      {"tier unknown key", "network: {tiers: [{label: x, path: leaf, cost: 1}]}",
+       "network.tiers[0].cost (line 1): unknown key (known: label, path)"},
+      {"tier unknown path", "network: {tiers: [{label: x, path: rack}]}",
+       "network.tiers[0].path (line 1): \"rack\" is not a tier path (nvlink-domain, leaf, spine, zone)"},
+      {"tier same-node path", "network: {tiers: [{label: x, path: same-node-ipc}]}",
+       "network.tiers[0].path: same-node-ipc is not a tier path"},
+      {"tier label twice", "network: {tiers: [{label: x, path: leaf}, {label: x, path: spine}]}",
+       "network.tiers[1].label: \"x\" is listed twice (first at network.tiers[0])"},
+      {"tier empty label", "network: {tiers: [{label: '', path: leaf}]}",
+       "network.tiers[0].label (line 1): must not be empty"},
+      {"hyperNodes not a bool", "network: {hyperNodes: maybe}",
+       "network.hyperNodes (line 1): expected true or false"},
+      {"sameNodeIpc a list", "network: {sameNodeIpc: [true]}",
+       "network.sameNodeIpc (line 1): expected true or false"},
+      {"unknown path kind", "network: {paths: {rack: {bandwidthGBps: 1}}}",
+       "network.paths.rack (line 1): unknown key (known: same-node-ipc, same-node-rdma, nvlink-domain, leaf, "
+       "spine, zone, beyond)"},
+      {"unknown cost key", "network: {paths: {leaf: {bandwidth: 1}}}",
+       "network.paths.leaf.bandwidth (line 1): unknown key (known: bandwidthGBps, latencyUs)"},
+      {"bandwidth negative", "network: {paths: {leaf: {bandwidthGBps: -1}}}",
+       "network.paths.leaf.bandwidthGBps: -1 must be > 0"},
+      {"bandwidth not a number", "network: {paths: {spine: {bandwidthGBps: fast}}}",
+       "network.paths.spine.bandwidthGBps (line 1): expected a number, got \"fast\""},
+      {"bandwidth infinite", "network: {paths: {spine: {bandwidthGBps: inf}}}",
+       "expected a number, got \"inf\""},
+      {"latency negative", "network: {paths: {zone: {latencyUs: -2}}}",
+       "network.paths.zone.latencyUs: -2 must be >= 0"},
+      {"alignment unknown class", "network: {alignment: {NV: 1}}",
+       "network.alignment.NV (line 1): unknown key (known: PIX, PXB, PHB, NODE, SYS)"},
+      {"alignment above one", "network: {alignment: {SYS: 1.2}}",
+       "network.alignment.SYS: 1.2 must be in (0, 1]"},
+      {"alignment zero", "network: {alignment: {NODE: 0}}", "network.alignment.NODE: 0 must be in (0, 1]"},
+      {"overhead negative", "network: {transferOverheadUs: -1}",
+       "network.transferOverheadUs: -1 must be >= 0"},
+      {"overhead a map", "network: {transferOverheadUs: {us: 1}}",
+       "network.transferOverheadUs (line 1): expected a number"},
+  };
+  const Registry registry = TestRegistry();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<SchedulerConfig> config = LoadSchedulerConfigYaml(c.yaml, registry);
+    ASSERT_FALSE(config.ok());
+    EXPECT_NE(config.error().message().find(c.error), std::string::npos) << config.error().message();
+  }
 }
 
 }  // namespace

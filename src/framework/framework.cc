@@ -105,10 +105,12 @@ NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node) const {
     // A score off the scale is a plugin bug; clamp it so one plugin cannot outvote the others.
     const int clamped = std::clamp(r.score, kMinScore, kMaxScore);
     if (clamped != r.score) r.explanation += " (clamped from " + std::to_string(r.score) + ")";
-    weighted += static_cast<long long>(e.weight) * clamped;
-    weights += e.weight;
+    if (r.counted) {
+      weighted += static_cast<long long>(e.weight) * clamped;
+      weights += e.weight;
+    }
     out.parts.push_back(
-        ScorePart{std::string(e.plugin->Name()), e.weight, clamped, std::move(r.explanation)});
+        ScorePart{std::string(e.plugin->Name()), e.weight, clamped, std::move(r.explanation), r.counted});
   }
   out.total = weights == 0 ? 0 : RoundedDivide(weighted, weights);
   return out;
@@ -160,15 +162,15 @@ std::string ExplainScore(const NodeScore& score) {
   std::string sum;
   int weights = 0;
   for (const ScorePart& p : score.parts) {
-    if (p.weight == 0) continue;
+    if (p.weight == 0 || !p.counted) continue;
     sum += (sum.empty() ? "" : " + ") + std::to_string(p.weight) + "*" + std::to_string(p.score);
     weights += p.weight;
   }
   std::string out = "total " + std::to_string(score.total);
   out += weights == 0 ? " (no weighted score)" : " = (" + sum + ") / " + std::to_string(weights);
   for (const ScorePart& p : score.parts) {
-    out += "; " + p.plugin + " " + std::to_string(p.score) + " x" + std::to_string(p.weight) + ": " +
-           p.explanation;
+    out += "; " + p.plugin + " " + std::to_string(p.score) + " x" + std::to_string(p.weight) +
+           (p.counted ? ": " : " (not counted): ") + p.explanation;
   }
   return out;
 }

@@ -51,6 +51,7 @@ struct Fixture {
       const std::string name = "S" + std::to_string(s);
       add(name, FakeFactory<FakeScore>(name, s));
     }
+    add("N100", FakeFactory<FakeScore>(std::string("N100"), 100, false));  // does not apply: not counted
     for (const char* name : {"R1", "R2", "R3"})
       add(name, FakeFactory<FakeReserve>(std::string(name), PluginStatus::Success(), log));
     add("RFail", FakeFactory<FakeReserve>(std::string("RFail"),
@@ -151,6 +152,8 @@ TEST(FrameworkTest, ScoreIsTheRoundedWeightedAverage) {
       {"all weights zero", {{"S100", 0, {}}}, 0},
       {"no scorers", {}, 0},
       {"off-scale score is clamped", {{"S150", 1, {}}, {"S50", 1, {}}}, 75},  // (100 + 50) / 2
+      {"a part that does not apply is left out", {{"N100", 5, {}}, {"S60", 1, {}}}, 60},  // 60 / 1
+      {"only parts that do not apply", {{"N100", 5, {}}}, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -168,6 +171,19 @@ TEST(FrameworkTest, ScoreIsTheRoundedWeightedAverage) {
       EXPECT_LE(s.parts[i].score, 100);
     }
   }
+}
+
+TEST(FrameworkTest, APartThatDoesNotApplyIsExplainedButNotCounted) {
+  Fixture fx;
+  const Framework f = fx.Make({{"Ok", 1, {}}, {"R1", 1, {}}, {"S60", 3, {}}, {"N100", 5, {}}});
+  CycleState state = f.NewCycle(PlacementRequest{});
+  const NodeScore s = f.RunScore(state, NodeBuilder("n", "hgx-h100-8gpu").Build());
+  ASSERT_EQ(s.parts.size(), 2u);
+  EXPECT_TRUE(s.parts[0].counted);
+  EXPECT_FALSE(s.parts[1].counted);
+  EXPECT_EQ(s.total, 60);
+  EXPECT_EQ(ExplainScore(s),
+            "total 60 = (3*60) / 3; S60 60 x3: S60 says 60; N100 100 x5 (not counted): N100 says 100");
 }
 
 TEST(FrameworkTest, ClampedScoreSaysSo) {

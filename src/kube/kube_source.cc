@@ -180,6 +180,8 @@ struct KubeSource::Impl {
   std::mutex leader_mu;
   std::condition_variable_any leader_cv;
   bool resync_requested = false;
+  bool unlabel_requested = false;       // leadership lost: take our leader label off (under leader_mu)
+  std::atomic<bool> labelled{false};    // our pod carries the leader label (as far as we know)
 
   // ---------------------------------------------------------------------------------------
   // Nodes and topologies.
@@ -433,6 +435,12 @@ struct KubeSource::Impl {
     allocation.node = node;
     allocation.delta = std::move(delta).value();
     allocation.topology_generation = record->topology_generation;
+    if (const auto role = pod.labels.find(std::string(kRoleLabel)); role != pod.labels.end()) {
+      for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
+        if (role->second == ToString(r)) allocation.role = r;
+      }
+    }
+    if (const auto pool = pod.labels.find(options.pool_label); pool != pod.labels.end()) allocation.pool = pool->second;
     if (Status s = store.Restore(allocation); !s.ok()) {
       restore_errors.With({}).Inc();
       server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
@@ -601,8 +609,15 @@ struct KubeSource::Impl {
     while (!stop.stop_requested()) {
       {
         std::unique_lock lock(leader_mu);
-        leader_cv.wait(lock, stop, [&] { return resync_requested; });
+        leader_cv.wait(lock, stop, [&] { return resync_requested || unlabel_requested; });
         if (stop.stop_requested()) return;
+        if (unlabel_requested) {
+          unlabel_requested = false;
+          lock.unlock();
+          UnlabelSelf();
+          lock.lock();
+        }
+        if (!resync_requested) continue;
         resync_requested = false;
       }
       // Pods are applied only on top of known nodes: wait for the first sync.
@@ -626,7 +641,66 @@ struct KubeSource::Impl {
       if (leader == nullptr || leader->leading()) {
         leader_ready.store(true, std::memory_order_release);
         server::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: state resynced from the API server, serving binds");
+        if (LabelsLeader()) LabelSelf(stop);
       }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // The leader label on our own pod (KubeSourceOptions::self_name).
+
+  bool LabelsLeader() const { return leader != nullptr && !options.self_name.empty(); }
+
+  json LeaderLabelPatch(bool on) const {
+    json patch;
+    patch["metadata"]["labels"][options.leader_label] = on ? json("true") : json(nullptr);
+    return patch;
+  }
+
+  // Takes the label off every other pod of our namespace, then puts it on ours; retried (1 s
+  // apart) while we lead and the API server refuses.
+  void LabelSelf(std::stop_token stop) {
+    while (!stop.stop_requested() && leader->leading()) {
+      Status s = LabelSelfOnce();
+      if (s.ok()) {
+        labelled.store(true, std::memory_order_release);
+        server::Log(LogLevel::kInfo, {kVerb, "", ""},
+                    "leader: labelled pod " + options.self_namespace + "/" + options.self_name + " " +
+                        options.leader_label + "=true; the Service routes here");
+        return;
+      }
+      server::Log(LogLevel::kWarn, {kVerb, "", ""}, "leader label not set, retrying: " + s.error().message());
+      std::unique_lock lock(leader_mu);
+      leader_cv.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
+    }
+  }
+
+  Status LabelSelfOnce() {
+    ListOptions list;
+    list.label_selector = options.leader_label + "=true";
+    Result<ObjectList> labelled_pods = api.List(NamespacedPath(options.self_namespace, "pods"), list);
+    if (!labelled_pods.ok()) return labelled_pods.error();
+    for (const json& pod : labelled_pods->items) {
+      const std::string name = StringAt(pod, "/metadata/name");
+      if (name.empty() || name == options.self_name) continue;
+      Result<json> patched = api.Patch(PodPath(options.self_namespace, name), PatchType::kMerge, LeaderLabelPatch(false));
+      if (!patched.ok() && !IsNotFound(patched.error())) return patched.error();
+      server::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: took the stale leader label off pod " + name);
+    }
+    Result<json> patched =
+        api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge, LeaderLabelPatch(true));
+    if (!patched.ok()) return patched.error();
+    return Status::Ok();
+  }
+
+  // Best effort: the next leader takes a stale label off anyway.
+  void UnlabelSelf() {
+    if (!labelled.exchange(false)) return;
+    Result<json> patched =
+        api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge, LeaderLabelPatch(false));
+    if (!patched.ok()) {
+      server::Log(LogLevel::kWarn, {kVerb, "", ""},
+                  "could not take the leader label off this pod (the next leader will): " + patched.error().message());
     }
   }
 
@@ -722,6 +796,13 @@ KubeSource::~KubeSource() { Stop(); }
 void KubeSource::Start() {
   Impl& d = *impl_;
   if (!d.threads.empty()) return;
+  if (d.LabelsLeader()) {
+    // A process restarted inside its pod finds the leader label it set before it died: take it
+    // off before anything else (the resync thread does it first), it does not lead yet.
+    d.labelled.store(true);
+    std::lock_guard lock(d.leader_mu);
+    d.unlabel_requested = true;
+  }
   d.threads.emplace_back([&d](std::stop_token stop) { d.node_informer->Run(stop); });
   d.threads.emplace_back([&d](std::stop_token stop) { d.topology_informer->Run(stop); });
   d.threads.emplace_back([&d](std::stop_token stop) {
@@ -755,6 +836,7 @@ void KubeSource::Stop() {
   for (std::jthread& t : d.threads) t.request_stop();
   d.leader_cv.notify_all();
   d.threads.clear();  // joins
+  if (d.LabelsLeader()) d.UnlabelSelf();
 }
 
 bool KubeSource::WaitUntilReady(std::chrono::milliseconds timeout) const {
@@ -773,8 +855,18 @@ void KubeSource::OnLeadership(bool leading) {
   d.leader_gauge.With({}).Set(leading ? 1.0 : 0.0);
   server::Log(LogLevel::kInfo, {kVerb, "", ""},
               leading ? "became the leader: resyncing pods before serving binds"
-                      : "not the leader: binds are refused, /readyz reports not ready");
-  if (!leading) return;
+                      : (d.LabelsLeader() ? "not the leader: binds are refused, the leader label comes off"
+                                          : "not the leader: binds are refused, /readyz reports not ready"));
+  if (!leading) {
+    if (d.LabelsLeader()) {
+      {
+        std::lock_guard lock(d.leader_mu);
+        d.unlabel_requested = true;
+      }
+      d.leader_cv.notify_all();
+    }
+    return;
+  }
   {
     std::lock_guard lock(d.leader_mu);
     d.resync_requested = true;
@@ -869,6 +961,8 @@ bool KubeSource::Ready(std::string* why) const {
     }
     return false;
   }
+  // With the leader label, followers are ready too: the Service routes by the label.
+  if (d.LabelsLeader()) return true;
   if (d.leader != nullptr && !d.leader->leading()) {
     if (why != nullptr) *why = "not the leader (the Lease is held by " + d.leader->holder() + ")";
     return false;

@@ -906,6 +906,8 @@ Status ReadPodImpl(const json& pod, PodView* v) {
   v->deleting = !deletion.empty();
   TOPOSCHED_RETURN_IF_ERROR(
       ReadStringMap(**meta, "annotations", "metadata", KeptPodAnnotation, &v->annotations));
+  TOPOSCHED_RETURN_IF_ERROR(
+      ReadStringMap(**meta, "labels", "metadata", [](const std::string&) { return true; }, &v->labels));
 
   Result<const json*> spec = ReadObject(pod, "spec", "", Presence::kOptional);
   if (!spec.ok()) return spec.error();

@@ -45,6 +45,9 @@ constexpr std::string_view kNumaBindAnnotation = "nvidia.com/numa-bind";
 // One pod runs on one node, and no node this project models has more than 64 GPUs or NICs
 // (the topology model's own bound), so a larger request can never be placed: say so up front.
 constexpr std::int64_t kMaxDevices = 64;
+constexpr std::int64_t kMaxKvBytesPerToken = std::int64_t{1} << 30;  // 1 GiB per token: far above any model
+constexpr std::int64_t kMaxPromptTokens = 10'000'000;
+constexpr int kMaxPdRatioPart = 100;
 // Far above any GPU's memory (the largest today are under 300 GiB), low enough that a decimal
 // suffix mistaken for bytes ("8G" is 8e9 MiB to HAMi) is caught with a hint.
 constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{1} << 24;  // 16 TiB
@@ -585,6 +588,49 @@ Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
   return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a boolean; use true or false");
 }
 
+// A positive integer annotation, 1..max.
+Result<std::int64_t> ReadPositiveAnnotation(std::string_view key, std::string_view value, std::int64_t max) {
+  const std::string_view t = Trim(value);
+  std::int64_t n = 0;
+  bool ok = !t.empty() && t.size() <= 12;
+  for (char c : t) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) ok = false;
+    if (ok) n = n * 10 + (c - '0');
+  }
+  if (!ok || n < 1 || n > max) {
+    return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a count; use an integer 1 to " +
+                 std::to_string(max));
+  }
+  return n;
+}
+
+// "P:D", two integers 1..kMaxPdRatioPart: the pool's Prefill:Decode instance ratio.
+Status ReadPdRatio(std::string_view value, PlacementRequest* req) {
+  const std::string_view t = Trim(value);
+  const std::size_t colon = t.find(':');
+  auto part = [](std::string_view s, int* out) {
+    s = Trim(s);
+    if (s.empty() || s.size() > 3) return false;
+    int n = 0;
+    for (char c : s) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+      n = n * 10 + (c - '0');
+    }
+    if (n < 1 || n > kMaxPdRatioPart) return false;
+    *out = n;
+    return true;
+  };
+  int p = 0, d = 0;
+  if (colon == std::string_view::npos || !part(t.substr(0, colon), &p) || !part(t.substr(colon + 1), &d)) {
+    return Error("annotation " + std::string(kPdRatioAnnotation) + ": " + Quote(value) +
+                 " is not a Prefill:Decode ratio; write it as \"1:3\" (each side 1 to " +
+                 std::to_string(kMaxPdRatioPart) + ")");
+  }
+  req->pd_ratio_prefill = p;
+  req->pd_ratio_decode = d;
+  return Status::Ok();
+}
+
 Result<PodRole> ReadRole(std::string_view value) {
   // Exact, as llm-d's own routing matches it: a "Prefill" label would be silently ignored there.
   for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
@@ -665,6 +711,32 @@ Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementReque
     auto v = get(key);
     if (!v.ok()) return v.error();
     if (*v) *out = SplitList(**v);
+  }
+  if (auto v = get(kPdRatioAnnotation); !v.ok()) {
+    return v.error();
+  } else if (*v) {
+    TOPOSCHED_RETURN_IF_ERROR(ReadPdRatio(**v, req));
+  }
+  if (auto v = get(kKvBytesPerTokenAnnotation); !v.ok()) {
+    return v.error();
+  } else if (*v) {
+    auto n = ReadPositiveAnnotation(kKvBytesPerTokenAnnotation, **v, kMaxKvBytesPerToken);
+    if (!n.ok()) return n.error();
+    req->kv_bytes_per_token = *n;
+  }
+  if (auto v = get(kPromptTokensAnnotation); !v.ok()) {
+    return v.error();
+  } else if (*v) {
+    auto n = ReadPositiveAnnotation(kPromptTokensAnnotation, **v, kMaxPromptTokens);
+    if (!n.ok()) return n.error();
+    req->prompt_tokens = static_cast<int>(*n);
+  }
+  if (auto v = get(kKvIpcAnnotation); !v.ok()) {
+    return v.error();
+  } else if (*v) {
+    auto b = ReadBoolAnnotation(kKvIpcAnnotation, **v);
+    if (!b.ok()) return b.error();
+    req->kv_ipc = *b;
   }
   if (auto v = get(kNumaBindAnnotation); !v.ok()) {
     return v.error();

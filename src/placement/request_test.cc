@@ -464,6 +464,20 @@ std::vector<ParseCase> ParseCases() {
     r.shared.numa_bind = true;
   });
   add("NumaBindFalse", PodWithAnnotations({{"nvidia.com/numa-bind", "false"}}), [](PlacementRequest& r) { r.gpus = 1; });
+  // Prefill/Decode pool annotations (not part of the shape).
+  add("PdAnnotations",
+      PodWithAnnotations({{"toposched.io/pd-ratio", " 1:3 "},
+                          {"toposched.io/kv-bytes-per-token", "327680"},
+                          {"toposched.io/prompt-tokens", "2048"},
+                          {"toposched.io/kv-ipc", "true"}}),
+      [](PlacementRequest& r) {
+        r.gpus = 1;
+        r.pd_ratio_prefill = 1;
+        r.pd_ratio_decode = 3;
+        r.kv_bytes_per_token = 327680;
+        r.prompt_tokens = 2048;
+        r.kv_ipc = true;
+      });
   add("UnrelatedAnnotationsIgnored",
       PodWithAnnotations({{"kubectl.kubernetes.io/last-applied-configuration", "{\"big\": true}"},
                           {"example.com/flag", "whatever"}}),
@@ -604,6 +618,17 @@ std::vector<ErrorCase> ErrorCases() {
   add("NodePolicyUnknown", PodWithAnnotations({{"hami.io/node-scheduler-policy", "topology-aware"}}),
       "is not a node policy; use binpack or spread");
   add("NumaBindNotBool", PodWithAnnotations({{"nvidia.com/numa-bind", "yes"}}), "is not a boolean");
+  add("PdRatioNoColon", PodWithAnnotations({{"toposched.io/pd-ratio", "3"}}),
+      "annotation toposched.io/pd-ratio: \"3\" is not a Prefill:Decode ratio; write it as \"1:3\"");
+  add("PdRatioZero", PodWithAnnotations({{"toposched.io/pd-ratio", "0:2"}}), "is not a Prefill:Decode ratio");
+  add("PdRatioTooBig", PodWithAnnotations({{"toposched.io/pd-ratio", "1:101"}}), "(each side 1 to 100)");
+  add("PdRatioNegative", PodWithAnnotations({{"toposched.io/pd-ratio", "-1:2"}}), "is not a Prefill:Decode ratio");
+  add("KvBytesZero", PodWithAnnotations({{"toposched.io/kv-bytes-per-token", "0"}}),
+      "annotation toposched.io/kv-bytes-per-token: \"0\" is not a count; use an integer 1 to 1073741824");
+  add("KvBytesText", PodWithAnnotations({{"toposched.io/kv-bytes-per-token", "320Ki"}}), "is not a count");
+  add("PromptTokensHuge", PodWithAnnotations({{"toposched.io/prompt-tokens", "99999999999"}}),
+      "use an integer 1 to 10000000");
+  add("KvIpcNotBool", PodWithAnnotations({{"toposched.io/kv-ipc", "yes"}}), "is not a boolean");
   add("RoleChef", Pod({.containers = json::array(), .labels = {{"llm-d.ai/role", "chef"}}}),
       "label llm-d.ai/role: \"chef\" is not a role; use prefill, decode or both");
   add("RoleWrongCase", Pod({.containers = json::array(), .labels = {{"llm-d.ai/role", "Prefill"}}}), "is not a role");

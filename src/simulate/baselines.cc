@@ -304,8 +304,9 @@ class BaselinePolicy : public Policy {
 
   std::string_view Name() const override { return name_; }
 
-  Result<std::optional<Decision>> Schedule(const PlacementRequest& request,
-                                           std::vector<VirtualNode>& nodes) override {
+  // Blind to the cluster beyond the node, as the systems they stand for are.
+  Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
+                                           std::shared_ptr<const framework::ClusterView> /*cluster*/) override {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       VirtualNode& node = nodes[i];
       if (node.topology == nullptr || !node.schedulable) continue;

@@ -204,7 +204,7 @@ TEST(BaselinePolicy, TakesTheFirstNodeThatFitsAndClaimsIt) {
     auto policy = MakePolicy(name);
     ASSERT_TRUE(policy.ok()) << policy.error().message();
     EXPECT_EQ((*policy)->Name(), name);
-    auto d = (*policy)->Schedule(Whole(2, 2), copy);
+    auto d = (*policy)->Schedule(Whole(2, 2), copy, nullptr);
     ASSERT_TRUE(d.ok()) << d.error().message();
     ASSERT_TRUE(d->has_value());
     EXPECT_EQ((*d)->node, 1);
@@ -212,7 +212,7 @@ TEST(BaselinePolicy, TakesTheFirstNodeThatFitsAndClaimsIt) {
     for (int n : (*d)->placement.nics) EXPECT_TRUE(framework::NicUsed(copy[1].allocated, n));
     // Nothing fits 9 GPUs: pending, nothing claimed.
     const NodeAllocation before = copy[1].allocated;
-    auto none = (*policy)->Schedule(Whole(9, 0), copy);
+    auto none = (*policy)->Schedule(Whole(9, 0), copy, nullptr);
     ASSERT_TRUE(none.ok());
     EXPECT_FALSE(none->has_value());
     EXPECT_EQ(copy[1].allocated, before);

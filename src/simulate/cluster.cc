@@ -64,6 +64,7 @@ void AddNode(VirtualCluster& cluster, NameSet& names, const std::string& name, c
   node.labels[std::string(kShapeLabel)] = shape;
   node.labels[std::string(kLeafLabel)] = "leaf-" + std::to_string(index / kNodesPerLeaf);
   node.labels[std::string(kSpineLabel)] = "spine-" + std::to_string(index / kNodesPerSpine);
+  node.labels[std::string(kZoneLabel)] = "zone-" + std::to_string(index / kNodesPerZone);
   cluster.nodes.push_back(std::move(node));
   ++ShapeEntry(cluster, shape).count;
 }

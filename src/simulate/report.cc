@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,6 +32,16 @@ std::string Micros(double us) {
   if (us >= 1000) return Printf("%.2f ms", us / 1000.0);
   if (us >= 100) return Printf("%.0f us", us);
   return Printf("%.1f us", us);
+}
+
+std::string Millis(double ms) {
+  return ms >= 100 ? Printf("%.0f ms", ms) : Printf("%.2f ms", ms);
+}
+
+// Whether the run had Prefill/Decode pools at all: the P/D figures are printed only then.
+bool HasPools(const SimulationResult& r) {
+  return std::any_of(r.policies.begin(), r.policies.end(),
+                     [](const PolicyResult& p) { return p.pd.ratio_samples > 0 || p.pd.pairs > 0; });
 }
 
 class Table {
@@ -125,6 +136,20 @@ std::string FormatTable(const SimulationResult& r) {
   t.Row("shared pods running", [](const PolicyResult& p) { return std::to_string(p.shared_pods_running); });
   t.Row("  on GPUs", [](const PolicyResult& p) { return std::to_string(p.shared_gpus); });
   t.Row("  memory used on those GPUs", [](const PolicyResult& p) { return Percent(p.shared_memory_use); });
+  if (HasPools(r)) {
+    t.Line("Prefill->Decode pairs by KV path (counted when the second pod arrives)");
+    for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
+      t.Row("  " + std::string(pd::ToString(static_cast<pd::PathKind>(k))),
+            [k](const PolicyResult& p) { return std::to_string(p.pd.paths[k]); });
+    }
+    t.Row("P/D pods at the cheapest path", [](const PolicyResult& p) { return Percent(p.pd.at_cheapest_share); });
+    t.Row("  of P/D pods with counterparts",
+          [](const PolicyResult& p) { return std::to_string(p.pd.pods_with_counterparts); });
+    t.Row("KV transfer per pair, mean", [](const PolicyResult& p) { return Millis(p.pd.transfer_mean_ms); });
+    t.Row("KV transfer per pair, p99", [](const PolicyResult& p) { return Millis(p.pd.transfer_p99_ms); });
+    t.Row("P:D ratio error per leaf, end", [](const PolicyResult& p) { return Printf("%.3f", p.pd.ratio_error_end); });
+    t.Row("  mean over the run", [](const PolicyResult& p) { return Printf("%.3f", p.pd.ratio_error_mean); });
+  }
   t.Row("decision time per pod, p50", [](const PolicyResult& p) { return Micros(p.decision_p50_us); });
   t.Row("decision time per pod, p99", [](const PolicyResult& p) { return Micros(p.decision_p99_us); });
   return t.Text();
@@ -144,6 +169,20 @@ std::string FormatJson(const SimulationResult& r) {
       classes[b == kNoNicBucket ? std::string("noNic") : std::string(kClassBuckets[b])] =
           p.class_histogram[b];
     }
+    json paths = json::object();
+    for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
+      paths[std::string(pd::ToString(static_cast<pd::PathKind>(k)))] = p.pd.paths[k];
+    }
+    const json pd_figures = {
+        {"pairs", p.pd.pairs},
+        {"paths", paths},
+        {"transferMilliseconds", {{"mean", p.pd.transfer_mean_ms}, {"p99", p.pd.transfer_p99_ms}}},
+        {"podsWithCounterparts", p.pd.pods_with_counterparts},
+        {"atCheapestPath", p.pd.at_cheapest},
+        {"atCheapestShare", p.pd.at_cheapest_share},
+        {"ratioError", {{"end", p.pd.ratio_error_end}, {"mean", p.pd.ratio_error_mean}}},
+        {"ratioSamples", p.pd.ratio_samples},
+    };
     policies.push_back({
         {"policy", p.policy},
         {"placed", p.placed},
@@ -164,6 +203,7 @@ std::string FormatJson(const SimulationResult& r) {
         {"decisionMicroseconds",
          {{"p50", p.decision_p50_us}, {"p99", p.decision_p99_us}, {"mean", p.decision_mean_us}}},
         {"runSeconds", p.total_seconds},
+        {"prefillDecode", pd_figures},
     });
   }
   json doc = {
@@ -198,8 +238,10 @@ std::string RenderSvg(const SimulationResult& r) {
   const int panel_w = kColumns * cell_w;
   const int panel_h = kTitle + rows * cell_h + 10;
   const int hist_h = 220;
+  const bool pools = HasPools(r);
   const int width = std::max(2 * kMargin + panel_w, 900);
-  const int height = kMargin + kHeader + static_cast<int>(r.policies.size()) * panel_h + hist_h + 2 * kMargin;
+  const int height = kMargin + kHeader + static_cast<int>(r.policies.size()) * panel_h + hist_h * (pools ? 2 : 1) +
+                     2 * kMargin;
 
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
@@ -261,35 +303,58 @@ std::string RenderSvg(const SimulationResult& r) {
     y += panel_h;
   }
 
-  // Histogram of worst GPU->NIC classes: groups per class, one bar per policy.
-  int max_count = 1;
-  for (const PolicyResult& p : r.policies) {
-    for (int c : p.class_histogram) max_count = std::max(max_count, c);
-  }
-  const int chart_top = y + 24, chart_h = hist_h - 70;
-  const int group_w = (width - 2 * kMargin) / static_cast<int>(kClassBuckets.size());
-  const int bar_w = std::max(4, (group_w - 16) / std::max<int>(1, static_cast<int>(r.policies.size())));
-  s << "<text x=\"" << kMargin << "\" y=\"" << y + 10
-    << "\" font-weight=\"bold\">worst GPU-&gt;NIC class of placed pods</text>\n";
-  for (std::size_t b = 0; b < kClassBuckets.size(); ++b) {
-    const int gx = kMargin + static_cast<int>(b) * group_w;
-    for (std::size_t k = 0; k < r.policies.size(); ++k) {
-      const int c = r.policies[k].class_histogram[b];
-      const int h = static_cast<int>(std::lround(static_cast<double>(chart_h) * c / max_count));
-      const int bx = gx + 8 + static_cast<int>(k) * bar_w;
-      s << "<rect x=\"" << bx << "\" y=\"" << chart_top + chart_h - h << "\" width=\"" << bar_w - 2
-        << "\" height=\"" << h << "\" fill=\"" << PolicyColour(k) << "\"><title>"
-        << Escape(r.policies[k].policy) << ", " << kClassBuckets[b] << ": " << c << "</title></rect>";
-      s << "<text x=\"" << bx + (bar_w - 2) / 2 << "\" y=\"" << chart_top + chart_h - h - 3
-        << "\" font-size=\"9\" text-anchor=\"middle\">" << c << "</text>\n";
+  // Histograms: groups per bucket, one bar per policy. The worst GPU->NIC classes, then (with
+  // pools) the KV paths of Prefill->Decode pairs.
+  const int chart_h = hist_h - 70;
+  auto histogram = [&](int top, const std::string& title, const std::string& note, std::size_t buckets,
+                       const std::function<std::string(std::size_t)>& label,
+                       const std::function<int(const PolicyResult&, std::size_t)>& count) {
+    int max_count = 1;
+    for (const PolicyResult& p : r.policies) {
+      for (std::size_t b = 0; b < buckets; ++b) max_count = std::max(max_count, count(p, b));
     }
-    s << "<text x=\"" << gx + group_w / 2 << "\" y=\"" << chart_top + chart_h + 16
-      << "\" text-anchor=\"middle\">" << Escape(kClassBuckets[b]) << "</text>\n";
+    const int chart_top = top + 24;
+    const int group_w = (width - 2 * kMargin) / static_cast<int>(buckets);
+    const int bar_w = std::max(4, (group_w - 16) / std::max<int>(1, static_cast<int>(r.policies.size())));
+    s << "<text x=\"" << kMargin << "\" y=\"" << top + 10 << "\" font-weight=\"bold\">" << Escape(title)
+      << "</text><text x=\"" << kMargin + 8 * static_cast<int>(title.size()) << "\" y=\"" << top + 10
+      << "\" font-size=\"11\" fill=\"#555555\">" << Escape(note) << "</text>\n";
+    for (std::size_t b = 0; b < buckets; ++b) {
+      const int gx = kMargin + static_cast<int>(b) * group_w;
+      for (std::size_t k = 0; k < r.policies.size(); ++k) {
+        const int c = count(r.policies[k], b);
+        const int h = static_cast<int>(std::lround(static_cast<double>(chart_h) * c / max_count));
+        const int bx = gx + 8 + static_cast<int>(k) * bar_w;
+        s << "<rect x=\"" << bx << "\" y=\"" << chart_top + chart_h - h << "\" width=\"" << bar_w - 2
+          << "\" height=\"" << h << "\" fill=\"" << PolicyColour(k) << "\"><title>"
+          << Escape(r.policies[k].policy) << ", " << Escape(label(b)) << ": " << c << "</title></rect>";
+        s << "<text x=\"" << bx + (bar_w - 2) / 2 << "\" y=\"" << chart_top + chart_h - h - 3
+          << "\" font-size=\"9\" text-anchor=\"middle\">" << c << "</text>\n";
+      }
+      s << "<text x=\"" << gx + group_w / 2 << "\" y=\"" << chart_top + chart_h + 16
+        << "\" text-anchor=\"middle\">" << Escape(label(b)) << "</text>\n";
+    }
+    s << "<line x1=\"" << kMargin << "\" y1=\"" << chart_top + chart_h << "\" x2=\"" << width - kMargin
+      << "\" y2=\"" << chart_top + chart_h << "\" stroke=\"#333333\"/>\n";
+    return chart_top + chart_h;
+  };
+  int chart_bottom = histogram(
+      y, "worst GPU->NIC class of placed pods", "", kClassBuckets.size(),
+      [](std::size_t b) { return std::string(kClassBuckets[b]); },
+      [](const PolicyResult& p, std::size_t b) { return p.class_histogram[b]; });
+  if (pools) {
+    std::string note;
+    for (const PolicyResult& p : r.policies) {
+      note += (note.empty() ? "" : "; ") + p.policy + ": cheapest " + Percent(p.pd.at_cheapest_share) + ", mean " +
+              Millis(p.pd.transfer_mean_ms) + ", ratio error " + Printf("%.3f", p.pd.ratio_error_mean);
+    }
+    chart_bottom = histogram(
+        chart_bottom + 50, "Prefill->Decode pairs by KV path", "  " + note, pd::kPathKinds,
+        [](std::size_t b) { return std::string(pd::ToString(static_cast<pd::PathKind>(b))); },
+        [](const PolicyResult& p, std::size_t b) { return p.pd.paths[b]; });
   }
-  s << "<line x1=\"" << kMargin << "\" y1=\"" << chart_top + chart_h << "\" x2=\"" << width - kMargin
-    << "\" y2=\"" << chart_top + chart_h << "\" stroke=\"#333333\"/>\n";
   int lx = kMargin;
-  const int ly = chart_top + chart_h + 36;
+  const int ly = chart_bottom + 36;
   for (std::size_t k = 0; k < r.policies.size(); ++k) {
     s << "<rect x=\"" << lx << "\" y=\"" << ly - 10 << "\" width=\"12\" height=\"12\" fill=\""
       << PolicyColour(k) << "\"/><text x=\"" << lx + 16 << "\" y=\"" << ly << "\">"

@@ -203,6 +203,7 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
     slot_free[n] = now;
   };
   for (std::size_t n = 0; n < nodes.size(); ++n) update_slot(n);
+  PdTracker tracker(nodes, config.network, workload.pods.size());
 
   const auto run_start = std::chrono::steady_clock::now();
   for (std::size_t p = 0; p < workload.pods.size(); ++p) {
@@ -213,13 +214,15 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
       VirtualNode& node = nodes[Index(r->node)];
       framework::RevertDelta(r->delta, framework::ShapeOf(node.allocated), node.allocated);
       update_slot(Index(r->node));
+      tracker.Departed(departures.top().pod, nodes, r->node);
       r.reset();
       departures.pop();
     }
     slots_sum += slots_now;
+    tracker.BeforeDecision(pod.request, nodes);  // outside the timed decision
 
     const auto start = std::chrono::steady_clock::now();
-    Result<std::optional<Decision>> decided = (*policy)->Schedule(pod.request, nodes);
+    Result<std::optional<Decision>> decided = (*policy)->Schedule(pod.request, nodes, tracker.view());
     const auto stop = std::chrono::steady_clock::now();
     times_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     if (!decided.ok()) return decided.error().WithContext(name + ", pod " + pod.name);
@@ -240,15 +243,7 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
       if (pod.request.rdma_nics > 0) {
         const int rank = WorstPairRank(t, d.placement.pairs);
         const std::optional<int> best = oracle.BestRank(t, pod.request);
-        LinkClass worst = LinkClass::kPIX;
-        int worst_rank = -1;
-        for (const GpuNicPair& pair : d.placement.pairs) {
-          const int r = LinkRank(pair.cls, t.gpus[Index(pair.gpu)].package, t.nics[Index(pair.nic)].package);
-          if (r > worst_rank) {
-            worst_rank = r;
-            worst = pair.cls;
-          }
-        }
+        const LinkClass worst = WorstPairClass(t, d.placement.pairs);
         ++out.class_histogram[d.placement.pairs.empty() ? kNoNicBucket : ClassBucket(worst)];
         ++out.nic_pods_placed;
         if (best && rank <= *best) ++out.at_best_class;
@@ -261,14 +256,22 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
       r.shared = pod.request.IsShared();
       running[p] = std::move(r);
       update_slot(Index(d.node));
+      tracker.Placed(p, pod.request, nodes, d);
       if (pod.duration_s > 0) departures.push({pod.arrival_s + pod.duration_s, p});
     }
+    tracker.Arrived(pod.request);
     if (options.progress) options.progress(name, policy_index, p + 1, workload.pods.size());
   }
   out.aligned_slots_mean = workload.pods.empty() ? 0 : slots_sum / static_cast<double>(workload.pods.size());
   out.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
 
   if (Status s = CheckAllocations(nodes, running, engine); !s.ok()) return s.error().WithContext(name);
+  std::vector<int> running_node(running.size(), -1);
+  for (std::size_t p = 0; p < running.size(); ++p) {
+    if (running[p]) running_node[p] = running[p]->node;
+  }
+  if (Status s = tracker.Check(nodes, running_node); !s.ok()) return s.error().WithContext(name);
+  out.pd = tracker.Finish();
   for (const std::optional<Running>& r : running) {
     if (r && r->shared) ++out.shared_pods_running;
   }

@@ -20,9 +20,11 @@ class ToposchedPolicy : public Policy {
 
   std::string_view Name() const override { return kPolicyToposched; }
 
-  Result<std::optional<Decision>> Schedule(const PlacementRequest& request,
-                                           std::vector<VirtualNode>& nodes) override {
+  Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
+                                           std::shared_ptr<const framework::ClusterView> cluster) override {
     framework::CycleState cycle = framework_.NewCycle(request);
+    // What the extender gives its cycles from the store: the pool-aware plugins read it.
+    cycle.SetCluster(std::move(cluster));
     // kube-scheduler keeps the feasible nodes and their totals, then takes the highest; ties go
     // to the lowest index here (kube picks at random among ties; a fixed rule keeps runs
     // reproducible).

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/pd/network.h"
 #include "toposched/simulate/simulator.h"
 
 namespace toposched::simulate {
@@ -44,12 +45,26 @@ class Draw {
   std::mt19937 rng_;
 };
 
+// The share of prefill among P/D pods: the pools' mean target share (a pod picks its pool
+// uniformly, then its role), or the weights' split without pools.
+double PrefillShareOfPd(const WorkloadSpec& s, const std::vector<PdPool>& pools) {
+  if (!pools.empty()) {
+    double sum = 0;
+    for (const PdPool& p : pools) sum += p.PrefillShare();
+    return sum / static_cast<double>(pools.size());
+  }
+  const double pd = std::max(s.prefill_weight, 0.0) + std::max(s.decode_weight, 0.0);
+  return pd > 0 ? std::max(s.prefill_weight, 0.0) / pd : 0.0;
+}
+
 // Expected GPUs a pod of the mix asks for with RDMA NICs (prefill 3 on average, decode 1.5,
 // training 8), per pod of the whole mix.
 double NicGpusPerPod(const WorkloadSpec& s) {
-  const double total = s.prefill_weight + s.decode_weight + s.training_weight + s.shared_weight;
+  const double pd = std::max(s.prefill_weight, 0.0) + std::max(s.decode_weight, 0.0);
+  const double total = pd + std::max(s.training_weight, 0.0) + std::max(s.shared_weight, 0.0);
   if (total <= 0) return 0;
-  return (s.prefill_weight * 3.0 + s.decode_weight * 1.5 + s.training_weight * 8.0) / total;
+  const double prefill = PrefillShareOfPd(s, GeneratorPools(s.pd_pools));
+  return (pd * (prefill * 3.0 + (1 - prefill) * 1.5) + std::max(s.training_weight, 0.0) * 8.0) / total;
 }
 
 std::string PodName(std::string_view kind, int i) {
@@ -83,6 +98,27 @@ std::string TypeName(const json& v) {
 
 }  // namespace
 
+std::vector<PdPool> GeneratorPools(int count) {
+  // Prompt lengths and ratios cycle with periods (4 and 3) prime to each other and to the six
+  // model presets, so the eight default pools are eight different combinations.
+  constexpr int kPromptTokens[] = {4096, 2048, 8192, 1024};
+  constexpr int kRatios[][2] = {{1, 1}, {1, 2}, {1, 3}};
+  const std::vector<pd::ModelSpec>& models = pd::ModelPresets();
+  std::vector<PdPool> pools;
+  for (int i = 0; i < count && !models.empty(); ++i) {
+    const pd::ModelSpec& model = models[static_cast<std::size_t>(i) % models.size()];
+    PdPool pool;
+    pool.name = "llm-" + std::to_string(i);
+    pool.model = model.name;
+    pool.kv_bytes_per_token = pd::KvBytesPerToken(model);
+    pool.prompt_tokens = kPromptTokens[static_cast<std::size_t>(i) % std::size(kPromptTokens)];
+    pool.ratio_prefill = kRatios[static_cast<std::size_t>(i) % std::size(kRatios)][0];
+    pool.ratio_decode = kRatios[static_cast<std::size_t>(i) % std::size(kRatios)][1];
+    pools.push_back(std::move(pool));
+  }
+  return pools;
+}
+
 WorkloadSpec DefaultWorkloadSpec(const VirtualCluster& cluster, int pods, std::uint32_t seed) {
   WorkloadSpec spec;
   spec.pods = std::max(pods, 0);
@@ -107,10 +143,12 @@ WorkloadSpec DefaultWorkloadSpec(const VirtualCluster& cluster, int pods, std::u
 Workload GenerateWorkload(const WorkloadSpec& spec) {
   Workload w;
   Draw draw(spec.seed);
-  const double weights[] = {spec.prefill_weight, spec.decode_weight, spec.training_weight,
-                            spec.shared_weight};
-  double total = 0;
-  for (double x : weights) total += std::max(x, 0.0);
+  const std::vector<PdPool> pools = GeneratorPools(spec.pd_pools);
+  // Prefill and decode share one bucket: the pool decides the role.
+  const double pd_weight = std::max(spec.prefill_weight, 0.0) + std::max(spec.decode_weight, 0.0);
+  const double weights[] = {pd_weight, std::max(spec.training_weight, 0.0), std::max(spec.shared_weight, 0.0)};
+  const double total = weights[0] + weights[1] + weights[2];
+  const double unpooled_prefill_share = PrefillShareOfPd(spec, {});
   double t = 0;
   constexpr double kPi = 3.14159265358979323846;
   for (int i = 0; i < spec.pods; ++i) {
@@ -120,28 +158,52 @@ Workload GenerateWorkload(const WorkloadSpec& spec) {
     t += draw.Exponential(spec.mean_interarrival_s / load);
     double pick = draw.Unit() * total;
     int kind = 0;
-    while (kind < 3 && pick >= std::max(weights[kind], 0.0)) pick -= std::max(weights[kind++], 0.0);
+    while (kind < 2 && pick >= weights[kind]) pick -= weights[kind++];
     WorkloadPod pod;
     pod.arrival_s = t;
     pod.duration_s = std::max(draw.Exponential(spec.mean_duration_s), 1.0);
     PlacementRequest& r = pod.request;
     r.pod_namespace = "default";
     switch (kind) {
-      case 0:  // prefill: a tensor-parallel group, one NIC per GPU for KV transfer and NCCL
-        pod.kind = kKindPrefill;
-        r.gpus = draw.Unit() < 0.5 ? 2 : 4;
-        r.rdma_nics = r.gpus;
-        r.role = PodRole::kPrefill;
-        r.pool = "llm-" + std::to_string(draw.Between(0, 3));
+      case 0: {
+        // Two draws per P/D pod, as many as before pools existed, so arrivals and the other
+        // kinds of a seed stayed what they were: the pool, then one draw that decides the
+        // role (below the pool's Prefill share: prefill) and, rescaled within the role's part
+        // of [0, 1) where it is again uniform, the size.
+        const double pool_draw = draw.Unit();
+        const double role_draw = draw.Unit();
+        const PdPool* pool = nullptr;
+        double prefill_share = unpooled_prefill_share;
+        if (!pools.empty()) {
+          const auto k = std::min(static_cast<std::size_t>(pool_draw * static_cast<double>(pools.size())),
+                                  pools.size() - 1);
+          pool = &pools[k];
+          prefill_share = pool->PrefillShare();
+        }
+        const bool prefill = role_draw < prefill_share;
+        const double size_draw =
+            prefill ? role_draw / prefill_share : (role_draw - prefill_share) / (1.0 - prefill_share);
+        if (prefill) {  // a tensor-parallel group, one NIC per GPU for KV transfer and NCCL
+          pod.kind = kKindPrefill;
+          r.gpus = size_draw < 0.5 ? 2 : 4;
+          r.rdma_nics = r.gpus;
+          r.role = PodRole::kPrefill;
+        } else {  // small, one NIC to receive the KV cache
+          pod.kind = kKindDecode;
+          r.gpus = size_draw < 0.6 ? 1 : 2;
+          r.rdma_nics = 1;
+          r.role = PodRole::kDecode;
+        }
+        if (pool != nullptr) {
+          r.pool = pool->name;
+          r.pd_ratio_prefill = pool->ratio_prefill;
+          r.pd_ratio_decode = pool->ratio_decode;
+          r.kv_bytes_per_token = pool->kv_bytes_per_token;
+          r.prompt_tokens = pool->prompt_tokens;
+        }
         break;
-      case 1:  // decode: small, one NIC to receive the KV cache
-        pod.kind = kKindDecode;
-        r.gpus = draw.Unit() < 0.6 ? 1 : 2;
-        r.rdma_nics = 1;
-        r.role = PodRole::kDecode;
-        r.pool = "llm-" + std::to_string(draw.Between(0, 3));
-        break;
-      case 2:  // training or a large model: the whole node, every rail
+      }
+      case 1:  // training or a large model: the whole node, every rail
         pod.kind = kKindTraining;
         r.gpus = 8;
         r.rdma_nics = 8;
@@ -160,9 +222,19 @@ Workload GenerateWorkload(const WorkloadSpec& spec) {
   }
   std::ostringstream d;
   d << spec.pods << " pods (LLM serving mix, seed " << spec.seed << "): prefill " << spec.prefill_weight
-    << ", decode " << spec.decode_weight << ", training " << spec.training_weight << ", shared "
-    << spec.shared_weight << "; mean duration " << spec.mean_duration_s << " s; load factor "
-    << spec.load_start;
+    << ", decode " << spec.decode_weight;
+  if (!pools.empty()) {
+    std::vector<std::string> ratios;
+    for (const PdPool& p : pools) {
+      std::string ratio = std::to_string(p.ratio_prefill) + ":" + std::to_string(p.ratio_decode);
+      if (std::find(ratios.begin(), ratios.end(), ratio) == ratios.end()) ratios.push_back(std::move(ratio));
+    }
+    d << " (together, in " << pools.size() << " pools of P:D ";
+    for (std::size_t k = 0; k < ratios.size(); ++k) d << (k > 0 ? ", " : "") << ratios[k];
+    d << ")";
+  }
+  d << ", training " << spec.training_weight << ", shared " << spec.shared_weight << "; mean duration "
+    << spec.mean_duration_s << " s; load factor " << spec.load_start;
   if (spec.load_peak != spec.load_start) d << " -> " << spec.load_peak << " -> " << spec.load_start;
 
   w.description = d.str();

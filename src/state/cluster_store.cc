@@ -3,6 +3,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <mutex>
+#include <set>
 #include <unordered_set>
 #include <utility>
 
@@ -281,6 +283,7 @@ struct ClusterStore::Impl {
   mutable std::mutex pods_mu;
   std::condition_variable uid_released;
   ByName<PodAllocation> pods;
+  ByName<std::set<std::string>> pools;  // pool name -> UIDs of its pods (under pods_mu)
   std::unordered_set<std::string, Snapshot::Hash, std::equal_to<>> claimed;
 
   std::atomic<bool> synced{false};
@@ -412,7 +415,23 @@ struct ClusterStore::Impl {
 
   void IndexPod(const PodAllocation& allocation) {
     std::lock_guard lock(pods_mu);
+    if (const auto it = pods.find(allocation.uid); it != pods.end()) UnindexPoolLocked(it->second);
     pods.insert_or_assign(allocation.uid, allocation);
+    if (!allocation.pool.empty()) pools[allocation.pool].insert(allocation.uid);
+  }
+
+  // Erases a pod from the pod and pool indexes; pods_mu held.
+  void ErasePodLocked(ByName<PodAllocation>::iterator it) {
+    UnindexPoolLocked(it->second);
+    pods.erase(it);
+  }
+
+  void UnindexPoolLocked(const PodAllocation& allocation) {
+    if (allocation.pool.empty()) return;
+    const auto pool = pools.find(allocation.pool);
+    if (pool == pools.end()) return;
+    pool->second.erase(allocation.uid);
+    if (pool->second.empty()) pools.erase(pool);
   }
 };
 
@@ -525,7 +544,7 @@ void ClusterStore::RemoveNode(std::string_view name) {
   std::lock_guard pods_lock(impl_->pods_mu);
   for (const std::string& uid : old->pods) {
     const auto it = impl_->pods.find(uid);
-    if (it != impl_->pods.end() && it->second.node == name) impl_->pods.erase(it);
+    if (it != impl_->pods.end() && it->second.node == name) impl_->ErasePodLocked(it);
   }
 }
 
@@ -626,12 +645,25 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
   impl_->Publish(allocation.node, std::move(next));
   {
     std::lock_guard pods_lock(impl_->pods_mu);
-    impl_->pods.erase(impl_->pods.find(pod_uid));
+    if (const auto it = impl_->pods.find(pod_uid); it != impl_->pods.end()) impl_->ErasePodLocked(it);
   }
   return std::optional<PodAllocation>(allocation);
 }
 
 void ClusterStore::SetPersistence(Persistence* persistence) { impl_->persistence = persistence; }
+
+std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
+  std::vector<PodAllocation> out;
+  if (pool.empty()) return out;
+  std::lock_guard lock(impl_->pods_mu);
+  const auto it = impl_->pools.find(pool);
+  if (it == impl_->pools.end()) return out;
+  out.reserve(it->second.size());
+  for (const std::string& uid : it->second) {
+    if (const auto pod = impl_->pods.find(uid); pod != impl_->pods.end()) out.push_back(pod->second);
+  }
+  return out;
+}
 
 std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) const {
   std::lock_guard lock(impl_->pods_mu);

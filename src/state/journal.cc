@@ -138,7 +138,7 @@ Result<JournalEntry> DecodePayload(const json& doc) {
     entry.op = JournalOp::kBind;
     if (Status s = CheckKeys(doc,
                              {"op", "uid", "namespace", "name", "node", "generation", "worstClass", "gpus",
-                              "shares", "nics", "crc"},
+                              "shares", "nics", "role", "pool", "crc"},
                              "");
         !s.ok()) {
       return s.error();
@@ -160,6 +160,20 @@ Result<JournalEntry> DecodePayload(const json& doc) {
   if (!cls)
     return Expected("worstClass", "a link class (X, NV, PIX, PXB, PHB, NODE, SYS)", doc.at("worstClass"));
   a.worst_class = *cls;
+  // role and pool: optional (journals written before Prefill/Decode pools lack them).
+  std::string role;
+  if (doc.contains("role")) TOPOSCHED_ASSIGN_OR_RETURN(role, ReadString(doc, "role", true));
+  if (!role.empty()) {
+    bool known = false;
+    for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
+      if (role == ToString(r)) {
+        a.role = r;
+        known = true;
+      }
+    }
+    if (!known) return Expected("role", "\"prefill\", \"decode\" or \"both\"", doc.at("role"));
+  }
+  if (doc.contains("pool")) TOPOSCHED_ASSIGN_OR_RETURN(a.pool, ReadString(doc, "pool", true));
   TOPOSCHED_ASSIGN_OR_RETURN(a.delta.exclusive_gpus, ReadIndices(doc, "gpus"));
   TOPOSCHED_ASSIGN_OR_RETURN(a.delta.nics, ReadIndices(doc, "nics"));
 
@@ -364,6 +378,8 @@ Result<std::string> EncodeJournalLine(JournalOp op, const PodAllocation& a) {
     }
     j["shares"] = std::move(shares);
     j["nics"] = a.delta.nics;
+    if (a.role != PodRole::kNone) j["role"] = std::string(ToString(a.role));
+    if (!a.pool.empty()) j["pool"] = a.pool;
   }
   std::string line;
   try {

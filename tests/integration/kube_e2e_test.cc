@@ -752,6 +752,65 @@ TEST_F(KubeE2E, OnlyTheLeaderBindsAndTheOtherTakesOverWithEveryAllocation) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// In a pod (POD_NAMESPACE/POD_NAME known): both replicas report ready once synced, the leader
+// labels its own pod for the Service, a new leader takes a stale label off the old pod first,
+// and a replica that stops takes its label off.
+TEST_F(KubeE2E, LeaderLabelsItsPodAndAFollowerIsReadyButDoesNotBind) {
+  AddNode("a100-0", kAzureA100);
+  const std::string ns = "toposched-system";
+  const std::string pods = "/api/v1/namespaces/" + ns + "/pods";
+  for (const char* name : {"extender-1", "extender-2"}) {
+    testing::PodSpec spec;
+    spec.name = name;
+    spec.ns = ns;
+    json pod = testing::MakePod(spec);
+    pod["metadata"].erase("uid");
+    pod["metadata"].erase("resourceVersion");
+    server_.Create(pods, pod);
+  }
+  auto label_of = [&](const std::string& name) {
+    const std::optional<json> pod = server_.Get(pods, name);
+    return pod ? pod->value("/metadata/labels/toposched.io~1leader"_json_pointer, std::string()) : std::string("?");
+  };
+  auto options = [&](const std::string& name) {
+    kube::KubeSourceOptions o;
+    o.self_namespace = ns;
+    o.self_name = name;
+    return o;
+  };
+  auto one = std::make_unique<Replica>(server_, "extender-1", true, options("extender-1"));
+  ASSERT_TRUE(WaitFor([&] { return label_of("extender-1") == "true"; }));
+  Replica two(server_, "extender-2", true, options("extender-2"));
+  ASSERT_TRUE(WaitFor([&] { return two.Ready(); })) << two.Call("/readyz", "", "GET").second;
+  EXPECT_TRUE(one->Ready());
+  EXPECT_EQ(label_of("extender-2"), "");
+  // Ready, but not the leader: binds are refused in-band (the Service sends it none).
+  const Scheduled refused = Schedule(two, GpuPod(server_, "refused", 1, 1), {"a100-0"});
+  EXPECT_NE(refused.error.find("not the leader"), std::string::npos) << refused.error;
+  EXPECT_TRUE(Schedule(*one, GpuPod(server_, "p0", 1, 1), {"a100-0"}).error.empty());
+
+  // The leader steps down (its elector stops and gives the Lease up): it takes its label off
+  // and the follower labels itself.
+  one->elector_thread.request_stop();
+  one->elector_thread.join();
+  ASSERT_TRUE(WaitFor([&] { return label_of("extender-2") == "true"; }, milliseconds(5'000)));
+  EXPECT_TRUE(WaitFor([&] { return label_of("extender-1").empty(); }));
+
+  // A leader that crashed leaves its label behind: the next leader takes it off first.
+  server_.Upsert(pods, [&] {
+    json pod = *server_.Get(pods, "extender-1");
+    pod["metadata"]["labels"]["toposched.io/leader"] = "true";
+    return pod;
+  }());
+  two.Kill();
+  EXPECT_EQ(label_of("extender-2"), "") << "a replica that stops takes its own label off";
+  Replica three(server_, "extender-2b", true, options("extender-2"));  // a new process in pod extender-2
+  ASSERT_TRUE(WaitFor([&] { return label_of("extender-2") == "true"; }, milliseconds(5'000)));
+  EXPECT_TRUE(WaitFor([&] { return label_of("extender-1").empty(); })) << "the stale label stayed";
+  EXPECT_TRUE(Schedule(three, GpuPod(server_, "p1", 1, 1), {"a100-0"}).error.empty());
+  ExpectNoDeviceHeldTwice(server_);
+}
+
 TEST_F(KubeE2E, LeaderThatCannotRenewStopsBinding) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-1", true);

@@ -871,7 +871,7 @@ TEST(Workloads, AgentRunsOnGpuNodesAndKnowsItsNode) {
   EXPECT_NE(std::find(tolerations.begin(), tolerations.end(), expected_toleration), tolerations.end());
 }
 
-TEST(Workloads, ExtenderServesKubernetesAndIsReadyOnlyAsLeaderBehindItsService) {
+TEST(Workloads, ExtenderServesKubernetesAndItsServiceRoutesToTheLabelledLeader) {
   const DeployedWorkloads w = LoadWorkloads();
   ASSERT_TRUE(w.extender != nullptr && w.service != nullptr);
   const json& container = OnlyContainer(*w.extender);
@@ -887,10 +887,14 @@ TEST(Workloads, ExtenderServesKubernetesAndIsReadyOnlyAsLeaderBehindItsService) 
   EXPECT_EQ(container.value("/readinessProbe/httpGet/port"_json_pointer, 0), container_port);
   EXPECT_EQ(container.value("/livenessProbe/httpGet/path"_json_pointer, std::string()), "/healthz");
   EXPECT_EQ(container.value("/livenessProbe/httpGet/port"_json_pointer, 0), container_port);
-  // The Lease identity: $POD_NAME from the downward API.
+  // The Lease identity and the pod the leader labels: $POD_NAME and $POD_NAMESPACE from the
+  // downward API (without both, serve falls back to "only the leader is ready").
   const json* pod_name = EnvVar(container, "POD_NAME");
   ASSERT_NE(pod_name, nullptr);
   EXPECT_EQ(pod_name->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()), "metadata.name");
+  const json* pod_namespace = EnvVar(container, "POD_NAMESPACE");
+  ASSERT_NE(pod_namespace, nullptr);
+  EXPECT_EQ(pod_namespace->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()), "metadata.namespace");
   // Every $(VAR) in args is an env var the container defines (else Kubernetes passes it verbatim).
   for (const std::string& arg : args) {
     std::smatch m;
@@ -903,10 +907,14 @@ TEST(Workloads, ExtenderServesKubernetesAndIsReadyOnlyAsLeaderBehindItsService) 
                 std::string()),
             "kubernetes.io/hostname");
   EXPECT_GE((*w.extender)["spec"].value("replicas", 1), 2);
-  // The Service selects the extender's pods and forwards to the port it serves on.
+  // The Service selects the extender's pods, and of those only the leader (the label the
+  // leader puts on its own pod at run time), and forwards to the port it serves on.
   const json& pod_labels = (*w.extender)["spec"]["template"]["metadata"]["labels"];
   ASSERT_FALSE((*w.service)["spec"]["selector"].empty());
+  EXPECT_EQ((*w.service)["spec"]["selector"].value("toposched.io/leader", ""), "true");
+  EXPECT_FALSE(pod_labels.contains("toposched.io/leader")) << "the template must not make every replica the leader";
   for (const auto& [key, value] : (*w.service)["spec"]["selector"].items()) {
+    if (key == "toposched.io/leader") continue;
     EXPECT_EQ(pod_labels.value(key, ""), value) << key;
   }
   ASSERT_EQ((*w.service)["spec"]["ports"].size(), 1u);

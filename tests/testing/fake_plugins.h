@@ -28,15 +28,18 @@ class FakeFilter final : public framework::FilterPlugin {
 
 class FakeScore final : public framework::ScorePlugin {
  public:
-  FakeScore(std::string name, int score) : name_(std::move(name)), score_(score) {}
+  // `counted` false: a plugin that does not apply to the pod (ScoreResult::counted).
+  FakeScore(std::string name, int score, bool counted = true)
+      : name_(std::move(name)), score_(score), counted_(counted) {}
   std::string_view Name() const override { return name_; }
   framework::ScoreResult Score(framework::CycleState&, const framework::NodeInfo&) const override {
-    return {score_, name_ + " says " + std::to_string(score_)};
+    return {score_, name_ + " says " + std::to_string(score_), counted_};
   }
 
  private:
   std::string name_;
   int score_;
+  bool counted_ = true;
 };
 
 // Reserve marks node.labels[name] = "reserved" (unless it fails); Unreserve removes the mark.

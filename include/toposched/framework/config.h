@@ -17,6 +17,8 @@
 //   request:                     # optional
 //     rdmaResources: ["rdma/"]   # exact resource names, or prefixes ending in '/'
 //     poolLabel: toposched.io/pool
+//   network:                     # optional; Prefill/Decode network tiers and KV-transfer costs
+//     ...                        # every key: include/toposched/pd/network.h (NetworkConfig)
 //
 // Unknown keys are errors at every level: a misspelt key must not silently mean "default".
 
@@ -27,6 +29,7 @@
 #include "toposched/common/status.h"
 #include "toposched/framework/registry.h"
 #include "toposched/placement/placement.h"
+#include "toposched/pd/network.h"
 #include "toposched/placement/request.h"
 
 namespace toposched::framework {
@@ -48,6 +51,7 @@ struct SchedulerConfig {
   std::vector<PluginConfig> plugins;
   EngineOptions engine;
   RequestConfig request;
+  pd::NetworkConfig network;
 };
 
 // Every plugin of `registry`, in registration order, with its default weight and no args.

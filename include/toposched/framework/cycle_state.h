@@ -18,6 +18,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "toposched/framework/cluster_view.h"
 #include "toposched/framework/node_info.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
@@ -46,6 +47,11 @@ class CycleState {
   ~CycleState();
 
   const PlacementRequest& request() const { return request_; }
+
+  // The cluster beyond the scored node (pool members, network positions), for pool-aware
+  // plugins; null when the caller has none (they then score neutrally and say why).
+  void SetCluster(std::shared_ptr<const ClusterView> cluster) { cluster_ = std::move(cluster); }
+  const ClusterView* cluster() const { return cluster_.get(); }
 
   // The engine's outcome for `node` as it is now. Computed at most once per node name while the
   // node's topology (by pointer) and allocation stay what they were at the first call; when
@@ -81,6 +87,7 @@ class CycleState {
 
   PlacementRequest request_;
   Placer placer_;
+  std::shared_ptr<const ClusterView> cluster_;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
   std::unordered_map<std::string, std::unique_ptr<StateData>, StringHash, std::equal_to<>> data_;
   std::size_t placer_calls_ = 0;

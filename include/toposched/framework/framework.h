@@ -32,11 +32,12 @@ struct ScorePart {
   int weight = 0;
   int score = 0;  // 0..100, as the plugin returned it (clamped; the explanation says if it was)
   std::string explanation;
+  bool counted = true;  // false: the plugin did not apply to the pod (out of the total)
   bool operator==(const ScorePart&) const = default;
 };
 
 struct NodeScore {
-  // Weighted average of the parts, 0..100, rounded half up:
+  // Weighted average of the counted parts, 0..100, rounded half up:
   //   total = round(sum(weight_i * score_i) / sum(weight_i)); 0 when every weight is 0.
   int total = 0;
   std::vector<ScorePart> parts;  // config order

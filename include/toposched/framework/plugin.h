@@ -38,6 +38,10 @@ struct ScoreResult {
   int score = kMinScore;  // kMinScore..kMaxScore, higher is better
   // How the score was made, with its arithmetic ("worst GPU->NIC PIX (rank 1) ... -> 100").
   std::string explanation;
+  // false: the plugin has nothing to say about this pod (a pool plugin for a pod outside any
+  // pool). Its part stays in the explanation but out of the weighted total, so a plugin that
+  // does not apply does not compress the others' differences on the extender's 0-10 scale.
+  bool counted = true;
 };
 
 // Called in the prioritize verb for nodes that passed Filter. A node without a placement (the

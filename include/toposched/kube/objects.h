@@ -125,6 +125,7 @@ struct PodView {
   bool ready = false;      // condition Ready=True
   std::optional<std::chrono::system_clock::time_point> ready_since;  // its lastTransitionTime
   std::map<std::string, std::string> annotations;  // only toposched.io/* and hami.io/* keys
+  std::map<std::string, std::string> labels;       // all of them (role and pool labels)
   // Holds devices: not Succeeded/Failed (a deleting pod still holds them until it is gone).
   bool Active() const { return phase != "Succeeded" && phase != "Failed"; }
 };

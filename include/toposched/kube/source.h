@@ -27,6 +27,9 @@ enum class StaleTopologyPolicy : std::uint8_t {
 
 struct KubeSourceOptions {
   std::string policy_name = "toposched";  // written in toposched.io/allocation
+  // The Prefill/Decode pool label (the scheduler config's request.poolLabel): restored pods
+  // rejoin their pool.
+  std::string pool_label = "toposched.io/pool";
   // A NodeTopology whose heartbeat is older than this is stale (0 = never).
   std::chrono::seconds stale_topology_age{0};
   StaleTopologyPolicy stale_policy = StaleTopologyPolicy::kClosed;
@@ -43,6 +46,13 @@ struct KubeSourceOptions {
   // Events for the bind -> Ready time are written by this component name.
   std::string event_component = "toposched-extender";
   std::string identity;  // reportingInstance of events (the replica's name)
+  // This replica's own Pod (serve reads POD_NAMESPACE and POD_NAME, set by the downward API).
+  // With leader election and a known pod, every synced replica reports ready and the leader
+  // labels its own pod `leader_label: "true"` (removing the label from any other pod of the
+  // namespace first); the Service selects that label, so only the leader gets requests and a
+  // PodDisruptionBudget can count both replicas. Without a known pod, only the leader is ready.
+  std::string self_namespace, self_name;
+  std::string leader_label = "toposched.io/leader";
 };
 
 class KubeSource : public state::Persistence, public extender::BindHooks {

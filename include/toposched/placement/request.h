@@ -16,6 +16,14 @@ namespace toposched {
 inline constexpr std::string_view kAlignmentAnnotation = "toposched.io/gpu-nic-alignment";
 inline constexpr std::string_view kRdmaNicsAnnotation = "toposched.io/rdma-nics";
 inline constexpr std::string_view kRoleLabel = "llm-d.ai/role";
+// Prefill/Decode pools (docs/placement.md, "Prefill/Decode pools"): the pool's target ratio of
+// Prefill to Decode instances per network domain ("1:3"), the KV cache size per token and a
+// typical prompt length (for the transfer-cost estimate), and whether co-located P and D of
+// this pod may use CUDA IPC ("true") rather than RDMA loopback.
+inline constexpr std::string_view kPdRatioAnnotation = "toposched.io/pd-ratio";
+inline constexpr std::string_view kKvBytesPerTokenAnnotation = "toposched.io/kv-bytes-per-token";
+inline constexpr std::string_view kPromptTokensAnnotation = "toposched.io/prompt-tokens";
+inline constexpr std::string_view kKvIpcAnnotation = "toposched.io/kv-ipc";
 inline constexpr std::size_t kMaxPodJsonBytes = 4u << 20;  // 4 MiB; the API server caps at ~1.5
 
 enum class PodRole : std::uint8_t { kNone, kPrefill, kDecode, kBoth };
@@ -54,6 +62,11 @@ struct PlacementRequest {
   std::optional<LinkClass> max_gpu_nic_class;
   PodRole role = PodRole::kNone;
   std::string pool;
+  // Prefill/Decode annotations; not part of the shape. 0 = not given (config defaults apply).
+  int pd_ratio_prefill = 0, pd_ratio_decode = 0;
+  std::int64_t kv_bytes_per_token = 0;
+  int prompt_tokens = 0;
+  bool kv_ipc = false;
   SharedGpuRequest shared;
   PackPolicy node_policy = PackPolicy::kDefault;
   // GPUs (whole or vGPUs) each container asks, init containers first, then app containers

@@ -19,11 +19,13 @@
 #include <vector>
 
 #include "toposched/common/status.h"
+#include "toposched/framework/cluster_view.h"
 #include "toposched/framework/config.h"
 #include "toposched/framework/node_info.h"
 #include "toposched/framework/registry.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
+#include "toposched/pd/network.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched::simulate {
@@ -36,13 +38,17 @@ namespace toposched::simulate {
 // as they are, and every policy mutates the same kind of value.
 using VirtualNode = framework::NodeInfo;
 
-// Labels every virtual node gets. Tiers are informational for now: which leaf and spine a
-// node hangs off, numbered in cluster order (P/D placement over tiers reads them later).
+// Labels every virtual node gets: its shape, and the leaf, spine and zone it hangs off,
+// numbered in cluster order, which are three of the default network tiers (pd/network.h;
+// synthetic nodes have no multi-node NVLink domain, so no nvidia.com/gpu.clique). A zone holds
+// two spines: the default cluster (240 nodes) is one zone, 15 leaves and 2 spines.
 inline constexpr std::string_view kShapeLabel = "node.kubernetes.io/instance-type";
 inline constexpr std::string_view kLeafLabel = "toposched.io/leaf";
 inline constexpr std::string_view kSpineLabel = "toposched.io/spine";
+inline constexpr std::string_view kZoneLabel = "topology.kubernetes.io/zone";
 inline constexpr int kNodesPerLeaf = 16;
 inline constexpr int kNodesPerSpine = 128;
+inline constexpr int kNodesPerZone = 2 * kNodesPerSpine;
 
 struct ShapeCount {
   std::string shape;  // a synthetic preset name, or a topology file's name
@@ -103,6 +109,25 @@ struct Workload {
 };
 
 inline constexpr int kDefaultPods = 4000;
+inline constexpr int kDefaultPdPools = 8;
+
+// A Prefill/Decode pool of the generator: one served model, the KV bytes per token of its
+// preset (pd::KvBytesPerToken), a typical prompt length and the target Prefill:Decode instance
+// ratio. Its pods carry what the pool label, llm-d.ai/role and the toposched.io/pd-ratio,
+// kv-bytes-per-token and prompt-tokens annotations would give (PlacementRequest).
+struct PdPool {
+  std::string name;   // "llm-<i>"
+  std::string model;  // a pd::ModelPresets() name
+  std::int64_t kv_bytes_per_token = 0;
+  int prompt_tokens = 0;
+  int ratio_prefill = 1, ratio_decode = 1;
+  double PrefillShare() const { return static_cast<double>(ratio_prefill) / (ratio_prefill + ratio_decode); }
+  bool operator==(const PdPool&) const = default;
+};
+
+// The generator's pools: pool i takes model preset i (cycling), prompt length 4096, 2048, 8192,
+// 1024 (cycling) and ratio 1:1, 1:2, 1:3 (cycling). Empty for count <= 0.
+std::vector<PdPool> GeneratorPools(int count);
 
 // The generator's knobs. Weights are relative shares of pod counts.
 struct WorkloadSpec {
@@ -118,10 +143,15 @@ struct WorkloadSpec {
   // capacity came back. Equal values: a flat load.
   double load_start = 1.0;
   double load_peak = 1.0;
+  // Prefill and decode pods. With pools (pd_pools > 0) the two weights together are the share
+  // of P/D pods: each picks a pool (uniformly) and then its role with the pool's target
+  // Prefill share, so every pool's ratio is achievable and the split of the sum follows the
+  // pools (about 0.225 : 0.375 with the default pools). Without pools: these shares, no pool.
   double prefill_weight = 0.22;   // 2 or 4 GPUs + as many RDMA NICs
   double decode_weight = 0.38;    // 1 or 2 GPUs + 1 RDMA NIC
   double training_weight = 0.05;  // 8 GPUs + 8 RDMA NICs: a whole HGX node
   double shared_weight = 0.35;    // 1 vGPU, 8000-20000 MiB, 20-50% of the SMs
+  int pd_pools = kDefaultPdPools;  // GeneratorPools(pd_pools)
   bool operator==(const WorkloadSpec&) const = default;
 };
 
@@ -167,8 +197,12 @@ class Policy {
   virtual std::string_view Name() const = 0;
   // nullopt when no node fits: the pod stays pending (the simulator does not retry). An error
   // is a bug (e.g. a claim the node's allocation refuses), never "does not fit".
-  virtual Result<std::optional<Decision>> Schedule(const PlacementRequest& request,
-                                                   std::vector<VirtualNode>& nodes) = 0;
+  // `cluster` is the simulator's view of the running cluster (network positions, free devices,
+  // pool members) as it is before this decision; it does not change during the call. May be
+  // null (a test calling a policy alone). toposched hands it to the cycle (SetCluster) for the
+  // pool-aware plugins; the baselines ignore it.
+  virtual Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
+                                                   std::shared_ptr<const framework::ClusterView> cluster) = 0;
 };
 
 inline constexpr std::string_view kPolicyToposched = "toposched";
@@ -250,6 +284,37 @@ struct NodeState {
   bool aligned_slot_free = false;  // an 8-GPU node that still has its aligned 8-GPU slot
 };
 
+// KV bytes of one transfer when neither pod of a pair says (no toposched.io/kv-bytes-per-token
+// or prompt-tokens annotation in its pool): llama-3-70b (80 layers x 8 KV heads x 128 x 2 x
+// 2 bytes) and a 4096-token prompt.
+inline constexpr std::int64_t kFallbackKvBytesPerToken = 327680;
+inline constexpr int kFallbackPromptTokens = 4096;
+
+// Prefill/Decode figures of one run (docs/placement.md, "Prefill/Decode pools in the
+// simulator"). A P/D pod is a placed pod with role prefill or decode and a pool; its
+// counterparts are the running pods of its pool with the opposite role.
+struct PdFigures {
+  // Prefill->Decode pairs, counted once, when the later of the two is placed, by path kind.
+  std::array<int, pd::kPathKinds> paths{};
+  int pairs = 0;
+  // Estimated KV transfer time over those pairs (pd::TransferSeconds of the pool's KV bytes per
+  // token x prompt tokens; endpoints: each pod's GPUs, RDMA NICs and worst GPU->NIC class).
+  double transfer_mean_ms = 0, transfer_p99_ms = 0;
+  // P/D pods placed while they had counterparts, and of those, how many went to a node whose
+  // expected transfer time (mean over the counterparts) was within 1% of the cheapest among the
+  // nodes that could host the pod at that moment (enough free GPUs of the vendor and RDMA
+  // NICs). The pod's own end counts as aligned on every node: this compares paths, not classes.
+  int pods_with_counterparts = 0;
+  int at_cheapest = 0;
+  double at_cheapest_share = 0;  // at_cheapest / pods_with_counterparts (0 when none)
+  // Per-domain P:D ratio error at the ratio tier (the tier whose path is leaf): for each pool
+  // with a target ratio p:d and each domain holding its running pods, |P/(P+D) - p/(p+d)|,
+  // averaged weighted by P+D; at the end, and the mean of that figure sampled after every
+  // P/D arrival.
+  double ratio_error_end = 0, ratio_error_mean = 0;
+  int ratio_samples = 0;
+};
+
 struct KindCount {
   std::string kind;
   int arrived = 0, placed = 0, pending = 0;
@@ -274,6 +339,7 @@ struct PolicyResult {
   std::size_t decisions = 0;      // pods the policy decided on (placed + pending)
   double decision_p50_us = 0, decision_p99_us = 0, decision_mean_us = 0;
   double total_seconds = 0;      // measured wall time of the policy's whole run
+  PdFigures pd;
   std::vector<NodeState> nodes;  // the cluster at the end
 };
 
@@ -298,9 +364,12 @@ struct SimulationOptions {
 
 // Runs every policy on its own copy of `cluster`: pods arrive in order; each is placed or
 // counted pending; placed pods leave duration_s later (departures before arrivals at equal
-// times). The run ends at the last arrival. Errors: pods out of arrival order, an unknown
-// policy, a config the framework rejects, or a policy whose claims disagree with the pods it
-// placed (a bug, named: the allocations are rebuilt from the running pods and compared).
+// times). The run ends at the last arrival. Each policy sees a framework::StaticClusterView of
+// its copy: nodes located by their labels with the config's network tiers, free GPUs and RDMA
+// NICs and pool members updated on every decision and departure. Errors: pods out of arrival
+// order, an unknown policy, a config the framework rejects, or a policy whose claims disagree
+// with the pods it placed (a bug, named: the allocations, the view's free devices and its pool
+// members are rebuilt from the running pods and compared).
 Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload& workload,
                                   const SimulationOptions& options = {});
 

@@ -23,6 +23,7 @@
 
 #include "toposched/common/status.h"
 #include "toposched/framework/allocation.h"
+#include "toposched/framework/cluster_view.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/node_topology.h"
 
@@ -49,6 +50,10 @@ struct PodAllocation {
   // How many leading entries of container_devices are init containers: they run before the app
   // containers, one at a time, so each takes its devices from the start of the pod's set.
   int init_containers = 0;
+  // The pod's Prefill/Decode role and pool (label llm-d.ai/role and the configured pool label):
+  // pool-aware plugins score against where the pool's pods run.
+  PodRole role = PodRole::kNone;
+  std::string pool;
   bool operator==(const PodAllocation&) const = default;
 };
 
@@ -173,6 +178,8 @@ class ClusterStore {
   Result<std::optional<PodAllocation>> Release(std::string_view pod_uid, bool persist = true);
 
   std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;
+  // The allocations of a Prefill/Decode pool's pods (PodAllocation::pool), by UID; empty for "".
+  std::vector<PodAllocation> PoolPods(std::string_view pool) const;
   std::size_t pod_count() const;
 
   // Ready to serve: the source has loaded everything once (readyz).
@@ -183,6 +190,14 @@ class ClusterStore {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The cluster as pool-aware plugins see it for one pod of `pool`: positions from each node's
+// labels (or from `hyper_nodes` where it places the node: Volcano HyperNodes), the pool's
+// pods from the store, free GPUs and RDMA NICs from the snapshot. Only `pool`'s members are
+// listed (the view is built per request). `network` must outlive the view.
+std::shared_ptr<const framework::ClusterView> MakeClusterView(
+    const ClusterStore& store, std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,
+    std::string_view pool, std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
 
 // Errors tagged for callers (metrics, HTTP mapping).
 inline constexpr std::string_view kConflictTag = "conflict: ";

@@ -1,0 +1,85 @@
+#pragma once
+// ClusterView: what a pool-aware plugin may know beyond the node it scores: where every node
+// sits in the network, which pods of a Prefill/Decode pool already run where, and how much
+// whole-GPU capacity each node has left. The extender builds one per request from its store's
+// snapshot; the simulator keeps one over its virtual cluster; tests fill a StaticClusterView.
+// Immutable while a cycle reads it (CycleState holds a shared_ptr).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/pd/network.h"
+#include "toposched/placement/request.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched::framework {
+
+// A running (bound or reserved) pod of a pool.
+struct PoolMember {
+  std::string uid;
+  std::string node;
+  PodRole role = PodRole::kNone;
+  int gpus = 0;       // whole GPUs, or vGPUs for shared requests
+  int rdma_nics = 0;
+  LinkClass worst_class = LinkClass::kPIX;  // its worst GPU->NIC class (kPIX without NICs)
+  bool operator==(const PoolMember&) const = default;
+};
+
+struct NodeSummary {
+  std::string_view name;
+  const pd::Location* location = nullptr;  // never null
+  int free_gpus = 0;   // GPUs neither exclusive nor shared
+  int free_rdma_nics = 0;
+  bool schedulable = true;
+};
+
+class ClusterView {
+ public:
+  virtual ~ClusterView() = default;
+  virtual const pd::NetworkConfig& network() const = 0;
+  // The node's position; a node the view does not know gets one that shares no tier.
+  virtual pd::Location Locate(std::string_view node) const = 0;
+  // The pool's running pods, any order; empty for an unknown pool or "".
+  virtual std::vector<PoolMember> PoolMembers(std::string_view pool) const = 0;
+  // Every node, in a stable order (the store's / the cluster's).
+  virtual void ForEachNode(const std::function<void(const NodeSummary&)>& fn) const = 0;
+};
+
+// A plain in-memory view: tests, the simulator, `toposched advise`.
+class StaticClusterView : public ClusterView {
+ public:
+  struct Node {
+    pd::Location location;
+    int free_gpus = 0;
+    int free_rdma_nics = 0;
+    bool schedulable = true;
+  };
+  explicit StaticClusterView(pd::NetworkConfig network = {}) : network_(std::move(network)) {}
+
+  // Adds or replaces a node (located by its labels, or by `location` when given).
+  void SetNode(const std::string& name, const std::map<std::string, std::string>& labels, int free_gpus,
+               int free_rdma_nics = 0, bool schedulable = true);
+  void SetNodeLocation(const std::string& name, pd::Location location, int free_gpus, int free_rdma_nics = 0,
+                       bool schedulable = true);
+  void SetFree(std::string_view name, int free_gpus, int free_rdma_nics);
+  void AddMember(const std::string& pool, PoolMember member);
+  void RemoveMember(std::string_view uid);  // from whichever pool holds it; no-op when absent
+
+  const pd::NetworkConfig& network() const override { return network_; }
+  pd::Location Locate(std::string_view node) const override;
+  std::vector<PoolMember> PoolMembers(std::string_view pool) const override;
+  void ForEachNode(const std::function<void(const NodeSummary&)>& fn) const override;
+
+ private:
+  pd::NetworkConfig network_;
+  std::vector<std::string> order_;
+  std::map<std::string, Node, std::less<>> nodes_;
+  std::map<std::string, std::vector<PoolMember>, std::less<>> pools_;
+};
+
+}  // namespace toposched::framework

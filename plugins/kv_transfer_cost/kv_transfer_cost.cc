@@ -1,0 +1,435 @@
+#include "kv_transfer_cost/kv_transfer_cost.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/plugin_util.h"
+#include "common/pool_util.h"
+#include "toposched/framework/cluster_view.h"
+
+namespace toposched::plugins::kv_transfer_cost {
+namespace {
+
+using framework::kMaxScore;
+using framework::PoolMember;
+
+bool IsCounterpart(PodRole own, PodRole member) {
+  if (member == PodRole::kBoth) return true;
+  return (own == PodRole::kPrefill && member == PodRole::kDecode) ||
+         (own == PodRole::kDecode && member == PodRole::kPrefill);
+}
+
+PodRole Opposite(PodRole r) {
+  return r == PodRole::kPrefill ? PodRole::kDecode : PodRole::kPrefill;
+}
+
+bool SameEndpoint(const pd::Endpoint& a, const pd::Endpoint& b) {
+  return a.gpus == b.gpus && a.rdma_nics == b.rdma_nics && a.worst_class == b.worst_class &&
+         a.nic_gbps == b.nic_gbps;
+}
+
+std::string Instances(int n, std::string_view role) {
+  return std::to_string(n) + " " + std::string(role) + (n == 1 ? " instance" : " instances");
+}
+
+// The instances standing at one node, by distinct endpoint: a node's path is computed once for
+// all of them, and a (path, endpoint) estimate once for all nodes sharing it.
+struct Site {
+  pd::Location location;
+  std::vector<std::pair<std::size_t, int>> endpoints;  // index into PoolCycle::endpoints, count
+};
+
+enum class AnchorKind { kCounterparts, kSameRole, kGang };
+
+// Everything about the pool that does not depend on the scored node. The first Score call of a
+// cycle builds it; the other (up to thousands of) nodes read it.
+struct PoolCycle final : framework::StateData {
+  std::string neutral;  // non-empty: every node scores 100 with this explanation
+  std::string prefix;   // "decode of pool chat: "
+  AnchorKind anchor = AnchorKind::kCounterparts;
+  std::string anchor_text;  // "4 prefill instances"
+  std::vector<pd::Endpoint> endpoints;
+  std::vector<Site> sites;
+  int anchors = 0;  // instances the mean runs over
+  // The gang anchor's domain at `gang_tier` (empty: the anchor is the single node `gang_node`,
+  // which has no label for that tier) and its first node.
+  std::optional<std::size_t> gang_tier;
+  std::string gang_domain, gang_node;
+
+  double bytes = 0;
+  std::string bytes_text;  // "2048 tok x 320 KiB"
+  CostBounds bounds;       // the scale: see AvailableBounds
+  std::string bounds_text;  // "cheapest available 13.7 ms, scale to 27.5 ms"
+
+  std::optional<std::size_t> spread_tier;  // nullopt: by node
+  std::string spread_label;
+  std::map<std::string, int, std::less<>> same_by_domain, same_by_node;
+  int same_total = 0;
+};
+
+std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint& e) {
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    if (SameEndpoint(endpoints[i], e)) return i;
+  }
+  endpoints.push_back(e);
+  return endpoints.size() - 1;
+}
+
+void AddSites(const framework::ClusterView& cluster, const std::vector<const PoolMember*>& members,
+              PoolCycle& c) {
+  std::map<std::string_view, std::size_t> site_of;
+  for (const PoolMember* m : members) {
+    auto [it, inserted] = site_of.try_emplace(m->node, c.sites.size());
+    if (inserted) c.sites.push_back(Site{cluster.Locate(m->node), {}});
+    // A member recorded without GPUs still holds one instance's KV cache: count one lane.
+    const std::size_t e = AddEndpoint(
+        c.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
+    std::vector<std::pair<std::size_t, int>>& at = c.sites[it->second].endpoints;
+    const auto same = std::find_if(at.begin(), at.end(), [e](const auto& p) { return p.first == e; });
+    if (same == at.end()) {
+      at.emplace_back(e, 1);
+    } else {
+      ++same->second;
+    }
+  }
+  c.anchors = static_cast<int>(members.size());
+}
+
+// The gang anchor: the domain at `tier` with the most free GPUs over schedulable nodes. A node
+// without a label for the tier is a domain of its own. False when no node is schedulable.
+bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& pool,
+                      const std::optional<std::size_t>& tier, PoolCycle& c) {
+  struct Domain {
+    long long free = 0;
+    std::string first_node;
+    pd::Location location;
+  };
+  // Keyed by (unlabelled, name): a label value and a node name never collide.
+  std::map<std::pair<bool, std::string>, Domain> domains;
+  cluster.ForEachNode([&](const framework::NodeSummary& n) {
+    if (!n.schedulable) return;
+    const std::string& label_value = tier ? DomainAt(*n.location, *tier) : std::string();
+    const bool unlabelled = label_value.empty();
+    auto [it, inserted] = domains.try_emplace({unlabelled, unlabelled ? std::string(n.name) : label_value});
+    if (inserted) {
+      it->second.first_node = std::string(n.name);
+      it->second.location = *n.location;
+    }
+    it->second.free += std::max(0, n.free_gpus);
+  });
+  const std::pair<const std::pair<bool, std::string>, Domain>* best = nullptr;
+  std::uint64_t best_hash = 0;
+  for (const auto& entry : domains) {
+    const std::uint64_t h = StableHash(pool, entry.first.second);
+    if (best == nullptr || entry.second.free > best->second.free ||
+        (entry.second.free == best->second.free && h < best_hash)) {
+      best = &entry;
+      best_hash = h;
+    }
+  }
+  if (best == nullptr) return false;
+  c.anchor = AnchorKind::kGang;
+  c.gang_tier = tier;
+  c.gang_domain = best->first.first ? std::string() : best->first.second;
+  c.gang_node = best->second.first_node;
+  const std::string where = c.gang_domain.empty()
+                                ? "node " + c.gang_node
+                                : cluster.network().tiers[*tier].label + "=" + c.gang_domain;
+  c.anchor_text =
+      "no instances yet; gang anchor " + where + " (" + std::to_string(best->second.free) + " free GPUs)";
+  return true;
+}
+
+// The mean KV-transfer time from an instance of `own` at `location` to the cycle's anchors;
+// per_kind (optional) counts the anchors by path kind.
+double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, const pd::Location& location,
+                   const pd::Endpoint& own, PodRole role, bool kv_ipc,
+                   std::array<int, pd::kPathKinds>* per_kind = nullptr) {
+  // Instances per (path kind, endpoint), then one estimate per pair that occurs.
+  const std::size_t endpoints = c.endpoints.size();
+  std::vector<int> count(pd::kPathKinds * endpoints, 0);
+  for (const Site& site : c.sites) {
+    const auto kind = static_cast<std::size_t>(pd::PathBetween(net, location, site.location, kv_ipc));
+    for (const auto& [e, n] : site.endpoints) {
+      count[kind * endpoints + e] += n;
+      if (per_kind != nullptr) (*per_kind)[kind] += n;
+    }
+  }
+  double total = 0;
+  for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
+    for (std::size_t e = 0; e < endpoints; ++e) {
+      const int n = count[k * endpoints + e];
+      if (n == 0) continue;
+      const auto kind = static_cast<pd::PathKind>(k);
+      // Prefill always sends: (prefill end, decode end).
+      const pd::PathEstimate est = role == PodRole::kPrefill ? pd::Estimate(net, kind, own, c.endpoints[e])
+                                                             : pd::Estimate(net, kind, c.endpoints[e], own);
+      total += n * pd::TransferSeconds(est, c.bytes);
+    }
+  }
+  return total / std::max(1, c.anchors);
+}
+
+// The score's scale for this cycle, like kube-scheduler's NormalizeScore: from the cheapest
+// expected transfer any node that could host the pod offers now (an aligned instance there) to
+// the costliest, but at least kMinScaleFactor times the cheapest, so that a few percent between
+// two leaves does not outweigh GPU-NIC alignment. A node can host the pod when it is
+// schedulable and has the GPUs (whole requests) and RDMA NICs free. No such node: the absolute
+// bounds of the config's path kinds.
+constexpr double kMinScaleFactor = 2.0;
+
+void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
+                     PoolCycle& c) {
+  const pd::NetworkConfig& net = cluster.network();
+  double best = std::numeric_limits<double>::infinity(), worst = 0;
+  cluster.ForEachNode([&](const framework::NodeSummary& n) {
+    if (!n.schedulable) return;
+    if (!req.IsShared() && n.free_gpus < req.gpus) return;
+    if (n.free_rdma_nics < req.rdma_nics) return;
+    const double mean = MeanSeconds(net, c, *n.location, own, req.role, req.kv_ipc);
+    best = std::min(best, mean);
+    worst = std::max(worst, mean);
+  });
+  if (!(best < std::numeric_limits<double>::infinity()) || !(best > 0)) {
+    c.bounds_text = "no node could host it now; scale: the config's paths, best " +
+                    FormatSeconds(c.bounds.best_seconds) + ", worst " + FormatSeconds(c.bounds.worst_seconds);
+    return;
+  }
+  c.bounds = CostBounds{best, std::max(worst, best * kMinScaleFactor)};
+  c.bounds_text =
+      "cheapest available " + FormatSeconds(best) + ", scale to " + FormatSeconds(c.bounds.worst_seconds);
+}
+
+std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const Args& args) {
+  auto c = std::make_unique<PoolCycle>();
+  const PlacementRequest& req = state.request();
+  const std::string role(ToString(req.role));
+  if (req.role == PodRole::kNone) {
+    c->neutral = "no Prefill/Decode role: neutral -> 100";
+    return c;
+  }
+  if (req.role == PodRole::kBoth) {
+    c->neutral = "role both (prefill and decode in one instance) sends no KV cache: neutral -> 100";
+    return c;
+  }
+  if (req.pool.empty()) {
+    c->neutral = role + " pod without a pool: neutral -> 100";
+    return c;
+  }
+  c->prefix = role + " of pool " + req.pool + ": ";
+  const framework::ClusterView* cluster = state.cluster();
+  if (cluster == nullptr) {
+    c->neutral = c->prefix + "no cluster view in this cycle: neutral -> 100";
+    return c;
+  }
+  const int gpus = req.IsShared() ? req.shared.count : req.gpus;
+  if (gpus <= 0) {
+    c->neutral = c->prefix + "asks no GPU, so holds no KV cache: neutral -> 100";
+    return c;
+  }
+  const pd::NetworkConfig& net = cluster->network();
+  const TierChoice anchor_tier = ResolveTier(net, args.anchor_tier);
+  if (!anchor_tier.ok) {
+    c->neutral = c->prefix + "anchorTier: " + anchor_tier.error + ": neutral -> 100";
+    return c;
+  }
+  if (args.spread_tier != "node") {
+    c->spread_tier = FindTier(net, args.spread_tier);
+    if (!c->spread_tier) {
+      c->neutral = c->prefix + "spreadTier: " + ResolveTier(net, args.spread_tier).error + ": neutral -> 100";
+      return c;
+    }
+    c->spread_label = args.spread_tier;
+  }
+
+  const std::int64_t kv = req.kv_bytes_per_token > 0 ? req.kv_bytes_per_token : args.kv_bytes_per_token;
+  const std::int64_t tokens = req.prompt_tokens > 0 ? req.prompt_tokens : args.prompt_tokens;
+  c->bytes = static_cast<double>(kv) * static_cast<double>(tokens);
+  c->bytes_text = std::to_string(tokens) + " tok x " + FormatBytes(kv);
+  const pd::Endpoint own_shape{gpus, std::max(0, req.rdma_nics), LinkClass::kPIX, 0};
+  c->bounds = Bounds(net, own_shape, req.kv_ipc, c->bytes);
+
+  const std::vector<PoolMember> members = cluster->PoolMembers(req.pool);
+  std::vector<const PoolMember*> counterparts, same_role;
+  int both = 0;
+  for (const PoolMember& m : members) {
+    if (!req.pod_uid.empty() && m.uid == req.pod_uid) continue;  // the pod itself, when re-scored
+    if (IsCounterpart(req.role, m.role)) {
+      counterparts.push_back(&m);
+      if (m.role == PodRole::kBoth) ++both;
+    } else if (m.role == req.role) {
+      same_role.push_back(&m);
+    }
+  }
+  for (const PoolMember* m : same_role) {
+    ++c->same_total;
+    ++c->same_by_node[m->node];
+    if (c->spread_tier) {
+      const std::string d = DomainAt(cluster->Locate(m->node), *c->spread_tier);
+      if (!d.empty()) ++c->same_by_domain[d];
+    }
+  }
+
+  const std::string opposite(ToString(Opposite(req.role)));
+  if (!counterparts.empty()) {
+    c->anchor = AnchorKind::kCounterparts;
+    const int plain = static_cast<int>(counterparts.size()) - both;
+    c->anchor_text = both == 0    ? Instances(plain, opposite)
+                     : plain == 0 ? Instances(both, "both")
+                                  : std::to_string(plain) + " " + opposite + " + " + std::to_string(both) +
+                                        " both instances";
+    AddSites(*cluster, counterparts, *c);
+  } else if (!same_role.empty()) {
+    c->anchor = AnchorKind::kSameRole;
+    c->anchor_text = "no " + opposite + " instances yet, anchored on " +
+                     Instances(static_cast<int>(same_role.size()), role);
+    AddSites(*cluster, same_role, *c);
+  } else if (ChooseGangAnchor(*cluster, req.pool, anchor_tier.tier, *c)) {
+    // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
+    c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), 1}}});
+    c->anchors = 1;
+  } else {
+    c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
+    return c;
+  }
+  AvailableBounds(*cluster, req, own_shape, *c);
+  return c;
+}
+
+}  // namespace
+
+int LogScore(double cost_seconds, double best_seconds, double worst_seconds) {
+  if (!(worst_seconds > best_seconds) || !(best_seconds > 0)) return kMaxScore;
+  if (!(cost_seconds > best_seconds)) return kMaxScore;
+  const double x = 100.0 * (std::log(worst_seconds) - std::log(cost_seconds)) /
+                   (std::log(worst_seconds) - std::log(best_seconds));
+  return std::clamp(RoundScore(x), framework::kMinScore, kMaxScore);
+}
+
+CostBounds Bounds(const pd::NetworkConfig& network, const pd::Endpoint& own, bool kv_ipc, double bytes) {
+  pd::Endpoint aligned = own;
+  aligned.worst_class = LinkClass::kPIX;
+  pd::Endpoint sys = own;
+  sys.worst_class = LinkClass::kSYS;
+  // Every path two nodes can take under this config: the same node, each tier's, beyond them all.
+  std::vector<pd::PathKind> kinds = {
+      network.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma,
+      pd::PathKind::kBeyond};
+  for (const pd::Tier& tier : network.tiers) kinds.push_back(tier.path);
+  CostBounds bounds{std::numeric_limits<double>::infinity(), 0};
+  for (pd::PathKind kind : kinds) {
+    bounds.best_seconds = std::min(bounds.best_seconds,
+                                   pd::TransferSeconds(pd::Estimate(network, kind, aligned, aligned), bytes));
+    bounds.worst_seconds =
+        std::max(bounds.worst_seconds, pd::TransferSeconds(pd::Estimate(network, kind, sys, sys), bytes));
+  }
+  return bounds;
+}
+
+std::uint64_t StableHash(std::string_view pool, std::string_view domain) {
+  std::uint64_t h = 14695981039346656037ull;
+  const auto mix = [&h](unsigned char byte) {
+    h ^= byte;
+    h *= 1099511628211ull;
+  };
+  for (char ch : pool) mix(static_cast<unsigned char>(ch));
+  mix(0);  // "ab"+"c" and "a"+"bc" differ
+  for (char ch : domain) mix(static_cast<unsigned char>(ch));
+  return h;
+}
+
+framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
+                                             const framework::NodeInfo& node) const {
+  PoolCycle* c = state.ReadAs<PoolCycle>(kCycleKey);
+  if (c == nullptr) {
+    std::unique_ptr<PoolCycle> built = BuildCycle(state, args_);
+    c = built.get();
+    state.Write(std::string(kCycleKey), std::move(built));
+  }
+  // Nothing to say about this pod: out of the total (ScoreResult::counted).
+  if (!c->neutral.empty()) return {kMaxScore, c->neutral, /*counted=*/false};
+
+  const PlacementRequest& req = state.request();
+  const framework::ClusterView& cluster = *state.cluster();
+  const pd::NetworkConfig& net = cluster.network();
+  const pd::Location location = cluster.Locate(node.name);
+  if (c->anchor == AnchorKind::kGang) {
+    const bool inside = c->gang_domain.empty() ? node.name == c->gang_node
+                                               : DomainAt(location, *c->gang_tier) == c->gang_domain;
+    if (inside) return {kMaxScore, c->prefix + c->anchor_text + ": this node is inside it -> 100"};
+  }
+
+  const PlacementOutcome& outcome = state.Outcome(node);
+  const pd::Endpoint own{req.IsShared() ? req.shared.count : req.gpus, std::max(0, req.rdma_nics),
+                         outcome.placement ? outcome.placement->worst_class : LinkClass::kPIX, 0};
+  std::array<int, pd::kPathKinds> per_kind{};
+  const double mean = MeanSeconds(net, *c, location, own, req.role, req.kv_ipc, &per_kind);
+  const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
+
+  std::string paths;
+  for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
+    if (per_kind[k] == 0) continue;
+    paths += (paths.empty() ? "" : ", ") + std::to_string(per_kind[k]) + " " +
+             std::string(pd::ToString(static_cast<pd::PathKind>(k)));
+  }
+  std::string why = c->prefix + c->anchor_text;
+  why += c->anchor == AnchorKind::kGang ? ", via its node " + c->gang_node + ": expected KV transfer "
+                                        : ", expected KV transfer ";
+  why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
+         std::to_string(base);
+
+  int score = base;
+  if (args_.spread_points > 0 && c->same_total > 0) {
+    const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
+    const bool by_domain = domain != nullptr && !domain->empty();
+    const auto& counts = by_domain ? c->same_by_domain : c->same_by_node;
+    const auto it = counts.find(by_domain ? std::string_view(*domain) : std::string_view(node.name));
+    const int here = it == counts.end() ? 0 : it->second;
+    if (here > 0) {
+      const int penalty = RoundScore(static_cast<double>(args_.spread_points) * here / c->same_total);
+      score = std::max(framework::kMinScore, base - penalty);
+      why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
+             std::to_string(c->same_total) + " " + std::string(ToString(req.role)) + " " +
+             (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
+             std::to_string(score);
+    }
+  }
+  return {score, std::move(why)};
+}
+
+Result<Args> ParseArgs(const framework::PluginArgs& args) {
+  if (Status s = RequireKnownArgs(
+          args, {"kvBytesPerToken", "promptTokens", "anchorTier", "spreadTier", "spreadPoints"});
+      !s.ok()) {
+    return s.error();
+  }
+  Args out;
+  Result<std::int64_t> kv =
+      ReadIntArg(args, "kvBytesPerToken", 1, std::int64_t{1} << 30, out.kv_bytes_per_token);
+  if (!kv.ok()) return kv.error();
+  Result<std::int64_t> tokens = ReadIntArg(args, "promptTokens", 1, 10'000'000, out.prompt_tokens);
+  if (!tokens.ok()) return tokens.error();
+  Result<std::int64_t> points = ReadIntArg(args, "spreadPoints", 0, 50, out.spread_points);
+  if (!points.ok()) return points.error();
+  out.kv_bytes_per_token = *kv;
+  out.prompt_tokens = *tokens;
+  out.spread_points = static_cast<int>(*points);
+  out.anchor_tier = ReadStringArg(args, "anchorTier", "");
+  out.spread_tier = ReadStringArg(args, "spreadTier", "node");
+  if (out.spread_tier.empty()) return Error("arg spreadTier: empty; use node or a network tier label");
+  return out;
+}
+
+Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {
+  Result<Args> parsed = ParseArgs(args);
+  if (!parsed.ok()) return parsed.error();
+  return AsPlugin(std::make_unique<KvTransferCost>(std::move(*parsed)));
+}
+
+}  // namespace toposched::plugins::kv_transfer_cost

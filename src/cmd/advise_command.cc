@@ -1,0 +1,358 @@
+// `toposched advise`: co-located or disaggregated Prefill/Decode for a model, a workload and a
+// cluster, estimated analytically (toposched/pd/advise.h). With no flags: a worked example.
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "plugins/registry.h"
+#include "toposched/framework/config.h"
+#include "toposched/pd/advise.h"
+#include "toposched/placement/placement.h"
+#include "toposched/simulate/simulator.h"
+
+namespace toposched::cmd {
+namespace {
+
+namespace sim = toposched::simulate;
+
+constexpr const char* kDefaultModel = "llama-3-70b";
+constexpr const char* kDefaultGpu = "h100-sxm";
+constexpr const char* kDefaultPrompt = "lognormal:2048,0.8";
+constexpr const char* kDefaultOutput = "lognormal:256,0.6";
+
+void PrintHelp() {
+  std::string models, gpus;
+  for (const pd::ModelSpec& m : pd::ModelPresets()) models += (models.empty() ? "" : ", ") + m.name;
+  for (const pd::GpuProfile& g : pd::GpuPresets()) gpus += (gpus.empty() ? "" : ", ") + g.name;
+  std::printf(
+      "usage: toposched advise [flags]\n\n"
+      "Estimates, for a model, a workload and a cluster, whether Prefill and Decode should be\n"
+      "co-located or disaggregated (and at which P:D ratio): the KV transfer per request along\n"
+      "each network path, its share of TTFT, the P99 TTFT and TPOT of each option and the\n"
+      "highest rate at which each meets the targets. An analytic estimate, not a measurement;\n"
+      "the output says where it is uncertain (docs/advise.md has every formula). With no flags\n"
+      "it runs an example: %s on 16 x %s, TP8, 2 rps, TTFT 2000 ms, TPOT 60 ms.\n\n"
+      "model:\n"
+      "  --model NAME            a preset (%s); default %s\n"
+      "  --layers N --kv-heads N --head-dim N --dtype-bytes N --params-b B\n"
+      "                          a custom shape, or overrides of the preset's fields\n"
+      "hardware:\n"
+      "  --gpu NAME              a preset (%s); default %s\n"
+      "  --mfu F --mbu F         prefill FLOPs / decode bandwidth utilisation (assumptions;\n"
+      "                          default 0.5 / 0.7)\n"
+      "  --gpus-per-instance N   tensor-parallel GPUs per instance (default 8)\n"
+      "  --gpus N                GPUs for this model, both phases together (default 16)\n"
+      "workload:\n"
+      "  --prompt SPEC           prompt tokens: fixed:N, uniform:A-B, lognormal:MEDIAN,SIGMA or\n"
+      "                          list:a,b,c (default %s)\n"
+      "  --output SPEC           output tokens, same forms (default %s)\n"
+      "  --rate RPS              requests per second, the whole service (default 2)\n"
+      "  --ttft-p99-ms MS        P99 time-to-first-token target (default 2000)\n"
+      "  --tpot-p99-ms MS        P99 time-per-output-token target (default 60)\n"
+      "cluster:\n"
+      "  --config FILE           scheduler YAML; its network: section sets tiers and path costs\n"
+      "  --topology-dir DIR      a cluster of one node per *.xml / *.json topology file: the paths\n"
+      "                          P and D can take and the NICs an instance gets come from it\n"
+      "                          (default: the simulator's embedded %d-node cluster)\n"
+      "output:\n"
+      "  --json                  JSON instead of the table\n"
+      "  --svg FILE              also write transfer time vs prompt length, one line per path\n",
+      kDefaultModel, kDefaultGpu, models.c_str(), kDefaultModel, gpus.c_str(), kDefaultGpu, kDefaultPrompt,
+      kDefaultOutput, sim::kDefaultNodes);
+}
+
+bool ParseDouble(const std::string& s, double min, double max, double& out) {
+  if (s.empty()) return false;
+  std::size_t used = 0;
+  try {
+    out = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size() && out >= min && out <= max;
+}
+
+Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(path + ": cannot open");
+  std::string content;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    content.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 10) + " KiB");
+  }
+  return content;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// What the cluster gives P/D pairs of `gpus_per_instance`-GPU instances: the paths pairs can
+// take (cheapest first), the endpoint an instance gets on an empty node (the placement
+// engine's choice of g GPUs and min(g, node NICs) RDMA NICs; the worst over node types), and
+// a description. Nodes count when they have enough GPUs of the chosen kind (by model name;
+// every node with enough GPUs when none names it).
+struct ClusterPaths {
+  std::vector<pd::PathKind> paths;
+  pd::Endpoint endpoint;
+  int gpus = 0;
+  std::string description;
+};
+
+Result<ClusterPaths> DerivePaths(const sim::VirtualCluster& cluster, const pd::NetworkConfig& network,
+                                 const pd::GpuProfile& gpu, int g) {
+  const std::string token = Lower(gpu.name.substr(0, gpu.name.find('-')));
+  auto has_enough = [&](const sim::VirtualNode& n, bool match_model) {
+    if (!n.topology || static_cast<int>(n.topology->gpus.size()) < g) return false;
+    if (!match_model) return true;
+    return std::any_of(n.topology->gpus.begin(), n.topology->gpus.end(),
+                       [&](const Gpu& x) { return Lower(x.model).find(token) != std::string::npos; });
+  };
+  bool match_model = std::any_of(cluster.nodes.begin(), cluster.nodes.end(),
+                                 [&](const sim::VirtualNode& n) { return has_enough(n, true); });
+  std::vector<const sim::VirtualNode*> eligible;
+  for (const sim::VirtualNode& n : cluster.nodes) {
+    if (has_enough(n, match_model)) eligible.push_back(&n);
+  }
+  if (eligible.empty()) {
+    return Error("no node of the cluster has " + std::to_string(g) + " GPUs for one instance");
+  }
+  ClusterPaths out;
+  std::set<pd::PathKind> kinds;
+  std::map<std::vector<std::string>, int> positions;  // tier domains -> nodes there
+  bool two_fit_one_node = false;
+  std::map<std::string, const NodeTopology*> shapes;  // fingerprint -> topology
+  for (const sim::VirtualNode* n : eligible) {
+    out.gpus += static_cast<int>(n->topology->gpus.size());
+    if (static_cast<int>(n->topology->gpus.size()) >= 2 * g) two_fit_one_node = true;
+    ++positions[pd::LocateByLabels(network, n->name, n->labels).domains];
+    shapes.emplace(n->topology->Fingerprint(), n->topology.get());
+  }
+  if (two_fit_one_node)
+    kinds.insert(network.same_node_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma);
+  for (auto a = positions.begin(); a != positions.end(); ++a) {
+    const pd::Location la{"a", a->first};
+    if (a->second >= 2) kinds.insert(pd::PathBetween(network, la, pd::Location{"b", a->first}));
+    for (auto b = std::next(a); b != positions.end(); ++b) {
+      kinds.insert(pd::PathBetween(network, la, pd::Location{"b", b->first}));
+    }
+  }
+  out.paths.assign(kinds.begin(), kinds.end());
+  if (out.paths.empty()) return Error("only one instance fits the cluster: no pair of instances for P and D");
+
+  // The endpoint: the worst over node types that have RDMA NICs (nodes without any would serve
+  // KV over TCP; they are named in the description).
+  bool any_nic = false;
+  int without_nics = 0;
+  pd::Endpoint& e = out.endpoint;
+  e.gpus = g;
+  e.rdma_nics = g;
+  e.worst_class = LinkClass::kPIX;
+  for (const auto& [fingerprint, topology] : shapes) {
+    const int nics = topology->RdmaNicCount();
+    if (nics == 0) {
+      ++without_nics;
+      continue;
+    }
+    PlacementRequest request;
+    request.gpus = g;
+    request.rdma_nics = std::min(g, nics);
+    const PlacementOutcome placed = PlaceOnNode(*topology, {}, request);
+    if (!placed.ok()) continue;
+    any_nic = true;
+    e.rdma_nics = std::min(e.rdma_nics, request.rdma_nics);
+    e.worst_class = std::max(e.worst_class, placed.placement->worst_class);
+    for (int nic : placed.placement->nics) {
+      const double gbps =
+          static_cast<double>(topology->nics[static_cast<std::size_t>(nic)].link_rate_mbps) / 8000.0;
+      if (gbps > 0) e.nic_gbps = e.nic_gbps > 0 ? std::min(e.nic_gbps, gbps) : gbps;
+    }
+  }
+  if (!any_nic) e.rdma_nics = 0;
+  std::string paths;
+  for (pd::PathKind p : out.paths) paths += (paths.empty() ? "" : ", ") + std::string(pd::ToString(p));
+  out.description = std::to_string(eligible.size()) + " nodes with " + std::to_string(g) + "+ " +
+                    (match_model ? token + " " : "") + "GPUs; P/D paths: " + paths + "; an instance gets " +
+                    std::to_string(e.rdma_nics) + " RDMA NICs, worst GPU->NIC " +
+                    std::string(ToString(e.worst_class));
+  if (without_nics > 0)
+    out.description += " (" + std::to_string(without_nics) + " node types without RDMA NICs not counted)";
+  return out;
+}
+
+}  // namespace
+
+int RunAdvise(const std::vector<std::string>& args) {
+  std::string model_name, gpu_name = kDefaultGpu, prompt_spec = kDefaultPrompt, output_spec = kDefaultOutput;
+  std::string config_path, topology_dir, svg_path;
+  double layers = 0, kv_heads = 0, head_dim = 0, dtype_bytes = 0, params_b = 0, mfu = 0, mbu = 0;
+  double per_instance = 8, gpus = 16, rate = 2, ttft = 2000, tpot = 60;
+  bool json = false;
+  auto usage = [](const std::string& message) {
+    std::fprintf(stderr, "toposched advise: %s (see --help)\n", message.c_str());
+    return 2;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    std::string bad_number;
+    auto number = [&](double min, double max, double& out, bool integer = false) {
+      std::string text;
+      if (!value(text)) return false;
+      if (!ParseDouble(text, min, max, out) ||
+          (integer && out != static_cast<double>(static_cast<long long>(out)))) {
+        bad_number = flag + ": '" + text + "' is not " + (integer ? "an integer" : "a number") + " in " +
+                     std::to_string(static_cast<long long>(min)) + ".." +
+                     std::to_string(static_cast<long long>(max));
+        return false;
+      }
+      return true;
+    };
+    bool ok = true;
+    if (flag == "--help" || flag == "-h") {
+      PrintHelp();
+      return 0;
+    } else if (flag == "--model") {
+      ok = value(model_name);
+    } else if (flag == "--layers") {
+      ok = number(1, 1000, layers, true);
+    } else if (flag == "--kv-heads") {
+      ok = number(1, 1024, kv_heads, true);
+    } else if (flag == "--head-dim") {
+      ok = number(1, 4096, head_dim, true);
+    } else if (flag == "--dtype-bytes") {
+      ok = number(1, 8, dtype_bytes, true);
+    } else if (flag == "--params-b") {
+      ok = number(0.001, 100000, params_b);
+    } else if (flag == "--gpu") {
+      ok = value(gpu_name);
+    } else if (flag == "--mfu") {
+      ok = number(0.01, 1, mfu);
+    } else if (flag == "--mbu") {
+      ok = number(0.01, 1, mbu);
+    } else if (flag == "--gpus-per-instance") {
+      ok = number(1, 1024, per_instance, true);
+    } else if (flag == "--gpus") {
+      ok = number(1, 1000000, gpus, true);
+    } else if (flag == "--prompt") {
+      ok = value(prompt_spec);
+    } else if (flag == "--output") {
+      ok = value(output_spec);
+    } else if (flag == "--rate") {
+      ok = number(0.000001, 1e6, rate);
+      if (ok && rate <= 0) ok = false;
+    } else if (flag == "--ttft-p99-ms") {
+      ok = number(0.001, 1e9, ttft);
+    } else if (flag == "--tpot-p99-ms") {
+      ok = number(0.001, 1e9, tpot);
+    } else if (flag == "--config") {
+      ok = value(config_path);
+    } else if (flag == "--topology-dir") {
+      ok = value(topology_dir);
+    } else if (flag == "--json") {
+      json = true;
+    } else if (flag == "--svg") {
+      ok = value(svg_path);
+    } else {
+      return usage("unknown flag '" + flag + "'");
+    }
+    if (!ok) return usage(bad_number.empty() ? flag + " needs a valid value" : bad_number);
+  }
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "toposched advise: %s\n", message.c_str());
+    return 1;
+  };
+
+  pd::AdviseInput in;
+  const bool custom = layers > 0 || kv_heads > 0 || head_dim > 0 || params_b > 0 || dtype_bytes > 0;
+  if (!model_name.empty() || !custom) {
+    auto preset = pd::FindModel(model_name.empty() ? kDefaultModel : model_name);
+    if (!preset.ok()) return usage(preset.error().message());
+    in.model = *preset;
+  } else {
+    if (layers <= 0 || kv_heads <= 0 || head_dim <= 0 || params_b <= 0)
+      return usage("a custom model needs --layers, --kv-heads, --head-dim and --params-b (or --model NAME)");
+    in.model.name = "custom";
+  }
+  if (layers > 0) in.model.layers = static_cast<int>(layers);
+  if (kv_heads > 0) in.model.kv_heads = static_cast<int>(kv_heads);
+  if (head_dim > 0) in.model.head_dim = static_cast<int>(head_dim);
+  if (dtype_bytes > 0) in.model.dtype_bytes = static_cast<int>(dtype_bytes);
+  if (params_b > 0) in.model.params_billion = params_b;
+  if (custom && !model_name.empty()) in.model.name += " (modified)";
+
+  auto gpu = pd::FindGpu(gpu_name);
+  if (!gpu.ok()) return usage(gpu.error().message());
+  in.gpu = *gpu;
+  if (mfu > 0) in.gpu.mfu = mfu;
+  if (mbu > 0) in.gpu.mbu = mbu;
+  in.gpus_per_instance = static_cast<int>(per_instance);
+  in.total_gpus = static_cast<int>(gpus);
+  for (auto [spec, out, name] :
+       {std::tuple{&prompt_spec, &in.prompt, "--prompt"}, std::tuple{&output_spec, &in.output, "--output"}}) {
+    auto dist = pd::ParseLengthDist(*spec);
+    if (!dist.ok()) return usage(std::string(name) + ": " + dist.error().message());
+    *out = std::move(dist).value();
+  }
+  in.rate_rps = rate;
+  in.ttft_p99_ms = ttft;
+  in.tpot_p99_ms = tpot;
+
+  if (!config_path.empty()) {
+    auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return fail(yaml.error().message());
+    auto config = framework::LoadSchedulerConfigYaml(*yaml, plugins::BuiltinRegistry());
+    if (!config.ok()) return fail(config_path + ": " + config.error().message());
+    in.network = config->network;
+  }
+
+  sim::VirtualCluster cluster;
+  if (!topology_dir.empty()) {
+    if (Status s = sim::AddTopologyDirectory(topology_dir, 1, cluster); !s.ok())
+      return fail(s.error().message());
+  } else {
+    auto embedded = sim::DefaultCluster();
+    if (!embedded.ok()) return fail(embedded.error().message());
+    cluster = std::move(embedded).value();
+  }
+  if (in.total_gpus >= in.gpus_per_instance) {  // else Advise names the mistake
+    auto derived = DerivePaths(cluster, in.network, in.gpu, in.gpus_per_instance);
+    if (!derived.ok())
+      return fail((topology_dir.empty() ? "the default cluster" : topology_dir) + ": " +
+                  derived.error().message());
+    in.paths = derived->paths;
+    in.prefill_end = in.decode_end = derived->endpoint;
+    in.cluster_description =
+        (topology_dir.empty() ? "embedded default cluster: " : topology_dir + ": ") + derived->description;
+    if (derived->gpus < in.total_gpus) {
+      return fail("the cluster has " + std::to_string(derived->gpus) + " suitable GPUs, fewer than --gpus " +
+                  std::to_string(in.total_gpus));
+    }
+  }
+
+  auto advice = pd::Advise(in);
+  if (!advice.ok()) return fail(advice.error().message());
+  if (!svg_path.empty()) {
+    std::ofstream out(svg_path, std::ios::binary | std::ios::trunc);
+    out << pd::RenderTransferSvg(in);
+    if (!out.flush()) return fail(svg_path + ": cannot write");
+  }
+  const std::string report = json ? pd::FormatAdviceJson(in, *advice) : pd::FormatAdviceTable(in, *advice);
+  std::fwrite(report.data(), 1, report.size(), stdout);
+  return 0;
+}
+
+}  // namespace toposched::cmd

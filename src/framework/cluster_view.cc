@@ -1,0 +1,65 @@
+#include "toposched/framework/cluster_view.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace toposched::framework {
+
+void StaticClusterView::SetNode(const std::string& name, const std::map<std::string, std::string>& labels,
+                                int free_gpus, int free_rdma_nics, bool schedulable) {
+  SetNodeLocation(name, pd::LocateByLabels(network_, name, labels), free_gpus, free_rdma_nics, schedulable);
+}
+
+void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location, int free_gpus,
+                                        int free_rdma_nics, bool schedulable) {
+  location.node = name;
+  auto [it, inserted] = nodes_.insert_or_assign(name, Node{std::move(location), free_gpus, free_rdma_nics, schedulable});
+  (void)it;
+  if (inserted) order_.push_back(name);
+}
+
+void StaticClusterView::SetFree(std::string_view name, int free_gpus, int free_rdma_nics) {
+  const auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  it->second.free_gpus = free_gpus;
+  it->second.free_rdma_nics = free_rdma_nics;
+}
+
+void StaticClusterView::AddMember(const std::string& pool, PoolMember member) {
+  pools_[pool].push_back(std::move(member));
+}
+
+void StaticClusterView::RemoveMember(std::string_view uid) {
+  for (auto it = pools_.begin(); it != pools_.end(); ++it) {
+    std::vector<PoolMember>& members = it->second;
+    const auto m = std::find_if(members.begin(), members.end(), [&](const PoolMember& p) { return p.uid == uid; });
+    if (m == members.end()) continue;
+    members.erase(m);
+    if (members.empty()) pools_.erase(it);
+    return;
+  }
+}
+
+pd::Location StaticClusterView::Locate(std::string_view node) const {
+  const auto it = nodes_.find(node);
+  if (it != nodes_.end()) return it->second.location;
+  pd::Location unknown;
+  unknown.node = std::string(node);
+  unknown.domains.assign(network_.tiers.size(), "");
+  return unknown;
+}
+
+std::vector<PoolMember> StaticClusterView::PoolMembers(std::string_view pool) const {
+  if (pool.empty()) return {};
+  const auto it = pools_.find(pool);
+  return it == pools_.end() ? std::vector<PoolMember>{} : it->second;
+}
+
+void StaticClusterView::ForEachNode(const std::function<void(const NodeSummary&)>& fn) const {
+  for (const std::string& name : order_) {
+    const Node& n = nodes_.find(name)->second;
+    fn(NodeSummary{name, &n.location, n.free_gpus, n.free_rdma_nics, n.schedulable});
+  }
+}
+
+}  // namespace toposched::framework

@@ -1,0 +1,166 @@
+// The store's pool index and the store-backed ClusterView pool-aware plugins read.
+
+#include <gtest/gtest.h>
+
+#include "journal.h"
+#include "state_testing.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::state {
+namespace {
+
+using testing::PresetNode;
+using testing::Whole;
+
+// A decision that takes `delta` for a pod of `pool` with `role`.
+ClusterStore::Decide TakeFor(framework::AllocationDelta delta, PodRole role, std::string pool,
+                             LinkClass worst = LinkClass::kPIX) {
+  return [=](const NodeRecord&) -> Result<PodAllocation> {
+    PodAllocation a;
+    a.pod_namespace = "default";
+    a.pod_name = "pod";
+    a.delta = delta;
+    a.worst_class = worst;
+    a.role = role;
+    a.pool = pool;
+    return a;
+  };
+}
+
+// A journal line as the reader sees it: without its newline.
+std::string Line(const Result<std::string>& encoded) {
+  std::string line = *encoded;
+  if (!line.empty() && line.back() == '\n') line.pop_back();
+  return line;
+}
+
+std::set<std::string> Uids(const std::vector<PodAllocation>& pods) {
+  std::set<std::string> out;
+  for (const PodAllocation& a : pods) out.insert(a.uid);
+  return out;
+}
+
+TEST(PoolIndexTest, BindReleaseAndNodeRemovalKeepThePoolIndexExact) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu")).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("b", "hgx-h100-8gpu")).ok());
+  ASSERT_TRUE(store.Bind("a", "p1", TakeFor(Whole({0, 1}, {0, 1}), PodRole::kPrefill, "chat")).ok());
+  ASSERT_TRUE(store.Bind("a", "d1", TakeFor(Whole({2}, {2}), PodRole::kDecode, "chat")).ok());
+  ASSERT_TRUE(store.Bind("b", "d2", TakeFor(Whole({0}, {0}), PodRole::kDecode, "chat")).ok());
+  ASSERT_TRUE(store.Bind("b", "x1", TakeFor(Whole({1}), PodRole::kDecode, "code")).ok());
+  ASSERT_TRUE(store.Bind("b", "plain", TakeFor(Whole({2}), PodRole::kNone, "")).ok());
+
+  EXPECT_EQ(Uids(store.PoolPods("chat")), (std::set<std::string>{"p1", "d1", "d2"}));
+  EXPECT_EQ(Uids(store.PoolPods("code")), (std::set<std::string>{"x1"}));
+  EXPECT_TRUE(store.PoolPods("").empty());
+  EXPECT_TRUE(store.PoolPods("nope").empty());
+
+  ASSERT_TRUE(store.Release("d1").ok());
+  EXPECT_EQ(Uids(store.PoolPods("chat")), (std::set<std::string>{"p1", "d2"}));
+  store.RemoveNode("b");
+  EXPECT_EQ(Uids(store.PoolPods("chat")), (std::set<std::string>{"p1"}));
+  EXPECT_TRUE(store.PoolPods("code").empty());
+  ASSERT_TRUE(store.Release("p1").ok());
+  EXPECT_TRUE(store.PoolPods("chat").empty());
+}
+
+TEST(PoolIndexTest, RestoredPodsJoinTheirPool) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu")).ok());
+  PodAllocation a = testing::Allocation("r1", "a", Whole({3}, {3}));
+  a.role = PodRole::kDecode;
+  a.pool = "chat";
+  ASSERT_TRUE(store.Restore(a).ok());
+  const std::vector<PodAllocation> pods = store.PoolPods("chat");
+  ASSERT_EQ(pods.size(), 1u);
+  EXPECT_EQ(pods[0].role, PodRole::kDecode);
+}
+
+TEST(StoreClusterViewTest, ListsThePoolLocatesByLabelsAndCountsFreeDevices) {
+  ClusterStore store(nullptr);
+  // hgx-h100-8gpu: 8 GPUs, 8 RDMA NICs (+1 Ethernet, which is not counted).
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-1"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(
+                       PresetNode("b", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-2"}, {"toposched.io/spine", "s1"}}))
+                  .ok());
+  ASSERT_TRUE(
+      store.Bind("a", "p1", TakeFor(Whole({0, 1, 2, 3}, {0, 1}), PodRole::kPrefill, "chat", LinkClass::kNODE)).ok());
+  ASSERT_TRUE(store.Bind("b", "x1", TakeFor(Whole({0}), PodRole::kDecode, "code")).ok());
+
+  const pd::NetworkConfig network;
+  const auto view = MakeClusterView(store, store.snapshot(), network, "chat");
+  const std::vector<framework::PoolMember> members = view->PoolMembers("chat");
+  ASSERT_EQ(members.size(), 1u);
+  EXPECT_EQ(members[0].uid, "p1");
+  EXPECT_EQ(members[0].node, "a");
+  EXPECT_EQ(members[0].role, PodRole::kPrefill);
+  EXPECT_EQ(members[0].gpus, 4);
+  EXPECT_EQ(members[0].rdma_nics, 2);
+  EXPECT_EQ(members[0].worst_class, LinkClass::kNODE);
+  EXPECT_TRUE(view->PoolMembers("code").empty());  // the view is built for one pool
+
+  // Default tiers: clique, leaf, spine, zone.
+  const pd::Location b = view->Locate("b");
+  EXPECT_EQ(b.node, "b");
+  EXPECT_EQ(b.domains, (std::vector<std::string>{"", "leaf-2", "s1", ""}));
+  const pd::Location unknown = view->Locate("zz");
+  EXPECT_EQ(unknown.domains, (std::vector<std::string>{"", "", "", ""}));
+
+  std::map<std::string, std::pair<int, int>> free;
+  view->ForEachNode([&](const framework::NodeSummary& n) {
+    ASSERT_NE(n.location, nullptr);
+    EXPECT_EQ(n.location->node, n.name);
+    free[std::string(n.name)] = {n.free_gpus, n.free_rdma_nics};
+  });
+  EXPECT_EQ(free.at("a"), std::make_pair(4, 6));
+  EXPECT_EQ(free.at("b"), std::make_pair(7, 8));
+}
+
+TEST(StoreClusterViewTest, HyperNodePositionsWinOverLabels) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-1"}})).ok());
+  auto hyper = std::make_shared<std::map<std::string, pd::Location>>();
+  (*hyper)["a"] = pd::Location{"a", {"", "s0-leaf-7", "s0", ""}};
+  const pd::NetworkConfig network;
+  const auto view = MakeClusterView(store, store.snapshot(), network, "chat", hyper);
+  EXPECT_EQ(view->Locate("a").domains[1], "s0-leaf-7");
+}
+
+TEST(JournalPoolTest, RoleAndPoolRoundTripAndOldLinesStillRead) {
+  PodAllocation a = testing::Allocation("u1", "a", Whole({1}, {1}));
+  a.role = PodRole::kPrefill;
+  a.pool = "chat";
+  auto line = internal::EncodeJournalLine(internal::JournalOp::kBind, a);
+  ASSERT_TRUE(line.ok()) << line.error().message();
+  EXPECT_NE(line->find(R"("role":"prefill","pool":"chat")"), std::string::npos) << *line;
+  auto entry = internal::DecodeJournalLine(Line(line));
+  ASSERT_TRUE(entry.ok()) << entry.error().message();
+  EXPECT_EQ(entry->allocation.role, PodRole::kPrefill);
+  EXPECT_EQ(entry->allocation.pool, "chat");
+
+  // A pod outside any pool writes neither key (journals of older versions look the same).
+  a.role = PodRole::kNone;
+  a.pool.clear();
+  line = internal::EncodeJournalLine(internal::JournalOp::kBind, a);
+  ASSERT_TRUE(line.ok());
+  EXPECT_EQ(line->find("role"), std::string::npos);
+  entry = internal::DecodeJournalLine(Line(line));
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->allocation.role, PodRole::kNone);
+  EXPECT_EQ(entry->allocation.pool, "");
+}
+
+TEST(JournalPoolTest, ABadRoleIsRefusedByName) {
+  PodAllocation a = testing::Allocation("u1", "a", Whole({1}));
+  a.role = PodRole::kDecode;
+  auto line = internal::EncodeJournalLine(internal::JournalOp::kBind, a);
+  ASSERT_TRUE(line.ok());
+  std::string bad = Line(line);
+  bad.replace(bad.find("\"decode\""), 8, "\"Decode\"");
+  const auto entry = internal::DecodeJournalLine(bad, /*verify_checksum=*/false);
+  ASSERT_FALSE(entry.ok());
+  EXPECT_NE(entry.error().message().find("role"), std::string::npos) << entry.error().message();
+}
+
+}  // namespace
+}  // namespace toposched::state
