@@ -61,7 +61,7 @@ TEST(BuiltinRegistryTest, DefaultConfig) {
   const std::vector<framework::PluginConfig> want = {{"DeviceFit", 1, {}},      {"GpuNicAlignment", 5, {}},
                                                      {"NvlinkAffinity", 3, {}}, {"NumaAlignment", 2, {}},
                                                      {"Fragmentation", 2, {}},  {"SharedGpu", 1, {}},
-                                                     {"RdmaAffinity", 3, {}},   {"KvTransferCost", 3, {}},
+                                                     {"RdmaAffinity", 3, {}},   {"KvTransferCost", 10, {}},
                                                      {"PdRatio", 2, {}}};
   EXPECT_EQ(c.plugins, want);
   Result<Framework> f = Framework::Create(c, BuiltinRegistry());
@@ -86,9 +86,10 @@ TEST(BuiltinRegistryTest, DocumentedExampleLoads) {
   Result<framework::SchedulerConfig> c = framework::LoadSchedulerConfigYaml(yaml, BuiltinRegistry());
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_TRUE(Framework::Create(*c, BuiltinRegistry()).ok());
-  // Every built-in plugin but the Prefill/Decode pool plugins (KvTransferCost, PdRatio), which
-  // the page does not list yet.
-  EXPECT_EQ(c->plugins.size(), 7u);
+  // Every built-in plugin, and a network section.
+  EXPECT_EQ(c->plugins.size(), BuiltinRegistry().Names().size());
+  EXPECT_EQ(c->network.tiers.size(), 4u);
+  EXPECT_EQ(c->network.Cost(pd::PathKind::kSpine).bandwidth_gbps, 25);
 }
 
 TEST(BuiltinRegistryTest, BriefExampleLoads) {

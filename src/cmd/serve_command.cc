@@ -306,6 +306,7 @@ int RunServe(const std::vector<std::string>& args) {
   }
   const int max_shares = config.engine.max_shares_per_gpu;
   flags.kube.source.pool_label = config.request.pool_label;
+  flags.kube.source.network = config.network;
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 

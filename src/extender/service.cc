@@ -391,7 +391,7 @@ struct ExtenderService::Impl {
       cycle.emplace(framework.NewCycle(entry.request));
       if (pool_pod) {
         cycle->SetCluster(state::MakeClusterView(store, store.snapshot(), framework.config().network,
-                                                 entry.request.pool));
+                                                 entry.request.pool, store.node_locations()));
       }
     }
     const framework::NodeInfo info = NodeInfoOf(record);

@@ -150,6 +150,8 @@ struct KubeSource::Impl {
   server::Family<server::Gauge>& informer_events;
 
   std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
+  std::unique_ptr<Informer> hypernode_informer;  // only with options.network.hyper_nodes
+  std::map<std::string, json> hypernodes;        // by name; the informer's thread only
   std::vector<std::jthread> threads;
 
   // ---- informer state, guarded by mu (informer handlers run one at a time under it) ----
@@ -756,6 +758,30 @@ struct KubeSource::Impl {
     synced_gauge.With({}).Set(Synced() ? 1.0 : 0.0);
   }
 
+  // HyperNodes changed: resolve every node's position again (labelMatch members read the
+  // nodes' labels as the store has them now). A set that does not resolve (a cycle, a bad
+  // regex) is logged and the previous positions stay.
+  void ResolveHyperNodes() {
+    json list = json::array();
+    for (const auto& [name, object] : hypernodes) list.push_back(object);
+    pd::NodeLabels labels;
+    const std::shared_ptr<const state::Snapshot> snapshot = store.snapshot();
+    for (const auto& record : snapshot->nodes()) labels[record->name] = record->labels;
+    Result<std::map<std::string, pd::Location>> resolved =
+        pd::ResolveHyperNodes(options.network, list.dump(), labels);
+    if (!resolved.ok()) {
+      server::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""},
+                  "HyperNodes not applied, node positions unchanged: " + resolved.error().message());
+      return;
+    }
+    const std::size_t placed = resolved->size();
+    store.SetNodeLocations(std::make_shared<const std::map<std::string, pd::Location>>(std::move(resolved).value()));
+    server::Log(LogLevel::kInfo, {"informer/hypernodes", "", ""},
+                std::to_string(hypernodes.size()) + " HyperNodes place " + std::to_string(placed) + " nodes");
+  }
+
+  static std::string NameOf(const json& object) { return StringAt(object, "/metadata/name"); }
+
   InformerOptions InformerFor(std::string path, std::string name) const {
     InformerOptions o;
     o.collection_path = std::move(path);
@@ -789,6 +815,28 @@ KubeSource::KubeSource(Api& api, state::ClusterStore& store, server::Registry& m
       InformerHandler{Guarded<Objects>("Pod", [&d](Objects o) { d.ReplacePods(std::move(o)); }),
                       Guarded<const json&>("Pod", [&d](const json& o) { d.UpsertPod(o); }),
                       Guarded<const json&>("Pod", [&d](const json& o) { d.RemovePod(o); })});
+  if (d.options.network.hyper_nodes) {
+    d.hypernode_informer = std::make_unique<Informer>(
+        api, d.InformerFor(std::string(kHyperNodeCollection), "hypernodes"),
+        InformerHandler{Guarded<Objects>("HyperNode",
+                                         [&d](Objects objects) {
+                                           d.hypernodes.clear();
+                                           for (json& o : objects) {
+                                             std::string name = Impl::NameOf(o);  // before o is moved
+                                             d.hypernodes[std::move(name)] = std::move(o);
+                                           }
+                                           d.ResolveHyperNodes();
+                                         }),
+                        Guarded<const json&>("HyperNode",
+                                             [&d](const json& o) {
+                                               d.hypernodes[Impl::NameOf(o)] = o;
+                                               d.ResolveHyperNodes();
+                                             }),
+                        Guarded<const json&>("HyperNode", [&d](const json& o) {
+                          d.hypernodes.erase(Impl::NameOf(o));
+                          d.ResolveHyperNodes();
+                        })});
+  }
 }
 
 KubeSource::~KubeSource() { Stop(); }
@@ -828,6 +876,15 @@ void KubeSource::Start() {
   });
   if (d.leader != nullptr) {
     d.threads.emplace_back([&d](std::stop_token stop) { d.Resync(stop); });
+  }
+  if (d.hypernode_informer) {
+    // After the nodes are known (labelMatch members read their labels); positions fall back to
+    // the tier labels until then, so readiness does not wait for HyperNodes.
+    d.threads.emplace_back([&d](std::stop_token stop) {
+      while (!stop.stop_requested() && !d.node_informer->WaitForSync(std::chrono::milliseconds(50))) {
+      }
+      if (!stop.stop_requested()) d.hypernode_informer->Run(stop);
+    });
   }
 }
 

@@ -288,6 +288,9 @@ struct ClusterStore::Impl {
 
   std::atomic<bool> synced{false};
 
+  mutable std::mutex locations_mu;
+  std::shared_ptr<const std::map<std::string, pd::Location>> locations;
+
   std::shared_ptr<const Snapshot> Current() const {
     std::lock_guard lock(snapshot_mu);
     return current;
@@ -651,6 +654,16 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
 }
 
 void ClusterStore::SetPersistence(Persistence* persistence) { impl_->persistence = persistence; }
+
+void ClusterStore::SetNodeLocations(std::shared_ptr<const std::map<std::string, pd::Location>> locations) {
+  std::lock_guard lock(impl_->locations_mu);
+  impl_->locations = std::move(locations);
+}
+
+std::shared_ptr<const std::map<std::string, pd::Location>> ClusterStore::node_locations() const {
+  std::lock_guard lock(impl_->locations_mu);
+  return impl_->locations;
+}
 
 std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
   std::vector<PodAllocation> out;

@@ -86,7 +86,7 @@ def grants_of(rules):
 # (apiGroup, resource, verb, resourceNames): tests/integration/manifests_test.cc
 # Rbac.EachRoleGrantsExactlyWhatItsCodePathsUse and deploy/README.md's table; the scheduler's
 # Lease Role mirrors the extender's.
-def expected_roles(fullname, namespace, mode, agent):
+def expected_roles(fullname, namespace, mode, agent, hyper_nodes=False):
     ext, sched = f"{fullname}-extender", f"{fullname}-scheduler"
     roles = {
         ("ClusterRole", "", ext): {
@@ -100,6 +100,8 @@ def expected_roles(fullname, namespace, mode, agent):
             ("coordination.k8s.io", "leases", "create", ()),
             ("coordination.k8s.io", "leases", "get", (ext,)), ("coordination.k8s.io", "leases", "update", (ext,))},
     }
+    if hyper_nodes:  # config.network.hyperNodes: the extender's HyperNode informer
+        roles[("ClusterRole", "", ext)] |= {("topology.volcano.sh", "hypernodes", v, ()) for v in ("get", "list", "watch")}
     if agent:
         roles[("ClusterRole", "", f"{fullname}-agent")] = {
             ("", "nodes", "get", ()), ("", "nodes", "patch", ()),
@@ -460,7 +462,12 @@ def check_case(path, notes_path, schemas, toposched):
     roles = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
              for o in by_kind.get("ClusterRole", []) + by_kind.get("Role", [])}
     agent = any(o["metadata"]["name"].endswith("-agent") for o in by_kind.get("DaemonSet", []))
-    expected = expected_roles(fullname, namespace, mode, agent)
+    hyper_nodes = False
+    for cm in by_kind.get("ConfigMap", []):
+        if cm["metadata"]["name"] == f"{fullname}-extender-config":
+            rendered = yaml.safe_load(cm.get("data", {}).get("config.yaml", "")) or {}
+            hyper_nodes = bool((rendered.get("network") or {}).get("hyperNodes"))
+    expected = expected_roles(fullname, namespace, mode, agent, hyper_nodes)
     if set(roles) != set(expected):
         fail(case, f"roles {sorted(roles)} != expected {sorted(expected)}")
     for key, grants in expected.items():

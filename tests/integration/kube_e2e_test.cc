@@ -811,6 +811,53 @@ TEST_F(KubeE2E, LeaderLabelsItsPodAndAFollowerIsReadyButDoesNotBind) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// network.hyperNodes: Volcano HyperNodes are watched and place the nodes in the tiers the pool
+// plugins read; a change to them moves the positions without a restart.
+TEST_F(KubeE2E, HyperNodesPlaceNodesInTheNetworkTiers) {
+  AddNode("a100-0", kAzureA100);
+  AddNode("h100-0", kNebiusH100);
+  const std::string hypernodes = "/apis/topology.volcano.sh/v1alpha1/hypernodes";
+  auto hypernode = [](const std::string& name, int tier, const json& members) {
+    return json{{"apiVersion", "topology.volcano.sh/v1alpha1"},
+                {"kind", "HyperNode"},
+                {"metadata", {{"name", name}}},
+                {"spec", {{"tier", tier}, {"members", members}}}};
+  };
+  auto node_member = [](const std::string& node) {
+    return json{{"type", "Node"}, {"selector", {{"exactMatch", {{"name", node}}}}}};
+  };
+  server_.Create(hypernodes, hypernode("leaf-a", 1, json::array({node_member("a100-0")})));
+  server_.Create(hypernodes, hypernode("leaf-b", 1, json::array({node_member("h100-0")})));
+  server_.Create(hypernodes,
+                 hypernode("spine-0", 2,
+                           json::array({json{{"type", "HyperNode"}, {"selector", {{"exactMatch", {{"name", "leaf-a"}}}}}},
+                                        json{{"type", "HyperNode"}, {"selector", {{"exactMatch", {{"name", "leaf-b"}}}}}}})));
+  kube::KubeSourceOptions options;
+  options.network.hyper_nodes = true;
+  options.network.tiers = {{"toposched.io/leaf", pd::PathKind::kLeaf}, {"toposched.io/spine", pd::PathKind::kSpine}};
+  Replica r(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  ASSERT_TRUE(WaitFor([&] {
+    const auto locations = r.store.node_locations();
+    return locations != nullptr && locations->size() == 2;
+  }));
+  auto domains = [&](const std::string& node) { return r.store.node_locations()->at(node).domains; };
+  EXPECT_EQ(domains("a100-0"), (std::vector<std::string>{"leaf-a", "spine-0"}));
+  EXPECT_EQ(domains("h100-0"), (std::vector<std::string>{"leaf-b", "spine-0"}));
+
+  // h100-0 moves under leaf-a: the watch event re-resolves every position.
+  json leaf_a = *server_.Get(hypernodes, "leaf-a");
+  leaf_a["spec"]["members"].push_back(node_member("h100-0"));
+  server_.Upsert(hypernodes, leaf_a);
+  server_.Delete(hypernodes, "leaf-b");
+  ASSERT_TRUE(WaitFor([&] { return domains("h100-0")[0] == "leaf-a"; })) << domains("h100-0")[0];
+
+  // The store-backed view the pool plugins get uses them.
+  const auto view = state::MakeClusterView(r.store, r.store.snapshot(), options.network, "chat",
+                                           r.store.node_locations());
+  EXPECT_EQ(pd::PathBetween(options.network, view->Locate("a100-0"), view->Locate("h100-0")), pd::PathKind::kLeaf);
+}
+
 TEST_F(KubeE2E, LeaderThatCannotRenewStopsBinding) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-1", true);

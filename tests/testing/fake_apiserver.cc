@@ -64,6 +64,7 @@ constexpr ResourceType kResources[] = {
     {"events.k8s.io", "v1", "events", "Event", true, false, StatusOnCreate::kKeep},
     {"coordination.k8s.io", "v1", "leases", "Lease", true, false, StatusOnCreate::kKeep},
     {"toposched.io", "v1alpha1", "nodetopologies", "NodeTopology", false, true, StatusOnCreate::kDrop},
+    {"topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", false, true, StatusOnCreate::kKeep},
 };
 constexpr std::size_t kResourceCount = std::size(kResources);
 

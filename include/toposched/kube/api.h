@@ -136,7 +136,9 @@ class Api {
 
 // Paths (names are escaped as URL path segments).
 std::string CorePath(std::string_view resource);                                // /api/v1/nodes
-std::string NamespacedPath(std::string_view ns, std::string_view resource);     // /api/v1/namespaces/ns/pods
+std::string NamespacedPath(std::string_view ns, std::string_view resource);
+// Volcano's HyperNodes (cluster-scoped), watched when network.hyperNodes is on.
+inline constexpr std::string_view kHyperNodeCollection = "/apis/topology.volcano.sh/v1alpha1/hypernodes";     // /api/v1/namespaces/ns/pods
 std::string PodPath(std::string_view ns, std::string_view name);
 std::string NodePath(std::string_view name);
 inline constexpr std::string_view kNodeTopologyCollection = "/apis/toposched.io/v1alpha1/nodetopologies";

@@ -16,6 +16,7 @@
 #include "toposched/kube/api.h"
 #include "toposched/kube/leader.h"
 #include "toposched/server/metrics.h"
+#include "toposched/pd/network.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::kube {
@@ -53,6 +54,10 @@ struct KubeSourceOptions {
   // PodDisruptionBudget can count both replicas. Without a known pod, only the leader is ready.
   std::string self_namespace, self_name;
   std::string leader_label = "toposched.io/leader";
+  // The scheduler config's network section. With hyper_nodes, Volcano HyperNode objects
+  // (topology.volcano.sh/v1alpha1) are watched and place nodes in the tiers (the store's node
+  // locations); until they load, or for nodes no HyperNode holds, the tier labels do.
+  pd::NetworkConfig network;
 };
 
 class KubeSource : public state::Persistence, public extender::BindHooks {

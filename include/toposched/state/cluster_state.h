@@ -182,6 +182,11 @@ class ClusterStore {
   std::vector<PodAllocation> PoolPods(std::string_view pool) const;
   std::size_t pod_count() const;
 
+  // Node positions that override the labels' (Volcano HyperNodes, network.hyperNodes): the
+  // source replaces the whole map when HyperNodes change. Null: none.
+  void SetNodeLocations(std::shared_ptr<const std::map<std::string, pd::Location>> locations);
+  std::shared_ptr<const std::map<std::string, pd::Location>> node_locations() const;
+
   // Ready to serve: the source has loaded everything once (readyz).
   void SetSynced(bool synced);
   bool synced() const;
