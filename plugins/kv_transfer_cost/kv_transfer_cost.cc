@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,12 @@ struct PoolCycle final : framework::StateData {
   std::string spread_label;
   std::map<std::string, int, std::less<>> same_by_domain, same_by_node;
   int same_total = 0;
+
+  // Nodes that hold no anchor see the anchors by their domains alone: their mean is cached by
+  // (domains, own GPU->NIC class), so a 5,000-node cycle computes one mean per leaf, not per node.
+  std::set<std::string, std::less<>> site_nodes;
+  std::map<std::pair<std::vector<std::string>, LinkClass>, std::pair<double, std::array<int, pd::kPathKinds>>>
+      mean_by_domains;
 };
 
 std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint& e) {
@@ -86,7 +93,10 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
   std::map<std::string_view, std::size_t> site_of;
   for (const PoolMember* m : members) {
     auto [it, inserted] = site_of.try_emplace(m->node, c.sites.size());
-    if (inserted) c.sites.push_back(Site{cluster.Locate(m->node), {}});
+    if (inserted) {
+      c.sites.push_back(Site{cluster.Locate(m->node), {}});
+      c.site_nodes.insert(m->node);
+    }
     // A member recorded without GPUs still holds one instance's KV cache: count one lane.
     const std::size_t e = AddEndpoint(
         c.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
@@ -176,6 +186,21 @@ double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, const pd::L
   return total / std::max(1, c.anchors);
 }
 
+// MeanSeconds through the cycle's cache (PoolCycle::mean_by_domains).
+double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location, const pd::Endpoint& own,
+                  PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr) {
+  if (c.site_nodes.contains(location.node)) return MeanSeconds(net, c, location, own, role, kv_ipc, per_kind);
+  auto key = std::make_pair(location.domains, own.worst_class);
+  auto it = c.mean_by_domains.find(key);
+  if (it == c.mean_by_domains.end()) {
+    std::array<int, pd::kPathKinds> kinds{};
+    const double mean = MeanSeconds(net, c, location, own, role, kv_ipc, &kinds);
+    it = c.mean_by_domains.emplace(std::move(key), std::make_pair(mean, kinds)).first;
+  }
+  if (per_kind != nullptr) *per_kind = it->second.second;
+  return it->second.first;
+}
+
 // The score's scale for this cycle, like kube-scheduler's NormalizeScore: from the cheapest
 // expected transfer any node that could host the pod offers now (an aligned instance there) to
 // the costliest, but at least kMinScaleFactor times the cheapest, so that a few percent between
@@ -192,7 +217,7 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
     if (!n.schedulable) return;
     if (!req.IsShared() && n.free_gpus < req.gpus) return;
     if (n.free_rdma_nics < req.rdma_nics) return;
-    const double mean = MeanSeconds(net, c, *n.location, own, req.role, req.kv_ipc);
+    const double mean = CachedMean(net, c, *n.location, own, req.role, req.kv_ipc);
     best = std::min(best, mean);
     worst = std::max(worst, mean);
   });
@@ -293,6 +318,7 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   } else if (ChooseGangAnchor(*cluster, req.pool, anchor_tier.tier, *c)) {
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
     c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), 1}}});
+    c->site_nodes.insert(c->gang_node);
     c->anchors = 1;
   } else {
     c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
@@ -369,7 +395,7 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
   const pd::Endpoint own{req.IsShared() ? req.shared.count : req.gpus, std::max(0, req.rdma_nics),
                          outcome.placement ? outcome.placement->worst_class : LinkClass::kPIX, 0};
   std::array<int, pd::kPathKinds> per_kind{};
-  const double mean = MeanSeconds(net, *c, location, own, req.role, req.kv_ipc, &per_kind);
+  const double mean = CachedMean(net, *c, location, own, req.role, req.kv_ipc, &per_kind);
   const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
 
   std::string paths;

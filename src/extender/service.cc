@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -463,10 +464,36 @@ struct ExtenderService::Impl {
     auto& many = scratch.many_classes;  // used once a call sees more than kLinearClasses
     local.clear();
     many.clear();
-    // Pool pods are scored per node (Evaluate): key this call's verdicts by node index.
-    const bool per_node = IsPoolPod(e.request);
+    // Pool pods (Evaluate scores them afresh on every call): a node's verdict depends on its
+    // class (which hashes its labels, so its tier domains) and, where HyperNodes place nodes,
+    // on its position; and a node holding pods of the pool is a class of its own (the same-node
+    // path, the spread term).
+    const bool pool_pod = IsPoolPod(e.request);
+    std::unordered_set<std::string_view> pool_nodes;
+    std::vector<state::PodAllocation> pool_pods;
+    std::shared_ptr<const std::map<std::string, pd::Location>> positions;
+    if (pool_pod) {
+      pool_pods = store.PoolPods(e.request.pool);
+      for (const state::PodAllocation& p : pool_pods) pool_nodes.insert(p.node);
+      positions = store.node_locations();
+    }
+    auto key_of = [&](std::size_t i) -> std::uint64_t {
+      if (!pool_pod) return class_keys[i];
+      const state::NodeRecord& record = *snap->nodes()[i];
+      // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
+      // label), so every node is its own class for this first pod.
+      if (pool_pods.empty() || pool_nodes.contains(record.name)) return (std::uint64_t{1} << 63) | i;
+      std::uint64_t key = class_keys[i] & ~(std::uint64_t{1} << 63);
+      if (positions != nullptr) {
+        if (const auto it = positions->find(record.name); it != positions->end()) {
+          for (const std::string& d : it->second.domains) key = (key ^ std::hash<std::string>{}(d)) * 1099511628211ull;
+          key &= ~(std::uint64_t{1} << 63);
+        }
+      }
+      return key;
+    };
     auto verdict_at = [&](std::size_t i) -> const ClassVerdict* {
-      const std::uint64_t key = per_node ? static_cast<std::uint64_t>(i) : class_keys[i];
+      const std::uint64_t key = key_of(i);
       if (local.size() <= kLinearClasses) {
         for (const auto& [k, v] : local) {
           if (k == key) return v.get();

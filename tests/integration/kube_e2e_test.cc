@@ -858,6 +858,61 @@ TEST_F(KubeE2E, HyperNodesPlaceNodesInTheNetworkTiers) {
   EXPECT_EQ(pd::PathBetween(options.network, view->Locate("a100-0"), view->Locate("h100-0")), pd::PathKind::kLeaf);
 }
 
+// A Prefill/Decode pool through the wire: a decode pod prefers the node in the leaf of its
+// pool's prefill instance, the pool's pods are restored into the pool after a restart, and the
+// prioritize answer is the same when nodes of one class sit in different leaves.
+TEST_F(KubeE2E, PoolPodsScoreByWhereTheirPoolRunsAndRejoinItAfterARestart) {
+  const std::map<std::string, std::string> leaf_of = {{"h100-0", "l1"}, {"h100-1", "l1"}, {"h100-2", "l2"}};
+  for (const auto& [name, leaf] : leaf_of) {
+    AddNode(name, kNebiusH100);
+    json node = *server_.Get(kNodes, name);
+    node["metadata"]["labels"]["toposched.io/leaf"] = leaf;
+    node["metadata"]["labels"]["toposched.io/spine"] = "s1";
+    server_.Upsert(kNodes, node);
+  }
+  auto pool_pod = [&](const std::string& name, const char* role) {
+    testing::PodSpec spec;
+    spec.name = name;
+    spec.gpus = 2;
+    spec.rdma = 2;
+    spec.labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}};
+    spec.annotations = {{"toposched.io/pd-ratio", "1:2"}};
+    json pod = testing::MakePod(spec);
+    pod["metadata"].erase("uid");
+    pod["metadata"].erase("resourceVersion");
+    return server_.Create(kPods, pod);
+  };
+  std::string prefill_uid;
+  {
+    Replica r(server_, "replica-0", false);
+    ASSERT_TRUE(WaitFor([&] {
+      return r.Ready() && r.store.snapshot()->Find("h100-2") != nullptr &&
+             r.store.snapshot()->Find("h100-2")->labels.contains("toposched.io/leaf");
+    }));
+    const json prefill = pool_pod("prefill-0", "prefill");
+    prefill_uid = prefill["metadata"]["uid"];
+    const Scheduled p = Schedule(r, prefill, {"h100-0"});
+    ASSERT_TRUE(p.error.empty()) << p.error;
+    // The decode pod: h100-1 shares the prefill's leaf, h100-2 only the spine.
+    const json decode = pool_pod("decode-0", "decode");
+    auto [status, body] = r.Call("/scheduler/prioritize", testing::ExtenderArgs(decode, {"h100-1", "h100-2"}));
+    ASSERT_EQ(status, 200) << body;
+    std::map<std::string, int> score;
+    for (const json& h : json::parse(body)) score[h["Host"]] = h["Score"].get<int>();
+    EXPECT_GT(score.at("h100-1"), score.at("h100-2")) << body;
+    const Scheduled d = Schedule(r, decode, {"h100-1", "h100-2"});
+    ASSERT_TRUE(d.error.empty()) << d.error;
+    EXPECT_EQ(d.node, "h100-1");
+  }
+  Replica r(server_, "replica-1", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const std::optional<state::PodAllocation> restored = r.store.FindPod(prefill_uid);
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_EQ(restored->pool, "chat");
+  EXPECT_EQ(restored->role, PodRole::kPrefill);
+  EXPECT_EQ(r.store.PoolPods("chat").size(), 2u);
+}
+
 TEST_F(KubeE2E, LeaderThatCannotRenewStopsBinding) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-1", true);
