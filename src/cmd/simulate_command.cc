@@ -49,6 +49,8 @@ void PrintHelp() {
       "                        \"kind\", \"pod\": <Pod>}]} instead of the generator\n"
       "  --pods N              generated pods (default %d)\n"
       "  --seed N              generator seed (default 1)\n"
+      "  --pd-pools N          Prefill/Decode pools the generator makes (default 8; 0: P/D pods\n"
+      "                        without pools, which the pool plugins ignore)\n"
       "  --policies a,b,...    policies to compare (default: all, toposched first)\n"
       "  --config FILE         scheduler configuration YAML for the toposched policy\n"
       "  --json                print JSON instead of the table\n"
@@ -136,7 +138,7 @@ class Progress {
 
 int RunSimulate(const std::vector<std::string>& args) {
   std::string topologies, workload_path, config_path, svg_path, policies_arg, shapes_arg;
-  long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1;
+  long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
   bool json = false, no_progress = false, nodes_given = false;
   auto usage = [](const std::string& message) {
     std::fprintf(stderr, "toposched simulate: %s (see --help)\n", message.c_str());
@@ -178,6 +180,8 @@ int RunSimulate(const std::vector<std::string>& args) {
       ok = number(1, 10000000, pods);
     } else if (flag == "--seed") {
       ok = number(0, 4294967295LL, seed);
+    } else if (flag == "--pd-pools") {
+      ok = number(0, 1000, pd_pools);
     } else if (flag == "--policies") {
       ok = value(policies_arg);
     } else if (flag == "--config") {
@@ -248,8 +252,10 @@ int RunSimulate(const std::vector<std::string>& args) {
     if (!loaded.ok()) return fail(loaded.error().message());
     workload = std::move(loaded).value();
   } else {
-    workload = sim::GenerateWorkload(
-        sim::DefaultWorkloadSpec(cluster, static_cast<int>(pods), static_cast<std::uint32_t>(seed)));
+    sim::WorkloadSpec spec =
+        sim::DefaultWorkloadSpec(cluster, static_cast<int>(pods), static_cast<std::uint32_t>(seed));
+    if (pd_pools >= 0) spec.pd_pools = static_cast<int>(pd_pools);
+    workload = sim::GenerateWorkload(spec);
   }
 
   const bool tty = ::isatty(STDERR_FILENO) != 0;

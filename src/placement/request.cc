@@ -565,20 +565,32 @@ Result<LinkClass> ReadAlignment(std::string_view value) {
   return *c;
 }
 
-// A device count written as an annotation: a plain integer 0..kMaxDevices.
-Result<int> ReadCountAnnotation(std::string_view key, std::string_view value) {
+// An integer annotation min..max, plain decimal digits (max is far below int64's range, so
+// stopping once the value passes it rules out overflow).
+Result<std::int64_t> ReadIntAnnotation(std::string_view key, std::string_view value, std::int64_t min,
+                                       std::int64_t max) {
   const std::string_view t = Trim(value);
   std::int64_t n = 0;
-  bool ok = !t.empty() && t.size() <= 3;
+  bool ok = !t.empty();
   for (char c : t) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) ok = false;
-    if (ok) n = n * 10 + (c - '0');
+    if (!std::isdigit(static_cast<unsigned char>(c)) || n > max) {
+      ok = false;
+      break;
+    }
+    n = n * 10 + (c - '0');
   }
-  if (!ok || n > kMaxDevices) {
-    return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a count; use an integer 0 to " +
-                 std::to_string(kMaxDevices));
+  if (!ok || n < min || n > max) {
+    return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a count; use an integer " +
+                 std::to_string(min) + " to " + std::to_string(max));
   }
-  return static_cast<int>(n);
+  return n;
+}
+
+// A device count written as an annotation: a plain integer 0..kMaxDevices.
+Result<int> ReadCountAnnotation(std::string_view key, std::string_view value) {
+  Result<std::int64_t> n = ReadIntAnnotation(key, value, 0, kMaxDevices);
+  if (!n.ok()) return n.error();
+  return static_cast<int>(*n);
 }
 
 Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
@@ -586,22 +598,6 @@ Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
   if (token == "true") return true;
   if (token == "false") return false;
   return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a boolean; use true or false");
-}
-
-// A positive integer annotation, 1..max.
-Result<std::int64_t> ReadPositiveAnnotation(std::string_view key, std::string_view value, std::int64_t max) {
-  const std::string_view t = Trim(value);
-  std::int64_t n = 0;
-  bool ok = !t.empty() && t.size() <= 12;
-  for (char c : t) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) ok = false;
-    if (ok) n = n * 10 + (c - '0');
-  }
-  if (!ok || n < 1 || n > max) {
-    return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a count; use an integer 1 to " +
-                 std::to_string(max));
-  }
-  return n;
 }
 
 // "P:D", two integers 1..kMaxPdRatioPart: the pool's Prefill:Decode instance ratio.
@@ -720,14 +716,14 @@ Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementReque
   if (auto v = get(kKvBytesPerTokenAnnotation); !v.ok()) {
     return v.error();
   } else if (*v) {
-    auto n = ReadPositiveAnnotation(kKvBytesPerTokenAnnotation, **v, kMaxKvBytesPerToken);
+    auto n = ReadIntAnnotation(kKvBytesPerTokenAnnotation, **v, 1, kMaxKvBytesPerToken);
     if (!n.ok()) return n.error();
     req->kv_bytes_per_token = *n;
   }
   if (auto v = get(kPromptTokensAnnotation); !v.ok()) {
     return v.error();
   } else if (*v) {
-    auto n = ReadPositiveAnnotation(kPromptTokensAnnotation, **v, kMaxPromptTokens);
+    auto n = ReadIntAnnotation(kPromptTokensAnnotation, **v, 1, kMaxPromptTokens);
     if (!n.ok()) return n.error();
     req->prompt_tokens = static_cast<int>(*n);
   }
