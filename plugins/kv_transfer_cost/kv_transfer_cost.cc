@@ -222,6 +222,7 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
     worst = std::max(worst, mean);
   });
   if (!(best < std::numeric_limits<double>::infinity()) || !(best > 0)) {
+    c.bounds = Bounds(net, own, req.kv_ipc, c.bytes);
     c.bounds_text = "no node could host it now; scale: the config's paths, best " +
                     FormatSeconds(c.bounds.best_seconds) + ", worst " + FormatSeconds(c.bounds.worst_seconds);
     return;
@@ -278,7 +279,6 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   c->bytes = static_cast<double>(kv) * static_cast<double>(tokens);
   c->bytes_text = std::to_string(tokens) + " tok x " + FormatBytes(kv);
   const pd::Endpoint own_shape{gpus, std::max(0, req.rdma_nics), LinkClass::kPIX, 0};
-  c->bounds = Bounds(net, own_shape, req.kv_ipc, c->bytes);
 
   const std::vector<PoolMember> members = cluster->PoolMembers(req.pool);
   std::vector<const PoolMember*> counterparts, same_role;
