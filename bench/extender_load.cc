@@ -9,7 +9,7 @@
 // as in production. The cluster is 5,000 synthetic nodes (90% HGX H100, 10% PCIe 4-GPU), a
 // third of them partly allocated, so the filter sees several node classes.
 //
-// usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C]
+// usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
 
 #include <algorithm>
 #include <atomic>
@@ -64,7 +64,10 @@ void Populate(state::ClusterStore& store, int nodes) {
   auto pcie = Preset("pcie-4gpu");
   std::vector<state::NodeSpec> specs;
   for (int i = 0; i < nodes; ++i) {
-    specs.push_back({"gpu-node-" + std::to_string(i), i % 10 == 9 ? pcie : hgx, {{"topology.kubernetes.io/zone", "zone-a"}}, true});
+    // As in a real cluster: every node carries its own kubernetes.io/hostname.
+    const std::string name = "gpu-node-" + std::to_string(i);
+    specs.push_back({name, i % 10 == 9 ? pcie : hgx,
+                     {{"topology.kubernetes.io/zone", "zone-a"}, {"kubernetes.io/hostname", name}}, true});
   }
   (void)store.UpsertNodes(std::move(specs));
   for (int i = 0; i < nodes; ++i) {
@@ -111,16 +114,27 @@ void FloorHandler(extender::WireReader& reader, std::string_view path, std::stri
   }
 }
 
+// The store as `serve` makes it: node classes hash only the network tier labels. With
+// `every_label` (--every-label), every label counts, the hostname too, as before that option
+// existed: every node is then a class of its own.
+state::StoreOptions StoreFor(const framework::SchedulerConfig& config, bool every_label) {
+  state::StoreOptions options;
+  if (every_label) return options;
+  options.class_labels.emplace();
+  for (const pd::Tier& tier : config.network.tiers) options.class_labels->push_back(tier.label);
+  return options;
+}
+
 struct World {
-  framework::Framework framework =
-      framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry()).value();
-  state::ClusterStore store{nullptr};
-  server::Registry metrics;
-  std::unique_ptr<extender::ExtenderService> service;
-  World() {
+  explicit World(bool every_label) : store(nullptr, StoreFor(framework.config(), every_label)) {
     Populate(store, 5000);
     service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
   }
+  framework::Framework framework =
+      framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry()).value();
+  state::ClusterStore store;
+  server::Registry metrics;
+  std::unique_ptr<extender::ExtenderService> service;
 };
 
 void InProcess(World& w, int names_count, int iterations) {
@@ -273,16 +287,24 @@ int main(int argc, char** argv) {
   double seconds = 5;
   int clients = 4;
   std::string only;  // "inprocess", "http" or "predicate": one part (profiling)
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool every_label = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--every-label") {
+      every_label = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
     if (a == "--iterations") iterations = std::atoi(argv[i + 1]);
     if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     if (a == "--clients") clients = std::atoi(argv[i + 1]);
     if (a == "--only") only = argv[i + 1];
+    ++i;
   }
-  World w;
-  std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads\n", w.store.snapshot()->size(),
-              w.store.pod_count(), std::thread::hardware_concurrency());
+  World w(every_label);
+  std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads; node classes hash %s\n",
+              w.store.snapshot()->size(), w.store.pod_count(), std::thread::hardware_concurrency(),
+              every_label ? "every label (--every-label)" : "the network tier labels (as serve)");
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);

@@ -311,7 +311,12 @@ int RunServe(const std::vector<std::string>& args) {
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 
   server::Registry metrics;
-  state::ClusterStore store(nullptr, state::StoreOptions{.max_shares_per_gpu = max_shares});
+  // Node classes hash only the network tier labels (the only labels a plugin reads), not
+  // kubernetes.io/hostname and the like, which would make every node a class of its own.
+  std::vector<std::string> class_labels;
+  for (const pd::Tier& tier : config.network.tiers) class_labels.push_back(tier.label);
+  state::ClusterStore store(nullptr, state::StoreOptions{.max_shares_per_gpu = max_shares,
+                                                         .class_labels = std::move(class_labels)});
   std::unique_ptr<state::FileSource> file_source;
   std::unique_ptr<kube::Transport> transport;
   std::unique_ptr<kube::Api> api, lease_api;

@@ -143,14 +143,22 @@ std::string MisfitsOf(const NodeRecord& record, int max_shares_per_gpu) {
 
 }  // namespace
 
-std::uint64_t ComputeClassKey(const NodeRecord& r) {
+std::uint64_t ComputeClassKey(const NodeRecord& r, const std::vector<std::string>* class_labels) {
   Fnv64 h;
   h.U64(r.topology_fingerprint);
   h.Byte(r.schedulable ? 1 : 0);
-  h.U64(r.labels.size());
-  for (const auto& [key, value] : r.labels) {
-    h.String(key);
-    h.String(value);
+  if (class_labels == nullptr) {
+    h.U64(r.labels.size());
+    for (const auto& [key, value] : r.labels) {
+      h.String(key);
+      h.String(value);
+    }
+  } else {
+    for (const std::string& key : *class_labels) {
+      const auto it = r.labels.find(key);
+      h.Byte(it == r.labels.end() ? 0 : 1);
+      if (it != r.labels.end()) h.String(it->second);
+    }
   }
   // Only the taken devices, by index: the same state hashes the same whatever the vectors'
   // lengths ("nothing allocated" may be empty or all false).
@@ -264,7 +272,11 @@ struct ClusterStore::Impl {
   using ByName = std::unordered_map<std::string, V, Snapshot::Hash, std::equal_to<>>;
 
   Persistence* persistence = nullptr;
-  StoreOptions options;
+  StoreOptions options;  // class_labels sorted and unique
+
+  std::uint64_t ClassKey(const NodeRecord& record) const {
+    return ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
+  }
 
   // Publishers serialise on publish_mu and are the only writers of `current`; readers copy it
   // under snapshot_mu, which is held only for the pointer swap.
@@ -412,7 +424,7 @@ struct ClusterStore::Impl {
     next->allocated = std::move(after).value();
     ++next->allocation_version;
     next->pods.insert(std::lower_bound(next->pods.begin(), next->pods.end(), allocation.uid), allocation.uid);
-    next->class_key = ComputeClassKey(*next);
+    next->class_key = ClassKey(*next);
     return next;
   }
 
@@ -440,7 +452,11 @@ struct ClusterStore::Impl {
 
 ClusterStore::ClusterStore(Persistence* persistence, StoreOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->persistence = persistence;
-  impl_->options = options;
+  if (std::vector<std::string>* labels = options.class_labels ? &*options.class_labels : nullptr) {
+    std::sort(labels->begin(), labels->end());
+    labels->erase(std::unique(labels->begin(), labels->end()), labels->end());
+  }
+  impl_->options = std::move(options);
 }
 
 ClusterStore::~ClusterStore() = default;
@@ -525,7 +541,7 @@ Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
       next->topology_generation = 1;
     }
     next->topology = std::move(spec.topology);
-    next->class_key = ComputeClassKey(*next);
+    next->class_key = impl_->ClassKey(*next);
     if (const std::string misfits = MisfitsOf(*next, impl_->options.max_shares_per_gpu); !misfits.empty()) {
       add_error("node " + name + ": allocations no longer fit its new topology (kept): " + misfits);
     }
@@ -639,7 +655,7 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
   framework::RevertDelta(allocation.delta, framework::ShapeOf(NodeAllocation{}), next->allocated);
   ++next->allocation_version;
   next->pods.erase(std::remove(next->pods.begin(), next->pods.end(), allocation.uid), next->pods.end());
-  next->class_key = ComputeClassKey(*next);
+  next->class_key = impl_->ClassKey(*next);
   if (impl_->persistence != nullptr && persist) {
     if (Status s = impl_->persistence->RecordRelease(allocation); !s.ok()) {
       return s.error().WithContext("cannot persist the release of pod " + allocation.uid);

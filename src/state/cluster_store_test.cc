@@ -169,6 +169,35 @@ TEST(ClusterStoreTest, ClassKeysGroupIdenticalNodesAndSplitOnAnyDifference) {
   for (const auto& r : store.snapshot()->nodes()) EXPECT_EQ(r->class_key, ComputeClassKey(*r)) << r->name;
 }
 
+TEST(ClusterStoreTest, ClassLabelsLeaveOtherLabelsOutOfTheClassKey) {
+  // As `serve` configures it: only the network tier labels count (given unsorted, with a repeat).
+  ClusterStore store(nullptr, StoreOptions{.class_labels = std::vector<std::string>{"leaf", "clique", "leaf"}});
+  const auto node = [&](const char* name, std::map<std::string, std::string> labels) {
+    labels.emplace("kubernetes.io/hostname", name);  // unique per node, as in every real cluster
+    ASSERT_TRUE(store.UpsertNode(PresetNode(name, std::string(kHgx), std::move(labels))).ok());
+  };
+  node("a", {{"leaf", "l1"}, {"clique", "c1"}, {"instance-id", "i-1"}});
+  node("b", {{"leaf", "l1"}, {"clique", "c1"}, {"instance-id", "i-2"}});
+  node("c", {{"leaf", "l2"}, {"clique", "c1"}});
+  node("d", {{"leaf", "l1"}});
+  node("e", {{"leaf", "l1"}, {"clique", ""}});
+  auto key = [&](const char* n) { return store.snapshot()->Find(n)->class_key; };
+  EXPECT_EQ(key("a"), key("b"));  // hostname and other labels left out
+  EXPECT_NE(key("a"), key("c"));  // a class label's value
+  EXPECT_NE(key("a"), key("d"));  // a class label missing
+  EXPECT_NE(key("d"), key("e"));  // missing is not empty
+  // Allocation and the rest still split classes; each record carries its key.
+  ASSERT_TRUE(store.Bind("a", "u1", Take(Whole({0}))).ok());
+  EXPECT_NE(key("a"), key("b"));
+  const std::vector<std::string> sorted = {"clique", "leaf"};
+  for (const auto& r : store.snapshot()->nodes()) EXPECT_EQ(r->class_key, ComputeClassKey(*r, &sorted)) << r->name;
+  // Without class labels every label counts, the hostname included.
+  ClusterStore all(nullptr);
+  ASSERT_TRUE(all.UpsertNode(PresetNode("a", std::string(kHgx), {{"kubernetes.io/hostname", "a"}})).ok());
+  ASSERT_TRUE(all.UpsertNode(PresetNode("b", std::string(kHgx), {{"kubernetes.io/hostname", "b"}})).ok());
+  EXPECT_NE(all.snapshot()->Find("a")->class_key, all.snapshot()->Find("b")->class_key);
+}
+
 TEST(ClusterStoreTest, AnOldSnapshotKeepsItsContentAfterABind) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -34,28 +35,32 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A cluster directory: `n` nodes of `preset` (node documents), nothing bound yet.
-fs::path MakeClusterDir(const std::string& tag, int n, const std::string& preset) {
+// A cluster directory: `n` nodes of `preset` (node documents), nothing bound yet; node i gets
+// labels(i) when given.
+fs::path MakeClusterDir(const std::string& tag, int n, const std::string& preset,
+                        const std::function<json(int)>& labels = {}) {
   const fs::path dir = fs::temp_directory_path() / ("toposched-serve-" + tag + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "nodes");
   for (int i = 0; i < n; ++i) {
     const std::string name = "node-" + std::to_string(i);
-    std::ofstream(dir / "nodes" / (name + ".json")) << json{{"name", name}, {"preset", preset}}.dump();
+    json doc{{"name", name}, {"preset", preset}};
+    if (labels) doc["labels"] = labels(i);
+    std::ofstream(dir / "nodes" / (name + ".json")) << doc.dump();
   }
   return dir;
 }
 
 class ServeProcess {
  public:
-  explicit ServeProcess(const fs::path& dir) : dir_(dir) {
+  explicit ServeProcess(const fs::path& dir, const std::string& log_level = "warn") : dir_(dir) {
     const fs::path port_file = dir / "port";
     fs::remove(port_file);
     const std::string bin = ToposchedBinary();
     const std::string log = (dir / "serve.log").string();
     std::vector<std::string> args = {bin, "serve", "--cluster", dir.string(), "--address", "127.0.0.1",
                                      "--port", "0", "--port-file", port_file.string(), "--threads", "4",
-                                     "--log-level", "warn"};
+                                     "--log-level", log_level};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -107,6 +112,29 @@ TEST(Serve, StartsServesAndStopsGracefullyOnSigterm) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   // The bind is in the journal.
   EXPECT_NE(ReadFile(dir / "allocations.journal").find("uid-p"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// Real nodes all carry a unique kubernetes.io/hostname (and often other per-node labels): the
+// filter still evaluates one result per node class, classes split only by the network tier
+// labels (here the default toposched.io/leaf), hardware and allocation.
+TEST(Serve, NodesDifferingOnlyInHostnameShareOneEvaluation) {
+  const fs::path dir = MakeClusterDir("classes", 4, "hgx-h100-8gpu", [](int i) {
+    return json{{"kubernetes.io/hostname", "node-" + std::to_string(i)},
+                {"example.com/instance-id", "i-" + std::to_string(1000 + i)},
+                {"toposched.io/leaf", i < 2 ? "leaf-a" : "leaf-b"}};
+  });
+  ServeProcess s(dir, "debug");
+  ASSERT_NE(s.port(), 0);
+  HttpClient c(s.port());
+  const PodSpec p{.name = "p", .uid = "uid-p", .gpus = 2, .rdma = 2};
+  auto f = c.Post("/scheduler/filter", ExtenderArgs(MakePod(p), {"node-0", "node-1", "node-2", "node-3"}));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(json::parse(f->body)["NodeNames"].size(), 4u);
+  const int status = s.Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::string log = ReadFile(dir / "serve.log");
+  EXPECT_NE(log.find("4 of 4 nodes fit (2 node classes evaluated)"), std::string::npos) << log;
   fs::remove_all(dir);
 }
 

@@ -20,6 +20,9 @@ struct NodeInfo {
   std::string topology_fingerprint;
   // Devices already taken; Reserve plugins change it, Unreserve restores it.
   NodeAllocation allocated;
+  // The node's labels. The extender shares one filter/score result among nodes of one class,
+  // whose key includes only the network tier labels (StoreOptions::class_labels): a plugin's
+  // verdict must not depend on any other label.
   std::map<std::string, std::string> labels;
   bool schedulable = true;  // false when cordoned (spec.unschedulable)
 };

@@ -69,13 +69,16 @@ struct NodeRecord {
   std::uint64_t allocation_version = 0;  // +1 on every change of `allocated`
   std::vector<std::string> pods;         // UIDs allocated here, sorted
   // Nodes with equal class keys are in the same scheduling state (same hardware fingerprint,
-  // allocation, labels, schedulability): one filter/score result serves them all. 64-bit hash;
-  // a collision could at worst mis-score a node, never oversubscribe one (bind re-checks).
+  // allocation, class labels (StoreOptions::class_labels), schedulability): one filter/score
+  // result serves them all. 64-bit hash; a collision could at worst mis-score a node, never
+  // oversubscribe one (bind re-checks).
   std::uint64_t class_key = 0;
 };
 
 // The class key of a record's current content (ClusterStore keeps records' keys up to date).
-std::uint64_t ComputeClassKey(const NodeRecord& record);
+// `class_labels` (sorted, unique): the label keys that take part, a missing label distinct from
+// an empty value; null: every label.
+std::uint64_t ComputeClassKey(const NodeRecord& record, const std::vector<std::string>* class_labels = nullptr);
 
 class Snapshot {
  public:
@@ -128,6 +131,11 @@ struct BindResult {
 
 struct StoreOptions {
   int max_shares_per_gpu = 10;  // HAMi deviceSplitCount; the capacity check uses it
+  // The node labels that take part in node classes (NodeRecord::class_key); unset: every label.
+  // `serve` sets the network tier labels, the only labels a plugin reads: a label unique to each
+  // node (kubernetes.io/hostname, which every node carries; cloud instance ids) would otherwise
+  // make every node a class of its own and every filter call evaluate every node.
+  std::optional<std::vector<std::string>> class_labels = std::nullopt;
 };
 
 class ClusterStore {
