@@ -151,7 +151,12 @@ struct KubeSource::Impl {
 
   std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
   std::unique_ptr<Informer> hypernode_informer;  // only with options.network.hyper_nodes
-  std::map<std::string, json> hypernodes;        // by name; the informer's thread only
+  // HyperNodes by name, and the resolution of node positions from them: the HyperNode
+  // informer's events and node changes (labelMatch and regexMatch read the node set) both
+  // resolve. Lock order: mu, then hypernode_mu, then the store's locks.
+  std::mutex hypernode_mu;
+  std::map<std::string, json> hypernodes;
+  bool hypernodes_listed = false;  // the first list arrived (until then the tier labels decide)
   std::vector<std::jthread> threads;
 
   // ---- informer state, guarded by mu (informer handlers run one at a time under it) ----
@@ -197,6 +202,7 @@ struct KubeSource::Impl {
       if (store.snapshot()->Find(name) != nullptr) {
         store.RemoveNode(name);
         server::Log(LogLevel::kInfo, {kVerb, "", name}, "node removed from the state");
+        NodeSetChanged();
       }
       return;
     }
@@ -205,7 +211,9 @@ struct KubeSource::Impl {
     const bool withdrawn = stale.contains(name) && options.stale_policy == StaleTopologyPolicy::kClosed;
     NodeInputs inputs{node.labels, node.unschedulable, node.hami_register,
                       topo_it == topologies.end() ? std::string() : topo_it->second.resource_version, withdrawn};
-    if (auto it = applied_inputs.find(name); it != applied_inputs.end() && it->second == inputs) return;
+    const auto applied = applied_inputs.find(name);
+    if (applied != applied_inputs.end() && applied->second == inputs) return;
+    const bool moved = applied == applied_inputs.end() || applied->second.labels != inputs.labels;
 
     state::NodeSpec spec;
     spec.name = name;
@@ -228,17 +236,28 @@ struct KubeSource::Impl {
     applied_inputs[name] = std::move(inputs);
     if (batch != nullptr) {  // a relist: one snapshot for all nodes (FlushBatch)
       batch->push_back(std::move(spec));
+      batch_moved = batch_moved || moved;
       return;
     }
     if (Status s = store.UpsertNode(std::move(spec)); !s.ok()) {
       server::Log(LogLevel::kWarn, {kVerb, "", name}, s.error().message());
     }
+    if (moved) NodeSetChanged();
     RetryPending(name);
+  }
+
+  // A node came, went or changed labels: HyperNodes that select nodes by label or by name
+  // pattern may now hold other nodes. mu held.
+  void NodeSetChanged() {
+    if (!options.network.hyper_nodes) return;
+    std::lock_guard lock(hypernode_mu);
+    if (hypernodes_listed) ResolveHyperNodes();
   }
 
   // During a relist RefreshNode collects specs here instead of publishing a snapshot per node
   // (n upserts would copy the node list n times: seconds at a few thousand nodes).
   std::vector<state::NodeSpec>* batch = nullptr;
+  bool batch_moved = false;  // a node in the batch is new or has new labels
 
   void FlushBatch(std::vector<state::NodeSpec>& specs) {
     batch = nullptr;
@@ -247,6 +266,7 @@ struct KubeSource::Impl {
     if (Status s = store.UpsertNodes(std::move(specs)); !s.ok()) {
       server::Log(LogLevel::kWarn, {kVerb, "", ""}, s.error().message());
     }
+    if (std::exchange(batch_moved, false)) NodeSetChanged();
     for (const std::string& name : names) RetryPending(name);
   }
 
@@ -758,9 +778,10 @@ struct KubeSource::Impl {
     synced_gauge.With({}).Set(Synced() ? 1.0 : 0.0);
   }
 
-  // HyperNodes changed: resolve every node's position again (labelMatch members read the
-  // nodes' labels as the store has them now). A set that does not resolve (a cycle, a bad
-  // regex) is logged and the previous positions stay.
+  // HyperNodes or nodes changed: resolve every node's position again (labelMatch members read
+  // the nodes' labels as the store has them now). A set that does not resolve (a cycle, a bad
+  // regex) is logged and the previous positions stay; positions that come out the same are not
+  // published again. hypernode_mu held.
   void ResolveHyperNodes() {
     json list = json::array();
     for (const auto& [name, object] : hypernodes) list.push_back(object);
@@ -775,6 +796,7 @@ struct KubeSource::Impl {
       return;
     }
     const std::size_t placed = resolved->size();
+    if (const auto current = store.node_locations(); current != nullptr && *current == *resolved) return;
     store.SetNodeLocations(std::make_shared<const std::map<std::string, pd::Location>>(std::move(resolved).value()));
     server::Log(LogLevel::kInfo, {"informer/hypernodes", "", ""},
                 std::to_string(hypernodes.size()) + " HyperNodes place " + std::to_string(placed) + " nodes");
@@ -820,6 +842,8 @@ KubeSource::KubeSource(Api& api, state::ClusterStore& store, server::Registry& m
         api, d.InformerFor(std::string(kHyperNodeCollection), "hypernodes"),
         InformerHandler{Guarded<Objects>("HyperNode",
                                          [&d](Objects objects) {
+                                           std::lock_guard lock(d.hypernode_mu);
+                                           d.hypernodes_listed = true;
                                            d.hypernodes.clear();
                                            for (json& o : objects) {
                                              std::string name = Impl::NameOf(o);  // before o is moved
@@ -829,10 +853,12 @@ KubeSource::KubeSource(Api& api, state::ClusterStore& store, server::Registry& m
                                          }),
                         Guarded<const json&>("HyperNode",
                                              [&d](const json& o) {
+                                               std::lock_guard lock(d.hypernode_mu);
                                                d.hypernodes[Impl::NameOf(o)] = o;
                                                d.ResolveHyperNodes();
                                              }),
                         Guarded<const json&>("HyperNode", [&d](const json& o) {
+                          std::lock_guard lock(d.hypernode_mu);
                           d.hypernodes.erase(Impl::NameOf(o));
                           d.ResolveHyperNodes();
                         })});

@@ -858,6 +858,63 @@ TEST_F(KubeE2E, HyperNodesPlaceNodesInTheNetworkTiers) {
   EXPECT_EQ(pd::PathBetween(options.network, view->Locate("a100-0"), view->Locate("h100-0")), pd::PathKind::kLeaf);
 }
 
+// HyperNodes that select nodes by label or by name pattern follow the nodes: a relabelled node
+// moves, a new node that matches is placed, a deleted one leaves, with no HyperNode event.
+TEST_F(KubeE2E, HyperNodesFollowNodeLabelsAndNewNodes) {
+  AddNode("gpu-0", kNebiusH100);
+  AddNode("gpu-1", kNebiusH100);
+  auto set_rack = [&](const std::string& node, const std::string& rack) {
+    json object = *server_.Get(kNodes, node);
+    object["metadata"]["labels"]["example.com/rack"] = rack;
+    server_.Upsert(kNodes, object);
+  };
+  set_rack("gpu-0", "r1");
+  set_rack("gpu-1", "r1");
+  const std::string hypernodes = "/apis/topology.volcano.sh/v1alpha1/hypernodes";
+  auto rack = [](const std::string& name, const std::string& label) {
+    return json{{"apiVersion", "topology.volcano.sh/v1alpha1"},
+                {"kind", "HyperNode"},
+                {"metadata", {{"name", name}}},
+                {"spec",
+                 {{"tier", 1},
+                  {"members", json::array({json{{"type", "Node"},
+                                                {"selector",
+                                                 {{"labelMatch", {{"matchLabels", {{"example.com/rack", label}}}}}}}}})}}}};
+  };
+  server_.Create(hypernodes, rack("leaf-r1", "r1"));
+  server_.Create(hypernodes, rack("leaf-r2", "r2"));
+  server_.Create(hypernodes,
+                 json{{"apiVersion", "topology.volcano.sh/v1alpha1"},
+                      {"kind", "HyperNode"},
+                      {"metadata", {{"name", "spine-gpu"}}},
+                      {"spec",
+                       {{"tier", 2},
+                        {"members", json::array({json{{"type", "Node"},
+                                                      {"selector", {{"regexMatch", {{"pattern", "^gpu-[0-9]+$"}}}}}}})}}}});
+  kube::KubeSourceOptions options;
+  options.network.hyper_nodes = true;
+  options.network.tiers = {{"toposched.io/leaf", pd::PathKind::kLeaf}, {"toposched.io/spine", pd::PathKind::kSpine}};
+  Replica r(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  auto domains = [&](const std::string& node) {
+    const auto locations = r.store.node_locations();
+    if (locations == nullptr) return std::vector<std::string>{};
+    const auto it = locations->find(node);
+    return it == locations->end() ? std::vector<std::string>{} : it->second.domains;
+  };
+  const std::vector<std::string> in_r1 = {"leaf-r1", "spine-gpu"}, in_r2 = {"leaf-r2", "spine-gpu"};
+  ASSERT_TRUE(WaitFor([&] { return domains("gpu-0") == in_r1 && domains("gpu-1") == in_r1; }));
+
+  set_rack("gpu-1", "r2");  // relabelled: moves to leaf-r2
+  EXPECT_TRUE(WaitFor([&] { return domains("gpu-1") == in_r2; })) << ::testing::PrintToString(domains("gpu-1"));
+  AddNode("gpu-2", kNebiusH100);  // a new node: the regex places it under the spine
+  set_rack("gpu-2", "r2");
+  EXPECT_TRUE(WaitFor([&] { return domains("gpu-2") == in_r2; })) << ::testing::PrintToString(domains("gpu-2"));
+  server_.Delete(kNodes, "gpu-0");  // gone: no position left
+  EXPECT_TRUE(WaitFor([&] { return domains("gpu-0").empty(); })) << ::testing::PrintToString(domains("gpu-0"));
+  EXPECT_EQ(domains("gpu-1"), in_r2);
+}
+
 // A Prefill/Decode pool through the wire: a decode pod prefers the node in the leaf of its
 // pool's prefill instance, the pool's pods are restored into the pool after a restart, and the
 // prioritize answer is the same when nodes of one class sit in different leaves.
