@@ -4,7 +4,9 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "device_fit/device_fit.h"
 #include "fragmentation/fragmentation.h"
@@ -90,6 +92,55 @@ TEST(BuiltinRegistryTest, DocumentedExampleLoads) {
   EXPECT_EQ(c->plugins.size(), BuiltinRegistry().Names().size());
   EXPECT_EQ(c->network.tiers.size(), 4u);
   EXPECT_EQ(c->network.Cost(pd::PathKind::kSpine).bandwidth_gbps, 25);
+}
+
+// A tier named in a plugin's args must be a configured network tier: the config does not load
+// (serve and simulate stop with the message) instead of the plugin scoring every pod neutrally.
+TEST(BuiltinRegistryTest, PluginTierArgsMustBeConfiguredTiers) {
+  struct Case {
+    std::string name;
+    std::string yaml;
+    std::string error;  // empty: loads
+  };
+  const std::vector<Case> cases = {
+      {"default tiers", "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {anchorTier: toposched.io/spine}}]",
+       ""},
+      {"typo in anchorTier",
+       "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {anchorTier: toposched.io/spin}}]",
+       "plugins[1].args: anchorTier: tier toposched.io/spin is not a configured network tier "
+       "(nvidia.com/gpu.clique, toposched.io/leaf, toposched.io/spine, topology.kubernetes.io/zone)"},
+      {"spreadTier node", "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {spreadTier: node}}]", ""},
+      {"spreadTier not configured",
+       "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {spreadTier: rack}}]\n"
+       "network: {tiers: [{label: rack-label, path: leaf}]}",
+       "plugins[1].args: spreadTier: tier rack is not a configured network tier (rack-label) (or \"node\")"},
+      {"ratioTier from the config's own tiers",
+       "plugins: [{name: DeviceFit}, {name: PdRatio, args: {ratioTier: rack-label}}]\n"
+       "network: {tiers: [{label: rack-label, path: leaf}]}",
+       ""},
+      {"ratioTier not configured", "plugins: [{name: DeviceFit}, {name: PdRatio, args: {ratioTier: rack}}]",
+       "plugins[1].args: ratioTier: tier rack is not a configured network tier"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<framework::SchedulerConfig> config = framework::LoadSchedulerConfigYaml(c.yaml, BuiltinRegistry());
+    if (c.error.empty()) {
+      ASSERT_TRUE(config.ok()) << config.error().message();
+      EXPECT_TRUE(Framework::Create(*config, BuiltinRegistry()).ok());
+    } else {
+      ASSERT_FALSE(config.ok());
+      EXPECT_NE(config.error().message().find(c.error), std::string::npos) << config.error().message();
+    }
+  }
+  // A config built in code is checked when the framework is built.
+  framework::SchedulerConfig config = DefaultSchedulerConfig();
+  for (framework::PluginConfig& p : config.plugins) {
+    if (p.name == pd_ratio::kName) p.args = {{"ratioTier", "rack"}};
+  }
+  Result<Framework> f = Framework::Create(config, BuiltinRegistry());
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().message().find(".args: ratioTier: tier rack is not a configured network tier"), std::string::npos)
+      << f.error().message();
 }
 
 TEST(BuiltinRegistryTest, BriefExampleLoads) {

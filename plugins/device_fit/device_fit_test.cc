@@ -153,7 +153,7 @@ TEST(DeviceFitTest, FactoryRejectsArgs) {
 // With the engine: an HGX node fills up pod by pod, and Reserve/Unreserve keep count.
 TEST(DeviceFitWithEngineTest, FillsAnHgxNode) {
   Result<framework::Framework> f = framework::Framework::Create(
-      framework::SchedulerConfig{{{std::string(kName), 1, {}}}, {}, {}}, BuiltinRegistry());
+      framework::SchedulerConfig{{{std::string(kName), 1, {}}}, {}, {}, {}}, BuiltinRegistry());
   ASSERT_TRUE(f.ok()) << f.error().message();
   NodeInfo node = NodeBuilder("hgx", "hgx-h100-8gpu").Build();
 

@@ -370,6 +370,16 @@ std::uint64_t StableHash(std::string_view pool, std::string_view domain) {
   return h;
 }
 
+Status KvTransferCost::CheckNetwork(const pd::NetworkConfig& network) const {
+  if (const TierChoice anchor = ResolveTier(network, args_.anchor_tier); !anchor.ok) {
+    return Error("anchorTier: " + anchor.error);
+  }
+  if (args_.spread_tier != "node" && !FindTier(network, args_.spread_tier)) {
+    return Error("spreadTier: " + ResolveTier(network, args_.spread_tier).error + " (or \"node\")");
+  }
+  return Status::Ok();
+}
+
 framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
                                              const framework::NodeInfo& node) const {
   PoolCycle* c = state.ReadAs<PoolCycle>(kCycleKey);

@@ -75,6 +75,8 @@ class KvTransferCost final : public framework::ScorePlugin {
  public:
   explicit KvTransferCost(Args args) : args_(std::move(args)) {}
   std::string_view Name() const override { return kName; }
+  // anchorTier and spreadTier (unless "node") must be configured tiers.
+  Status CheckNetwork(const pd::NetworkConfig& network) const override;
   framework::ScoreResult Score(framework::CycleState& state, const framework::NodeInfo& node) const override;
 
  private:

@@ -118,6 +118,11 @@ int RatioScore(int target_prefill, int target_decode, int prefill_halves, int de
                     kMaxScore);
 }
 
+Status PdRatio::CheckNetwork(const pd::NetworkConfig& network) const {
+  if (const TierChoice tier = ResolveTier(network, args_.ratio_tier); !tier.ok) return Error("ratioTier: " + tier.error);
+  return Status::Ok();
+}
+
 framework::ScoreResult PdRatio::Score(framework::CycleState& state, const framework::NodeInfo& node) const {
   RatioCycle* c = state.ReadAs<RatioCycle>(kCycleKey);
   if (c == nullptr) {

@@ -48,6 +48,8 @@ class PdRatio final : public framework::ScorePlugin {
  public:
   explicit PdRatio(Args args) : args_(std::move(args)) {}
   std::string_view Name() const override { return kName; }
+  // ratioTier, when given, must be a configured tier.
+  Status CheckNetwork(const pd::NetworkConfig& network) const override;
   framework::ScoreResult Score(framework::CycleState& state, const framework::NodeInfo& node) const override;
 
  private:

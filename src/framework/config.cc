@@ -122,6 +122,15 @@ class ConfigParser {
     if (const YAML::Node network = root["network"]) {
       if (Status s = ParseNetwork(network, config.network); !s.ok()) return s.error();
     }
+    // Tiers named in plugin args against the network tiers (the defaults when not given).
+    for (std::size_t i = 0; i < config.plugins.size(); ++i) {
+      const PluginConfig& plugin = config.plugins[i];
+      Result<std::unique_ptr<Plugin>> built = registry_.Create(plugin.name, plugin.args);
+      if (!built.ok()) return built.error();  // unreachable: ParsePlugins built it
+      if (Status s = (*built)->CheckNetwork(config.network); !s.ok()) {
+        return s.error().WithContext("plugins[" + std::to_string(i) + "].args");
+      }
+    }
     return config;
   }
 

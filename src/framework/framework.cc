@@ -60,6 +60,9 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
     }
     Result<std::unique_ptr<Plugin>> plugin = registry.Create(pc.name, pc.args);
     if (!plugin.ok()) return plugin.error().WithContext(path);
+    if (Status s = (*plugin)->CheckNetwork(config.network); !s.ok()) {
+      return s.error().WithContext(path + ".args");
+    }
     const Plugin* p = plugin->get();
     if (const auto* f = dynamic_cast<const FilterPlugin*>(p)) impl->filters.push_back(f);
     if (const auto* s = dynamic_cast<const ScorePlugin*>(p)) impl->scorers.push_back({s, pc.weight});

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "toposched/common/status.h"
 #include "toposched/framework/cycle_state.h"
 #include "toposched/framework/node_info.h"
 #include "toposched/framework/status.h"
@@ -25,6 +26,13 @@ class Plugin {
   virtual ~Plugin() = default;
   // The name config and the registry use (PascalCase, e.g. "DeviceFit"); stable forever.
   virtual std::string_view Name() const = 0;
+  // Called once when the Framework is built, with the config's network tiers: a plugin whose
+  // args name a tier checks that it is configured, so a typo stops the config from loading
+  // instead of scoring every pod neutrally. The error names the arg.
+  virtual Status CheckNetwork(const pd::NetworkConfig& network) const {
+    (void)network;
+    return Status::Ok();
+  }
 };
 
 // Called once per candidate node in the extender's filter verb, in config order; the first
