@@ -409,7 +409,12 @@ struct ExtenderService::Impl {
       reason.append("/").append(framework::ToString(filtered.code()));
       v->rejections = &rejections.With({reason});
     }
-    if (pool_pod) return v;
+    // A pool pod's verdicts are never reused (its scores depend on where the node sits), but
+    // whether it passes depends on the class alone: kept so that bind can tell "confirmed".
+    if (pool_pod) {
+      entry.StoreVerdict(record.class_key, v);
+      return v;
+    }
     return entry.StoreVerdict(record.class_key, std::move(v));
   }
 

@@ -429,6 +429,35 @@ TEST(ExtenderOps, HealthReadinessAndMetrics) {
       << t;
 }
 
+// A Prefill/Decode pool pod is scored afresh on every call, but a bind to a node it passed at
+// filter time, in the same state, is still "confirmed"; one to a node whose state changed since
+// is "changed".
+TEST(ExtenderOps, PoolPodBindsCountAsConfirmedWhenTheNodeIsUnchanged) {
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  auto pool_pod = [](const std::string& name, const char* role) {
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 2,
+                   .rdma = 2,
+                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+  };
+  const PodSpec prefill = pool_pod("prefill-0", "prefill"), decode = pool_pod("decode-0", "decode");
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(prefill), {"hgx-a", "hgx-b"}));
+  PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(prefill), {"hgx-a", "hgx-b"}));
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(prefill, "hgx-a"))["Error"], "");
+  // The decode pod filters, then hgx-b changes (another pod takes GPUs there) before its bind.
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(decode), {"hgx-a", "hgx-b"}));
+  const PodSpec other{.name = "other", .uid = "uid-other", .gpus = 1};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(other), {"hgx-b"}));
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(other, "hgx-b"))["Error"], "");
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(decode, "hgx-b"))["Error"], "");
+  const std::string t = c.Get("/metrics")->body;
+  // prefill-0 and other confirmed; decode-0 changed.
+  EXPECT_NE(t.find("toposched_reservations_total{outcome=\"confirmed\"} 2"), std::string::npos) << t;
+  EXPECT_NE(t.find("toposched_reservations_total{outcome=\"changed\"} 1"), std::string::npos) << t;
+}
+
 // Many clients filter and bind at once against a small cluster; the store must never hold a
 // device twice, and every acknowledged bind must be in it.
 TEST(ExtenderConcurrency, ConcurrentBindsNeverOversubscribe) {
