@@ -438,8 +438,10 @@ struct KubeSource::Impl {
     }
     pending.erase(pod.uid);
     Result<framework::AllocationDelta> delta = Error("");
+    LinkClass worst_class = LinkClass::kPIX;  // HAMi's annotations carry no classes
     if (ours) {
-      delta = DecodeAllocation(pod.annotations.at(std::string(kAllocationAnnotation)), *record->topology);
+      delta = DecodeAllocation(pod.annotations.at(std::string(kAllocationAnnotation)), *record->topology,
+                               &worst_class);
     } else {
       Result<HamiPodDevices> devices = DecodeHamiDevices(pod.annotations.at(std::string(kHamiDevicesAllocated)));
       delta = devices.ok() ? DeltaFromHami(*devices, *record->topology) : Result<framework::AllocationDelta>(devices.error());
@@ -456,6 +458,7 @@ struct KubeSource::Impl {
     allocation.pod_name = pod.pod_name;
     allocation.node = node;
     allocation.delta = std::move(delta).value();
+    allocation.worst_class = worst_class;
     allocation.topology_generation = record->topology_generation;
     if (const auto role = pod.labels.find(std::string(kRoleLabel)); role != pod.labels.end()) {
       for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {

@@ -595,12 +595,23 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
 
 }  // namespace
 
-Result<framework::AllocationDelta> DecodeAllocation(std::string_view text, const NodeTopology& topology) {
+Result<framework::AllocationDelta> DecodeAllocation(std::string_view text, const NodeTopology& topology,
+                                                    LinkClass* worst_gpu_nic) {
   try {
     Result<json> doc = ParseBoundedJson(text, kMaxAllocationDepth);
     if (!doc.ok()) return doc.error();
     framework::AllocationDelta delta;
     if (Status s = DecodeAllocationDoc(*doc, topology, &delta); !s.ok()) return s.error();
+    if (worst_gpu_nic != nullptr) {
+      *worst_gpu_nic = LinkClass::kPIX;
+      const json* links = doc->contains("links") ? &(*doc)["links"] : nullptr;
+      if (links != nullptr && links->is_object() && links->contains("worstGpuNic") &&
+          (*links)["worstGpuNic"].is_string()) {
+        if (const std::optional<Link> link = Link::ParseToken((*links)["worstGpuNic"].get<std::string>())) {
+          *worst_gpu_nic = link->cls;
+        }
+      }
+    }
     return delta;
   } catch (const std::exception& e) {
     return Error(std::string("cannot decode allocation: ") + e.what());

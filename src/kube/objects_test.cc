@@ -190,6 +190,36 @@ TEST(EncodeAllocation, RoundTripTable) {
   }
 }
 
+// The worst GPU->NIC class comes back from links.worstGpuNic (scoring reads it for restored pool
+// members); absent or not a link token it is PIX, and the devices still decode.
+TEST(EncodeAllocation, WorstGpuNicClassComesBack) {
+  const NodeTopology t = Hgx();
+  struct Case {
+    std::string name;
+    state::PodAllocation allocation;
+    LinkClass want;
+  };
+  const std::vector<Case> cases = {
+      {"aligned pairs", Alloc({0, 1}, {0, 1}), LinkClass::kPIX},
+      {"a NIC across the sockets", Alloc({0}, {7}), LinkClass::kSYS},
+      {"no NICs", Alloc({0, 1}, {}), LinkClass::kPIX},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    LinkClass worst = LinkClass::kSelf;
+    Result<framework::AllocationDelta> d = DecodeAllocation(EncodeAllocation(c.allocation, t, "x").allocation, t, &worst);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(worst, c.want);
+  }
+  json doc = json::parse(EncodeAllocation(Alloc({0}, {7}), t, "x").allocation);
+  doc["links"]["worstGpuNic"] = "WARP";
+  LinkClass worst = LinkClass::kSelf;
+  Result<framework::AllocationDelta> d = DecodeAllocation(doc.dump(), t, &worst);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(worst, LinkClass::kPIX);
+  EXPECT_EQ(*d, Alloc({0}, {7}).delta);
+}
+
 TEST(EncodeAllocation, ContainersSplitHamiSegments) {
   NodeTopology t = Hgx();
   t.gpus[2].uuid = "GPU-a";

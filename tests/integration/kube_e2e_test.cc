@@ -961,12 +961,21 @@ TEST_F(KubeE2E, PoolPodsScoreByWhereTheirPoolRunsAndRejoinItAfterARestart) {
     ASSERT_TRUE(d.error.empty()) << d.error;
     EXPECT_EQ(d.node, "h100-1");
   }
+  // The worst GPU->NIC class comes back from the annotation (written here as if the prefill had
+  // been placed across the NUMA nodes; it was placed PIX).
+  json prefill = *server_.Get(kPods, "prefill-0");
+  json allocation = json::parse(prefill["metadata"]["annotations"]["toposched.io/allocation"].get<std::string>());
+  EXPECT_EQ(allocation["links"]["worstGpuNic"], "PIX");
+  allocation["links"]["worstGpuNic"] = "NODE";
+  prefill["metadata"]["annotations"]["toposched.io/allocation"] = allocation.dump();
+  server_.Upsert(kPods, prefill);
   Replica r(server_, "replica-1", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   const std::optional<state::PodAllocation> restored = r.store.FindPod(prefill_uid);
   ASSERT_TRUE(restored.has_value());
   EXPECT_EQ(restored->pool, "chat");
   EXPECT_EQ(restored->role, PodRole::kPrefill);
+  EXPECT_EQ(restored->worst_class, LinkClass::kNODE);
   EXPECT_EQ(r.store.PoolPods("chat").size(), 2u);
 }
 

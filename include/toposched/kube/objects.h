@@ -61,8 +61,11 @@ AllocationAnnotations EncodeAllocation(const state::PodAllocation& allocation, c
                                        std::string_view policy);
 // Reads toposched.io/allocation back into an allocation on `topology`: devices are matched by
 // PCI bus id first (stable across a re-discovery that renumbers), index second. Errors: bad
-// JSON, unknown version, a device the topology does not have.
-Result<framework::AllocationDelta> DecodeAllocation(std::string_view json, const NodeTopology& topology);
+// JSON, unknown version, a device the topology does not have. `worst_gpu_nic`, when given,
+// gets links.worstGpuNic's class (kPIX when absent or not a link token, as for a placement
+// without NICs: it informs scoring, never capacity, so it never fails a restore).
+Result<framework::AllocationDelta> DecodeAllocation(std::string_view json, const NodeTopology& topology,
+                                                    LinkClass* worst_gpu_nic = nullptr);
 
 // ---- HAMi device lists (hami.io/vgpu-devices-to-allocate / -allocated) ----
 // One segment per container ending in ';' (init containers first, then app containers, v2.9+);
