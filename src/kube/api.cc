@@ -218,15 +218,18 @@ Result<Response> Api::Send(const Request& request, bool retry) {
   }
   Backoff backoff(options_.backoff_base, options_.backoff_max, seed);
   std::optional<Error> last;
+  std::optional<std::chrono::milliseconds> asked;  // the last reply's Retry-After
   for (int attempt = 0; attempt < attempts; ++attempt) {
     if (attempt > 0) {
-      const auto delay = backoff.Next();
+      const auto delay = asked ? std::min(*asked, options_.max_retry_after) : backoff.Next();
       if (server::LogEnabled(server::LogLevel::kDebug)) {
         server::Log(server::LogLevel::kDebug, {"kube/api", "-", "-"},
-                    "retrying in " + std::to_string(delay.count()) + "ms after: " + last->message());
+                    "retrying in " + std::to_string(delay.count()) + "ms" + (asked ? " (Retry-After)" : "") +
+                        " after: " + last->message());
       }
       options_.sleep(delay);
     }
+    asked.reset();
     Result<Response> response = transport_.Do(sent);
     if (!response) {
       last = TransportError(response.error(), sent.method, sent.path);
@@ -236,6 +239,7 @@ Result<Response> Api::Send(const Request& request, bool retry) {
     if (status >= 200 && status < 300) return std::move(response).value();
     Error error = StatusError(status, response->body, sent.method, sent.path);
     if (status != 429 && status < 500) return error;
+    if (response->retry_after) asked = std::chrono::duration_cast<std::chrono::milliseconds>(*response->retry_after);
     last = std::move(error);
   }
   return *last;

@@ -56,6 +56,10 @@ class ScriptedTransport : public Transport {
     responses_.emplace_back(Response{status, std::move(body)});
   }
   void RespondJson(int status, const json& body) { Respond(status, body.dump()); }
+  void RespondRetryAfter(int status, std::chrono::seconds retry_after) {
+    const std::lock_guard lock(mu_);
+    responses_.emplace_back(Response{status, "busy", retry_after});
+  }
   void Fail(std::string message) {
     const std::lock_guard lock(mu_);
     responses_.emplace_back(Error(std::move(message)));
@@ -134,6 +138,7 @@ struct Harness {
     options.backoff_base = milliseconds(100);
     options.backoff_max = milliseconds(1000);
     options.request_timeout = milliseconds(1234);
+    options.max_retry_after = milliseconds(5000);
     options.jitter_seed = 42;
     options.sleep = [this](milliseconds d) {
       const std::lock_guard lock(mu);
@@ -245,6 +250,25 @@ TEST(ApiRetryTest, RetriesTransientFailuresWithBoundedBackoff) {
     EXPECT_EQ(request.timeout, milliseconds(1234));  // options.request_timeout
     EXPECT_EQ(request.method, "GET");
   }
+}
+
+// A server's Retry-After replaces the backoff (up to max_retry_after, 5 s here); replies
+// without one fall back to the backoff.
+TEST(ApiRetryTest, RetryAfterReplacesTheBackoff) {
+  Harness h(6);
+  h.transport.RespondRetryAfter(429, std::chrono::seconds(2));
+  h.transport.RespondRetryAfter(503, std::chrono::seconds(0));
+  h.transport.RespondRetryAfter(503, std::chrono::seconds(600));
+  h.transport.Respond(500, "no header");
+  h.transport.RespondJson(200, Pod("p", "9"));
+  auto got = h.api->Get(PodPath("ns", "p"));
+  ASSERT_TRUE(got.ok()) << got.error().message();
+  const auto sleeps = h.Sleeps();
+  ASSERT_EQ(sleeps.size(), 4u);
+  EXPECT_EQ(sleeps[0], milliseconds(2000));
+  EXPECT_EQ(sleeps[1], milliseconds(0));
+  EXPECT_EQ(sleeps[2], milliseconds(5000));  // capped
+  EXPECT_LE(sleeps[3], milliseconds(100));   // the backoff's first step: uniform(0, 100 ms)
 }
 
 TEST(ApiRetryTest, GivesUpAfterMaxAttempts) {

@@ -280,6 +280,22 @@ ReadOutcome ReadSome(ByteBuffer& body, Clock::time_point deadline, const std::st
   }
 }
 
+// Retry-After in its delay-seconds form (RFC 9110 10.2.3: 1*DIGIT); an HTTP date or anything
+// else is ignored, as client-go's retryAfterSeconds does. At most a day.
+std::optional<std::chrono::seconds> RetryAfter(const web::http::http_headers& headers) {
+  const auto it = headers.find("Retry-After");
+  if (it == headers.end()) return std::nullopt;
+  std::string_view text = it->second;
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (text.empty() || !std::all_of(text.begin(), text.end(), digit)) return std::nullopt;
+  if (text.size() > 6) return std::chrono::hours(24);  // over 999,999 s: past the cap anyway
+  std::int64_t seconds = 0;
+  for (char c : text) seconds = seconds * 10 + (c - '0');
+  return std::chrono::seconds(std::min<std::int64_t>(seconds, 24 * 3600));
+}
+
 // ---- the bearer token -------------------------------------------------------------------
 
 // A header value must not carry CR, LF or other control characters (they would end the header
@@ -369,6 +385,7 @@ class RestTransport final : public Transport {
     if (!response.ok()) return response.error();
     if (!*response) return TransportError(request, "stopped");  // unreachable: no stop token
     Response out{(*response)->status_code(), {}};
+    if (out.status == 429 || out.status >= 500) out.retry_after = RetryAfter((*response)->headers());
     ByteBuffer body = (*response)->body().streambuf();
     auto status = ReadBody(
         request, body, cancel, [&] { return deadline; }, {}, out.body);

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -388,6 +389,41 @@ TEST(RestTransportDo, AnyStatusIsAResponseAndRedirectsAreNotFollowed) {
     EXPECT_EQ(response->status, c.status);
     EXPECT_EQ(response->body, c.body);
     EXPECT_EQ(server.requests().size(), 1u);
+  }
+}
+
+// Retry-After in delay-seconds form on 429 and 5xx replies; anything else (an HTTP date, a
+// negative number, another status) reads as none.
+TEST(RestTransportDo, RetryAfterOnOverloadReplies) {
+  struct Case {
+    const char* name;
+    int status;
+    std::string header;  // "" = none
+    std::optional<std::chrono::seconds> want;
+  };
+  const std::vector<Case> cases = {
+      {"429 seconds", 429, "7", std::chrono::seconds(7)},
+      {"503 with spaces", 503, " 3 ", std::chrono::seconds(3)},
+      {"zero", 500, "0", std::chrono::seconds(0)},
+      {"capped at a day", 429, "99999999", std::chrono::hours(24)},
+      {"an HTTP date", 503, "Fri, 31 Dec 1999 23:59:59 GMT", std::nullopt},
+      {"negative", 429, "-1", std::nullopt},
+      {"no header", 503, "", std::nullopt},
+      {"not an overload status", 404, "5", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TestServer server([&](Peer& peer, const RecordedRequest&) {
+      const std::string extra = c.header.empty() ? "" : "Retry-After: " + c.header + "\r\n";
+      return peer.write("HTTP/1.1 " + std::to_string(c.status) + " Status\r\n" + extra +
+                        "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    });
+    auto transport = MustMake(ConfigFor(server));
+    ASSERT_NE(transport, nullptr);
+    auto response = transport->Do(Get("/api/v1/pods"));
+    ASSERT_TRUE(response.ok()) << response.error().message();
+    EXPECT_EQ(response->status, c.status);
+    EXPECT_EQ(response->retry_after, c.want);
   }
 }
 

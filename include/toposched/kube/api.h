@@ -45,6 +45,9 @@ struct ApiOptions {
   int max_attempts = 5;  // per retried call (1 = no retry)
   std::chrono::milliseconds backoff_base{200};
   std::chrono::milliseconds backoff_max{10'000};
+  // A 429 or 5xx reply's Retry-After replaces the backoff before the next attempt, as in
+  // client-go (API Priority and Fairness answers 429 with one), up to this long.
+  std::chrono::milliseconds max_retry_after{10'000};
   // Sleeps between attempts; tests replace it. Default: std::this_thread::sleep_for.
   std::function<void(std::chrono::milliseconds)> sleep;
   std::uint64_t jitter_seed = 0;  // 0: from std::random_device

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -57,6 +58,9 @@ struct Request {
 struct Response {
   int status = 0;
   std::string body;
+  // The Retry-After header of a 429 or 5xx reply, in its delay-seconds form (an HTTP date is
+  // ignored, as client-go ignores it; capped at a day); nullopt otherwise.
+  std::optional<std::chrono::seconds> retry_after = std::nullopt;
 };
 
 inline constexpr std::size_t kMaxResponseBytes = 256u << 20;  // a LIST page is far smaller
