@@ -64,10 +64,16 @@ void Populate(state::ClusterStore& store, int nodes) {
   auto pcie = Preset("pcie-4gpu");
   std::vector<state::NodeSpec> specs;
   for (int i = 0; i < nodes; ++i) {
-    // As in a real cluster: every node carries its own kubernetes.io/hostname.
+    // As in a real cluster: every node carries its own kubernetes.io/hostname, and its network
+    // position (16-node leaves, 256-node spines).
     const std::string name = "gpu-node-" + std::to_string(i);
-    specs.push_back({name, i % 10 == 9 ? pcie : hgx,
-                     {{"topology.kubernetes.io/zone", "zone-a"}, {"kubernetes.io/hostname", name}}, true});
+    specs.push_back({name,
+                     i % 10 == 9 ? pcie : hgx,
+                     {{"topology.kubernetes.io/zone", "zone-a"},
+                      {"kubernetes.io/hostname", name},
+                      {"toposched.io/leaf", "leaf-" + std::to_string(i / 16)},
+                      {"toposched.io/spine", "spine-" + std::to_string(i / 256)}},
+                     true});
   }
   (void)store.UpsertNodes(std::move(specs));
   for (int i = 0; i < nodes; ++i) {
@@ -88,14 +94,43 @@ void Populate(state::ClusterStore& store, int nodes) {
   store.SetSynced(true);
 }
 
+// A Prefill/Decode pool "chat" of 64 prefill and 128 decode instances (2 GPUs + 2 NICs each, on
+// GPUs 6 and 7), for the pool-pod measurement. `spread`: one every 23 nodes, in most leaves of
+// the cluster (the worst case for sharing results); otherwise every other node of the first 24
+// leaves, gathered as KvTransferCost gathers a pool.
+void AddPool(state::ClusterStore& store, bool spread) {
+  int placed = 0;
+  for (int i = spread ? 5 : 0; placed < 192; i += spread ? 23 : 2) {
+    if (i % 10 == 9) continue;  // the PCIe nodes have 4 GPUs
+    const std::string name = "gpu-node-" + std::to_string(i % 5000);
+    const std::string uid = "pool-" + std::to_string(placed);
+    const PodRole role = placed < 64 ? PodRole::kPrefill : PodRole::kDecode;
+    const auto bound = store.Bind(name, uid, [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
+      state::PodAllocation a;
+      a.uid = uid;
+      a.node = rec.name;
+      a.pod_namespace = "llm";
+      a.pod_name = uid;
+      a.role = role;
+      a.pool = "chat";
+      a.delta.exclusive_gpus = {6, 7};
+      a.delta.nics = {6, 7};
+      return a;
+    });
+    if (bound.ok()) ++placed;
+  }
+}
+
 std::vector<std::string> Names(int n) {
   std::vector<std::string> v;
   for (int i = 0; i < n; ++i) v.push_back("gpu-node-" + std::to_string(i));
   return v;
 }
 
-std::string PodBody(int i, const std::vector<std::string>& names) {
+// pool: a decode pod of the pool "chat" (AddPool).
+std::string PodBody(int i, const std::vector<std::string>& names, bool pool = false) {
   PodSpec p{.name = "bench-" + std::to_string(i), .ns = "llm", .uid = "bench-uid-" + std::to_string(i), .gpus = 2, .rdma = 2};
+  if (pool) p.labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}};
   return testing::ExtenderArgs(testing::MakePod(p), names);
 }
 
@@ -114,20 +149,19 @@ void FloorHandler(extender::WireReader& reader, std::string_view path, std::stri
   }
 }
 
-// The store as `serve` makes it: node classes hash only the network tier labels. With
-// `every_label` (--every-label), every label counts, the hostname too, as before that option
-// existed: every node is then a class of its own.
+// The store as `serve` makes it (node classes hash no labels). With `every_label`
+// (--every-label), every label counts, the hostname too, as before 2026-12-03: every node is
+// then a class of its own.
 state::StoreOptions StoreFor(const framework::SchedulerConfig& config, bool every_label) {
-  state::StoreOptions options;
-  if (every_label) return options;
-  options.class_labels.emplace();
-  for (const pd::Tier& tier : config.network.tiers) options.class_labels->push_back(tier.label);
-  return options;
+  if (every_label) return state::StoreOptions{.max_shares_per_gpu = config.engine.max_shares_per_gpu};
+  return extender::StoreOptionsFor(config);
 }
 
 struct World {
-  explicit World(bool every_label) : store(nullptr, StoreFor(framework.config(), every_label)) {
+  enum class Pool { kNone, kGathered, kSpread };
+  explicit World(bool every_label, Pool pool = Pool::kNone) : store(nullptr, StoreFor(framework.config(), every_label)) {
     Populate(store, 5000);
+    if (pool != Pool::kNone) AddPool(store, pool == Pool::kSpread);
     service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
   }
   framework::Framework framework =
@@ -137,10 +171,10 @@ struct World {
   std::unique_ptr<extender::ExtenderService> service;
 };
 
-void InProcess(World& w, int names_count, int iterations) {
+void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr) {
   const std::vector<std::string> names = Names(names_count);
   std::vector<std::string> bodies;
-  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + i, names));
+  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + i, names, pool != nullptr));
   std::vector<double> ours_f, ours_p, floor_f, floor_p;
   extender::WireReader reader;
   std::string out;
@@ -173,10 +207,10 @@ void InProcess(World& w, int names_count, int iterations) {
     floor_sum.push_back(floor_f[i] + floor_p[i]);
   }
   const Stats os = Summarize(ours_sum), fs = Summarize(floor_sum);
-  std::printf("in-process %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
+  std::printf("in-process%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
               "floor filter p50 %6.1f prioritize p50 %6.1f | filter+prioritize p50 %7.1f vs floor %6.1f = %.2fx, "
               "p99 %7.1f vs %6.1f\n",
-              names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
+              pool ? ", pool pod, pool " : "", pool ? pool : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
               os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
 }
 
@@ -286,7 +320,7 @@ int main(int argc, char** argv) {
   int iterations = 1000;
   double seconds = 5;
   int clients = 4;
-  std::string only;  // "inprocess", "http" or "predicate": one part (profiling)
+  std::string only;  // "inprocess", "http", "predicate" or "pool": one part (profiling)
   bool every_label = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -304,9 +338,17 @@ int main(int argc, char** argv) {
   World w(every_label);
   std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads; node classes hash %s\n",
               w.store.snapshot()->size(), w.store.pod_count(), std::thread::hardware_concurrency(),
-              every_label ? "every label (--every-label)" : "the network tier labels (as serve)");
+              every_label ? "every label (--every-label)" : "no labels (as serve)");
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
+  if (only.empty() || only == "pool") {
+    // A decode pod of a 192-instance pool: scored node by node (nodes of one class and one
+    // leaf, holding no pod of the pool, share a result), KvTransferCost and PdRatio on top.
+    for (const auto& [pool, name] : {std::pair{World::Pool::kGathered, "gathered"}, {World::Pool::kSpread, "spread"}}) {
+      World pooled(every_label, pool);
+      for (int n : {500, 5000}) InProcess(pooled, n, std::max(1, iterations / 10), name);
+    }
+  }
   return 0;
 }

@@ -304,19 +304,13 @@ int RunServe(const std::vector<std::string>& args) {
     if (!loaded.ok()) return Fatal(flags.config + ": " + loaded.error().message()), 1;
     config = std::move(loaded).value();
   }
-  const int max_shares = config.engine.max_shares_per_gpu;
   flags.kube.source.pool_label = config.request.pool_label;
   flags.kube.source.network = config.network;
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 
   server::Registry metrics;
-  // Node classes hash only the network tier labels (the only labels a plugin reads), not
-  // kubernetes.io/hostname and the like, which would make every node a class of its own.
-  std::vector<std::string> class_labels;
-  for (const pd::Tier& tier : config.network.tiers) class_labels.push_back(tier.label);
-  state::ClusterStore store(nullptr, state::StoreOptions{.max_shares_per_gpu = max_shares,
-                                                         .class_labels = std::move(class_labels)});
+  state::ClusterStore store(nullptr, extender::StoreOptionsFor(config));
   std::unique_ptr<state::FileSource> file_source;
   std::unique_ptr<kube::Transport> transport;
   std::unique_ptr<kube::Api> api, lease_api;

@@ -120,6 +120,11 @@ PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestCon
 
 }  // namespace
 
+state::StoreOptions StoreOptionsFor(const framework::SchedulerConfig& config) {
+  return state::StoreOptions{.max_shares_per_gpu = config.engine.max_shares_per_gpu,
+                             .class_labels = std::vector<std::string>{}};
+}
+
 struct ExtenderService::Impl {
   Impl(const framework::Framework& fw, state::ClusterStore& st, server::Registry& reg, ExtenderOptions opts,
        Clock clk)
@@ -470,17 +475,37 @@ struct ExtenderService::Impl {
     local.clear();
     many.clear();
     // Pool pods (Evaluate scores them afresh on every call): a node's verdict depends on its
-    // class (which hashes its labels, so its tier domains) and, where HyperNodes place nodes,
-    // on its position; and a node holding pods of the pool is a class of its own (the same-node
-    // path, the spread term).
+    // class and on where it sits relative to the pool's pods; a node holding pods of the pool is
+    // a class of its own (the same-node path, the spread term). Its position is HyperNodes'
+    // where they place the node, else its tier labels, as the cluster view locates it; of each
+    // tier's domain only whether a pod of the pool is in it counts (the pool plugins score by
+    // the pool's pods per domain: paths to them, counts of them), so nodes in two domains
+    // without pool pods share a result.
     const bool pool_pod = IsPoolPod(e.request);
     std::unordered_set<std::string_view> pool_nodes;
     std::vector<state::PodAllocation> pool_pods;
     std::shared_ptr<const std::map<std::string, pd::Location>> positions;
+    const pd::NetworkConfig& network = framework.config().network;
+    // Tier t's domain of `record`, pointing into `positions` or the snapshot (both held here).
+    const auto domain_at = [&](const state::NodeRecord& record, std::size_t t) -> std::string_view {
+      if (positions != nullptr) {
+        if (const auto it = positions->find(record.name); it != positions->end()) return it->second.domains[t];
+      }
+      const auto label = record.labels.find(network.tiers[t].label);
+      return label == record.labels.end() ? std::string_view() : std::string_view(label->second);
+    };
+    std::vector<std::unordered_set<std::string_view>> pool_domains(network.tiers.size());  // per tier
     if (pool_pod) {
       pool_pods = store.PoolPods(e.request.pool);
-      for (const state::PodAllocation& p : pool_pods) pool_nodes.insert(p.node);
       positions = store.node_locations();
+      for (const state::PodAllocation& p : pool_pods) {
+        pool_nodes.insert(p.node);
+        const state::NodeRecord* record = snap->Find(p.node);
+        if (record == nullptr) continue;
+        for (std::size_t t = 0; t < network.tiers.size(); ++t) {
+          if (const std::string_view d = domain_at(*record, t); !d.empty()) pool_domains[t].insert(d);
+        }
+      }
     }
     auto key_of = [&](std::size_t i) -> std::uint64_t {
       if (!pool_pod) return class_keys[i];
@@ -488,14 +513,13 @@ struct ExtenderService::Impl {
       // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
       // label), so every node is its own class for this first pod.
       if (pool_pods.empty() || pool_nodes.contains(record.name)) return (std::uint64_t{1} << 63) | i;
-      std::uint64_t key = class_keys[i] & ~(std::uint64_t{1} << 63);
-      if (positions != nullptr) {
-        if (const auto it = positions->find(record.name); it != positions->end()) {
-          for (const std::string& d : it->second.domains) key = (key ^ std::hash<std::string>{}(d)) * 1099511628211ull;
-          key &= ~(std::uint64_t{1} << 63);
-        }
+      std::uint64_t key = class_keys[i];
+      for (std::size_t t = 0; t < network.tiers.size(); ++t) {
+        std::string_view d = domain_at(record, t);
+        if (!pool_domains[t].contains(d)) d = {};  // no pod of the pool there: like no domain
+        key = (key ^ std::hash<std::string_view>{}(d)) * 1099511628211ull;
       }
-      return key;
+      return key & ~(std::uint64_t{1} << 63);
     };
     auto verdict_at = [&](std::size_t i) -> const ClassVerdict* {
       const std::uint64_t key = key_of(i);

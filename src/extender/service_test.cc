@@ -53,7 +53,7 @@ class Harness {
                    state::Persistence* persistence = nullptr)
       : registry_(plugins::BuiltinRegistry()),
         framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry_).value()),
-        store_(persistence) {
+        store_(persistence, StoreOptionsFor(framework_.config())) {
     server::ConfigureLogging(server::LogFormat::kText, server::LogLevel::kError);
     std::map<std::string, std::shared_ptr<const NodeTopology>> presets;
     for (const auto& [name, preset] : nodes) {

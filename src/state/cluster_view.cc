@@ -35,6 +35,10 @@ class SnapshotClusterView : public framework::ClusterView {
   }
 
   void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
+    // One Location refilled in place: its strings keep their buffers, so a pass over thousands
+    // of nodes allocates nothing per node.
+    pd::Location location;
+    location.domains.resize(network_.tiers.size());
     for (const auto& record : snapshot_->nodes()) {
       int free_gpus = 0, free_nics = 0;
       if (record->topology != nullptr) {
@@ -46,7 +50,20 @@ class SnapshotClusterView : public framework::ClusterView {
           if (t.nics[n].rdma && !framework::NicUsed(record->allocated, static_cast<int>(n))) ++free_nics;
         }
       }
-      const pd::Location location = Locate(record->name);
+      location.node.assign(record->name);
+      const pd::Location* placed = nullptr;
+      if (hyper_nodes_ != nullptr) {
+        if (const auto it = hyper_nodes_->find(record->name); it != hyper_nodes_->end()) placed = &it->second;
+      }
+      for (std::size_t t = 0; t < network_.tiers.size(); ++t) {  // as Locate does
+        if (placed != nullptr) {
+          location.domains[t].assign(t < placed->domains.size() ? placed->domains[t] : std::string());
+          continue;
+        }
+        const auto label = record->labels.find(network_.tiers[t].label);
+        if (label == record->labels.end()) location.domains[t].clear();
+        else location.domains[t].assign(label->second);
+      }
       fn(framework::NodeSummary{record->name, &location, free_gpus, free_nics, record->schedulable});
     }
   }

@@ -87,7 +87,7 @@ struct Replica {
         api(*transport, FastApi()),
         registry(plugins::BuiltinRegistry()),
         framework(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value()),
-        store(nullptr) {
+        store(nullptr, extender::StoreOptionsFor(framework.config())) {
     source_options.watch_timeout_seconds = 5;
     source_options.backoff_base = milliseconds(20);
     source_options.backoff_max = milliseconds(200);

@@ -26,6 +26,12 @@
 
 namespace toposched::extender {
 
+// The cluster store the service expects: HAMi's split count from the config, and node classes
+// that hash no labels (no plugin's verdict reads a label except the pool plugins', whose pods
+// the service keys by network position itself; hashing them made every real node a class of
+// its own through kubernetes.io/hostname, and tier labels would split classes per leaf).
+state::StoreOptions StoreOptionsFor(const framework::SchedulerConfig& config);
+
 struct ExtenderOptions {
   // kube-scheduler verbs: POST {kube_prefix}/filter, /prioritize, /bind, /preempt. The
   // KubeSchedulerConfiguration's urlPrefix is http(s)://HOST:PORT{kube_prefix}.
