@@ -387,15 +387,20 @@ struct ExtenderService::Impl {
   // no node's class key captures, so it is scored node by node, afresh on every call.
   static bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
 
+  // `scores`: false when only the filter decision is wanted (the filter and Volcano predicate
+  // verbs). For a pool pod that decision depends on the node's class alone (no Filter plugin
+  // reads the pool), so it is cached per class like an ordinary pod's and skips the cluster
+  // view and every score; an ordinary pod is always scored, its prioritize reusing the result.
   std::shared_ptr<const ClassVerdict> Evaluate(PodEntry& entry, std::optional<framework::CycleState>& cycle,
-                                               const state::NodeRecord& record) {
+                                               const state::NodeRecord& record, bool scores = true) {
     const bool pool_pod = IsPoolPod(entry.request);
-    if (!pool_pod) {
+    const bool pool_scores = pool_pod && scores;
+    if (!pool_scores) {
       if (auto v = entry.FindVerdict(record.class_key)) return v;
     }
     if (!cycle) {
       cycle.emplace(framework.NewCycle(entry.request));
-      if (pool_pod) {
+      if (pool_scores) {
         cycle->SetCluster(state::MakeClusterView(store, store.snapshot(), framework.config().network,
                                                  entry.request.pool, store.node_locations()));
       }
@@ -405,7 +410,7 @@ struct ExtenderService::Impl {
     const framework::FilterResult filtered = framework.RunFilter(*cycle, info);
     v->code = filtered.code();
     if (filtered.ok()) {
-      v->score100 = framework.RunScore(*cycle, info).total;
+      if (!pool_pod || scores) v->score100 = framework.RunScore(*cycle, info).total;
       const PlacementOutcome& outcome = cycle->Outcome(info);
       if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
     } else {
@@ -414,9 +419,10 @@ struct ExtenderService::Impl {
       reason.append("/").append(framework::ToString(filtered.code()));
       v->rejections = &rejections.With({reason});
     }
-    // A pool pod's verdicts are never reused (its scores depend on where the node sits), but
-    // whether it passes depends on the class alone: kept so that bind can tell "confirmed".
-    if (pool_pod) {
+    // A pool pod's scored verdicts are never reused (its scores depend on where the node sits),
+    // but whether it passes depends on the class alone: kept for the filter decision and so that
+    // bind can tell "confirmed".
+    if (pool_scores) {
       entry.StoreVerdict(record.class_key, v);
       return v;
     }
@@ -481,7 +487,8 @@ struct ExtenderService::Impl {
     // tier's domain only whether a pod of the pool is in it counts (the pool plugins score by
     // the pool's pods per domain: paths to them, counts of them), so nodes in two domains
     // without pool pods share a result.
-    const bool pool_pod = IsPoolPod(e.request);
+    // The filter verb wants pass/fail only: a pool pod is then filtered per class like any pod.
+    const bool pool_pod = IsPoolPod(e.request) && prioritize;
     std::unordered_set<std::string_view> pool_nodes;
     std::vector<state::PodAllocation> pool_pods;
     std::shared_ptr<const std::map<std::string, pd::Location>> positions;
@@ -530,7 +537,7 @@ struct ExtenderService::Impl {
       } else if (auto it = many.find(key); it != many.end()) {
         return it->second;
       }
-      local.emplace_back(key, Evaluate(e, cycle, *snap->nodes()[i]));
+      local.emplace_back(key, Evaluate(e, cycle, *snap->nodes()[i], /*scores=*/prioritize));
       if (local.size() == kLinearClasses + 1) {
         for (const auto& [k, v] : local) many.emplace(k, v.get());
       } else if (local.size() > kLinearClasses + 1) {
@@ -824,7 +831,7 @@ struct ExtenderService::Impl {
       return;
     }
     std::optional<framework::CycleState> cycle;
-    const auto v = Evaluate(e, cycle, *rec);
+    const auto v = Evaluate(e, cycle, *rec, /*scores=*/false);
     if (v->passes()) {
       WriteVolcanoPredicateResult(resp.body, "", 0);
       return;

@@ -131,10 +131,21 @@ TEST(Serve, NodesDifferingOnlyInLabelsShareOneEvaluation) {
   auto f = c.Post("/scheduler/filter", ExtenderArgs(MakePod(p), {"node-0", "node-1", "node-2", "node-3"}));
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(json::parse(f->body)["NodeNames"].size(), 4u);
+  // A Prefill/Decode pool pod too: its filter decision depends on the class alone (only its
+  // scores depend on where the pool runs).
+  const PodSpec decode{.name = "decode", .uid = "uid-decode", .gpus = 2, .rdma = 2,
+                       .labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}}};
+  f = c.Post("/scheduler/filter", ExtenderArgs(MakePod(decode), {"node-0", "node-1", "node-2", "node-3"}));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(json::parse(f->body)["NodeNames"].size(), 4u);
   const int status = s.Kill(SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   const std::string log = ReadFile(dir / "serve.log");
-  EXPECT_NE(log.find("4 of 4 nodes fit (1 node classes evaluated)"), std::string::npos) << log;
+  for (const char* pod : {"pod=default/p ", "pod=default/decode "}) {
+    const std::size_t at = log.find(pod);
+    ASSERT_NE(at, std::string::npos) << pod << "\n" << log;
+    EXPECT_NE(log.find("4 of 4 nodes fit (1 node classes evaluated)", at), std::string::npos) << pod << "\n" << log;
+  }
   fs::remove_all(dir);
 }
 
