@@ -39,11 +39,18 @@ std::string Instances(int n, std::string_view role) {
   return std::to_string(n) + " " + std::string(role) + (n == 1 ? " instance" : " instances");
 }
 
+// Instances at one node with one endpoint and one IPC consent.
+struct SiteEndpoint {
+  std::size_t endpoint = 0;  // index into PoolCycle::endpoints
+  bool ipc = false;          // the instances set toposched.io/kv-ipc (same-node IPC needs both ends)
+  int count = 0;
+};
+
 // The instances standing at one node, by distinct endpoint: a node's path is computed once for
 // all of them, and a (path, endpoint) estimate once for all nodes sharing it.
 struct Site {
   pd::Location location;
-  std::vector<std::pair<std::size_t, int>> endpoints;  // index into PoolCycle::endpoints, count
+  std::vector<SiteEndpoint> endpoints;
 };
 
 enum class AnchorKind { kCounterparts, kSameRole, kGang };
@@ -100,12 +107,14 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
     // A member recorded without GPUs still holds one instance's KV cache: count one lane.
     const std::size_t e = AddEndpoint(
         c.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
-    std::vector<std::pair<std::size_t, int>>& at = c.sites[it->second].endpoints;
-    const auto same = std::find_if(at.begin(), at.end(), [e](const auto& p) { return p.first == e; });
+    std::vector<SiteEndpoint>& at = c.sites[it->second].endpoints;
+    const auto same = std::find_if(at.begin(), at.end(), [&](const SiteEndpoint& s) {
+      return s.endpoint == e && s.ipc == m->kv_ipc;
+    });
     if (same == at.end()) {
-      at.emplace_back(e, 1);
+      at.push_back(SiteEndpoint{e, m->kv_ipc, 1});
     } else {
-      ++same->second;
+      ++same->count;
     }
   }
   c.anchors = static_cast<int>(members.size());
@@ -165,10 +174,13 @@ double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, const pd::L
   const std::size_t endpoints = c.endpoints.size();
   std::vector<int> count(pd::kPathKinds * endpoints, 0);
   for (const Site& site : c.sites) {
-    const auto kind = static_cast<std::size_t>(pd::PathBetween(net, location, site.location, kv_ipc));
-    for (const auto& [e, n] : site.endpoints) {
-      count[kind * endpoints + e] += n;
-      if (per_kind != nullptr) (*per_kind)[kind] += n;
+    const pd::PathKind path = pd::PathBetween(net, location, site.location, kv_ipc);
+    for (const SiteEndpoint& s : site.endpoints) {
+      // CUDA IPC between two pods needs both to allow it; otherwise RDMA loopback.
+      const auto kind = static_cast<std::size_t>(
+          path == pd::PathKind::kSameNodeIpc && !s.ipc ? pd::PathKind::kSameNodeRdma : path);
+      count[kind * endpoints + s.endpoint] += s.count;
+      if (per_kind != nullptr) (*per_kind)[kind] += s.count;
     }
   }
   double total = 0;
@@ -317,7 +329,8 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
     AddSites(*cluster, same_role, *c);
   } else if (ChooseGangAnchor(*cluster, req.pool, anchor_tier.tier, *c)) {
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
-    c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), 1}}});
+    // The anchor stands for an instance like this pod, with its IPC consent.
+    c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), true, 1}}});
     c->site_nodes.insert(c->gang_node);
     c->anchors = 1;
   } else {

@@ -53,7 +53,8 @@ Result<Args> ParseArgs(const framework::PluginArgs& args);
 //
 //   cost  = mean over the pool's counterpart instances (the opposite role; role both counts as
 //           either) of TransferSeconds(Estimate(path(node, member), prefill end, decode end),
-//           kv_bytes_per_token * prompt_tokens)
+//           kv_bytes_per_token * prompt_tokens); on the member's node the path is IPC only
+//           when the config allows it and both the pod and the member set toposched.io/kv-ipc
 //   best  = the cheapest path this network config has (the same node: IPC when the config
 //           allows it and the pod sets toposched.io/kv-ipc, else RDMA loopback; each tier's
 //           path; beyond), both ends of the pod's shape and PIX

@@ -53,8 +53,9 @@ PlacementRequest PoolPod(PodRole role, int gpus = 2, int nics = 2, std::string p
   return r;
 }
 
-PoolMember Member(std::string uid, std::string node, PodRole role, int gpus = 2, int nics = 2) {
-  return PoolMember{std::move(uid), std::move(node), role, gpus, nics, LinkClass::kPIX};
+PoolMember Member(std::string uid, std::string node, PodRole role, int gpus = 2, int nics = 2,
+                  bool kv_ipc = false) {
+  return PoolMember{std::move(uid), std::move(node), role, gpus, nics, LinkClass::kPIX, kv_ipc};
 }
 
 // One node per distance from "here": the same NVLink clique, leaf, spine, zone, or none.
@@ -219,7 +220,7 @@ TEST(KvTransferCostTest, SameNodeIpc) {
   auto view = std::make_shared<StaticClusterView>(ipc);
   view->SetNode("here", {{kLeaf, "l1"}}, 8, 8);
   view->SetNode("leafmate", {{kLeaf, "l1"}}, 8, 8);
-  view->AddMember("chat", Member("d1", "here", PodRole::kDecode));
+  view->AddMember("chat", Member("d1", "here", PodRole::kDecode, 2, 2, /*kv_ipc=*/true));
   const KvTransferCost plugin{Args{}};
   PlacementRequest with_ipc = PoolPod(PodRole::kPrefill);
   with_ipc.kv_ipc = true;
@@ -235,6 +236,16 @@ TEST(KvTransferCostTest, SameNodeIpc) {
   EXPECT_EQ(rdma.score, 100);
   EXPECT_NE(rdma.explanation.find("(1 same-node-rdma)"), std::string::npos) << rdma.explanation;
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kPrefill), view, "leafmate").score, 100);
+  // Without the member's consent: RDMA loopback too, whatever the pod says (so both nodes 100,
+  // as in the case above).
+  auto no_consent = std::make_shared<StaticClusterView>(ipc);
+  no_consent->SetNode("here", {{kLeaf, "l1"}}, 8, 8);
+  no_consent->SetNode("leafmate", {{kLeaf, "l1"}}, 8, 8);
+  no_consent->AddMember("chat", Member("d1", "here", PodRole::kDecode));
+  const framework::ScoreResult one_sided = ScoreOn(plugin, with_ipc, no_consent, "here");
+  EXPECT_EQ(one_sided.score, 100);
+  EXPECT_NE(one_sided.explanation.find("(1 same-node-rdma)"), std::string::npos) << one_sided.explanation;
+  EXPECT_EQ(ScoreOn(plugin, with_ipc, no_consent, "leafmate").score, 100);
 }
 
 // Members with role both serve either side.

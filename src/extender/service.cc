@@ -626,6 +626,7 @@ struct ExtenderService::Impl {
       a.init_containers = entry->request.init_containers;
       a.role = entry->request.role;
       a.pool = entry->request.pool;
+      a.kv_ipc = entry->request.kv_ipc;
       if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
       if (auto v = entry->FindVerdict(record.class_key); v && v->passes()) confirmed = true;
       // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.

@@ -1,6 +1,7 @@
 #include "toposched/kube/source.h"
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -466,6 +467,13 @@ struct KubeSource::Impl {
       }
     }
     if (const auto pool = pod.labels.find(options.pool_label); pool != pod.labels.end()) allocation.pool = pool->second;
+    if (const auto ipc = pod.annotations.find(std::string(kKvIpcAnnotation)); ipc != pod.annotations.end()) {
+      std::string value = ipc->second;  // as the request parser reads it: true/false, any case, trimmed
+      value.erase(0, value.find_first_not_of(" \t"));
+      value.erase(value.find_last_not_of(" \t") + 1);
+      std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::tolower(c); });
+      allocation.kv_ipc = value == "true";
+    }
     if (Status s = store.Restore(allocation); !s.ok()) {
       restore_errors.With({}).Inc();
       server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},

@@ -241,6 +241,7 @@ void PdTracker::Placed(std::size_t pod, const PlacementRequest& r, const std::ve
     member.gpus = m.end.gpus;
     member.rdma_nics = m.end.rdma_nics;
     member.worst_class = m.end.worst_class;
+    member.kv_ipc = m.ipc;
     view_->AddMember(r.pool, std::move(member));
   }
   members_[pod] = std::move(m);

@@ -90,6 +90,7 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
     m.gpus = static_cast<int>(a.delta.exclusive_gpus.size() + a.delta.shares.size());
     m.rdma_nics = static_cast<int>(a.delta.nics.size());
     m.worst_class = a.worst_class;
+    m.kv_ipc = a.kv_ipc;
     members.push_back(std::move(m));
   }
   return std::make_shared<SnapshotClusterView>(std::move(snapshot), network, std::string(pool), std::move(members),

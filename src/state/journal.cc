@@ -138,7 +138,7 @@ Result<JournalEntry> DecodePayload(const json& doc) {
     entry.op = JournalOp::kBind;
     if (Status s = CheckKeys(doc,
                              {"op", "uid", "namespace", "name", "node", "generation", "worstClass", "gpus",
-                              "shares", "nics", "role", "pool", "crc"},
+                              "shares", "nics", "role", "pool", "kvIpc", "crc"},
                              "");
         !s.ok()) {
       return s.error();
@@ -174,6 +174,10 @@ Result<JournalEntry> DecodePayload(const json& doc) {
     if (!known) return Expected("role", "\"prefill\", \"decode\" or \"both\"", doc.at("role"));
   }
   if (doc.contains("pool")) TOPOSCHED_ASSIGN_OR_RETURN(a.pool, ReadString(doc, "pool", true));
+  if (doc.contains("kvIpc")) {  // optional, written only when true
+    if (!doc.at("kvIpc").is_boolean()) return Expected("kvIpc", "a boolean", doc.at("kvIpc"));
+    a.kv_ipc = doc.at("kvIpc").get<bool>();
+  }
   TOPOSCHED_ASSIGN_OR_RETURN(a.delta.exclusive_gpus, ReadIndices(doc, "gpus"));
   TOPOSCHED_ASSIGN_OR_RETURN(a.delta.nics, ReadIndices(doc, "nics"));
 
@@ -380,6 +384,7 @@ Result<std::string> EncodeJournalLine(JournalOp op, const PodAllocation& a) {
     j["nics"] = a.delta.nics;
     if (a.role != PodRole::kNone) j["role"] = std::string(ToString(a.role));
     if (!a.pool.empty()) j["pool"] = a.pool;
+    if (a.kv_ipc) j["kvIpc"] = true;
   }
   std::string line;
   try {

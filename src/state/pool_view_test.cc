@@ -130,24 +130,29 @@ TEST(JournalPoolTest, RoleAndPoolRoundTripAndOldLinesStillRead) {
   PodAllocation a = testing::Allocation("u1", "a", Whole({1}, {1}));
   a.role = PodRole::kPrefill;
   a.pool = "chat";
+  a.kv_ipc = true;
   auto line = internal::EncodeJournalLine(internal::JournalOp::kBind, a);
   ASSERT_TRUE(line.ok()) << line.error().message();
-  EXPECT_NE(line->find(R"("role":"prefill","pool":"chat")"), std::string::npos) << *line;
+  EXPECT_NE(line->find(R"("role":"prefill","pool":"chat","kvIpc":true)"), std::string::npos) << *line;
   auto entry = internal::DecodeJournalLine(Line(line));
   ASSERT_TRUE(entry.ok()) << entry.error().message();
   EXPECT_EQ(entry->allocation.role, PodRole::kPrefill);
   EXPECT_EQ(entry->allocation.pool, "chat");
+  EXPECT_TRUE(entry->allocation.kv_ipc);
 
-  // A pod outside any pool writes neither key (journals of older versions look the same).
+  // A pod outside any pool writes none of the keys (journals of older versions look the same).
   a.role = PodRole::kNone;
   a.pool.clear();
+  a.kv_ipc = false;
   line = internal::EncodeJournalLine(internal::JournalOp::kBind, a);
   ASSERT_TRUE(line.ok());
   EXPECT_EQ(line->find("role"), std::string::npos);
+  EXPECT_EQ(line->find("kvIpc"), std::string::npos);
   entry = internal::DecodeJournalLine(Line(line));
   ASSERT_TRUE(entry.ok());
   EXPECT_EQ(entry->allocation.role, PodRole::kNone);
   EXPECT_EQ(entry->allocation.pool, "");
+  EXPECT_FALSE(entry->allocation.kv_ipc);
 }
 
 TEST(JournalPoolTest, ABadRoleIsRefusedByName) {

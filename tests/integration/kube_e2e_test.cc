@@ -933,7 +933,7 @@ TEST_F(KubeE2E, PoolPodsScoreByWhereTheirPoolRunsAndRejoinItAfterARestart) {
     spec.gpus = 2;
     spec.rdma = 2;
     spec.labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}};
-    spec.annotations = {{"toposched.io/pd-ratio", "1:2"}};
+    spec.annotations = {{"toposched.io/pd-ratio", "1:2"}, {"toposched.io/kv-ipc", " True"}};
     json pod = testing::MakePod(spec);
     pod["metadata"].erase("uid");
     pod["metadata"].erase("resourceVersion");
@@ -976,6 +976,7 @@ TEST_F(KubeE2E, PoolPodsScoreByWhereTheirPoolRunsAndRejoinItAfterARestart) {
   EXPECT_EQ(restored->pool, "chat");
   EXPECT_EQ(restored->role, PodRole::kPrefill);
   EXPECT_EQ(restored->worst_class, LinkClass::kNODE);
+  EXPECT_TRUE(restored->kv_ipc);  // the pod's toposched.io/kv-ipc, for same-node IPC consent
   EXPECT_EQ(r.store.PoolPods("chat").size(), 2u);
 }
 

@@ -27,6 +27,7 @@ struct PoolMember {
   int gpus = 0;       // whole GPUs, or vGPUs for shared requests
   int rdma_nics = 0;
   LinkClass worst_class = LinkClass::kPIX;  // its worst GPU->NIC class (kPIX without NICs)
+  bool kv_ipc = false;  // it set toposched.io/kv-ipc: same-node CUDA IPC needs both ends' consent
   bool operator==(const PoolMember&) const = default;
 };
 

@@ -54,6 +54,7 @@ struct PodAllocation {
   // pool-aware plugins score against where the pool's pods run.
   PodRole role = PodRole::kNone;
   std::string pool;
+  bool kv_ipc = false;  // the pod set toposched.io/kv-ipc: true (same-node KV transfer over CUDA IPC)
   bool operator==(const PodAllocation&) const = default;
 };
 
