@@ -391,8 +391,12 @@ struct ExtenderService::Impl {
   // verbs). For a pool pod that decision depends on the node's class alone (no Filter plugin
   // reads the pool), so it is cached per class like an ordinary pod's and skips the cluster
   // view and every score; an ordinary pod is always scored, its prioritize reusing the result.
-  std::shared_ptr<const ClassVerdict> Evaluate(PodEntry& entry, std::optional<framework::CycleState>& cycle,
-                                               const state::NodeRecord& record, bool scores = true) {
+  // `snap`: the call's snapshot (`record` is in it); the pool's pods and HyperNode positions as
+  // the call fetched them, for the cluster view of a pool pod's scores (null: fetched here).
+  std::shared_ptr<const ClassVerdict> Evaluate(
+      PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, bool scores,
+      const std::shared_ptr<const state::Snapshot>& snap, const std::vector<state::PodAllocation>* pool_pods = nullptr,
+      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr) {
     const bool pool_pod = IsPoolPod(entry.request);
     const bool pool_scores = pool_pod && scores;
     if (!pool_scores) {
@@ -401,8 +405,11 @@ struct ExtenderService::Impl {
     if (!cycle) {
       cycle.emplace(framework.NewCycle(entry.request));
       if (pool_scores) {
-        cycle->SetCluster(state::MakeClusterView(store, store.snapshot(), framework.config().network,
-                                                 entry.request.pool, store.node_locations()));
+        if (positions == nullptr) positions = store.node_locations();
+        const pd::NetworkConfig& network = framework.config().network;
+        cycle->SetCluster(pool_pods != nullptr
+                              ? state::MakeClusterView(snap, network, entry.request.pool, *pool_pods, positions)
+                              : state::MakeClusterView(store, snap, network, entry.request.pool, positions));
       }
     }
     const framework::NodeInfo info = NodeInfoOf(record);
@@ -537,7 +544,8 @@ struct ExtenderService::Impl {
       } else if (auto it = many.find(key); it != many.end()) {
         return it->second;
       }
-      local.emplace_back(key, Evaluate(e, cycle, *snap->nodes()[i], /*scores=*/prioritize));
+      local.emplace_back(key, Evaluate(e, cycle, *snap->nodes()[i], /*scores=*/prioritize, snap,
+                                       pool_pod ? &pool_pods : nullptr, positions));
       if (local.size() == kLinearClasses + 1) {
         for (const auto& [k, v] : local) many.emplace(k, v.get());
       } else if (local.size() > kLinearClasses + 1) {
@@ -832,7 +840,7 @@ struct ExtenderService::Impl {
       return;
     }
     std::optional<framework::CycleState> cycle;
-    const auto v = Evaluate(e, cycle, *rec, /*scores=*/false);
+    const auto v = Evaluate(e, cycle, *rec, /*scores=*/false, snap);
     if (v->passes()) {
       WriteVolcanoPredicateResult(resp.body, "", 0);
       return;
@@ -865,7 +873,7 @@ struct ExtenderService::Impl {
       double score = 0;
       if (e.interested) {
         if (const state::NodeRecord* rec = snap->Find(n)) {
-          const auto v = Evaluate(e, cycle, *rec);
+          const auto v = Evaluate(e, cycle, *rec, /*scores=*/true, snap);
           if (v->passes()) score = v->score100 * options.volcano_score_weight;
         }
       }

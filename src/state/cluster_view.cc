@@ -81,8 +81,16 @@ class SnapshotClusterView : public framework::ClusterView {
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     const ClusterStore& store, std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,
     std::string_view pool, std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
+  return MakeClusterView(std::move(snapshot), network, pool, store.PoolPods(pool), std::move(hyper_nodes));
+}
+
+std::shared_ptr<const framework::ClusterView> MakeClusterView(
+    std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
+    const std::vector<PodAllocation>& pool_pods,
+    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
   std::vector<framework::PoolMember> members;
-  for (const PodAllocation& a : store.PoolPods(pool)) {
+  members.reserve(pool_pods.size());
+  for (const PodAllocation& a : pool_pods) {
     framework::PoolMember m;
     m.uid = a.uid;
     m.node = a.node;
