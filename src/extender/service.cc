@@ -384,7 +384,8 @@ struct ExtenderService::Impl {
   // ---- one node class ----
 
   // A pod of a Prefill/Decode pool: its scores depend on where the pool's other pods run, which
-  // no node's class key captures, so it is scored node by node, afresh on every call.
+  // no node's class key captures, so they are computed afresh on every call (its filter decision
+  // is per class, as any pod's).
   static bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
 
   // `scores`: false when only the filter decision is wanted (the filter and Volcano predicate
@@ -495,7 +496,7 @@ struct ExtenderService::Impl {
     // the pool's pods per domain: paths to them, counts of them), so nodes in two domains
     // without pool pods share a result.
     // The filter verb wants pass/fail only: a pool pod is then filtered per class like any pod.
-    const bool pool_pod = IsPoolPod(e.request) && prioritize;
+    const bool pool_scoring = IsPoolPod(e.request) && prioritize;
     std::unordered_set<std::string_view> pool_nodes;
     std::vector<state::PodAllocation> pool_pods;
     std::shared_ptr<const std::map<std::string, pd::Location>> positions;
@@ -503,13 +504,15 @@ struct ExtenderService::Impl {
     // Tier t's domain of `record`, pointing into `positions` or the snapshot (both held here).
     const auto domain_at = [&](const state::NodeRecord& record, std::size_t t) -> std::string_view {
       if (positions != nullptr) {
-        if (const auto it = positions->find(record.name); it != positions->end()) return it->second.domains[t];
+        if (const auto it = positions->find(record.name); it != positions->end()) {
+          return t < it->second.domains.size() ? std::string_view(it->second.domains[t]) : std::string_view();
+        }
       }
       const auto label = record.labels.find(network.tiers[t].label);
       return label == record.labels.end() ? std::string_view() : std::string_view(label->second);
     };
     std::vector<std::unordered_set<std::string_view>> pool_domains(network.tiers.size());  // per tier
-    if (pool_pod) {
+    if (pool_scoring) {
       pool_pods = store.PoolPods(e.request.pool);
       positions = store.node_locations();
       for (const state::PodAllocation& p : pool_pods) {
@@ -522,7 +525,7 @@ struct ExtenderService::Impl {
       }
     }
     auto key_of = [&](std::size_t i) -> std::uint64_t {
-      if (!pool_pod) return class_keys[i];
+      if (!pool_scoring) return class_keys[i];
       const state::NodeRecord& record = *snap->nodes()[i];
       // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
       // label), so every node is its own class for this first pod.
@@ -545,7 +548,7 @@ struct ExtenderService::Impl {
         return it->second;
       }
       local.emplace_back(key, Evaluate(e, cycle, *snap->nodes()[i], /*scores=*/prioritize, snap,
-                                       pool_pod ? &pool_pods : nullptr, positions));
+                                       pool_scoring ? &pool_pods : nullptr, positions));
       if (local.size() == kLinearClasses + 1) {
         for (const auto& [k, v] : local) many.emplace(k, v.get());
       } else if (local.size() > kLinearClasses + 1) {
