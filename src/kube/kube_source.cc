@@ -1,7 +1,6 @@
 #include "toposched/kube/source.h"
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -468,11 +467,7 @@ struct KubeSource::Impl {
     }
     if (const auto pool = pod.labels.find(options.pool_label); pool != pod.labels.end()) allocation.pool = pool->second;
     if (const auto ipc = pod.annotations.find(std::string(kKvIpcAnnotation)); ipc != pod.annotations.end()) {
-      std::string value = ipc->second;  // as the request parser reads it: true/false, any case, trimmed
-      value.erase(0, value.find_first_not_of(" \t"));
-      value.erase(value.find_last_not_of(" \t") + 1);
-      std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::tolower(c); });
-      allocation.kv_ipc = value == "true";
+      allocation.kv_ipc = AnnotationIsTrue(ipc->second);
     }
     if (Status s = store.Restore(allocation); !s.ok()) {
       restore_errors.With({}).Inc();

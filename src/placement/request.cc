@@ -919,4 +919,6 @@ Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const Reques
   }
 }
 
+bool AnnotationIsTrue(std::string_view value) { return ToLower(Trim(value)) == "true"; }
+
 }  // namespace toposched

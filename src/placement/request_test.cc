@@ -759,6 +759,12 @@ TEST(PodRequestShapeKeyTest, EveryShapeFieldChangesTheKey) {
   EXPECT_EQ(same.ShapeKey(), base.ShapeKey());
 }
 
+// The lenient reader for restores reads "true" exactly as the parser does, and nothing else.
+TEST(PodRequestAnnotationTest, AnnotationIsTrue) {
+  for (const char* yes : {"true", "True", " TRUE\t"}) EXPECT_TRUE(AnnotationIsTrue(yes)) << yes;
+  for (const char* no : {"false", "", "yes", "1", "truee"}) EXPECT_FALSE(AnnotationIsTrue(no)) << no;
+}
+
 TEST(PodRequestNamesTest, ToStringNames) {
   EXPECT_EQ(ToString(PodRole::kNone), "none");
   EXPECT_EQ(ToString(PodRole::kPrefill), "prefill");

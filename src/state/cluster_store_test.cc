@@ -170,7 +170,7 @@ TEST(ClusterStoreTest, ClassKeysGroupIdenticalNodesAndSplitOnAnyDifference) {
 }
 
 TEST(ClusterStoreTest, ClassLabelsLeaveOtherLabelsOutOfTheClassKey) {
-  // As `serve` configures it: only the network tier labels count (given unsorted, with a repeat).
+  // Only the class labels count (given unsorted, with a repeat); `serve` gives none.
   ClusterStore store(nullptr, StoreOptions{.class_labels = std::vector<std::string>{"leaf", "clique", "leaf"}});
   const auto node = [&](const char* name, std::map<std::string, std::string> labels) {
     labels.emplace("kubernetes.io/hostname", name);  // unique per node, as in every real cluster

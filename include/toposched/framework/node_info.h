@@ -21,8 +21,9 @@ struct NodeInfo {
   // Devices already taken; Reserve plugins change it, Unreserve restores it.
   NodeAllocation allocated;
   // The node's labels. The extender shares one filter/score result among nodes of one class,
-  // whose key includes only the network tier labels (StoreOptions::class_labels): a plugin's
-  // verdict must not depend on any other label.
+  // whose key holds no labels (extender::StoreOptionsFor): a plugin's verdict must not depend on
+  // them. (The pool plugins read positions through the ClusterView, and the extender keys pool
+  // pods by position itself.)
   std::map<std::string, std::string> labels;
   bool schedulable = true;  // false when cordoned (spec.unschedulable)
 };

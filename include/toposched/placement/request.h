@@ -95,4 +95,8 @@ struct RequestConfig {
 // when requests are absent. Errors name the field and say what to fix.
 Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const RequestConfig& config = {});
 
+// A boolean annotation's value as ParsePodRequest reads it: "true" in any case, blanks trimmed.
+// For readers that must not fail on a bad value (restoring an allocation): anything else is false.
+bool AnnotationIsTrue(std::string_view value);
+
 }  // namespace toposched

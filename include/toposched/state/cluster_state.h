@@ -133,9 +133,9 @@ struct BindResult {
 struct StoreOptions {
   int max_shares_per_gpu = 10;  // HAMi deviceSplitCount; the capacity check uses it
   // The node labels that take part in node classes (NodeRecord::class_key); unset: every label.
-  // `serve` sets the network tier labels, the only labels a plugin reads: a label unique to each
-  // node (kubernetes.io/hostname, which every node carries; cloud instance ids) would otherwise
-  // make every node a class of its own and every filter call evaluate every node.
+  // The extender sets none (extender::StoreOptionsFor): a label unique to each node
+  // (kubernetes.io/hostname, which every node carries; cloud instance ids) would otherwise make
+  // every node a class of its own and every filter call evaluate every node.
   std::optional<std::vector<std::string>> class_labels = std::nullopt;
 };
 
