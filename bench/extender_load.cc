@@ -153,8 +153,9 @@ void FloorHandler(extender::WireReader& reader, std::string_view path, std::stri
 // (--every-label), every label counts, the hostname too, as before 2026-12-03: every node is
 // then a class of its own.
 state::StoreOptions StoreFor(const framework::SchedulerConfig& config, bool every_label) {
-  if (every_label) return state::StoreOptions{.max_shares_per_gpu = config.engine.max_shares_per_gpu};
-  return extender::StoreOptionsFor(config);
+  state::StoreOptions options = extender::StoreOptionsFor(config);
+  if (every_label) options.class_labels.reset();
+  return options;
 }
 
 struct World {

@@ -6,7 +6,9 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <set>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -51,9 +53,15 @@ struct SiteEndpoint {
 struct Site {
   pd::Location location;
   std::vector<SiteEndpoint> endpoints;
+  std::vector<int> domain_ids;  // per tier: the number of its domain (PoolCycle::domain_ids), -1: none
 };
 
 enum class AnchorKind { kCounterparts, kSameRole, kGang };
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
 
 // Everything about the pool that does not depend on the scored node. The first Score call of a
 // cycle builds it; the other (up to thousands of) nodes read it.
@@ -80,12 +88,53 @@ struct PoolCycle final : framework::StateData {
   std::map<std::string, int, std::less<>> same_by_domain, same_by_node;
   int same_total = 0;
 
-  // Nodes that hold no anchor see the anchors by their domains alone: their mean is cached by
-  // (domains, own GPU->NIC class), so a 5,000-node cycle computes one mean per leaf, not per node.
-  std::set<std::string, std::less<>> site_nodes;
-  std::map<std::pair<std::vector<std::string>, LinkClass>, std::pair<double, std::array<int, pd::kPathKinds>>>
-      mean_by_domains;
+  // A node's path to a site is decided by the first tier at which both stand in one domain, so
+  // only the sites' domains matter: per tier they are numbered, and a node's domains become
+  // those numbers (-1: no site there). A node that holds no site sees every site through its
+  // numbers alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle
+  // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
+  std::vector<std::unordered_map<std::string, int, StringHash, std::equal_to<>>> domain_ids;  // per tier
+  std::unordered_set<std::string, StringHash, std::equal_to<>> site_nodes;
+  std::map<std::vector<int>, std::pair<double, std::array<int, pd::kPathKinds>>> mean_by_ids;
+  std::vector<int> key;  // CachedMean's lookup key, reused
 };
+
+// Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
+void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
+  c.domain_ids.assign(tiers, {});
+  for (Site& site : c.sites) {
+    site.domain_ids.assign(tiers, -1);
+    for (std::size_t t = 0; t < tiers && t < site.location.domains.size(); ++t) {
+      const std::string& d = site.location.domains[t];
+      if (d.empty()) continue;
+      auto& ids = c.domain_ids[t];
+      site.domain_ids[t] = ids.try_emplace(d, static_cast<int>(ids.size())).first->second;
+    }
+  }
+}
+
+// `location`'s domain numbers into `out` (size: tiers).
+void DomainIdsOf(const PoolCycle& c, const pd::Location& location, std::vector<int>& out) {
+  out.assign(c.domain_ids.size(), -1);
+  for (std::size_t t = 0; t < out.size() && t < location.domains.size(); ++t) {
+    const std::string& d = location.domains[t];
+    if (d.empty()) continue;
+    if (const auto it = c.domain_ids[t].find(std::string_view(d)); it != c.domain_ids[t].end()) out[t] = it->second;
+  }
+}
+
+// pd::PathBetween(net, node, site) from domain numbers: the same node, else the first tier whose
+// domain both share, else beyond every tier.
+pd::PathKind PathToSite(const pd::NetworkConfig& net, std::string_view node, const std::vector<int>& ids,
+                        const Site& site, bool ipc_allowed) {
+  if (!node.empty() && node == site.location.node) {
+    return net.same_node_ipc && ipc_allowed ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma;
+  }
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] >= 0 && ids[t] == site.domain_ids[t]) return net.tiers[t].path;
+  }
+  return pd::PathKind::kBeyond;
+}
 
 std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint& e) {
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
@@ -101,7 +150,7 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
   for (const PoolMember* m : members) {
     auto [it, inserted] = site_of.try_emplace(m->node, c.sites.size());
     if (inserted) {
-      c.sites.push_back(Site{cluster.Locate(m->node), {}});
+      c.sites.push_back(Site{cluster.Locate(m->node), {}, {}});
       c.site_nodes.insert(m->node);
     }
     // A member recorded without GPUs still holds one instance's KV cache: count one lane.
@@ -165,16 +214,16 @@ bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& 
   return true;
 }
 
-// The mean KV-transfer time from an instance of `own` at `location` to the cycle's anchors;
-// per_kind (optional) counts the anchors by path kind.
-double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, const pd::Location& location,
+// The mean KV-transfer time from an instance of `own` on `node`, whose domain numbers are `ids`
+// (DomainIdsOf), to the cycle's anchors; per_kind (optional) counts the anchors by path kind.
+double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, std::string_view node, const std::vector<int>& ids,
                    const pd::Endpoint& own, PodRole role, bool kv_ipc,
                    std::array<int, pd::kPathKinds>* per_kind = nullptr) {
   // Instances per (path kind, endpoint), then one estimate per pair that occurs.
   const std::size_t endpoints = c.endpoints.size();
   std::vector<int> count(pd::kPathKinds * endpoints, 0);
   for (const Site& site : c.sites) {
-    const pd::PathKind path = pd::PathBetween(net, location, site.location, kv_ipc);
+    const pd::PathKind path = PathToSite(net, node, ids, site, kv_ipc);
     for (const SiteEndpoint& s : site.endpoints) {
       // CUDA IPC between two pods needs both to allow it; otherwise RDMA loopback.
       const auto kind = static_cast<std::size_t>(
@@ -198,16 +247,21 @@ double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, const pd::L
   return total / std::max(1, c.anchors);
 }
 
-// MeanSeconds through the cycle's cache (PoolCycle::mean_by_domains).
+// MeanSeconds through the cycle's cache (PoolCycle::mean_by_ids).
 double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location, const pd::Endpoint& own,
                   PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr) {
-  if (c.site_nodes.contains(location.node)) return MeanSeconds(net, c, location, own, role, kv_ipc, per_kind);
-  auto key = std::make_pair(location.domains, own.worst_class);
-  auto it = c.mean_by_domains.find(key);
-  if (it == c.mean_by_domains.end()) {
+  DomainIdsOf(c, location, c.key);
+  if (c.site_nodes.contains(std::string_view(location.node))) {
+    return MeanSeconds(net, c, location.node, c.key, own, role, kv_ipc, per_kind);
+  }
+  c.key.push_back(static_cast<int>(own.worst_class));
+  auto it = c.mean_by_ids.find(c.key);
+  if (it == c.mean_by_ids.end()) {
     std::array<int, pd::kPathKinds> kinds{};
-    const double mean = MeanSeconds(net, c, location, own, role, kv_ipc, &kinds);
-    it = c.mean_by_domains.emplace(std::move(key), std::make_pair(mean, kinds)).first;
+    c.key.pop_back();
+    const double mean = MeanSeconds(net, c, location.node, c.key, own, role, kv_ipc, &kinds);
+    c.key.push_back(static_cast<int>(own.worst_class));
+    it = c.mean_by_ids.emplace(c.key, std::make_pair(mean, kinds)).first;
   }
   if (per_kind != nullptr) *per_kind = it->second.second;
   return it->second.first;
@@ -330,13 +384,14 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   } else if (ChooseGangAnchor(*cluster, req.pool, anchor_tier.tier, *c)) {
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
     // The anchor stands for an instance like this pod, with its IPC consent.
-    c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), true, 1}}});
+    c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), true, 1}}, {}});
     c->site_nodes.insert(c->gang_node);
     c->anchors = 1;
   } else {
     c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
     return c;
   }
+  NumberSiteDomains(net.tiers.size(), *c);
   AvailableBounds(*cluster, req, own_shape, *c);
   return c;
 }
@@ -411,7 +466,9 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
   if (c->anchor == AnchorKind::kGang) {
     const bool inside = c->gang_domain.empty() ? node.name == c->gang_node
                                                : DomainAt(location, *c->gang_tier) == c->gang_domain;
-    if (inside) return {kMaxScore, c->prefix + c->anchor_text + ": this node is inside it -> 100"};
+    if (inside) {
+      return {kMaxScore, state.explain() ? c->prefix + c->anchor_text + ": this node is inside it -> 100" : ""};
+    }
   }
 
   const PlacementOutcome& outcome = state.Outcome(node);
@@ -420,6 +477,20 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
   std::array<int, pd::kPathKinds> per_kind{};
   const double mean = CachedMean(net, *c, location, own, req.role, req.kv_ipc, &per_kind);
   const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
+
+  int score = base, penalty = 0, here = 0;
+  const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
+  const bool by_domain = domain != nullptr && !domain->empty();
+  if (args_.spread_points > 0 && c->same_total > 0) {
+    const auto& counts = by_domain ? c->same_by_domain : c->same_by_node;
+    const auto it = counts.find(by_domain ? std::string_view(*domain) : std::string_view(node.name));
+    here = it == counts.end() ? 0 : it->second;
+    if (here > 0) {
+      penalty = RoundScore(static_cast<double>(args_.spread_points) * here / c->same_total);
+      score = std::max(framework::kMinScore, base - penalty);
+    }
+  }
+  if (!state.explain()) return {score, {}};
 
   std::string paths;
   for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
@@ -432,22 +503,11 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
                                         : ", expected KV transfer ";
   why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
          std::to_string(base);
-
-  int score = base;
-  if (args_.spread_points > 0 && c->same_total > 0) {
-    const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
-    const bool by_domain = domain != nullptr && !domain->empty();
-    const auto& counts = by_domain ? c->same_by_domain : c->same_by_node;
-    const auto it = counts.find(by_domain ? std::string_view(*domain) : std::string_view(node.name));
-    const int here = it == counts.end() ? 0 : it->second;
-    if (here > 0) {
-      const int penalty = RoundScore(static_cast<double>(args_.spread_points) * here / c->same_total);
-      score = std::max(framework::kMinScore, base - penalty);
-      why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
-             std::to_string(c->same_total) + " " + std::string(ToString(req.role)) + " " +
-             (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
-             std::to_string(score);
-    }
+  if (here > 0) {
+    why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
+           std::to_string(c->same_total) + " " + std::string(ToString(req.role)) + " " +
+           (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
+           std::to_string(score);
   }
   return {score, std::move(why)};
 }

@@ -79,6 +79,7 @@ class KvTransferCost final : public framework::ScorePlugin {
   // anchorTier and spreadTier (unless "node") must be configured tiers.
   Status CheckNetwork(const pd::NetworkConfig& network) const override;
   framework::ScoreResult Score(framework::CycleState& state, const framework::NodeInfo& node) const override;
+  bool ReadsCluster() const override { return true; }
 
  private:
   Args args_;

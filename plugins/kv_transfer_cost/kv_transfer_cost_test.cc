@@ -427,6 +427,38 @@ TEST(KvTransferCostTest, PoolDataOncePerCycle) {
   EXPECT_NE(second.explanation.find("1 decode instance,"), std::string::npos) << second.explanation;
 }
 
+// The extender's cycles want numbers only (CycleState::explain false): the score is the same,
+// whatever the anchor and the spread, and no explanation is built.
+TEST(KvTransferCostTest, WithoutExplanationsTheScoresAreTheSame) {
+  Result<Args> args = ParseArgs({{"spreadTier", kLeaf}, {"spreadPoints", "10"}});
+  ASSERT_TRUE(args.ok()) << args.error().message();
+  const KvTransferCost plugin{*args};
+  auto counterparts = Fabric();
+  counterparts->AddMember("chat", Member("p1", "far", PodRole::kPrefill));
+  counterparts->AddMember("chat", Member("p2", "leafmate", PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
+  counterparts->AddMember("chat", Member("d1", "here", PodRole::kDecode));
+  auto same_role = Fabric();
+  same_role->AddMember("chat", Member("d1", "spinemate", PodRole::kDecode));
+  const std::vector<std::pair<std::string, std::shared_ptr<StaticClusterView>>> views = {
+      {"counterparts", counterparts}, {"same role", same_role}, {"gang anchor", Fabric()}};
+  for (const auto& [name, view] : views) {
+    for (const char* node : {"here", "nvmate", "leafmate", "spinemate", "zonemate", "far"}) {
+      for (LinkClass own : {LinkClass::kPIX, LinkClass::kSYS}) {
+        SCOPED_TRACE(name + " on " + node);
+        const framework::ScoreResult explained = ScoreOn(plugin, PoolPod(PodRole::kDecode), view, node, own);
+        CycleState state = CycleWith(PoolPod(PodRole::kDecode), OutcomeWith(own));
+        state.SetCluster(view);
+        state.set_explain(false);
+        const framework::ScoreResult bare = plugin.Score(state, NodeBuilder(node, "hgx-h100-8gpu").Build());
+        EXPECT_EQ(bare.score, explained.score);
+        EXPECT_EQ(bare.counted, explained.counted);
+        EXPECT_TRUE(bare.explanation.empty()) << bare.explanation;
+        EXPECT_FALSE(explained.explanation.empty());
+      }
+    }
+  }
+}
+
 // The pod itself, already in the view (re-scored after its Reserve), is not its own anchor.
 TEST(KvTransferCostTest, SkipsThePodItself) {
   auto view = Fabric();

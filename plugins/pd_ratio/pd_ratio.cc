@@ -141,6 +141,7 @@ framework::ScoreResult PdRatio::Score(framework::CycleState& state, const framew
   Halves after = before;
   Add(after, Contribution(role));
   const int score = RatioScore(c->p, c->d, after.prefill, after.decode);
+  if (!state.explain()) return {score, {}};
   const double share = static_cast<double>(after.prefill) / (after.prefill + after.decode);
   const double s = static_cast<double>(c->p) / (c->p + c->d);
 

@@ -51,6 +51,7 @@ class PdRatio final : public framework::ScorePlugin {
   // ratioTier, when given, must be a configured tier.
   Status CheckNetwork(const pd::NetworkConfig& network) const override;
   framework::ScoreResult Score(framework::CycleState& state, const framework::NodeInfo& node) const override;
+  bool ReadsCluster() const override { return true; }
 
  private:
   Args args_;

@@ -239,6 +239,25 @@ TEST(PdRatioTest, NeutralCases) {
 }
 
 // The pool's counts are gathered once per cycle and kept in the CycleState.
+// The extender's cycles want numbers only (CycleState::explain false): same score, no text.
+TEST(PdRatioTest, WithoutExplanationsTheScoresAreTheSame) {
+  const PdRatio plugin{Args{}};
+  const auto& t = *PresetTopology("hgx-h100-8gpu");
+  for (PodRole role : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
+    for (const char* node : {"a1", "a2", "b1", "bare"}) {
+      SCOPED_TRACE(std::string(ToString(role)) + " on " + node);
+      const framework::ScoreResult explained = ScoreOn(plugin, PoolPod(role), TwoLeaves(), node);
+      CycleState state = CycleWith(PoolPod(role), Fits(PlacementOn(t, {0, 1}, {0, 1})));
+      state.SetCluster(TwoLeaves());
+      state.set_explain(false);
+      const framework::ScoreResult bare = plugin.Score(state, NodeBuilder(node, "hgx-h100-8gpu").Build());
+      EXPECT_EQ(bare.score, explained.score);
+      EXPECT_TRUE(bare.explanation.empty()) << bare.explanation;
+      EXPECT_FALSE(explained.explanation.empty());
+    }
+  }
+}
+
 TEST(PdRatioTest, CountsOncePerCycle) {
   auto view = TwoLeaves();
   const auto& t = *PresetTopology("hgx-h100-8gpu");

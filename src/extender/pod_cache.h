@@ -29,6 +29,9 @@ struct ClassVerdict {
   framework::Code code = framework::Code::kSuccess;
   std::string message;      // the failing plugin's status, as the reply's FailedNodes text
   int score100 = 0;         // framework total, 0..100 (0 when filtered out)
+  // The sums behind score100 (NodeScore::weighted, weights). A pool pod's class verdict holds
+  // its node-only part (ScoreSet::kNodeOnly), to which each node's cluster part is added.
+  long long score_weighted = 0, score_weights = 0;
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
   server::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }

@@ -121,8 +121,10 @@ PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestCon
 }  // namespace
 
 state::StoreOptions StoreOptionsFor(const framework::SchedulerConfig& config) {
-  return state::StoreOptions{.max_shares_per_gpu = config.engine.max_shares_per_gpu,
-                             .class_labels = std::vector<std::string>{}};
+  state::StoreOptions options{.max_shares_per_gpu = config.engine.max_shares_per_gpu,
+                              .class_labels = std::vector<std::string>{}};
+  for (const pd::Tier& tier : config.network.tiers) options.tier_labels.push_back(tier.label);
+  return options;
 }
 
 struct ExtenderService::Impl {
@@ -389,9 +391,11 @@ struct ExtenderService::Impl {
   static bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
 
   // `scores`: false when only the filter decision is wanted (the filter and Volcano predicate
-  // verbs). For a pool pod that decision depends on the node's class alone (no Filter plugin
-  // reads the pool), so it is cached per class like an ordinary pod's and skips the cluster
-  // view and every score; an ordinary pod is always scored, its prioritize reusing the result.
+  // verbs). Every pod's filter decision and node-only scores (ScorePlugin::ReadsCluster false)
+  // depend on the node's class alone: they are computed once per class and cached on the pod
+  // (for an ordinary pod that is its whole score). A pool pod's scores add the pool plugins'
+  // part, which depends on where the node sits relative to the pool: computed on every scoring
+  // call, per node (the caller groups nodes that must score alike), never cached.
   // `snap`: the call's snapshot (`record` is in it); the pool's pods and HyperNode positions as
   // the call fetched them, for the cluster view of a pool pod's scores (null: fetched here).
   std::shared_ptr<const ClassVerdict> Evaluate(
@@ -400,11 +404,11 @@ struct ExtenderService::Impl {
       std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr) {
     const bool pool_pod = IsPoolPod(entry.request);
     const bool pool_scores = pool_pod && scores;
-    if (!pool_scores) {
-      if (auto v = entry.FindVerdict(record.class_key)) return v;
-    }
+    std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(record.class_key);
+    if (base != nullptr && !(pool_scores && base->passes())) return base;
     if (!cycle) {
       cycle.emplace(framework.NewCycle(entry.request));
+      cycle->set_explain(false);  // the verbs answer with numbers only
       if (pool_scores) {
         if (positions == nullptr) positions = store.node_locations();
         const pd::NetworkConfig& network = framework.config().network;
@@ -414,27 +418,34 @@ struct ExtenderService::Impl {
       }
     }
     const framework::NodeInfo info = NodeInfoOf(record);
-    auto v = std::make_shared<ClassVerdict>();
-    const framework::FilterResult filtered = framework.RunFilter(*cycle, info);
-    v->code = filtered.code();
-    if (filtered.ok()) {
-      if (!pool_pod || scores) v->score100 = framework.RunScore(*cycle, info).total;
-      const PlacementOutcome& outcome = cycle->Outcome(info);
-      if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
-    } else {
-      v->message = filtered.ToString();
-      std::string reason = filtered.plugin().empty() ? std::string("unknown") : filtered.plugin();
-      reason.append("/").append(framework::ToString(filtered.code()));
-      v->rejections = &rejections.With({reason});
+    if (base == nullptr) {
+      auto v = std::make_shared<ClassVerdict>();
+      const framework::FilterResult filtered = framework.RunFilter(*cycle, info);
+      v->code = filtered.code();
+      if (filtered.ok()) {
+        const framework::NodeScore score =
+            framework.RunScore(*cycle, info, pool_pod ? framework::ScoreSet::kNodeOnly : framework::ScoreSet::kAll);
+        v->score100 = score.total;
+        v->score_weighted = score.weighted;
+        v->score_weights = score.weights;
+        const PlacementOutcome& outcome = cycle->Outcome(info);
+        if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
+      } else {
+        v->message = filtered.ToString();
+        std::string reason = filtered.plugin().empty() ? std::string("unknown") : filtered.plugin();
+        reason.append("/").append(framework::ToString(filtered.code()));
+        v->rejections = &rejections.With({reason});
+      }
+      base = entry.StoreVerdict(record.class_key, std::move(v));
+      if (!(pool_scores && base->passes())) return base;
     }
-    // A pool pod's scored verdicts are never reused (its scores depend on where the node sits),
-    // but whether it passes depends on the class alone: kept for the filter decision and so that
-    // bind can tell "confirmed".
-    if (pool_scores) {
-      entry.StoreVerdict(record.class_key, v);
-      return v;
-    }
-    return entry.StoreVerdict(record.class_key, std::move(v));
+    // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
+    auto v = std::make_shared<ClassVerdict>(*base);
+    const framework::NodeScore pool = framework.RunScore(*cycle, info, framework::ScoreSet::kClusterOnly);
+    v->score_weighted += pool.weighted;
+    v->score_weights += pool.weights;
+    v->score100 = framework::WeightedTotal(v->score_weighted, v->score_weights);
+    return v;
   }
 
   // ---- kube-scheduler filter and prioritize ----
@@ -501,6 +512,7 @@ struct ExtenderService::Impl {
     std::vector<state::PodAllocation> pool_pods;
     std::shared_ptr<const std::map<std::string, pd::Location>> positions;
     const pd::NetworkConfig& network = framework.config().network;
+    const bool resolved = state::PositionsResolvedFor(*snap, network);
     // Tier t's domain of `record`, pointing into `positions` or the snapshot (both held here).
     const auto domain_at = [&](const state::NodeRecord& record, std::size_t t) -> std::string_view {
       if (positions != nullptr) {
@@ -508,6 +520,7 @@ struct ExtenderService::Impl {
           return t < it->second.domains.size() ? std::string_view(it->second.domains[t]) : std::string_view();
         }
       }
+      if (resolved) return record.position.domains[t];
       const auto label = record.labels.find(network.tiers[t].label);
       return label == record.labels.end() ? std::string_view() : std::string_view(label->second);
     };
@@ -515,6 +528,7 @@ struct ExtenderService::Impl {
     if (pool_scoring) {
       pool_pods = store.PoolPods(e.request.pool);
       positions = store.node_locations();
+      if (positions != nullptr && positions->empty()) positions = nullptr;
       for (const state::PodAllocation& p : pool_pods) {
         pool_nodes.insert(p.node);
         const state::NodeRecord* record = snap->Find(p.node);

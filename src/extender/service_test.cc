@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "testing/http_client.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/framework/allocation.h"
+#include "toposched/placement/request.h"
 #include "toposched/server/http_server.h"
 #include "toposched/server/logging.h"
 #include "toposched/server/metrics.h"
@@ -80,6 +82,7 @@ class Harness {
   std::uint16_t port() const { return server_->port(); }
   state::ClusterStore& store() { return store_; }
   ExtenderService& service() { return *service_; }
+  const framework::Framework& framework() const { return framework_; }
 
  private:
   framework::Registry registry_;
@@ -205,6 +208,63 @@ TEST(ExtenderPrioritize, BareArrayOfHostScoresZeroToTenBetterAlignmentFirst) {
   }
   EXPECT_GT(score["hgx-a"], score["vm-b"]);
   EXPECT_EQ(score["ghost"], 0);
+}
+
+// A pool pod's prioritize is computed in parts: the node-only plugins once per node class, the
+// pool plugins per node, nodes grouped by where they sit relative to the pool. Every node's
+// score must still be what one whole framework call gives it.
+TEST(ExtenderPrioritize, PoolPodScoresEqualTheFrameworksWholeScoreOnEveryNode) {
+  Harness h(Nodes{});
+  std::vector<std::string> names;
+  const char* presets[] = {"hgx-h100-8gpu", "hgx-h100-8gpu", "cloud-vm-8gpu", "inference-4gpu"};
+  for (int i = 0; i < 16; ++i) {
+    const std::string name = "n" + std::to_string(i);
+    names.push_back(name);
+    std::map<std::string, std::string> labels = {{"kubernetes.io/hostname", name},
+                                                 {"toposched.io/leaf", "l" + std::to_string(i / 4)},
+                                                 {"toposched.io/spine", "s" + std::to_string(i / 8)}};
+    if (i % 8 == 0) labels["nvidia.com/gpu.clique"] = "c" + std::to_string(i / 8);
+    ASSERT_TRUE(h.store().UpsertNode({name, Preset(presets[i % 4]), labels, i != 5}).ok());
+  }
+  HttpClient c(h.port());
+  const auto pool_pod = [](const std::string& name, const char* role) {
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 2,
+                   .rdma = 2,
+                   .annotations = {{"toposched.io/pd-ratio", "1:2"}},
+                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+  };
+  // Every leaf holds each preset. The pool so far: prefill on n0 and n4 (leaves l0, l1), decode on
+  // n1 (l0).
+  for (const auto& [name, role, node] : std::vector<std::tuple<std::string, const char*, std::string>>{
+           {"prefill-0", "prefill", "n0"}, {"prefill-1", "prefill", "n4"}, {"decode-0", "decode", "n1"}}) {
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pool_pod(name, role)), names));
+    ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(pool_pod(name, role), node))["Error"], "");
+  }
+  const PodSpec decode = pool_pod("decode-1", "decode");
+  const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(decode), names));
+  ASSERT_TRUE(r.is_array());
+  std::map<std::string, int> got;
+  for (const json& hp : r) got[hp["Host"]] = hp["Score"];
+
+  const framework::Framework& fw = h.framework();
+  Result<PlacementRequest> request = ParsePodRequest(MakePod(decode).dump(), fw.config().request);
+  ASSERT_TRUE(request.ok()) << request.error().message();
+  const auto snap = h.store().snapshot();
+  std::set<int> distinct;
+  for (const std::string& name : names) {
+    const state::NodeRecord& record = *snap->Find(name);
+    framework::CycleState cycle = fw.NewCycle(*request);
+    cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, "chat"));
+    const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated, record.labels,
+                                   record.schedulable};
+    const framework::FilterResult filtered = fw.RunFilter(cycle, info);
+    const int want = filtered.ok() ? framework::ToExtenderScore(fw.RunScore(cycle, info).total) : 0;
+    EXPECT_EQ(got[name], want) << name;
+    distinct.insert(want);
+  }
+  EXPECT_GE(distinct.size(), 3u) << "the nodes must score differently for this to test anything";
 }
 
 TEST(ExtenderBind, BindsAfterFilterIsIdempotentAndRefusesAnotherNode) {

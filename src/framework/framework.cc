@@ -100,22 +100,26 @@ FilterResult Framework::RunFilter(CycleState& state, const NodeInfo& node) const
   return PluginStatus::Success();
 }
 
-NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node) const {
+int WeightedTotal(long long weighted, long long weights) {
+  return weights == 0 ? 0 : RoundedDivide(weighted, weights);
+}
+
+NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node, ScoreSet set) const {
   NodeScore out;
-  long long weighted = 0, weights = 0;
   for (const ScorePluginEntry& e : impl_->scorers) {
+    if (set != ScoreSet::kAll && e.plugin->ReadsCluster() != (set == ScoreSet::kClusterOnly)) continue;
     ScoreResult r = e.plugin->Score(state, node);
     // A score off the scale is a plugin bug; clamp it so one plugin cannot outvote the others.
     const int clamped = std::clamp(r.score, kMinScore, kMaxScore);
-    if (clamped != r.score) r.explanation += " (clamped from " + std::to_string(r.score) + ")";
+    if (clamped != r.score && state.explain()) r.explanation += " (clamped from " + std::to_string(r.score) + ")";
     if (r.counted) {
-      weighted += static_cast<long long>(e.weight) * clamped;
-      weights += e.weight;
+      out.weighted += static_cast<long long>(e.weight) * clamped;
+      out.weights += e.weight;
     }
     out.parts.push_back(
         ScorePart{std::string(e.plugin->Name()), e.weight, clamped, std::move(r.explanation), r.counted});
   }
-  out.total = weights == 0 ? 0 : RoundedDivide(weighted, weights);
+  out.total = WeightedTotal(out.weighted, out.weights);
   return out;
 }
 

@@ -52,6 +52,10 @@ struct Fixture {
       add(name, FakeFactory<FakeScore>(name, s));
     }
     add("N100", FakeFactory<FakeScore>(std::string("N100"), 100, false));  // does not apply: not counted
+    // Scores that read the cluster view (ScorePlugin::ReadsCluster); C0N does not apply.
+    add("C70", FakeFactory<FakeScore>(std::string("C70"), 70, true, true));
+    add("C33", FakeFactory<FakeScore>(std::string("C33"), 33, true, true));
+    add("C0N", FakeFactory<FakeScore>(std::string("C0N"), 0, false, true));
     for (const char* name : {"R1", "R2", "R3"})
       add(name, FakeFactory<FakeReserve>(std::string(name), PluginStatus::Success(), log));
     add("RFail", FakeFactory<FakeReserve>(std::string("RFail"),
@@ -170,6 +174,48 @@ TEST(FrameworkTest, ScoreIsTheRoundedWeightedAverage) {
       EXPECT_GE(s.parts[i].score, 0);
       EXPECT_LE(s.parts[i].score, 100);
     }
+  }
+}
+
+// The extender scores a pool pod in two parts (the node-only part once per node class, the
+// cluster part per node); their sums must give the total one kAll call gives.
+TEST(FrameworkTest, ScoreSetsSplitThePluginsAndTheirSumsAddUpToTheWhole) {
+  Fixture fx;
+  struct Case {
+    std::string name;
+    std::vector<PluginConfig> scorers;
+    std::vector<std::string> node_only, cluster_only;  // the parts each set reports, in config order
+    int total;
+  };
+  const std::vector<Case> cases = {
+      // (5*100 + 3*60 + 10*70) / 18 = 1380/18 = 76.67
+      {"mixed", {{"S100", 5, {}}, {"C70", 10, {}}, {"S60", 3, {}}}, {"S100", "S60"}, {"C70"}, 77},
+      // (1*50 + 2*33) / 3 = 116/3 = 38.67; the part that does not apply counts in neither
+      {"not applying", {{"S50", 1, {}}, {"C0N", 7, {}}, {"C33", 2, {}}}, {"S50"}, {"C0N", "C33"}, 39},
+      {"only the node", {{"S51", 1, {}}}, {"S51"}, {}, 51},
+      {"only the cluster", {{"C70", 2, {}}, {"C33", 1, {}}}, {}, {"C70", "C33"}, 58},  // 173/3 = 57.67
+      {"weight zero", {{"S100", 0, {}}, {"C33", 0, {}}}, {"S100"}, {"C33"}, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<PluginConfig> plugins = {{"Ok", 1, {}}, {"R1", 1, {}}};
+    plugins.insert(plugins.end(), c.scorers.begin(), c.scorers.end());
+    const Framework f = fx.Make(plugins);
+    CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
+    const NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
+    const NodeScore all = f.RunScore(state, node);
+    const NodeScore node_only = f.RunScore(state, node, ScoreSet::kNodeOnly);
+    const NodeScore cluster = f.RunScore(state, node, ScoreSet::kClusterOnly);
+    EXPECT_EQ(all.total, c.total);
+    EXPECT_EQ(WeightedTotal(node_only.weighted + cluster.weighted, node_only.weights + cluster.weights), c.total);
+    const auto names = [](const NodeScore& s) {
+      std::vector<std::string> out;
+      for (const ScorePart& p : s.parts) out.push_back(p.plugin);
+      return out;
+    };
+    EXPECT_EQ(names(node_only), c.node_only);
+    EXPECT_EQ(names(cluster), c.cluster_only);
+    EXPECT_EQ(all.parts.size(), c.scorers.size());
   }
 }
 

@@ -262,6 +262,11 @@ std::size_t Snapshot::IndexOf(std::string_view name) const {
   return index_ ? index_->Find(name) : npos;
 }
 
+const std::vector<std::string>& Snapshot::tier_labels() const {
+  static const std::vector<std::string> kNone;
+  return tier_labels_ != nullptr ? *tier_labels_ : kNone;
+}
+
 const NodeRecord* Snapshot::Find(std::string_view name) const {
   const std::size_t i = IndexOf(name);
   return i == npos ? nullptr : nodes_[i].get();
@@ -274,8 +279,28 @@ struct ClusterStore::Impl {
   Persistence* persistence = nullptr;
   StoreOptions options;  // class_labels sorted and unique
 
-  std::uint64_t ClassKey(const NodeRecord& record) const {
-    return ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
+  std::shared_ptr<const std::vector<std::string>> tier_labels;  // = options.tier_labels
+
+  // What a record derives from its content: its class key, position and free devices.
+  void Refresh(NodeRecord& record) const {
+    record.class_key = ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
+    record.position.node = record.name;
+    record.position.domains.assign(tier_labels->size(), std::string());
+    for (std::size_t t = 0; t < tier_labels->size(); ++t) {
+      if (const auto it = record.labels.find((*tier_labels)[t]); it != record.labels.end()) {
+        record.position.domains[t] = it->second;
+      }
+    }
+    record.free_gpus = record.free_rdma_nics = 0;
+    if (record.topology == nullptr) return;
+    for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
+      if (framework::GpuFree(record.allocated, static_cast<int>(g))) ++record.free_gpus;
+    }
+    for (std::size_t n = 0; n < record.topology->nics.size(); ++n) {
+      if (record.topology->nics[n].rdma && !framework::NicUsed(record.allocated, static_cast<int>(n))) {
+        ++record.free_rdma_nics;
+      }
+    }
   }
 
   // Publishers serialise on publish_mu and are the only writers of `current`; readers copy it
@@ -324,6 +349,7 @@ struct ClusterStore::Impl {
     const Snapshot& old = *current;
     auto next = std::make_shared<Snapshot>();
     next->version_ = old.version_ + 1;
+    next->tier_labels_ = old.tier_labels_;
     const auto it = std::lower_bound(old.nodes_.begin(), old.nodes_.end(), name,
                                      [](const auto& r, std::string_view n) { return r->name < n; });
     const auto at = it - old.nodes_.begin();
@@ -354,6 +380,7 @@ struct ClusterStore::Impl {
     const Snapshot& old = *current;
     auto next = std::make_shared<Snapshot>();
     next->version_ = old.version_ + 1;
+    next->tier_labels_ = old.tier_labels_;
     next->nodes_.reserve(old.nodes_.size() + records.size());
     bool inserted = false;
     auto it = old.nodes_.begin();
@@ -424,7 +451,7 @@ struct ClusterStore::Impl {
     next->allocated = std::move(after).value();
     ++next->allocation_version;
     next->pods.insert(std::lower_bound(next->pods.begin(), next->pods.end(), allocation.uid), allocation.uid);
-    next->class_key = ClassKey(*next);
+    Refresh(*next);
     return next;
   }
 
@@ -457,6 +484,10 @@ ClusterStore::ClusterStore(Persistence* persistence, StoreOptions options) : imp
     labels->erase(std::unique(labels->begin(), labels->end()), labels->end());
   }
   impl_->options = std::move(options);
+  impl_->tier_labels = std::make_shared<const std::vector<std::string>>(impl_->options.tier_labels);
+  auto empty = std::make_shared<Snapshot>();
+  empty->tier_labels_ = impl_->tier_labels;
+  impl_->current = std::move(empty);
 }
 
 ClusterStore::~ClusterStore() = default;
@@ -541,7 +572,7 @@ Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
       next->topology_generation = 1;
     }
     next->topology = std::move(spec.topology);
-    next->class_key = impl_->ClassKey(*next);
+    impl_->Refresh(*next);
     if (const std::string misfits = MisfitsOf(*next, impl_->options.max_shares_per_gpu); !misfits.empty()) {
       add_error("node " + name + ": allocations no longer fit its new topology (kept): " + misfits);
     }
@@ -655,7 +686,7 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
   framework::RevertDelta(allocation.delta, framework::ShapeOf(NodeAllocation{}), next->allocated);
   ++next->allocation_version;
   next->pods.erase(std::remove(next->pods.begin(), next->pods.end(), allocation.uid), next->pods.end());
-  next->class_key = impl_->ClassKey(*next);
+  impl_->Refresh(*next);
   if (impl_->persistence != nullptr && persist) {
     if (Status s = impl_->persistence->RecordRelease(allocation); !s.ok()) {
       return s.error().WithContext("cannot persist the release of pod " + allocation.uid);

@@ -169,6 +169,41 @@ TEST(ClusterStoreTest, ClassKeysGroupIdenticalNodesAndSplitOnAnyDifference) {
   for (const auto& r : store.snapshot()->nodes()) EXPECT_EQ(r->class_key, ComputeClassKey(*r)) << r->name;
 }
 
+// Each record carries its position under the configured tier labels and its free devices,
+// kept up to date on every change, so that a pool pod's pass over every node reads no label.
+TEST(ClusterStoreTest, RecordsCarryTheirPositionAndFreeDevices) {
+  ClusterStore store(nullptr, StoreOptions{.tier_labels = {"leaf", "spine"}});
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", std::string(kHgx), {{"leaf", "l1"}, {"spine", "s1"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("b", std::string(kInference), {{"spine", "s1"}})).ok());
+  auto record = [&](const char* n) { return store.snapshot()->Find(n); };
+  EXPECT_EQ(store.snapshot()->tier_labels(), (std::vector<std::string>{"leaf", "spine"}));
+  EXPECT_EQ(record("a")->position, (pd::Location{"a", {"l1", "s1"}}));
+  EXPECT_EQ(record("b")->position, (pd::Location{"b", {"", "s1"}}));  // a missing label: no domain
+  EXPECT_EQ(record("a")->free_gpus, 8);
+  EXPECT_EQ(record("a")->free_rdma_nics, 8);  // the Ethernet NIC is not RDMA
+  EXPECT_EQ(record("b")->free_gpus, 4);
+  EXPECT_EQ(record("b")->free_rdma_nics, 0);
+  // A bind (whole GPUs and NICs, a share) and a release move the counts; a share takes its GPU.
+  ASSERT_TRUE(store.Bind("a", "u1", Take(Whole({0, 1}, {0}))).ok());
+  ASSERT_TRUE(store.Bind("a", "u2", Take(Share(2, 1024))).ok());
+  EXPECT_EQ(record("a")->free_gpus, 5);
+  EXPECT_EQ(record("a")->free_rdma_nics, 7);
+  ASSERT_TRUE(store.Release("u1").ok());
+  EXPECT_EQ(record("a")->free_gpus, 7);
+  EXPECT_EQ(record("a")->free_rdma_nics, 8);
+  // Relabelled: the position follows.
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", std::string(kHgx), {{"leaf", "l2"}, {"spine", "s1"}})).ok());
+  EXPECT_EQ(record("a")->position, (pd::Location{"a", {"l2", "s1"}}));
+  EXPECT_EQ(record("a")->free_gpus, 7);  // allocations kept
+  // Views read the positions only under the same tiers, in the same order.
+  pd::NetworkConfig network;
+  network.tiers = {pd::Tier{"leaf", pd::PathKind::kLeaf}, pd::Tier{"spine", pd::PathKind::kSpine}};
+  EXPECT_TRUE(PositionsResolvedFor(*store.snapshot(), network));
+  std::swap(network.tiers[0], network.tiers[1]);
+  EXPECT_FALSE(PositionsResolvedFor(*store.snapshot(), network));
+  EXPECT_FALSE(PositionsResolvedFor(*ClusterStore(nullptr).snapshot(), network));
+}
+
 TEST(ClusterStoreTest, ClassLabelsLeaveOtherLabelsOutOfTheClassKey) {
   // Only the class labels count (given unsorted, with a repeat); `serve` gives none.
   ClusterStore store(nullptr, StoreOptions{.class_labels = std::vector<std::string>{"leaf", "clique", "leaf"}});

@@ -17,7 +17,8 @@ class SnapshotClusterView : public framework::ClusterView {
         network_(network),
         pool_(std::move(pool)),
         members_(std::move(members)),
-        hyper_nodes_(std::move(hyper_nodes)) {}
+        hyper_nodes_(hyper_nodes != nullptr && !hyper_nodes->empty() ? std::move(hyper_nodes) : nullptr),
+        resolved_(PositionsResolvedFor(*snapshot_, network_)) {}
 
   const pd::NetworkConfig& network() const override { return network_; }
 
@@ -26,8 +27,10 @@ class SnapshotClusterView : public framework::ClusterView {
       const auto it = hyper_nodes_->find(std::string(node));
       if (it != hyper_nodes_->end()) return it->second;
     }
-    if (const NodeRecord* record = snapshot_->Find(node)) return pd::LocateByLabels(network_, node, record->labels);
-    return pd::LocateByLabels(network_, node, {});
+    const NodeRecord* record = snapshot_->Find(node);
+    if (record == nullptr) return pd::LocateByLabels(network_, node, {});
+    if (resolved_) return record->position;
+    return pd::LocateByLabels(network_, node, record->labels);
   }
 
   std::vector<framework::PoolMember> PoolMembers(std::string_view pool) const override {
@@ -35,36 +38,32 @@ class SnapshotClusterView : public framework::ClusterView {
   }
 
   void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
-    // One Location refilled in place: its strings keep their buffers, so a pass over thousands
-    // of nodes allocates nothing per node.
+    // The records' own positions when the store resolved them under these tiers and no HyperNode
+    // places a node: nothing is looked up or copied per node. Otherwise one Location refilled in
+    // place (its strings keep their buffers, so the pass allocates nothing per node).
     pd::Location location;
     location.domains.resize(network_.tiers.size());
     for (const auto& record : snapshot_->nodes()) {
-      int free_gpus = 0, free_nics = 0;
-      if (record->topology != nullptr) {
-        const NodeTopology& t = *record->topology;
-        for (std::size_t g = 0; g < t.gpus.size(); ++g) {
-          if (framework::GpuFree(record->allocated, static_cast<int>(g))) ++free_gpus;
-        }
-        for (std::size_t n = 0; n < t.nics.size(); ++n) {
-          if (t.nics[n].rdma && !framework::NicUsed(record->allocated, static_cast<int>(n))) ++free_nics;
-        }
-      }
-      location.node.assign(record->name);
       const pd::Location* placed = nullptr;
       if (hyper_nodes_ != nullptr) {
         if (const auto it = hyper_nodes_->find(record->name); it != hyper_nodes_->end()) placed = &it->second;
       }
-      for (std::size_t t = 0; t < network_.tiers.size(); ++t) {  // as Locate does
-        if (placed != nullptr) {
-          location.domains[t].assign(t < placed->domains.size() ? placed->domains[t] : std::string());
-          continue;
+      const pd::Location* at = &location;
+      if (placed == nullptr && resolved_) {
+        at = &record->position;
+      } else {
+        location.node.assign(record->name);
+        for (std::size_t t = 0; t < network_.tiers.size(); ++t) {  // as Locate does
+          if (placed != nullptr) {
+            location.domains[t].assign(t < placed->domains.size() ? placed->domains[t] : std::string());
+            continue;
+          }
+          const auto label = record->labels.find(network_.tiers[t].label);
+          if (label == record->labels.end()) location.domains[t].clear();
+          else location.domains[t].assign(label->second);
         }
-        const auto label = record->labels.find(network_.tiers[t].label);
-        if (label == record->labels.end()) location.domains[t].clear();
-        else location.domains[t].assign(label->second);
       }
-      fn(framework::NodeSummary{record->name, &location, free_gpus, free_nics, record->schedulable});
+      fn(framework::NodeSummary{record->name, at, record->free_gpus, record->free_rdma_nics, record->schedulable});
     }
   }
 
@@ -73,10 +72,20 @@ class SnapshotClusterView : public framework::ClusterView {
   const pd::NetworkConfig& network_;
   std::string pool_;
   std::vector<framework::PoolMember> members_;
-  std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes_;
+  std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes_;  // null when none
+  bool resolved_;  // the records' positions are under network_'s tiers
 };
 
 }  // namespace
+
+bool PositionsResolvedFor(const Snapshot& snapshot, const pd::NetworkConfig& network) {
+  const std::vector<std::string>& labels = snapshot.tier_labels();
+  if (labels.size() != network.tiers.size()) return false;
+  for (std::size_t t = 0; t < labels.size(); ++t) {
+    if (labels[t] != network.tiers[t].label) return false;
+  }
+  return true;
+}
 
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     const ClusterStore& store, std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,

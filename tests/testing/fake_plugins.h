@@ -29,17 +29,20 @@ class FakeFilter final : public framework::FilterPlugin {
 class FakeScore final : public framework::ScorePlugin {
  public:
   // `counted` false: a plugin that does not apply to the pod (ScoreResult::counted).
-  FakeScore(std::string name, int score, bool counted = true)
-      : name_(std::move(name)), score_(score), counted_(counted) {}
+  // `reads_cluster`: declares ScorePlugin::ReadsCluster.
+  FakeScore(std::string name, int score, bool counted = true, bool reads_cluster = false)
+      : name_(std::move(name)), score_(score), counted_(counted), reads_cluster_(reads_cluster) {}
   std::string_view Name() const override { return name_; }
   framework::ScoreResult Score(framework::CycleState&, const framework::NodeInfo&) const override {
     return {score_, name_ + " says " + std::to_string(score_), counted_};
   }
+  bool ReadsCluster() const override { return reads_cluster_; }
 
  private:
   std::string name_;
   int score_;
   bool counted_ = true;
+  bool reads_cluster_ = false;
 };
 
 // Reserve marks node.labels[name] = "reserved" (unless it fails); Unreserve removes the mark.

@@ -29,7 +29,8 @@ namespace toposched::extender {
 // The cluster store the service expects: HAMi's split count from the config, and node classes
 // that hash no labels (no plugin's verdict reads a label except the pool plugins', whose pods
 // the service keys by network position itself; hashing them made every real node a class of
-// its own through kubernetes.io/hostname, and tier labels would split classes per leaf).
+// its own through kubernetes.io/hostname, and tier labels would split classes per leaf), and
+// the network tiers' labels, so that each node's position is resolved once per change.
 state::StoreOptions StoreOptionsFor(const framework::SchedulerConfig& config);
 
 struct ExtenderOptions {

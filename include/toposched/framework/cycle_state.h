@@ -53,6 +53,11 @@ class CycleState {
   void SetCluster(std::shared_ptr<const ClusterView> cluster) { cluster_ = std::move(cluster); }
   const ClusterView* cluster() const { return cluster_.get(); }
 
+  // Whether Score plugins should say how they scored (ScoreResult::explanation); true unless the
+  // caller keeps the numbers only, as the extender's verbs do (the CLI and the simulator explain).
+  void set_explain(bool explain) { explain_ = explain; }
+  bool explain() const { return explain_; }
+
   // The engine's outcome for `node` as it is now. Computed at most once per node name while the
   // node's topology (by pointer) and allocation stay what they were at the first call; when
   // either changed (a Reserve in this cycle, a refreshed NodeInfo) it is recomputed, so a cached
@@ -88,6 +93,7 @@ class CycleState {
   PlacementRequest request_;
   Placer placer_;
   std::shared_ptr<const ClusterView> cluster_;
+  bool explain_ = true;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
   std::unordered_map<std::string, std::unique_ptr<StateData>, StringHash, std::equal_to<>> data_;
   std::size_t placer_calls_ = 0;

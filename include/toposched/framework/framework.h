@@ -8,6 +8,7 @@
 // The PlacementMemo shared by all cycles is guarded by a mutex, so concurrent cycles serialise
 // on engine misses (hits cost one lookup); per-worker memos are the next step if that shows.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,8 +41,19 @@ struct NodeScore {
   // Weighted average of the counted parts, 0..100, rounded half up:
   //   total = round(sum(weight_i * score_i) / sum(weight_i)); 0 when every weight is 0.
   int total = 0;
+  long long weighted = 0;  // sum(weight_i * score_i) over the counted parts
+  long long weights = 0;   // sum(weight_i) over the counted parts
   std::vector<ScorePart> parts;  // config order
 };
+
+// `total` of the parts whose sums these are (two RunScore calls over complementary ScoreSets
+// add their sums: the total equals one ScoreSet::kAll call's).
+int WeightedTotal(long long weighted, long long weights);
+
+// Which Score plugins RunScore runs: every one, those that read the pod and the node alone, or
+// those that read the cluster view too (ScorePlugin::ReadsCluster). The extender scores a pool
+// pod's node-only part once per node class and the rest per node.
+enum class ScoreSet : std::uint8_t { kAll, kNodeOnly, kClusterOnly };
 
 // The extender wire's scale is 0..10 (kube-scheduler's MaxExtenderPriority). This is the ONE
 // conversion: round half up, score100 / 10 -> 95..100 = 10, 85..94 = 9, ..., 0..4 = 0; inputs
@@ -66,8 +78,8 @@ class Framework {
 
   // Filter plugins in config order; stops at the first that is not ok(). kSkip counts as ok.
   FilterResult RunFilter(CycleState& state, const NodeInfo& node) const;
-  // Every Score plugin (weight 0 included, for the explanation) and the weighted total.
-  NodeScore RunScore(CycleState& state, const NodeInfo& node) const;
+  // Every Score plugin of `set` (weight 0 included, for the explanation) and the weighted total.
+  NodeScore RunScore(CycleState& state, const NodeInfo& node, ScoreSet set = ScoreSet::kAll) const;
   // Reserve plugins in config order. When one fails, the ones that succeeded before it are
   // unreserved in reverse order, so `node` is as it was; returns the failing status.
   PluginStatus RunReserve(CycleState& state, NodeInfo& node) const;

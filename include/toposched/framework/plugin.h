@@ -45,6 +45,7 @@ class FilterPlugin : public virtual Plugin {
 struct ScoreResult {
   int score = kMinScore;  // kMinScore..kMaxScore, higher is better
   // How the score was made, with its arithmetic ("worst GPU->NIC PIX (rank 1) ... -> 100").
+  // May be left empty when the cycle does not want it (CycleState::explain()).
   std::string explanation;
   // false: the plugin has nothing to say about this pod (a pool plugin for a pod outside any
   // pool). Its part stays in the explanation but out of the weighted total, so a plugin that
@@ -57,6 +58,11 @@ struct ScoreResult {
 class ScorePlugin : public virtual Plugin {
  public:
   virtual ScoreResult Score(CycleState& state, const NodeInfo& node) const = 0;
+  // True when the score reads the cycle's cluster view (where the node sits, the pod's pool):
+  // then two nodes in one scheduling state can score differently. False (the default) promises
+  // that the score depends on the pod and the node alone, so the extender computes it once per
+  // node class and the pool-aware plugins per node (Framework::RunScore's ScoreSet).
+  virtual bool ReadsCluster() const { return false; }
 };
 
 // Reserve claims the pod's devices on `node` (in `node.allocated`) before binding, so that pods

@@ -74,6 +74,12 @@ struct NodeRecord {
   // result serves them all. 64-bit hash; a collision could at worst mis-score a node, never
   // oversubscribe one (bind re-checks).
   std::uint64_t class_key = 0;
+  // Derived by the store whenever the record changes, for cluster views' passes over every node:
+  // where the node sits by its labels under StoreOptions::tier_labels (position.node = name, a
+  // missing label ""; HyperNode positions override it in views), and what is free on it.
+  pd::Location position;
+  int free_gpus = 0;       // GPUs neither exclusive nor shared
+  int free_rdma_nics = 0;  // RDMA NICs no pod holds
 };
 
 // The class key of a record's current content (ClusterStore keeps records' keys up to date).
@@ -94,6 +100,8 @@ class Snapshot {
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
   std::size_t size() const { return nodes_.size(); }
   std::uint64_t version() const { return version_; }  // +1 per published change
+  // The tier labels the records' positions were resolved with (StoreOptions::tier_labels).
+  const std::vector<std::string>& tier_labels() const;
 
  private:
   friend class ClusterStore;
@@ -106,6 +114,7 @@ class Snapshot {
   // Name -> index into nodes_; shared between snapshots until the node set changes.
   struct NameIndex;
   std::shared_ptr<const NameIndex> index_;
+  std::shared_ptr<const std::vector<std::string>> tier_labels_;
   std::uint64_t version_ = 0;
 };
 
@@ -137,6 +146,9 @@ struct StoreOptions {
   // (kubernetes.io/hostname, which every node carries; cloud instance ids) would otherwise make
   // every node a class of its own and every filter call evaluate every node.
   std::optional<std::vector<std::string>> class_labels = std::nullopt;
+  // The network tiers' labels, innermost first (NetworkConfig::tiers): each record's position is
+  // resolved from them once, when the record changes, not by every pool pod's pass over the nodes.
+  std::vector<std::string> tier_labels = {};
 };
 
 class ClusterStore {
@@ -204,6 +216,11 @@ class ClusterStore {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether `snapshot`'s records' positions (NodeRecord::position) were resolved under `network`'s
+// tiers (StoreOptions::tier_labels equal to their labels, in order): then they can be read
+// instead of each node's labels.
+bool PositionsResolvedFor(const Snapshot& snapshot, const pd::NetworkConfig& network);
 
 // The cluster as pool-aware plugins see it for one pod of `pool`: positions from each node's
 // labels (or from `hyper_nodes` where it places the node: Volcano HyperNodes), the pool's
