@@ -59,7 +59,9 @@ std::shared_ptr<const NodeTopology> Preset(const char* name) {
   return std::make_shared<const NodeTopology>(GenerateSynthetic(SyntheticPreset(name).value()).value());
 }
 
-void Populate(state::ClusterStore& store, int nodes) {
+// `uuids`: every node's topology its own, with its own GPU UUIDs, as the agent publishes them
+// (NVML) and HAMi's registration names them; false: nodes of one type share one topology.
+void Populate(state::ClusterStore& store, int nodes, bool uuids) {
   auto hgx = Preset("hgx-h100-8gpu");
   auto pcie = Preset("pcie-4gpu");
   std::vector<state::NodeSpec> specs;
@@ -67,8 +69,18 @@ void Populate(state::ClusterStore& store, int nodes) {
     // As in a real cluster: every node carries its own kubernetes.io/hostname, and its network
     // position (16-node leaves, 256-node spines).
     const std::string name = "gpu-node-" + std::to_string(i);
+    std::shared_ptr<const NodeTopology> topology = i % 10 == 9 ? pcie : hgx;
+    if (uuids) {
+      auto own = std::make_shared<NodeTopology>(*topology);
+      for (std::size_t g = 0; g < own->gpus.size(); ++g) {
+        char uuid[64];
+        std::snprintf(uuid, sizeof uuid, "GPU-%08x-%04zx-4000-8000-000000000000", i, g);
+        own->gpus[g].uuid = uuid;
+      }
+      topology = std::move(own);
+    }
     specs.push_back({name,
-                     i % 10 == 9 ? pcie : hgx,
+                     std::move(topology),
                      {{"topology.kubernetes.io/zone", "zone-a"},
                       {"kubernetes.io/hostname", name},
                       {"toposched.io/leaf", "leaf-" + std::to_string(i / 16)},
@@ -160,8 +172,9 @@ state::StoreOptions StoreFor(const framework::SchedulerConfig& config, bool ever
 
 struct World {
   enum class Pool { kNone, kGathered, kSpread };
-  explicit World(bool every_label, Pool pool = Pool::kNone) : store(nullptr, StoreFor(framework.config(), every_label)) {
-    Populate(store, 5000);
+  explicit World(bool every_label, bool uuids, Pool pool = Pool::kNone)
+      : store(nullptr, StoreFor(framework.config(), every_label)) {
+    Populate(store, 5000, uuids);
     if (pool != Pool::kNone) AddPool(store, pool == Pool::kSpread);
     service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
   }
@@ -323,10 +336,15 @@ int main(int argc, char** argv) {
   int clients = 4;
   std::string only;  // "inprocess", "http", "predicate" or "pool": one part (profiling)
   bool every_label = false;
+  bool uuids = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--every-label") {
       every_label = true;
+      continue;
+    }
+    if (a == "--shared-topologies") {
+      uuids = false;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -336,10 +354,11 @@ int main(int argc, char** argv) {
     if (a == "--only") only = argv[i + 1];
     ++i;
   }
-  World w(every_label);
-  std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads; node classes hash %s\n",
+  World w(every_label, uuids);
+  std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads; node classes hash %s; %s\n",
               w.store.snapshot()->size(), w.store.pod_count(), std::thread::hardware_concurrency(),
-              every_label ? "every label (--every-label)" : "no labels (as serve)");
+              every_label ? "every label (--every-label)" : "no labels (as serve)",
+              uuids ? "each node its own topology with its GPU UUIDs" : "one topology per node type (--shared-topologies)");
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
@@ -347,7 +366,7 @@ int main(int argc, char** argv) {
     // A decode pod of a 192-instance pool: scored node by node (nodes of one class and one
     // leaf, holding no pod of the pool, share a result), KvTransferCost and PdRatio on top.
     for (const auto& [pool, name] : {std::pair{World::Pool::kGathered, "gathered"}, {World::Pool::kSpread, "spread"}}) {
-      World pooled(every_label, pool);
+      World pooled(every_label, uuids, pool);
       for (int n : {500, 5000}) InProcess(pooled, n, std::max(1, iterations / 10), name);
     }
   }

@@ -390,6 +390,13 @@ struct ExtenderService::Impl {
   // is per class, as any pod's).
   static bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
 
+  // The key a pod's verdict on `record` is cached under: the node's class, or, for a pod that
+  // names GPUs by UUID (which node classes leave out), the node itself.
+  static std::uint64_t VerdictKey(const PlacementRequest& r, const state::NodeRecord& record) {
+    if (!r.NamesGpuUuids()) return record.class_key;
+    return (record.class_key ^ std::hash<std::string_view>{}(record.name)) * 1099511628211ull;
+  }
+
   // `scores`: false when only the filter decision is wanted (the filter and Volcano predicate
   // verbs). Every pod's filter decision and node-only scores (ScorePlugin::ReadsCluster false)
   // depend on the node's class alone: they are computed once per class and cached on the pod
@@ -404,7 +411,8 @@ struct ExtenderService::Impl {
       std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr) {
     const bool pool_pod = IsPoolPod(entry.request);
     const bool pool_scores = pool_pod && scores;
-    std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(record.class_key);
+    const std::uint64_t verdict_key = VerdictKey(entry.request, record);
+    std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(verdict_key);
     if (base != nullptr && !(pool_scores && base->passes())) return base;
     if (!cycle) {
       cycle.emplace(framework.NewCycle(entry.request));
@@ -436,7 +444,7 @@ struct ExtenderService::Impl {
         reason.append("/").append(framework::ToString(filtered.code()));
         v->rejections = &rejections.With({reason});
       }
-      base = entry.StoreVerdict(record.class_key, std::move(v));
+      base = entry.StoreVerdict(verdict_key, std::move(v));
       if (!(pool_scores && base->passes())) return base;
     }
     // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
@@ -538,7 +546,9 @@ struct ExtenderService::Impl {
         }
       }
     }
+    const bool per_node = e.request.NamesGpuUuids();  // VerdictKey: every node on its own
     auto key_of = [&](std::size_t i) -> std::uint64_t {
+      if (per_node) return (std::uint64_t{1} << 63) | i;
       if (!pool_scoring) return class_keys[i];
       const state::NodeRecord& record = *snap->nodes()[i];
       // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
@@ -653,7 +663,7 @@ struct ExtenderService::Impl {
       a.pool = entry->request.pool;
       a.kv_ipc = entry->request.kv_ipc;
       if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
-      if (auto v = entry->FindVerdict(record.class_key); v && v->passes()) confirmed = true;
+      if (auto v = entry->FindVerdict(VerdictKey(entry->request, record)); v && v->passes()) confirmed = true;
       // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.
       const framework::NodeInfo info = NodeInfoOf(record);
       framework::CycleState cycle = framework.NewCycle(entry->request);

@@ -267,6 +267,48 @@ TEST(ExtenderPrioritize, PoolPodScoresEqualTheFrameworksWholeScoreOnEveryNode) {
   EXPECT_GE(distinct.size(), 3u) << "the nodes must score differently for this to test anything";
 }
 
+// Every real node's GPUs have their own UUIDs, which node classes leave out (nodes of one type
+// share results); a shared pod that names UUIDs (HAMi's use-gpuuuid / nouse-gpuuuid) is decided
+// node by node, so it lands only where its UUIDs are.
+TEST(ExtenderFilter, NodesOfOneTypeShareAClassButAPodNamingUuidsIsDecidedPerNode) {
+  Harness h(Nodes{});
+  const auto with_uuids = [](const std::string& prefix) {
+    auto t = std::make_shared<NodeTopology>(*Preset("inference-4gpu"));
+    for (std::size_t g = 0; g < t->gpus.size(); ++g) t->gpus[g].uuid = prefix + "-" + std::to_string(g);
+    return std::shared_ptr<const NodeTopology>(std::move(t));
+  };
+  ASSERT_TRUE(h.store().UpsertNode({"a", with_uuids("GPU-aaaa"), {}, true}).ok());
+  ASSERT_TRUE(h.store().UpsertNode({"b", with_uuids("GPU-bbbb"), {}, true}).ok());
+  const auto snap = h.store().snapshot();
+  EXPECT_EQ(snap->Find("a")->class_key, snap->Find("b")->class_key);
+  HttpClient c(h.port());
+  const auto shared_pod = [](const std::string& name, std::map<std::string, std::string> annotations) {
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 1,
+                   .annotations = std::move(annotations),
+                   .extra_limits = {{"nvidia.com/gpumem", "4000"}}};
+  };
+  const auto passed = [&](const PodSpec& pod) {
+    const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pod), {"a", "b"}));
+    std::set<std::string> out;
+    for (const json& n : r["NodeNames"]) out.insert(n.get<std::string>());
+    return out;
+  };
+  EXPECT_EQ(passed(shared_pod("any", {})), (std::set<std::string>{"a", "b"}));
+  EXPECT_EQ(passed(shared_pod("on-b", {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}})), (std::set<std::string>{"b"}));
+  EXPECT_EQ(passed(shared_pod("not-a", {{"nvidia.com/nouse-gpuuuid", "GPU-aaaa-0,GPU-aaaa-1,GPU-aaaa-2,GPU-aaaa-3"}})),
+            (std::set<std::string>{"b"}));
+  // Its bind takes the named GPU.
+  ASSERT_EQ(PostJson(c, "/scheduler/bind",
+                     testing::BindingArgs(shared_pod("on-b", {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}}), "b"))["Error"],
+            "");
+  const auto bound = h.store().FindPod("uid-on-b");
+  ASSERT_TRUE(bound.has_value());
+  ASSERT_EQ(bound->delta.shares.size(), 1u);
+  EXPECT_EQ(bound->delta.shares[0].first, 2);
+}
+
 TEST(ExtenderBind, BindsAfterFilterIsIdempotentAndRefusesAnotherNode) {
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}});
   HttpClient c(h.port());

@@ -23,13 +23,20 @@ void AppendInt(std::string& key, std::int64_t v) {
 // The key. Everything the outcome depends on, normalised so that equal states give equal keys:
 // allocation vectors are read through the topology's device counts (short vectors mean "free"),
 // and only RDMA NICs, the ones the engine looks at, contribute. The Fingerprint covers the
-// hardware and, with it, every name the outcome's reasons mention.
+// hardware and, with it, every name the outcome's reasons mention; it leaves GPU UUIDs out, so
+// a request that names UUIDs adds the node's.
 std::string MemoKey(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
                     const EngineOptions& o, std::string_view fingerprint) {
   std::string key = fingerprint.empty() ? t.Fingerprint() : std::string(fingerprint);
   key += '\0';
   key += r.ShapeKey();
   key += '\0';
+  if (r.NamesGpuUuids()) {
+    for (const Gpu& g : t.gpus) {
+      key += g.uuid;
+      key += '\0';
+    }
+  }
   AppendInt(key, static_cast<std::int64_t>(o.default_gpu_policy));
   AppendInt(key, o.max_shares_per_gpu);
   AppendInt(key, static_cast<std::int64_t>(t.gpus.size()));

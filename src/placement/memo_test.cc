@@ -62,6 +62,35 @@ TEST(PlacementMemoTest, SecondIdenticalCallHitsWithTheSameOutcome) {
   ExpectSame(second, PlaceOnNode(hgx, {}, Whole(2, 2)));
 }
 
+// Every real node's GPU UUIDs are its own; the fingerprint leaves them out, so nodes of one type
+// share entries, except for a request that names UUIDs, whose key carries the node's.
+TEST(PlacementMemoTest, UuidsAreKeyedOnlyForRequestsThatNameThem) {
+  NodeTopology a = Preset("inference-4gpu", "node-a");
+  NodeTopology b = Preset("inference-4gpu", "node-b");
+  for (std::size_t g = 0; g < a.gpus.size(); ++g) {
+    a.gpus[g].uuid = "GPU-a" + std::to_string(g);
+    b.gpus[g].uuid = "GPU-b" + std::to_string(g);
+  }
+  EXPECT_EQ(a.Fingerprint(), b.Fingerprint());
+  PlacementMemo memo;
+  PlacementRequest shared;
+  shared.shared.count = 1;
+  shared.shared.memory_mib = 4000;
+  memo.Place(a, {}, shared);
+  memo.Place(b, {}, shared);
+  EXPECT_EQ(memo.hits(), 1u);
+  PlacementRequest named = shared;
+  named.shared.use_uuids = {"GPU-b3"};
+  const PlacementOutcome on_a = memo.Place(a, {}, named);
+  const PlacementOutcome on_b = memo.Place(b, {}, named);
+  EXPECT_EQ(memo.hits(), 1u) << "a request naming UUIDs shares nothing between the two";
+  EXPECT_FALSE(on_a.ok());
+  ASSERT_TRUE(on_b.ok());
+  EXPECT_EQ(on_b.placement->gpus, std::vector<int>{3});
+  ExpectSame(on_a, PlaceOnNode(a, {}, named));
+  ExpectSame(on_b, PlaceOnNode(b, {}, named));
+}
+
 TEST(PlacementMemoTest, NodesOfOneHardwareTypeShareEntries) {
   // Node names differ, the hardware does not: the fingerprint leaves the name out.
   const NodeTopology a = Preset("hgx-h100-8gpu", "node-a");

@@ -196,6 +196,18 @@ TEST(FingerprintTest, StableAndSensitiveToHardwareOnly) {
   b.agent_version = "9.9";
   EXPECT_EQ(a.Fingerprint(), b.Fingerprint());
   EXPECT_EQ(a.Fingerprint().size(), 16u);
+  // GPU UUIDs name devices, every node's its own: two nodes of one type stay interchangeable.
+  Gpu gpu;
+  gpu.pci_bus_id = "0000:1b:00.0";
+  gpu.model = "H100";
+  gpu.memory_mib = 81559;
+  a.gpus.push_back(gpu);
+  gpu.uuid = "GPU-5b1f2a3c-0000-4000-8000-000000000001";
+  b.gpus.push_back(gpu);
+  EXPECT_EQ(a.Fingerprint(), b.Fingerprint());
+  b.gpus[0].memory_mib += 1024;
+  EXPECT_NE(a.Fingerprint(), b.Fingerprint());
+  b = Tree();
   b.pcie[3].is_switch = true;
   EXPECT_NE(a.Fingerprint(), b.Fingerprint());
 }

@@ -76,6 +76,10 @@ struct PlacementRequest {
   int init_containers = 0;  // how many leading entries of container_devices are init containers
 
   bool IsShared() const { return shared.count > 0; }
+  // The pod names GPUs by UUID (HAMi's nvidia.com/use-gpuuuid, nouse-gpuuuid): its outcome on a
+  // node depends on that node's UUIDs, which NodeTopology::Fingerprint leaves out, so it cannot
+  // share results between nodes of one hardware type.
+  bool NamesGpuUuids() const { return !shared.use_uuids.empty() || !shared.avoid_uuids.empty(); }
   // The request's shape: everything the engine's choice depends on (not the pod's identity).
   std::string ShapeKey() const;
   bool operator==(const PlacementRequest&) const = default;

@@ -162,8 +162,12 @@ struct NodeTopology {
   // Index of the PCIe switch group (outermost switch upstream port) a device sits under, or -1.
   int SwitchOf(int pcie_parent) const;
   int SwitchCount() const;
-  // Stable 64-bit FNV-1a hash of the hardware description (everything but node name, source
-  // and agent version), as 16 hex digits: two nodes with equal fingerprints are interchangeable.
+  // Stable 64-bit FNV-1a hash of the hardware description (everything but node name, source,
+  // agent version and GPU UUIDs), as 16 hex digits: two nodes with equal fingerprints are
+  // interchangeable for placement. UUIDs name devices, they do not shape a placement, and every
+  // real node's are its own (NVML, HAMi's registration): with them no two nodes would ever share
+  // a fingerprint. A request that names UUIDs (PlacementRequest::NamesGpuUuids) is keyed with
+  // the node's UUIDs wherever results are shared (PlacementMemo, the extender's node classes).
   std::string Fingerprint() const;
 };
 
