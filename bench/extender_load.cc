@@ -10,6 +10,7 @@
 // third of them partly allocated, so the filter sees several node classes.
 //
 // usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
+//                                [--shared-topologies]
 
 #include <algorithm>
 #include <atomic>
