@@ -71,6 +71,12 @@ struct Fixture {
     EXPECT_TRUE(f.ok()) << f.error().message();
     return std::move(f).value();
   }
+  // A framework with these Score plugins behind the "Ok" filter and the "R1" reserve plugin.
+  Framework MakeScoring(const std::vector<PluginConfig>& scorers) {
+    std::vector<PluginConfig> plugins = {{"Ok", 1, {}}, {"R1", 1, {}}};
+    plugins.insert(plugins.end(), scorers.begin(), scorers.end());
+    return Make(std::move(plugins));
+  }
 };
 
 TEST(FrameworkTest, CreateSortsPluginsByExtensionPoint) {
@@ -161,9 +167,7 @@ TEST(FrameworkTest, ScoreIsTheRoundedWeightedAverage) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    std::vector<PluginConfig> plugins = {{"Ok", 1, {}}, {"R1", 1, {}}};
-    plugins.insert(plugins.end(), c.scorers.begin(), c.scorers.end());
-    const Framework f = fx.Make(plugins);
+    const Framework f = fx.MakeScoring(c.scorers);
     CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
     const NodeScore s = f.RunScore(state, NodeBuilder("n", "hgx-h100-8gpu").Build());
     EXPECT_EQ(s.total, c.total);
@@ -198,9 +202,7 @@ TEST(FrameworkTest, ScoreSetsSplitThePluginsAndTheirSumsAddUpToTheWhole) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    std::vector<PluginConfig> plugins = {{"Ok", 1, {}}, {"R1", 1, {}}};
-    plugins.insert(plugins.end(), c.scorers.begin(), c.scorers.end());
-    const Framework f = fx.Make(plugins);
+    const Framework f = fx.MakeScoring(c.scorers);
     CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
     const NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
     const NodeScore all = f.RunScore(state, node);
