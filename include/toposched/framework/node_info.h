@@ -20,10 +20,11 @@ struct NodeInfo {
   std::string topology_fingerprint;
   // Devices already taken; Reserve plugins change it, Unreserve restores it.
   NodeAllocation allocated;
-  // The node's labels. The extender shares one filter/score result among nodes of one class,
-  // whose key holds no labels (extender::StoreOptionsFor): a plugin's verdict must not depend on
-  // them. (The pool plugins read positions through the ClusterView, and the extender keys pool
-  // pods by position itself.)
+  // The node's labels, where the caller keeps them there (the simulator; the extender leaves
+  // them empty). The extender shares one filter/score result among nodes of one class, whose key
+  // holds no labels (extender::StoreOptionsFor): a plugin's verdict must not depend on them.
+  // (The pool plugins read positions through the ClusterView, and the extender keys pool pods by
+  // position itself.)
   std::map<std::string, std::string> labels;
   bool schedulable = true;  // false when cordoned (spec.unschedulable)
 };
