@@ -280,17 +280,12 @@ struct ClusterStore::Impl {
   StoreOptions options;  // class_labels sorted and unique
 
   std::shared_ptr<const std::vector<std::string>> tier_labels;  // = options.tier_labels
+  pd::NetworkConfig tiers;  // those labels as tiers, for pd::LocateByLabels (which reads no more)
 
   // What a record derives from its content: its class key, position and free devices.
   void Refresh(NodeRecord& record) const {
     record.class_key = ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
-    record.position.node = record.name;
-    record.position.domains.assign(tier_labels->size(), std::string());
-    for (std::size_t t = 0; t < tier_labels->size(); ++t) {
-      if (const auto it = record.labels.find((*tier_labels)[t]); it != record.labels.end()) {
-        record.position.domains[t] = it->second;
-      }
-    }
+    record.position = pd::LocateByLabels(tiers, record.name, record.labels);
     record.free_gpus = record.free_rdma_nics = 0;
     if (record.topology == nullptr) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
@@ -485,6 +480,8 @@ ClusterStore::ClusterStore(Persistence* persistence, StoreOptions options) : imp
   }
   impl_->options = std::move(options);
   impl_->tier_labels = std::make_shared<const std::vector<std::string>>(impl_->options.tier_labels);
+  impl_->tiers.tiers.clear();
+  for (const std::string& label : impl_->options.tier_labels) impl_->tiers.tiers.push_back(pd::Tier{label});
   auto empty = std::make_shared<Snapshot>();
   empty->tier_labels_ = impl_->tier_labels;
   impl_->current = std::move(empty);
