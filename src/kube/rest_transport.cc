@@ -213,10 +213,10 @@ class Awaiting {
     return signal_->done ? Wait::kDone : Wait::kTimedOut;
   }
 
-  // True when the continuation ran within `bound`.
-  bool Drain(std::chrono::milliseconds bound) {
+  // Returns once the continuation has run, or after `bound`.
+  void Drain(std::chrono::milliseconds bound) {
     std::unique_lock lock(signal_->mutex);
-    return signal_->changed.wait_for(lock, bound, [&] { return signal_->done; });
+    signal_->changed.wait_for(lock, bound, [&] { return signal_->done; });
   }
 
  private:

@@ -279,7 +279,6 @@ struct ClusterStore::Impl {
   Persistence* persistence = nullptr;
   StoreOptions options;  // class_labels sorted and unique
 
-  std::shared_ptr<const std::vector<std::string>> tier_labels;  // = options.tier_labels
   pd::NetworkConfig tiers;  // those labels as tiers, for pd::LocateByLabels (which reads no more)
 
   // What a record derives from its content: its class key, position and free devices.
@@ -479,11 +478,11 @@ ClusterStore::ClusterStore(Persistence* persistence, StoreOptions options) : imp
     labels->erase(std::unique(labels->begin(), labels->end()), labels->end());
   }
   impl_->options = std::move(options);
-  impl_->tier_labels = std::make_shared<const std::vector<std::string>>(impl_->options.tier_labels);
   impl_->tiers.tiers.clear();
   for (const std::string& label : impl_->options.tier_labels) impl_->tiers.tiers.push_back(pd::Tier{label});
   auto empty = std::make_shared<Snapshot>();
-  empty->tier_labels_ = impl_->tier_labels;
+  // Every later snapshot copies its predecessor's labels.
+  empty->tier_labels_ = std::make_shared<const std::vector<std::string>>(impl_->options.tier_labels);
   impl_->current = std::move(empty);
 }
 
