@@ -11,8 +11,8 @@ packages=(
   libhwloc-dev hwloc-nox libyaml-cpp-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # The chart tests (tests/chart/run.sh): helm's template engine in Go with Debian's sprig
-  # sources (no network, no helm binary), and the Python schema checker.
-  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev
+  # sources, built by the machine's Go (not Debian's golang-go 1.19), and the schema checker.
+  golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev
   python3 python3-yaml python3-jsonschema
 )
 

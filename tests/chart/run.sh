@@ -7,7 +7,7 @@
 #     code makes, the scheduler/extender payloads, flags against `toposched --help`;
 #  3. deploy/ == the chart rendered with defaults (scripts/render-manifests.sh), and the CRD
 #     copies are identical.
-# Installs nothing: needs golang-go, golang-github-masterminds-sprig-dev, python3-yaml and
+# Installs nothing: needs Go (the machine's, /usr/local/go), golang-github-masterminds-sprig-dev, python3-yaml and
 # python3-jsonschema (scripts/install-deps.sh lists them). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +15,8 @@ schemas=${TOPOSCHED_K8S_SCHEMAS:-../shared/k8s-schemas}
 toposched=${TOPOSCHED_BIN:-build/src/cmd/toposched}
 die() { echo "chart tests: FAILED: $*" >&2; exit 1; }
 
-command -v go >/dev/null || die "go not found (apt-get install golang-go, or scripts/install-deps.sh)"
+command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
+command -v go >/dev/null || die "go not found: this machine kind ships Go at /usr/local/go (Debian's golang-go 1.19 is not used)"
 [ -d /usr/share/gocode/src/github.com/Masterminds/sprig ] || die "sprig sources missing (golang-github-masterminds-sprig-dev)"
 python3 -c 'import yaml, jsonschema' 2>/dev/null || die "python3-yaml / python3-jsonschema missing"
 [ -d "$schemas" ] || echo "chart tests: no Kubernetes JSON schemas at $schemas (set TOPOSCHED_K8S_SCHEMAS): schema check skipped"
