@@ -36,6 +36,7 @@ std::optional<PluginStatus> NodeUnusable(const NodeInfo& node) {
   if (node.topology == nullptr)
     return PluginStatus::Unresolvable(std::string(kName), std::string(kReasonNoTopology));
   if (!node.schedulable) return PluginStatus::Unresolvable(std::string(kName), std::string(kReasonCordoned));
+  if (node.held) return PluginStatus::Unresolvable(std::string(kName), std::string(kReasonHeld));
   return std::nullopt;
 }
 

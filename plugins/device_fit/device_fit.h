@@ -18,6 +18,9 @@ inline constexpr int kDefaultWeight = 1;  // no Score: the weight is unused
 inline constexpr std::string_view kReasonNoTopology =
     "the node has published no NodeTopology (is the toposched agent running on it?)";
 inline constexpr std::string_view kReasonCordoned = "the node is marked unschedulable";
+inline constexpr std::string_view kReasonHeld =
+    "a pod here holds an allocation toposched cannot read back (see its AllocationUnreadable event): no new "
+    "device placements on this node until that pod is deleted or its annotation fixed";
 // CycleState key of the reservations this cycle made (node name -> what was applied).
 inline constexpr std::string_view kReservedStateKey = "DeviceFit/reserved";
 

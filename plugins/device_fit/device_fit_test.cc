@@ -71,7 +71,13 @@ TEST(DeviceFitTest, NodesWithoutTopologyOrCordonedAreUnresolvable) {
   const auto cordoned = plugin.Filter(state, NodeBuilder("c", "hgx-h100-8gpu").Cordoned().Build());
   EXPECT_EQ(cordoned.code(), Code::kUnschedulableAndUnresolvable);
   EXPECT_EQ(cordoned.reason(), kReasonCordoned);
-  EXPECT_EQ(state.placer_calls(), 0u) << "neither reaches the engine";
+  framework::NodeInfo held = NodeBuilder("h", "hgx-h100-8gpu").Build();
+  held.held = true;  // a pod's allocation could not be read back (issue 13)
+  const auto h = plugin.Filter(state, held);
+  EXPECT_EQ(h.code(), Code::kUnschedulableAndUnresolvable);
+  EXPECT_EQ(h.reason(), kReasonHeld);
+  EXPECT_FALSE(plugin.Reserve(state, held).ok());
+  EXPECT_EQ(state.placer_calls(), 0u) << "none reaches the engine";
 }
 
 TEST(DeviceFitTest, ReserveClaimsThePlacementAndUnreserveRevertsExactly) {

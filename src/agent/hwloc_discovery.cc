@@ -441,6 +441,7 @@ void AddNvml(NodeTopology& t, const DiscoveryOptions& options) {
   if (added.ok()) {
     note = "nvml: " + std::to_string(*added) + " GPUs";
     if (*added > 0) DeriveLinks(t);  // idempotent: recomputes the matrices with the new peers
+    DropUnusableGpuUuids(t);         // NVML's UUIDs too (a GPU hidden twice, a virtual GPU)
   } else {
     note = "nvml: " + added.error().message();
   }

@@ -88,6 +88,7 @@ framework::NodeInfo NodeInfoOf(const state::NodeRecord& record) {
   // No labels: no plugin's verdict may read them (NodeInfo::labels), and copying them for every
   // class and pool-node group evaluated was a measurable part of a pool pod's prioritize.
   info.schedulable = record.schedulable;
+  info.held = record.held();
   return info;
 }
 

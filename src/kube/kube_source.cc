@@ -120,6 +120,12 @@ struct KubeSource::Impl {
             "toposched_bind_to_ready_seconds",
             "Time from toposched's bind of a pod to the pod's Ready condition (capacity counts from then).",
             {}, {1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600})),
+        held_pods_gauge(reg.AddGauge(
+            "toposched_kube_held_allocations",
+            "Pods whose allocation could not be read back (unknown device, fields that disagree, devices "
+            "another pod holds): their nodes take no new device placements until each is deleted or fixed.")),
+        held_nodes_gauge(reg.AddGauge("toposched_kube_held_nodes",
+                                      "Nodes kept out of new device placements by a held allocation.")),
         stale_gauge(reg.AddGauge("toposched_kube_stale_topologies",
                                  "NodeTopology objects whose agent heartbeat is older than the stale age.")),
         informer_lists(reg.AddGauge("toposched_kube_informer_lists",
@@ -143,6 +149,8 @@ struct KubeSource::Impl {
   server::Family<server::Counter>& bindings;
   server::Family<server::Counter>& annotation_writes;
   server::Family<server::Histogram>& bind_to_ready;
+  server::Family<server::Gauge>& held_pods_gauge;
+  server::Family<server::Gauge>& held_nodes_gauge;
   server::Family<server::Gauge>& stale_gauge;
   server::Family<server::Gauge>& informer_lists;
   server::Family<server::Gauge>& informer_gone;
@@ -173,6 +181,14 @@ struct KubeSource::Impl {
   };
   std::unordered_map<std::string, PodState> pods;  // every pod the informer knows, by UID
   std::map<std::string, PodView, std::less<>> pending;  // annotated pods whose node is not known yet
+  // Pods whose allocation could not be read back, held in the store (ClusterStore::Hold) until
+  // they are deleted or their record becomes readable (retried when the pod or its node changes).
+  struct HeldPod {
+    PodView pod;
+    std::string node, reason;
+    bool reported = false;  // the AllocationUnreadable event was written
+  };
+  std::map<std::string, HeldPod, std::less<>> held;
   std::atomic<bool> pods_applied{false};
 
   // ---- binds made by this replica (guarded by bind_mu, never held across API calls) ----
@@ -381,14 +397,16 @@ struct KubeSource::Impl {
   // ---------------------------------------------------------------------------------------
   // Pods.
 
-  struct ReadyEvent {
+  // A core/v1 Event to write on a pod (PostEvents).
+  struct PodEvent {
     std::string pod_namespace, pod_name, uid, node;
-    double seconds = 0;
+    std::string reason, message;
+    std::string type = "Normal";
   };
 
   // Applies one pod's current state. mu held. Appends a Ready event to `events` when the pod
   // just became Ready after a bind whose time is known.
-  void ApplyPod(const PodView& pod, std::vector<ReadyEvent>& events) {
+  void ApplyPod(const PodView& pod, std::vector<PodEvent>& events) {
     PodState& state = pods[pod.uid];
     const bool was_known = !state.pod_name.empty();
     const bool was_ready = state.ready;
@@ -408,27 +426,36 @@ struct KubeSource::Impl {
         const double seconds = std::chrono::duration<double>(ready_at - *bound).count();
         if (seconds >= 0) {
           bind_to_ready.With({}).Observe(seconds);
-          events.push_back({pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, seconds});
+          char text[32];
+          std::snprintf(text, sizeof text, "%.1f", seconds);
+          events.push_back({pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, "ReadyAfterBind",
+                            "Ready " + std::string(text) + " s after toposched bound it to node " + pod.node_name});
         }
       }
     }
     RestorePod(pod);
   }
 
-  // Puts an annotated pod's allocation into the store (no-op when it is there already).
+  // Puts an annotated pod's allocation into the store (no-op when it is there already). A record
+  // that cannot be read back, or that claims devices another pod holds, is held instead
+  // (ClusterStore::Hold): its devices are never taken as free.
   void RestorePod(const PodView& pod) {
-    const bool ours = pod.annotations.contains(std::string(kAllocationAnnotation));
-    const bool hami = pod.annotations.contains(std::string(kHamiDevicesAllocated));
+    const auto ours_it = pod.annotations.find(std::string(kAllocationAnnotation));
+    const auto hami_it = pod.annotations.find(std::string(kHamiDevicesAllocated));
+    const bool ours = ours_it != pod.annotations.end();
+    const bool hami = hami_it != pod.annotations.end();
     if (!ours && !hami) return;
     const std::string node = AllocationNode(pod);
     if (node.empty()) return;
+    const auto was_held = held.find(pod.uid);
     if (std::optional<state::PodAllocation> existing = store.FindPod(pod.uid)) {
-      if (existing->node == node) {
+      if (existing->node == node && existing->hold.empty()) {
         pending.erase(pod.uid);
         return;
       }
       // Another replica (a new leader) bound it elsewhere after an undone bind: follow the pod.
-      (void)store.Release(pod.uid, /*persist=*/false);
+      // A held pod on this node is read again below; Restore or Hold replaces its hold.
+      if (existing->node != node) (void)store.Release(pod.uid, /*persist=*/false);
     }
     const auto snapshot = store.snapshot();
     const state::NodeRecord* record = snapshot->Find(node);
@@ -440,26 +467,27 @@ struct KubeSource::Impl {
     Result<framework::AllocationDelta> delta = Error("");
     LinkClass worst_class = LinkClass::kPIX;  // HAMi's annotations carry no classes
     if (ours) {
-      delta = DecodeAllocation(pod.annotations.at(std::string(kAllocationAnnotation)), *record->topology,
-                               &worst_class);
+      delta = DecodeAllocation(ours_it->second, *record->topology, &worst_class);
     } else {
-      Result<HamiPodDevices> devices = DecodeHamiDevices(pod.annotations.at(std::string(kHamiDevicesAllocated)));
+      Result<HamiPodDevices> devices = DecodeHamiDevices(hami_it->second);
       delta = devices.ok() ? DeltaFromHami(*devices, *record->topology) : Result<framework::AllocationDelta>(devices.error());
-    }
-    if (!delta.ok()) {
-      restore_errors.With({}).Inc();
-      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
-                  "allocation annotation not understood: " + delta.error().message());
-      return;
     }
     state::PodAllocation allocation;
     allocation.uid = pod.uid;
     allocation.pod_namespace = pod.pod_namespace;
     allocation.pod_name = pod.pod_name;
     allocation.node = node;
-    allocation.delta = std::move(delta).value();
     allocation.worst_class = worst_class;
     allocation.topology_generation = record->topology_generation;
+    if (!delta.ok()) {
+      restore_errors.With({}).Inc();
+      const std::string annotation(ours ? kAllocationAnnotation : kHamiDevicesAllocated);
+      allocation.delta = DevicesNamedBy(ours ? ours_it->second : std::string_view(),
+                                        hami ? hami_it->second : std::string_view(), *record->topology);
+      HoldPod(pod, std::move(allocation), annotation + " cannot be read back: " + delta.error().message());
+      return;
+    }
+    allocation.delta = std::move(delta).value();
     if (const auto role = pod.labels.find(std::string(kRoleLabel)); role != pod.labels.end()) {
       for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
         if (role->second == ToString(r)) allocation.role = r;
@@ -471,9 +499,74 @@ struct KubeSource::Impl {
     }
     if (Status s = store.Restore(allocation); !s.ok()) {
       restore_errors.With({}).Inc();
-      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
-                  "allocation not restored: " + s.error().message());
+      const std::optional<state::PodAllocation> bound = store.FindPod(pod.uid);
+      if (bound && bound->hold.empty() && bound->node == node) {
+        // Bound by this replica while the informer read the pod: the store's allocation is what
+        // was decided and written; it stays.
+        server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                    "allocation annotation differs from the bound allocation, which stays: " + s.error().message());
+        return;
+      }
+      HoldPod(pod, std::move(allocation), "its allocation cannot be restored: " + s.error().message());
+      return;
     }
+    if (was_held != held.end()) {
+      server::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                  "allocation readable again: restored, node hold lifted for this pod");
+      held.erase(was_held);
+      UpdateHeldGauges();
+    }
+  }
+
+  // Holds `allocation`'s named devices and its node (fail closed); logs once per reason. mu held.
+  void HoldPod(const PodView& pod, state::PodAllocation allocation, const std::string& reason) {
+    const std::string node = allocation.node;
+    allocation.hold = reason;
+    if (Status s = store.Hold(std::move(allocation)); !s.ok()) {
+      // Only an unknown node refuses a hold: retried when the node comes (it holds nothing now).
+      pending[pod.uid] = pod;
+      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                  "allocation cannot be held yet: " + s.error().message());
+      return;
+    }
+    HeldPod& h = held[pod.uid];
+    const bool same = h.node == node && h.reason == reason;
+    h.pod = pod;
+    if (!same) {
+      h.node = node;
+      h.reason = reason;
+      h.reported = false;
+      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                  reason + "; its devices stay held and node " + node +
+                      " takes no new device placements until the pod is deleted or the annotation fixed");
+    }
+    UpdateHeldGauges();
+  }
+
+  void UpdateHeldGauges() {
+    std::set<std::string> nodes;
+    for (const auto& [uid, h] : held) nodes.insert(h.node);
+    held_pods_gauge.With({}).Set(static_cast<double>(held.size()));
+    held_nodes_gauge.With({}).Set(static_cast<double>(nodes.size()));
+  }
+
+  // A Warning event on each held pod not yet told, written by the replica that may change state
+  // (the leader once resynced; two replicas would report it twice). Called outside mu.
+  void PostHoldEvents() {
+    if (!MayChangeState()) return;
+    std::vector<PodEvent> events;
+    {
+      std::lock_guard lock(mu);
+      for (auto& [uid, h] : held) {
+        if (h.reported) continue;
+        h.reported = true;
+        events.push_back({h.pod.pod_namespace, h.pod.pod_name, uid, h.node, "AllocationUnreadable",
+                          h.reason + ". Its devices stay held and node " + h.node +
+                              " takes no new device placements until this pod is deleted or the annotation fixed.",
+                          "Warning"});
+      }
+    }
+    PostEvents(events);
   }
 
   void RetryPending(const std::string& node) {
@@ -481,11 +574,15 @@ struct KubeSource::Impl {
     for (const auto& [uid, pod] : pending) {
       if (AllocationNode(pod) == node) retry.push_back(pod);
     }
+    for (const auto& [uid, h] : held) {
+      if (h.node == node) retry.push_back(h.pod);  // the node's topology may name its devices now
+    }
     for (const PodView& pod : retry) RestorePod(pod);
   }
 
   // A pod that is gone or finished gives its devices back (nothing to undo in the API).
   void ReleaseGone(const std::string& uid, std::string_view why) {
+    if (held.erase(uid) > 0) UpdateHeldGauges();
     Result<std::optional<state::PodAllocation>> released = store.Release(uid, /*persist=*/false);
     if (released.ok() && released->has_value()) {
       const state::PodAllocation& a = **released;
@@ -500,7 +597,7 @@ struct KubeSource::Impl {
   // the watch was down. A pod this replica bound moments ago may be missing only because the
   // list was read before the bind; those are confirmed with a GET before they are released.
   void ReplacePods(std::vector<json>&& objects) {
-    std::vector<ReadyEvent> events;
+    std::vector<PodEvent> events;
     std::vector<std::string> check;
     {
       std::lock_guard lock(mu);
@@ -539,7 +636,8 @@ struct KubeSource::Impl {
     for (const std::string& uid : check) ConfirmGone(uid);
     pods_applied.store(true, std::memory_order_release);
     synced_gauge.With({}).Set(1);
-    PostReadyEvents(events);
+    PostEvents(events);
+    PostHoldEvents();
   }
 
   bool BoundRecently(const std::string& uid) {
@@ -561,7 +659,7 @@ struct KubeSource::Impl {
   }
 
   void UpsertPod(const json& object) {
-    std::vector<ReadyEvent> events;
+    std::vector<PodEvent> events;
     {
       std::lock_guard lock(mu);
       Result<PodView> pod = ReadPod(object);
@@ -571,7 +669,8 @@ struct KubeSource::Impl {
       }
       ApplyPod(*pod, events);
     }
-    PostReadyEvents(events);
+    PostEvents(events);
+    PostHoldEvents();
   }
 
   void RemovePod(const json& object) {
@@ -583,14 +682,13 @@ struct KubeSource::Impl {
     ReleaseGone(uid, "pod deleted");
   }
 
-  // A core/v1 Event on the pod per Ready-after-bind, written by the leader only (two replicas
-  // would report it twice). Failures are logged, never retried: the metric has the figure.
-  void PostReadyEvents(const std::vector<ReadyEvent>& events) {
+  // Core/v1 Events on pods (a Ready-after-bind, an allocation held), written by the leader only
+  // (two replicas would report each twice). Failures are logged, never retried: the metrics have
+  // the figures.
+  void PostEvents(const std::vector<PodEvent>& events) {
     if (events.empty() || !MayChangeState()) return;
     const auto now = SystemClock::now();
-    for (const ReadyEvent& e : events) {
-      char seconds[32];
-      std::snprintf(seconds, sizeof seconds, "%.1f", e.seconds);
+    for (const PodEvent& e : events) {
       const std::string stamp = FormatTime(now);
       json event = {
           {"apiVersion", "v1"},
@@ -601,9 +699,9 @@ struct KubeSource::Impl {
           {"involvedObject",
            {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", e.pod_namespace}, {"name", e.pod_name},
             {"uid", e.uid}}},
-          {"reason", "ReadyAfterBind"},
-          {"message", "Ready " + std::string(seconds) + " s after toposched bound it to node " + e.node},
-          {"type", "Normal"},
+          {"reason", e.reason},
+          {"message", e.message},
+          {"type", e.type},
           {"source", {{"component", options.event_component}}},
           {"reportingComponent", "toposched.io/" + options.event_component},
           {"reportingInstance", options.identity},
@@ -613,7 +711,7 @@ struct KubeSource::Impl {
       };
       if (Result<json> r = api.Create(EventCollection(e.pod_namespace), event); !r.ok()) {
         server::Log(LogLevel::kWarn, {kVerb, PodLabel(e.pod_namespace, e.pod_name), e.node},
-                    "cannot write the ReadyAfterBind event: " + r.error().message());
+                    "cannot write the " + e.reason + " event: " + r.error().message());
       }
     }
   }
@@ -669,6 +767,7 @@ struct KubeSource::Impl {
       if (leader == nullptr || leader->leading()) {
         leader_ready.store(true, std::memory_order_release);
         server::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: state resynced from the API server, serving binds");
+        PostHoldEvents();
         if (LabelsLeader()) LabelSelf(stop);
       }
     }
@@ -904,6 +1003,7 @@ void KubeSource::Start() {
       if (stop.stop_requested()) return;
       lock.unlock();
       d.CheckStale();
+      d.PostHoldEvents();  // events a replica could not write before it synced or led
     }
   });
   if (d.leader != nullptr) {

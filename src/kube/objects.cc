@@ -498,16 +498,27 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
       TOPOSCHED_RETURN_IF_ERROR(ReadString(e, "pciBusId", p, Presence::kOptional, &bus_id));
       TOPOSCHED_RETURN_IF_ERROR(ReadString(e, "uuid", p, Presence::kOptional, &uuid));
       TOPOSCHED_RETURN_IF_ERROR(ReadInt(e, "index", p, Presence::kOptional, 0, INT_MAX, &index));
+      const bool has_index = e.contains("index") && !e["index"].is_null();
       int found = -1;
       if (!bus_id.empty()) {
         const std::string normalized = NormalizePciBusId(bus_id);
         if (normalized.empty())
           return Expected(Child(p, "pciBusId"), "a PCI bus id like 0000:4e:00.0", e["pciBusId"]);
         for (std::size_t g = 0; g < t.gpus.size(); ++g) {
-          if (t.gpus[g].pci_bus_id == normalized) found = static_cast<int>(g);
+          if (t.gpus[g].pci_bus_id == normalized) {
+            if (found >= 0) return Error(Child(p, "pciBusId") + ": several GPUs of the node are at " + Quote(normalized));
+            found = static_cast<int>(g);
+          }
         }
         if (found < 0) return Error(Child(p, "pciBusId") + ": node has no GPU at " + Quote(normalized));
-      } else if (index >= 0) {
+        // A re-discovery renumbers GPUs when one falls off the bus: the index is then the stale
+        // field, which only a matching UUID can show. Without one, the fields just disagree.
+        const std::string& at_bus = t.gpus[static_cast<std::size_t>(found)].uuid;
+        if (has_index && index != found && (uuid.empty() || uuid != at_bus)) {
+          return Error(p + ": index " + std::to_string(index) + " but the GPU at " + Quote(normalized) + " is GPU " +
+                       std::to_string(found) + " (the record names two different GPUs)");
+        }
+      } else if (has_index) {
         if (!ValidGpu(t, index)) {
           return Error(Child(p, "index") + ": node has no GPU " + std::to_string(index) + " (it has " +
                        std::to_string(t.gpus.size()) + ")");
@@ -520,6 +531,15 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
       if (!uuid.empty() && !gpu.uuid.empty() && uuid != gpu.uuid) {
         return Error(Child(p, "uuid") + ": " + Quote(uuid) + " but the node's GPU " + std::to_string(found) +
                      " is " + Quote(gpu.uuid));
+      }
+      if (!uuid.empty() && gpu.uuid.empty()) {
+        // The node no longer knows this UUID (or never trusted it): another GPU must not carry it.
+        for (const Gpu& other : t.gpus) {
+          if (other.uuid == uuid) {
+            return Error(Child(p, "uuid") + ": " + Quote(uuid) + " is the node's GPU " + std::to_string(other.index) +
+                         ", not GPU " + std::to_string(found));
+          }
+        }
       }
       if (gpu_taken[static_cast<std::size_t>(found)]) {
         return Error(p + ": GPU " + std::to_string(found) + " is listed twice");
@@ -553,22 +573,40 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
       std::string name, bus_id;
       TOPOSCHED_RETURN_IF_ERROR(ReadString(e, "name", p, Presence::kOptional, &name));
       TOPOSCHED_RETURN_IF_ERROR(ReadString(e, "pciBusId", p, Presence::kOptional, &bus_id));
-      int found = -1;
+      std::string normalized;
       if (!bus_id.empty()) {
-        const std::string normalized = NormalizePciBusId(bus_id);
+        normalized = NormalizePciBusId(bus_id);
         if (normalized.empty())
           return Expected(Child(p, "pciBusId"), "a PCI bus id like 0000:4e:00.0", e["pciBusId"]);
-        for (std::size_t n = 0; n < t.nics.size(); ++n) {
-          if (t.nics[n].pci_bus_id == normalized) found = static_cast<int>(n);
-        }
-        if (found < 0) return Error(Child(p, "pciBusId") + ": node has no NIC at " + Quote(normalized));
-      } else if (!name.empty()) {
+      }
+      // The device name is what is unique on a node: the ports of a dual-port card (mlx5_0,
+      // mlx5_1) share one bus id, and so do a VF's parent's functions in some exports.
+      int found = -1;
+      if (!name.empty()) {
         for (std::size_t n = 0; n < t.nics.size(); ++n) {
           if (t.nics[n].name == name) found = static_cast<int>(n);
         }
         if (found < 0) return Error(Child(p, "name") + ": node has no NIC " + Quote(name));
+        const Nic& nic = t.nics[static_cast<std::size_t>(found)];
+        if (!normalized.empty() && !nic.pci_bus_id.empty() && nic.pci_bus_id != normalized) {
+          return Error(Child(p, "pciBusId") + ": " + Quote(normalized) + " but the node's NIC " + Quote(name) +
+                       " is at " + Quote(nic.pci_bus_id) + " (the record names two different NICs)");
+        }
+      } else if (!normalized.empty()) {
+        std::string candidates;
+        int matches = 0;
+        for (std::size_t n = 0; n < t.nics.size(); ++n) {
+          if (t.nics[n].pci_bus_id != normalized) continue;
+          candidates += (matches++ > 0 ? ", " : "") + Quote(t.nics[n].DisplayName());
+          found = static_cast<int>(n);
+        }
+        if (matches == 0) return Error(Child(p, "pciBusId") + ": node has no NIC at " + Quote(normalized));
+        if (matches > 1) {
+          return Error(Child(p, "pciBusId") + ": " + Quote(normalized) + " is shared by NICs " + candidates +
+                       ": the record needs the NIC's name");
+        }
       } else {
-        return Error(p + ": needs pciBusId or name");
+        return Error(p + ": needs name or pciBusId");
       }
       if (nic_taken[static_cast<std::size_t>(found)]) {
         return Error(p + ": NIC " + Quote(t.nics[static_cast<std::size_t>(found)].DisplayName()) +
@@ -616,6 +654,69 @@ Result<framework::AllocationDelta> DecodeAllocation(std::string_view text, const
   } catch (const std::exception& e) {
     return Error(std::string("cannot decode allocation: ") + e.what());
   }
+}
+
+framework::AllocationDelta DevicesNamedBy(std::string_view allocation_json, std::string_view hami_devices,
+                                          const NodeTopology& t) {
+  std::set<int> gpus, nics;
+  auto string_at = [](const json& e, const char* key) {
+    const auto it = e.find(key);
+    return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto add_gpu_uuid = [&](const std::string& uuid) {
+    if (uuid.empty()) return;
+    for (const Gpu& g : t.gpus) {
+      if (g.uuid == uuid) gpus.insert(g.index);
+    }
+  };
+  if (!allocation_json.empty()) try {
+    Result<json> doc = ParseBoundedJson(allocation_json, kMaxAllocationDepth);
+    if (doc.ok() && doc->is_object()) {
+      const auto g_it = doc->find("gpus");
+      if (g_it != doc->end() && g_it->is_array()) {
+        for (const json& e : *g_it) {
+          if (!e.is_object()) continue;
+          if (const auto i = e.find("index"); i != e.end() && i->is_number_integer()) {
+            const std::int64_t index = i->get<std::int64_t>();
+            if (index >= 0 && index < static_cast<std::int64_t>(t.gpus.size())) gpus.insert(static_cast<int>(index));
+          }
+          const std::string bus_id = NormalizePciBusId(string_at(e, "pciBusId"));
+          for (std::size_t g = 0; g < t.gpus.size() && !bus_id.empty(); ++g) {
+            if (t.gpus[g].pci_bus_id == bus_id) gpus.insert(static_cast<int>(g));
+          }
+          add_gpu_uuid(string_at(e, "uuid"));
+        }
+      }
+      const auto n_it = doc->find("nics");
+      if (n_it != doc->end() && n_it->is_array()) {
+        for (const json& e : *n_it) {
+          if (!e.is_object()) continue;
+          const std::string name = string_at(e, "name");
+          const std::string bus_id = NormalizePciBusId(string_at(e, "pciBusId"));
+          for (std::size_t n = 0; n < t.nics.size(); ++n) {
+            const Nic& nic = t.nics[n];
+            if ((!name.empty() && nic.name == name) || (!bus_id.empty() && nic.pci_bus_id == bus_id)) {
+              nics.insert(static_cast<int>(n));
+            }
+          }
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    // What was collected before the failure is still held; the caller holds the node anyway.
+  }
+  if (!hami_devices.empty()) {
+    // Record by record, so that one bad record does not hide the UUIDs of the others.
+    for (std::string_view container : Split(hami_devices.substr(0, kMaxAnnotationBytes), ';')) {
+      for (std::string_view record : Split(container, ':')) {
+        add_gpu_uuid(std::string(Trim(Split(record, ',').front())));
+      }
+    }
+  }
+  framework::AllocationDelta delta;
+  delta.exclusive_gpus.assign(gpus.begin(), gpus.end());
+  delta.nics.assign(nics.begin(), nics.end());
+  return delta;
 }
 
 // ---- HAMi device lists ----
@@ -838,6 +939,7 @@ int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& 
     if (g.uuid.empty()) g.uuid = r.uuid;
     if (g.memory_mib == 0 && r.devmem_mib > 0) g.memory_mib = static_cast<std::uint64_t>(r.devmem_mib);
   }
+  DropUnusableGpuUuids(topology);  // a registration that names one UUID twice names no GPU
   return min_split;
 }
 

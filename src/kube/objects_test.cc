@@ -327,14 +327,114 @@ TEST(EncodeAllocation, NcclIbHcaTable) {
   EXPECT_EQ(d->nics, std::vector<int>{5});
 }
 
-TEST(DecodeAllocation, MatchesByPciBusIdBeforeIndex) {
+TEST(DecodeAllocation, AStaleIndexIsAcceptedOnlyWhenTheUuidConfirmsTheBusId) {
   const NodeTopology t = Hgx();
-  // The written index (7) is stale; the bus id names GPU 2.
-  const std::string text =
-      R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}]})";
-  Result<framework::AllocationDelta> d = DecodeAllocation(text, t);
+  // The written index (7) is stale (a re-discovery renumbered); bus id and UUID name GPU 2.
+  const std::string confirmed = R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id +
+                                R"(","uuid":"GPU-2"}]})";
+  Result<framework::AllocationDelta> d = DecodeAllocation(confirmed, t);
   ASSERT_TRUE(d.ok()) << d.error().message();
   EXPECT_EQ(d->exclusive_gpus, std::vector<int>{2});
+  // Without a UUID nothing says which field is stale: an error, not a guess.
+  const std::string bare = R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}]})";
+  d = DecodeAllocation(bare, t);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message().find("gpus[0]: index 7 but the GPU at"), std::string::npos) << d.error().message();
+  EXPECT_NE(d.error().message().find("names two different GPUs"), std::string::npos);
+}
+
+// A ConnectX-7 port pair: mlx5_0 and mlx5_1 are two RDMA devices of one PCI function (the OCI
+// H100 exports in ../shared/topologies have this shape; so does issue 13's server).
+NodeTopology DualPort() {
+  NodeTopology t = Hgx();
+  t.nics[1].pci_bus_id = t.nics[0].pci_bus_id;
+  return t;
+}
+
+TEST(DecodeAllocation, DualPortNicsAreReadBackByName) {
+  const NodeTopology t = DualPort();
+  struct Case {
+    std::string name;
+    std::vector<int> gpus, nics;
+  };
+  const std::vector<Case> cases = {
+      {"both ports", {0}, {0, 1}},
+      {"the second port alone", {0}, {1}},
+      {"the first port alone", {1}, {0}},
+      {"ports in reverse order", {0, 1}, {1, 0}},
+      {"a port of another card", {5}, {5}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AllocationAnnotations a = EncodeAllocation(Alloc(c.gpus, c.nics), t, "toposched");
+    Result<framework::AllocationDelta> d = DecodeAllocation(a.allocation, t);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(d->exclusive_gpus, c.gpus);
+    EXPECT_EQ(d->nics, c.nics);
+  }
+}
+
+TEST(DecodeAllocation, IdentityErrorsTable) {
+  const NodeTopology t = DualPort();
+  const std::string shared_bus = t.nics[0].pci_bus_id;
+  struct Case {
+    std::string name, text, error;
+  };
+  const std::vector<Case> cases = {
+      {"a shared bus id without a name", R"({"version":1,"nics":[{"pciBusId":")" + shared_bus + R"("}]})",
+       R"(is shared by NICs "mlx5_0", "mlx5_1": the record needs the NIC's name)"},
+      {"a name at another bus id",
+       R"({"version":1,"nics":[{"name":"mlx5_5","pciBusId":")" + shared_bus + R"("}]})",
+       R"(nics[0].pciBusId: ")" + shared_bus + R"(" but the node's NIC "mlx5_5" is at)"},
+      {"both ports named twice", R"({"version":1,"nics":[{"name":"mlx5_1"},{"name":"mlx5_1"}]})",
+       R"(nics[1]: NIC "mlx5_1" is listed twice)"},
+      {"a UUID another GPU carries",
+       R"({"version":1,"gpus":[{"index":3,"pciBusId":")" + t.gpus[3].pci_bus_id + R"(","uuid":"GPU-4"}]})",
+       R"(gpus[0].uuid: "GPU-4" but the node's GPU 3 is "GPU-3")"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<framework::AllocationDelta> d = DecodeAllocation(c.text, t);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.error().message().find(c.error), std::string::npos) << d.error().message();
+  }
+  // A UUID the node no longer trusts (cleared as a duplicate) must not sit on another GPU.
+  NodeTopology cleared = t;
+  cleared.gpus[3].uuid.clear();
+  const std::string moved =
+      R"({"version":1,"gpus":[{"index":3,"pciBusId":")" + t.gpus[3].pci_bus_id + R"(","uuid":"GPU-4"}]})";
+  Result<framework::AllocationDelta> d = DecodeAllocation(moved, cleared);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message().find(R"("GPU-4" is the node's GPU 4, not GPU 3)"), std::string::npos)
+      << d.error().message();
+}
+
+TEST(DevicesNamedBy, EveryCandidateOfAnUnreadableRecord) {
+  const NodeTopology t = DualPort();
+  struct Case {
+    std::string name, allocation, hami;
+    std::vector<int> gpus, nics;
+  };
+  const std::vector<Case> cases = {
+      {"nothing parsable", "{", "", {}, {}},
+      // Index 1 and the bus id of GPU 2 disagree: both are held; the shared bus id holds both ports.
+      {"disagreeing fields hold both",
+       R"({"version":1,"gpus":[{"index":1,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}],"nics":[{"pciBusId":")" +
+           t.nics[0].pci_bus_id + R"("}]})",
+       "",
+       {1, 2},
+       {0, 1}},
+      {"a future version still names its devices",
+       R"({"version":9,"gpus":[{"uuid":"GPU-6"}],"nics":[{"name":"mlx5_7"},{"name":"nope"}]})", "", {6}, {7}},
+      {"HAMi records one by one", "", "GPU-3,NVIDIA,100,10:garbage:GPU-9,NVIDIA,1,1:;GPU-5,NVIDIA,1,1:;", {3, 5}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const framework::AllocationDelta d = DevicesNamedBy(c.allocation, c.hami, t);
+    EXPECT_EQ(d.exclusive_gpus, c.gpus);
+    EXPECT_EQ(d.nics, c.nics);
+    EXPECT_TRUE(d.shares.empty());
+  }
 }
 
 TEST(DecodeAllocation, SurvivesARenumberingRediscovery) {
@@ -412,11 +512,14 @@ TEST(DecodeAllocation, ErrorsTable) {
       {"negative memory", R"({"version":1,"gpus":[{"index":1,"memoryMiB":-1}]})", "gpus[0].memoryMiB"},
       {"unknown nic name", R"({"version":1,"nics":[{"name":"mlx5_9"}]})",
        R"(nics[0].name: node has no NIC "mlx5_9")"},
-      {"unknown nic bus id", R"({"version":1,"nics":[{"name":"mlx5_0","pciBusId":"0000:99:00.0"}]})",
-       "nics[0].pciBusId: node has no NIC"},
+      {"unknown nic bus id", R"({"version":1,"nics":[{"pciBusId":"0000:99:00.0"}]})",
+       R"(nics[0].pciBusId: node has no NIC at "0000:99:00.0")"},
+      {"name and bus id of two nics",
+       R"({"version":1,"nics":[{"name":"mlx5_0","pciBusId":"0000:99:00.0"}]})",
+       R"(nics[0].pciBusId: "0000:99:00.0" but the node's NIC "mlx5_0" is at)"},
       {"nic twice", R"({"version":1,"nics":[{"name":"mlx5_0"},{"name":"mlx5_0"}]})",
        "nics[1]: NIC \"mlx5_0\" is listed twice"},
-      {"nic without identity", R"({"version":1,"nics":[{"numa":0}]})", "nics[0]: needs pciBusId or name"},
+      {"nic without identity", R"({"version":1,"nics":[{"numa":0}]})", "nics[0]: needs name or pciBusId"},
       {"negative container", R"({"version":1,"containers":[1,-1]})",
        "containers[1]: expected a device count"},
       {"too deep", std::string(100, '[') + std::string(100, ']'), "nested deeper"},
@@ -851,7 +954,8 @@ TEST(ReadNode, ErrorsTable) {
 
 TEST(NodeTopologyObject, ShapeAndRoundTrip) {
   using std::chrono::December;
-  const NodeTopology t = Hgx();
+  NodeTopology t = Hgx();
+  t.gpus[0].uuid = "GPU-8c1a";  // "GPU-0" reads as a placeholder (DropUnusableGpuUuids)
   const auto heartbeat = At(std::chrono::sys_days{std::chrono::year{2026} / December / 2}, 16h + 35min + 41s);
   json object = NodeTopologyObject(t, "gpu-a1", "node-uid-1", 3, heartbeat);
   const std::string fingerprint = t.Fingerprint();

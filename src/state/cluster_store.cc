@@ -147,6 +147,7 @@ std::uint64_t ComputeClassKey(const NodeRecord& r, const std::vector<std::string
   Fnv64 h;
   h.U64(r.topology_fingerprint);
   h.Byte(r.schedulable ? 1 : 0);
+  h.Byte(r.held() ? 1 : 0);
   if (class_labels == nullptr) {
     h.U64(r.labels.size());
     for (const auto& [key, value] : r.labels) {
@@ -286,7 +287,7 @@ struct ClusterStore::Impl {
     record.class_key = ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
     record.position = pd::LocateByLabels(tiers, record.name, record.labels);
     record.free_gpus = record.free_rdma_nics = 0;
-    if (record.topology == nullptr) return;
+    if (record.topology == nullptr || record.held()) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
       if (framework::GpuFree(record.allocated, static_cast<int>(g))) ++record.free_gpus;
     }
@@ -469,6 +470,41 @@ struct ClusterStore::Impl {
     pool->second.erase(allocation.uid);
     if (pool->second.empty()) pools.erase(pool);
   }
+
+  // Release's work once the UID is claimed.
+  Result<std::optional<PodAllocation>> ReleaseClaimed(const PodAllocation& allocation, bool persist) {
+    const auto node_lock = NodeLock(allocation.node, /*create=*/false);
+    if (!node_lock) return std::optional<PodAllocation>();
+    std::lock_guard lock(*node_lock);
+    {
+      // RemoveNode may have dropped the pod with its node while we waited for the node.
+      std::lock_guard pods_lock(pods_mu);
+      if (!pods.contains(allocation.uid)) return std::optional<PodAllocation>();
+    }
+    const auto snapshot = Current();
+    const NodeRecord* record = snapshot->Find(allocation.node);
+    if (record == nullptr) return std::optional<PodAllocation>();
+
+    auto next = std::make_shared<NodeRecord>(*record);
+    // Back to the shortest vectors that hold what remains, so that a node whose pods are all gone
+    // compares equal to one that never had any.
+    framework::RevertDelta(allocation.delta, framework::ShapeOf(NodeAllocation{}), next->allocated);
+    ++next->allocation_version;
+    std::erase(next->pods, allocation.uid);
+    std::erase(next->held_pods, allocation.uid);
+    Refresh(*next);
+    if (persistence != nullptr && persist) {
+      if (Status s = persistence->RecordRelease(allocation); !s.ok()) {
+        return s.error().WithContext("cannot persist the release of pod " + allocation.uid);
+      }
+    }
+    Publish(allocation.node, std::move(next));
+    {
+      std::lock_guard pods_lock(pods_mu);
+      if (const auto it = pods.find(allocation.uid); it != pods.end()) ErasePodLocked(it);
+    }
+    return std::optional<PodAllocation>(allocation);
+  }
 };
 
 ClusterStore::ClusterStore(Persistence* persistence, StoreOptions options) : impl_(std::make_unique<Impl>()) {
@@ -597,7 +633,17 @@ void ClusterStore::RemoveNode(std::string_view name) {
 Status ClusterStore::Restore(const PodAllocation& allocation) {
   if (allocation.uid.empty()) return Error("restore: pod UID is empty");
   const Impl::UidClaim claim(*impl_, allocation.uid);
-  if (claim.bound()) {
+  // A held pod whose record became readable: the hold gives way to the allocation it names, in
+  // one step on its node (when that fails, the hold stays and nothing changes).
+  const PodAllocation* replaced_hold = nullptr;
+  if (claim.bound() && !claim.bound()->hold.empty()) {
+    if (claim.bound()->node == allocation.node) {
+      replaced_hold = &*claim.bound();
+    } else {
+      Result<std::optional<PodAllocation>> released = impl_->ReleaseClaimed(*claim.bound(), /*persist=*/false);
+      if (!released.ok()) return released.error();
+    }
+  } else if (claim.bound()) {
     if (claim.bound()->node != allocation.node) {
       return Error(std::string(kConflictTag) + "pod " + allocation.uid + " is already bound to node " +
                    claim.bound()->node + ", not " + allocation.node);
@@ -614,7 +660,13 @@ Status ClusterStore::Restore(const PodAllocation& allocation) {
   const auto snapshot = impl_->Current();
   const NodeRecord* record = snapshot->Find(allocation.node);
   if (record == nullptr) return Error("unknown node " + allocation.node);
-  auto next = impl_->WithPod(*record, allocation);
+  NodeRecord base = *record;
+  if (replaced_hold != nullptr) {
+    framework::RevertDelta(replaced_hold->delta, framework::ShapeOf(NodeAllocation{}), base.allocated);
+    std::erase(base.pods, allocation.uid);
+    std::erase(base.held_pods, allocation.uid);
+  }
+  auto next = impl_->WithPod(base, allocation);
   if (!next.ok()) return next.error();
   impl_->Publish(allocation.node, std::move(next).value());
   impl_->IndexPod(allocation);
@@ -625,6 +677,11 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   if (pod_uid.empty()) return Error("bind: pod UID is empty");
   if (!decide) return Error("bind: no decision function");
   const Impl::UidClaim claim(*impl_, pod_uid);
+  if (claim.bound() && !claim.bound()->hold.empty()) {
+    return Error("pod " + std::string(pod_uid) + " holds devices on node " + claim.bound()->node +
+                 " by a record that cannot be read back (" + claim.bound()->hold +
+                 "): fix or remove its allocation annotation, or delete the pod");
+  }
   if (claim.bound()) {
     if (claim.bound()->node == node) return BindResult{BindKind::kAlreadyBound, *claim.bound()};
     return Error(std::string(kConflictTag) + "pod " + std::string(pod_uid) + " is already bound to node " +
@@ -663,37 +720,66 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
 Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_uid, bool persist) {
   const Impl::UidClaim claim(*impl_, pod_uid);
   if (!claim.bound()) return std::optional<PodAllocation>();
-  const PodAllocation& allocation = *claim.bound();
-  const auto node_lock = impl_->NodeLock(allocation.node, /*create=*/false);
-  if (!node_lock) return std::optional<PodAllocation>();
-  std::lock_guard lock(*node_lock);
-  {
-    // RemoveNode may have dropped the pod with its node while we waited for the node.
-    std::lock_guard pods_lock(impl_->pods_mu);
-    if (!impl_->pods.contains(pod_uid)) return std::optional<PodAllocation>();
+  if (persist && !claim.bound()->hold.empty()) {
+    // Nothing but the pod's end (the source's report) proves a held pod's devices free.
+    return Error("pod " + std::string(pod_uid) + " holds devices on node " + claim.bound()->node +
+                 " by a record that cannot be read back (" + claim.bound()->hold +
+                 "): it is released only when the pod is gone");
   }
+  return impl_->ReleaseClaimed(*claim.bound(), persist);
+}
+
+Status ClusterStore::Hold(PodAllocation allocation) {
+  if (allocation.uid.empty()) return Error("hold: pod UID is empty");
+  if (allocation.hold.empty()) return Error("hold: pod " + allocation.uid + ": no reason given");
+  const Impl::UidClaim claim(*impl_, allocation.uid);
+  const PodAllocation* previous = claim.bound() ? &*claim.bound() : nullptr;
+  if (previous != nullptr && previous->node != allocation.node) {
+    Result<std::optional<PodAllocation>> released = impl_->ReleaseClaimed(*previous, /*persist=*/false);
+    if (!released.ok()) return released.error();
+    previous = nullptr;
+  }
+  const auto node_lock = impl_->NodeLock(allocation.node, /*create=*/false);
+  if (!node_lock) return Error("unknown node " + allocation.node);
+  std::lock_guard lock(*node_lock);
   const auto snapshot = impl_->Current();
   const NodeRecord* record = snapshot->Find(allocation.node);
-  if (record == nullptr) return std::optional<PodAllocation>();
-
-  auto next = std::make_shared<NodeRecord>(*record);
-  // Back to the shortest vectors that hold what remains, so that a node whose pods are all gone
-  // compares equal to one that never had any.
-  framework::RevertDelta(allocation.delta, framework::ShapeOf(NodeAllocation{}), next->allocated);
-  ++next->allocation_version;
-  next->pods.erase(std::remove(next->pods.begin(), next->pods.end(), allocation.uid), next->pods.end());
-  impl_->Refresh(*next);
-  if (impl_->persistence != nullptr && persist) {
-    if (Status s = impl_->persistence->RecordRelease(allocation); !s.ok()) {
-      return s.error().WithContext("cannot persist the release of pod " + allocation.uid);
+  if (record == nullptr) return Error("unknown node " + allocation.node);
+  // What the pod held before (a readable allocation, an earlier hold) gives way, in one step.
+  NodeRecord base = *record;
+  if (previous != nullptr) {
+    framework::RevertDelta(previous->delta, framework::ShapeOf(NodeAllocation{}), base.allocated);
+    std::erase(base.pods, allocation.uid);
+    std::erase(base.held_pods, allocation.uid);
+  }
+  // The named devices that are free, whole; the others are someone's already. The node is held
+  // either way, so nothing is placed on what could not be identified.
+  framework::AllocationDelta held;
+  const int gpus = base.topology ? static_cast<int>(base.topology->gpus.size()) : 0;
+  const int nics = base.topology ? static_cast<int>(base.topology->nics.size()) : 0;
+  std::set<int> seen_gpus, seen_nics;
+  auto take_gpu = [&](int g) {
+    if (g >= 0 && g < gpus && seen_gpus.insert(g).second && framework::GpuFree(base.allocated, g)) {
+      held.exclusive_gpus.push_back(g);
+    }
+  };
+  for (int g : allocation.delta.exclusive_gpus) take_gpu(g);
+  for (const auto& [g, usage] : allocation.delta.shares) take_gpu(g);
+  for (int n : allocation.delta.nics) {
+    if (n >= 0 && n < nics && seen_nics.insert(n).second && !framework::NicUsed(base.allocated, n)) {
+      held.nics.push_back(n);
     }
   }
-  impl_->Publish(allocation.node, std::move(next));
-  {
-    std::lock_guard pods_lock(impl_->pods_mu);
-    if (const auto it = impl_->pods.find(pod_uid); it != impl_->pods.end()) impl_->ErasePodLocked(it);
-  }
-  return std::optional<PodAllocation>(allocation);
+  allocation.delta = std::move(held);
+  if (previous != nullptr && *previous == allocation) return Status::Ok();  // held so already
+  auto next = impl_->WithPod(base, allocation);
+  if (!next.ok()) return next.error();
+  auto& held_pods = next.value()->held_pods;
+  held_pods.insert(std::lower_bound(held_pods.begin(), held_pods.end(), allocation.uid), allocation.uid);
+  impl_->Refresh(*next.value());
+  impl_->Publish(allocation.node, std::move(next).value());
+  impl_->IndexPod(allocation);
+  return Status::Ok();
 }
 
 void ClusterStore::SetPersistence(Persistence* persistence) { impl_->persistence = persistence; }

@@ -595,6 +595,75 @@ TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
   EXPECT_EQ(retry->kind, BindKind::kAlreadyBound);
 }
 
+// Fail closed (issue 13): a record the source could not read back holds the free devices it
+// still names and keeps its node out of new placements until the pod is gone or readable.
+TEST(ClusterStoreTest, AHeldPodKeepsItsDevicesAndItsNodeUntilItIsGoneOrReadable) {
+  FakePersistence persistence;
+  ClusterStore store(&persistence);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  ASSERT_TRUE(store.Restore(Allocation("ok", "gpu-a", Whole({0}, {0}))).ok());
+  const std::uint64_t open_key = store.snapshot()->Find("gpu-b")->class_key;
+
+  PodAllocation held = Allocation("bad", "gpu-a", Whole({0, 1}, {0, 1}));  // GPU0, mlx5_0 are "ok"'s
+  held.delta.shares.emplace_back(3, GpuShareUsage{1, 1000, 5000});       // a named share: held whole
+  EXPECT_FALSE(store.Hold(held).ok()) << "a hold needs a reason";
+  held.hold = "toposched.io/allocation cannot be read back: nics[1]: ...";
+  ASSERT_TRUE(store.Hold(held).ok());
+  const auto snapshot = store.snapshot();
+  const NodeRecord* a = snapshot->Find("gpu-a");
+  EXPECT_TRUE(a->held());
+  EXPECT_EQ(a->held_pods, std::vector<std::string>{"bad"});
+  EXPECT_EQ(a->free_gpus, 0) << "a held node offers nothing to pool views";
+  EXPECT_EQ(a->free_rdma_nics, 0);
+  // The free named devices are taken whole; GPU0 and mlx5_0 stay "ok"'s alone (no oversubscription).
+  EXPECT_TRUE(framework::GpuExclusive(a->allocated, 1));
+  EXPECT_TRUE(framework::GpuExclusive(a->allocated, 3));
+  EXPECT_TRUE(framework::NicUsed(a->allocated, 1));
+  EXPECT_EQ(store.FindPod("bad")->delta, Whole({1, 3}, {1}));
+  EXPECT_NE(a->class_key, store.snapshot()->Find("gpu-b")->class_key);
+  EXPECT_FALSE(snapshot->Find("gpu-b")->held());
+  EXPECT_EQ(snapshot->Find("gpu-b")->class_key, open_key);
+  EXPECT_TRUE(persistence.binds().empty()) << "a hold writes nothing";
+
+  // Holding again with the same record changes nothing; a bind for the held pod is refused.
+  ASSERT_TRUE(store.Hold(held).ok());
+  EXPECT_EQ(store.snapshot(), snapshot);
+  const auto rebind = store.Bind("gpu-a", "bad", Take(Whole({5})));
+  ASSERT_FALSE(rebind.ok());
+  EXPECT_NE(rebind.error().message().find("cannot be read back"), std::string::npos);
+  // A scheduler's release (persisted) cannot free it: only the pod's end can.
+  EXPECT_FALSE(store.Release("bad").ok());
+  EXPECT_TRUE(store.snapshot()->Find("gpu-a")->held());
+
+  // The record became readable: Restore replaces the hold in one step (here: GPU 2 only).
+  ASSERT_TRUE(store.Restore(Allocation("bad", "gpu-a", Whole({2}))).ok());
+  EXPECT_FALSE(store.snapshot()->Find("gpu-a")->held());
+  EXPECT_TRUE(store.FindPod("bad")->hold.empty());
+  EXPECT_FALSE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 1));
+  EXPECT_TRUE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 2));
+
+  // A readable record that does not fit (GPU0 is "ok"'s) leaves an existing hold as it was.
+  held.delta = Whole({4});
+  ASSERT_TRUE(store.Hold(held).ok());
+  const auto before_misfit = store.snapshot();
+  EXPECT_FALSE(store.Restore(Allocation("bad", "gpu-a", Whole({0}))).ok());
+  EXPECT_EQ(store.snapshot(), before_misfit);
+  EXPECT_FALSE(store.FindPod("bad")->hold.empty());
+
+  // The pod is gone (the source's report, not persisted): devices and node are free again.
+  const auto released = store.Release("bad", /*persist=*/false);
+  ASSERT_TRUE(released.ok());
+  EXPECT_FALSE(store.snapshot()->Find("gpu-a")->held());
+  EXPECT_FALSE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 4));
+  EXPECT_TRUE(persistence.releases().empty());
+  PodAllocation elsewhere = Allocation("x", "gpu-z", Whole({0}));
+  elsewhere.hold = "unreadable";
+  const Status unknown = store.Hold(elsewhere);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("unknown node gpu-z"), std::string::npos);
+}
+
 TEST(ClusterStoreTest, UpsertKeepsAllocationsAndReportsThoseThatNoLongerFit) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());

@@ -63,7 +63,8 @@ class SnapshotClusterView : public framework::ClusterView {
           else location.domains[t].assign(label->second);
         }
       }
-      fn(framework::NodeSummary{record->name, at, record->free_gpus, record->free_rdma_nics, record->schedulable});
+      fn(framework::NodeSummary{record->name, at, record->free_gpus, record->free_rdma_nics,
+                                record->schedulable && !record->held()});
     }
   }
 

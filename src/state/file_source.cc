@@ -339,15 +339,23 @@ Status FileSource::Load(ClusterStore& store) {
   if (!replay.ok()) return replay.error();
   m.warnings.insert(m.warnings.end(), replay->warnings.begin(), replay->warnings.end());
 
-  // Restore what still fits; what does not (node gone from DIR, smaller hardware) is dropped
-  // with a warning rather than keeping the server down, and compaction forgets it.
+  // Restore what still fits. What does not fit a node that is still there (smaller hardware,
+  // two records on one device) is held (ClusterStore::Hold: that node takes no new placements)
+  // and kept in the journal, so a restart holds it again until the node's document is fixed;
+  // the allocation of a node gone from DIR is dropped with a warning and compaction forgets it.
   std::string compacted;
   for (const PodAllocation& a : replay->live) {
     const std::string pod = a.pod_namespace + "/" + a.pod_name + " (uid " + a.uid + ")";
     if (Status s = store.Restore(a); !s.ok()) {
-      m.warnings.push_back(m.JournalPath() + ": dropped the allocation of pod " + pod + " on node " + a.node +
-                           ": " + s.error().message());
-      continue;
+      PodAllocation held = a;
+      held.hold = "journaled allocation does not fit node " + a.node + ": " + s.error().message();
+      if (store.snapshot()->Find(a.node) == nullptr || !store.Hold(held).ok()) {
+        m.warnings.push_back(m.JournalPath() + ": dropped the allocation of pod " + pod + " on node " + a.node +
+                             ": " + s.error().message());
+        continue;
+      }
+      m.warnings.push_back(m.JournalPath() + ": held the allocation of pod " + pod + ": " + held.hold +
+                           "; node " + a.node + " takes no new placements until its document is fixed");
     }
     auto line = internal::EncodeJournalLine(internal::JournalOp::kBind, a);
     if (!line.ok()) return line.error().WithContext(m.JournalPath());  // decoded from JSON: cannot happen

@@ -417,7 +417,10 @@ TEST(FileSourceTest, AnOverlongJournalLineIsBoundedAndRefused) {
       << s.error().message();
 }
 
-TEST(FileSourceTest, AJournaledPodOnARemovedNodeIsAWarningNotAFailure) {
+// A removed node's pods are dropped (nothing can be placed there); a pod whose devices the
+// node no longer has is held: the node takes no new placements (fail closed), the line stays in
+// the journal, and a node document that has the device again restores it.
+TEST(FileSourceTest, AJournaledPodOnARemovedNodeIsDroppedAndOneThatNoLongerFitsIsHeld) {
   ClusterDir dir(3);
   {
     auto loaded = OpenAndLoad(dir.path());
@@ -435,16 +438,27 @@ TEST(FileSourceTest, AJournaledPodOnARemovedNodeIsAWarningNotAFailure) {
     EXPECT_TRUE(Contains(warnings,
                          "dropped the allocation of pod default/pod (uid orphan) on node gpu-2: "
                          "unknown node gpu-2"));
-    EXPECT_TRUE(Contains(warnings, "(uid misfit) on node gpu-1: node gpu-1: GPU index 7 out of range"));
+    EXPECT_TRUE(Contains(warnings, "held the allocation of pod default/pod (uid misfit)"));
+    EXPECT_TRUE(Contains(warnings, "node gpu-1: GPU index 7 out of range"));
     EXPECT_TRUE(loaded->store->FindPod("stays").has_value());
     EXPECT_FALSE(loaded->store->FindPod("orphan").has_value());
-    EXPECT_EQ(Lines(ReadFile(dir.Journal())).size(), 1u);  // compaction forgot the dropped pods
+    ASSERT_TRUE(loaded->store->FindPod("misfit").has_value());
+    EXPECT_FALSE(loaded->store->FindPod("misfit")->hold.empty());
+    EXPECT_TRUE(loaded->store->snapshot()->Find("gpu-1")->held());
+    EXPECT_FALSE(loaded->store->snapshot()->Find("gpu-0")->held());
+    // Released only by the pod's end, not by a persisted release (a scheduler's deallocate).
+    EXPECT_FALSE(loaded->store->Release("misfit").ok());
+    EXPECT_EQ(Lines(ReadFile(dir.Journal())).size(), 2u);  // the orphan forgotten, the misfit kept
   }
   dir.AddNode("gpu-2");
+  dir.AddNode("gpu-1");  // the 8-GPU document again: GPU7 is back
   auto loaded = OpenAndLoad(dir.path());
   ASSERT_TRUE(loaded.ok());
   EXPECT_TRUE(loaded->source->warnings().empty());
   EXPECT_FALSE(loaded->store->FindPod("orphan").has_value());
+  ASSERT_TRUE(loaded->store->FindPod("misfit").has_value());
+  EXPECT_TRUE(loaded->store->FindPod("misfit")->hold.empty());
+  EXPECT_FALSE(loaded->store->snapshot()->Find("gpu-1")->held());
 }
 
 // A child process binds until the journal cannot grow (RLIMIT_FSIZE): the short write must be

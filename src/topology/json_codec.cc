@@ -823,7 +823,10 @@ Result<NodeTopology> DecodeTopologyJson(std::string_view text) {
   // The readers check types before every access, so nothing below should throw; this is the
   // backstop that keeps the codec's no-exceptions promise (e.g. for std::bad_alloc).
   try {
-    return Decode(text);
+    Result<NodeTopology> t = Decode(text);
+    // An object an older agent wrote may name one UUID for several GPUs, or a placeholder.
+    if (t.ok()) DropUnusableGpuUuids(*t);
+    return t;
   } catch (const std::exception& e) {
     return Error(std::string("cannot decode topology JSON: ") + e.what());
   }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 namespace toposched {
@@ -272,7 +273,34 @@ bool NicOrder(const Nic& a, const Nic& b) {
 
 }  // namespace
 
+bool IsPlaceholderGpuUuid(std::string_view uuid) {
+  for (std::string_view prefix : {"GPU-", "MIG-", "gpu-", "mig-"}) {
+    if (uuid.starts_with(prefix)) {
+      uuid.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  return std::all_of(uuid.begin(), uuid.end(), [](char c) { return c == '0' || c == '-'; });
+}
+
+int DropUnusableGpuUuids(NodeTopology& t) {
+  std::map<std::string, int, std::less<>> seen;
+  for (const Gpu& g : t.gpus) {
+    if (!g.uuid.empty()) ++seen[g.uuid];
+  }
+  int dropped = 0;
+  for (Gpu& g : t.gpus) {
+    if (g.uuid.empty()) continue;
+    if (IsPlaceholderGpuUuid(g.uuid) || seen[g.uuid] > 1) {
+      g.uuid.clear();
+      ++dropped;
+    }
+  }
+  return dropped;
+}
+
 void DeriveLinks(NodeTopology& t) {
+  DropUnusableGpuUuids(t);
   // GPUs into PCI bus order; peers renumbered through the permutation.
   std::vector<int> order(t.gpus.size());
   std::iota(order.begin(), order.end(), 0);

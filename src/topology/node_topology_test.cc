@@ -234,3 +234,54 @@ TEST(ToKubernetesNameTest, Table) {
 
 }  // namespace
 }  // namespace toposched
+
+namespace toposched {
+namespace {
+
+// Issue 13: a UUID that names no single GPU must not be published (HAMi's records would then
+// name one card for several pods).
+TEST(DropUnusableGpuUuidsTest, PlaceholdersAndDuplicatesBecomeUnknown) {
+  struct Case {
+    std::string name;
+    std::vector<std::string> before, after;
+    int dropped;
+  };
+  const std::vector<Case> cases = {
+      {"real UUIDs stay", {"GPU-8c1a", "GPU-2f00"}, {"GPU-8c1a", "GPU-2f00"}, 0},
+      {"an anonymised export's zero UUID on every GPU",
+       {"GPU-00000000-0000-0000-0000-000000000000", "GPU-00000000-0000-0000-0000-000000000000"},
+       {"", ""},
+       2},
+      {"one zero UUID among real ones", {"GPU-0000", "GPU-1234"}, {"", "GPU-1234"}, 1},
+      {"a MIG placeholder", {"MIG-00000000-0000"}, {""}, 1},
+      {"one UUID on two GPUs: neither keeps it", {"GPU-a", "GPU-b", "GPU-a"}, {"", "GPU-b", ""}, 2},
+      {"unknown stays unknown", {"", "GPU-b"}, {"", "GPU-b"}, 0},
+      {"a UUID with a zero in it is real", {"GPU-10"}, {"GPU-10"}, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    NodeTopology t;
+    for (std::size_t i = 0; i < c.before.size(); ++i) {
+      Gpu g;
+      g.index = static_cast<int>(i);
+      g.uuid = c.before[i];
+      t.gpus.push_back(g);
+    }
+    EXPECT_EQ(DropUnusableGpuUuids(t), c.dropped);
+    for (std::size_t i = 0; i < c.after.size(); ++i) EXPECT_EQ(t.gpus[i].uuid, c.after[i]) << i;
+  }
+  // Every source's last step does it.
+  NodeTopology t;
+  for (int i = 0; i < 2; ++i) {
+    Gpu g;
+    g.pci_bus_id = "0000:0" + std::to_string(i) + ":00.0";
+    g.uuid = "GPU-same";
+    t.gpus.push_back(g);
+  }
+  DeriveLinks(t);
+  EXPECT_EQ(t.gpus[0].uuid, "");
+  EXPECT_EQ(t.gpus[1].uuid, "");
+}
+
+}  // namespace
+}  // namespace toposched

@@ -200,7 +200,7 @@ json GpuPod(FakeApiServer& server, const std::string& name, int gpus, int rdma,
 // The API server's view: every active pod with our allocation annotation -> (node, devices).
 struct ApiAllocation {
   std::string uid, node;
-  std::vector<std::string> gpus, nics;  // PCI bus ids
+  std::vector<std::string> gpus, nics;  // GPUs by PCI bus id, NICs by name (ports share a bus id), else bus id
   bool shared = false;
 };
 std::vector<ApiAllocation> AllocationsInApi(const FakeApiServer& server) {
@@ -218,7 +218,10 @@ std::vector<ApiAllocation> AllocationsInApi(const FakeApiServer& server) {
       x.gpus.push_back(g["pciBusId"]);
       x.shared = x.shared || g.contains("memoryMiB");
     }
-    for (const json& n : a.value("nics", json::array())) x.nics.push_back(n["pciBusId"]);
+    for (const json& n : a.value("nics", json::array())) {
+      const std::string name = n.value("name", std::string());
+      x.nics.push_back(name.empty() ? n.value("pciBusId", std::string()) : name);  // a NIC known by address only
+    }
     out.push_back(std::move(x));
   }
   return out;
@@ -300,6 +303,9 @@ constexpr char kAzureA100[] = "azure__nd-a100-v4_8xA100_8xCX6.nccl.xml";
 constexpr char kNebiusH100[] = "nebius__h100-vm_8xH100_8xCX7-VF.nccl.xml";
 constexpr char kDgx2[] = "hwloc__nvidia-dgx2h_16xV100_12xNVSwitch.hwloc2.xml";
 constexpr char kCpuOnly[] = "local__ci-sandbox_cpu-only.hwloc2.xml";
+// Bare-metal 8x H100 whose ConnectX-7 cards expose two RDMA ports per PCI function (mlx5_18 and
+// mlx5_19 share one bus id): issue 13's shape.
+constexpr char kOciH100[] = "oci__bm.gpu.h100.8_kubernetes-variant.nccl.xml";
 
 // ---------------------------------------------------------------------------------------------
 // The agent.
@@ -690,6 +696,152 @@ TEST_F(KubeE2E, ExtenderKilledAndRestartedRebuildsEveryAllocationBeforeReady) {
     EXPECT_TRUE(Schedule(r, pod, {"a100-0", "h100-0"}).error.empty());
   }
   ExpectNoDeviceHeldTwice(server_);
+}
+
+// Issue 13: pods on both ports of dual-port NICs survive any number of restarts and failovers
+// with the devices they were bound to, and identical pods never get them again.
+TEST_F(KubeE2E, DualPortNicsAreReadBackExactlyAcrossRestartsAndFailovers) {
+  AddNode("h100-0", kOciH100);
+  std::map<std::string, state::PodAllocation> bound;  // by UID, as first bound
+  auto schedule_pair = [&](Replica& r, const std::string& suffix) {
+    for (const auto& [name, nics] : std::vector<std::pair<std::string, int>>{{"two-" + suffix, 2}, {"one-" + suffix, 1}}) {
+      const json pod = GpuPod(server_, name, 1, nics);
+      const Scheduled s = Schedule(r, pod, {"h100-0"});
+      ASSERT_TRUE(s.error.empty()) << name << ": " << s.error;
+      const std::string uid = pod["metadata"]["uid"];
+      ASSERT_TRUE(r.store.FindPod(uid).has_value());
+      bound[uid] = *r.store.FindPod(uid);
+    }
+  };
+  auto expect_all_back = [&](Replica& r) {
+    for (const auto& [uid, a] : bound) {
+      std::optional<state::PodAllocation> now = r.store.FindPod(uid);
+      ASSERT_TRUE(now.has_value()) << uid;
+      EXPECT_TRUE(now->hold.empty()) << now->hold;
+      EXPECT_EQ(now->delta, a.delta) << uid << " came back on other devices";
+    }
+    std::string diff;
+    EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
+    EXPECT_EQ(r.Call("/metrics", "", "GET").second.find("toposched_kube_restore_errors_total 1"), std::string::npos);
+    ExpectNoDeviceHeldTwice(server_);
+  };
+  {
+    Replica r(server_, "replica-0", false);
+    ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+    schedule_pair(r, "0");
+  }
+  // The two-NIC pod holds both ports of one card: the case that used to read back as one port.
+  const state::PodAllocation& two = bound.begin()->second.delta.nics.size() == 2 ? bound.begin()->second
+                                                                                : std::next(bound.begin())->second;
+  ASSERT_EQ(two.delta.nics.size(), 2u);
+  const auto topology = LoadTopologyFile(testing::SharedTopology(kOciH100).string());
+  ASSERT_TRUE(topology.ok());
+  EXPECT_EQ(topology->nics[static_cast<std::size_t>(two.delta.nics[0])].pci_bus_id,
+            topology->nics[static_cast<std::size_t>(two.delta.nics[1])].pci_bus_id)
+      << "the engine took two ports of one card for one GPU (both PIX)";
+  for (int restart = 1; restart <= 3; ++restart) {
+    SCOPED_TRACE("restart " + std::to_string(restart));
+    Replica r(server_, "replica-" + std::to_string(restart), false);
+    ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+    expect_all_back(r);
+    schedule_pair(r, std::to_string(restart));  // identical pods: other devices
+    ExpectNoDeviceHeldTwice(server_);
+  }
+  // A failover: the follower rebuilt the same state and binds on from it.
+  auto leader = std::make_unique<Replica>(server_, "elected-1", true);
+  ASSERT_TRUE(WaitFor([&] { return leader->Ready(); }));
+  Replica follower(server_, "elected-2", true);
+  leader.reset();
+  ASSERT_TRUE(WaitFor([&] { return follower.Ready(); }, milliseconds(5'000)));
+  expect_all_back(follower);
+  const Scheduled last = Schedule(follower, GpuPod(server_, "last", 1, 2), {"h100-0"});
+  EXPECT_NE(last.error.find("no node fits"), std::string::npos) << "8 GPUs are taken: " << last.error;
+  ExpectNoDeviceHeldTwice(server_);
+}
+
+// Issue 13, fail closed: an allocation annotation that cannot be read back keeps its node out of
+// new device placements, with the reason in a metric, a log line and an event on the pod, until
+// the pod is deleted; other nodes and readiness are unaffected.
+TEST_F(KubeE2E, AnUnreadableAllocationHoldsItsNodeUntilThePodIsDeleted) {
+  AddNode("h100-0", kOciH100);
+  AddNode("h100-1", kOciH100);
+  std::string victim_uid;
+  {
+    Replica r(server_, "replica-0", false);
+    ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+    const json pod = GpuPod(server_, "corrupted", 1, 1);
+    ASSERT_EQ(Schedule(r, pod, {"h100-0"}).node, "h100-0");
+    victim_uid = pod["metadata"]["uid"];
+  }
+  // Someone (or an old release) rewrites the record so it names a NIC the node lacks.
+  json pod = *server_.Get(kPods, "corrupted");
+  json record = json::parse(pod["metadata"]["annotations"][std::string(kube::kAllocationAnnotation)].get<std::string>());
+  record["nics"][0]["name"] = "mlx5_99";
+  pod["metadata"]["annotations"][std::string(kube::kAllocationAnnotation)] = record.dump();
+  server_.Upsert(kPods, pod);
+
+  Replica r(server_, "replica-1", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); })) << "one bad pod must not take the scheduler down";
+  ASSERT_TRUE(r.store.FindPod(victim_uid).has_value());
+  EXPECT_NE(r.store.FindPod(victim_uid)->hold.find("node has no NIC \"mlx5_99\""), std::string::npos)
+      << r.store.FindPod(victim_uid)->hold;
+  EXPECT_EQ(r.store.FindPod(victim_uid)->delta.exclusive_gpus.size(), 1u) << "the GPU it still names is held";
+  EXPECT_TRUE(r.store.snapshot()->Find("h100-0")->held());
+  const std::string metrics = r.Call("/metrics", "", "GET").second;
+  EXPECT_NE(metrics.find("toposched_kube_held_allocations 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("toposched_kube_held_nodes 1"), std::string::npos);
+  ASSERT_TRUE(WaitFor([&] {
+    for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+      if (e["reason"] == "AllocationUnreadable" && e["involvedObject"]["uid"] == victim_uid) return true;
+    }
+    return false;
+  }));
+  for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+    if (e["reason"] != "AllocationUnreadable") continue;
+    EXPECT_EQ(e["type"], "Warning");
+    EXPECT_NE(e["message"].get<std::string>().find("node h100-0 takes no new device placements"), std::string::npos);
+  }
+  // The held node is filtered out with the reason; the other node takes the pod.
+  const json next = GpuPod(server_, "next", 1, 1);
+  auto [status, body] = r.Call("/scheduler/filter", testing::ExtenderArgs(next, {"h100-0", "h100-1"}));
+  ASSERT_EQ(status, 200);
+  const json filtered = json::parse(body);
+  EXPECT_EQ(filtered["NodeNames"], json::array({"h100-1"}));
+  // Unresolvable: preempting other pods cannot free a node whose devices are unknown.
+  EXPECT_NE(filtered["FailedAndUnresolvableNodes"].value("h100-0", std::string()).find("cannot read back"),
+            std::string::npos)
+      << filtered.dump();
+  EXPECT_EQ(Schedule(r, next, {"h100-0", "h100-1"}).node, "h100-1");
+  // The pod is deleted: the hold ends and the node takes pods again.
+  server_.Delete(kPods, "corrupted");
+  ASSERT_TRUE(WaitFor([&] { return !r.store.snapshot()->Find("h100-0")->held(); }));
+  EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_kube_held_allocations 0"), std::string::npos);
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "after", 1, 1), {"h100-0"}).node, "h100-0");
+  ExpectNoDeviceHeldTwice(server_);
+}
+
+// Issue 13's aftermath: two readable records that claim one GPU (a double allocation made
+// before the fix) hold the node instead of freeing anything.
+TEST_F(KubeE2E, TwoRecordsOnOneDeviceHoldTheNode) {
+  AddNode("h100-0", kOciH100);
+  {
+    Replica r(server_, "replica-0", false);
+    ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+    ASSERT_EQ(Schedule(r, GpuPod(server_, "first", 1, 1), {"h100-0"}).node, "h100-0");
+  }
+  json copy = *server_.Get(kPods, "first");
+  copy["metadata"]["name"] = "second";
+  copy["metadata"]["uid"] = "uid-second";
+  server_.Upsert(kPods, copy);
+  Replica r(server_, "replica-1", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const std::string first_uid = (*server_.Get(kPods, "first"))["metadata"]["uid"];
+  ASSERT_TRUE(r.store.FindPod(first_uid).has_value());
+  ASSERT_TRUE(r.store.FindPod("uid-second").has_value());
+  // Whichever was read first keeps the devices; the other is held, and so is the node.
+  EXPECT_NE(r.store.FindPod(first_uid)->hold.empty(), r.store.FindPod("uid-second")->hold.empty());
+  EXPECT_TRUE(r.store.snapshot()->Find("h100-0")->held());
+  EXPECT_NE(Schedule(r, GpuPod(server_, "third", 1, 1), {"h100-0"}).error.find("no node fits"), std::string::npos);
 }
 
 TEST_F(KubeE2E, AnnotatedButUnboundPodIsHeldThenMovedWhenRescheduled) {

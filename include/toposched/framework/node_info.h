@@ -27,6 +27,9 @@ struct NodeInfo {
   // position itself.)
   std::map<std::string, std::string> labels;
   bool schedulable = true;  // false when cordoned (spec.unschedulable)
+  // True while a pod on the node holds an allocation that could not be read back
+  // (state::NodeRecord::held_pods): no new device placements until that is resolved.
+  bool held = false;
 };
 
 }  // namespace toposched::framework

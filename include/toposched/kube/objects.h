@@ -59,13 +59,25 @@ struct AllocationAnnotations {
 // card's whole memory and 100 cores; shares with their memory and cores (percent, rounded up).
 AllocationAnnotations EncodeAllocation(const state::PodAllocation& allocation, const NodeTopology& topology,
                                        std::string_view policy);
-// Reads toposched.io/allocation back into an allocation on `topology`: devices are matched by
-// PCI bus id first (stable across a re-discovery that renumbers), index second. Errors: bad
-// JSON, unknown version, a device the topology does not have. `worst_gpu_nic`, when given,
+// Reads toposched.io/allocation back into an allocation on `topology`. Each device is matched by
+// what is unique on the node and every other field given must agree with it: a GPU by PCI bus id
+// (or index when no bus id is written), its index and UUID checked; an RDMA NIC by device name
+// (the ports of a multi-port card and a VF's parent share a bus id), its bus id checked, and by
+// bus id alone only when exactly one NIC has it. Errors: bad JSON, unknown version, a device the
+// topology does not have, fields that name different devices, an ambiguous bus id, a device
+// listed twice: never a guess. `worst_gpu_nic`, when given,
 // gets links.worstGpuNic's class (kPIX when absent or not a link token, as for a placement
 // without NICs: it informs scoring, never capacity, so it never fails a restore).
 Result<framework::AllocationDelta> DecodeAllocation(std::string_view json, const NodeTopology& topology,
                                                     LinkClass* worst_gpu_nic = nullptr);
+
+// The devices a record that could not be read back still names on `topology`, for holding
+// (state::ClusterStore::Hold): every GPU and NIC that any field of any entry points to (index,
+// bus id, UUID, name: all candidates when they disagree or a bus id is shared), from
+// toposched.io/allocation and HAMi's device list (either may be empty or unparsable). GPUs are
+// listed whole; each index once, in ascending order.
+framework::AllocationDelta DevicesNamedBy(std::string_view allocation_json, std::string_view hami_devices,
+                                          const NodeTopology& topology);
 
 // ---- HAMi device lists (hami.io/vgpu-devices-to-allocate / -allocated) ----
 // One segment per container ending in ';' (init containers first, then app containers, v2.9+);

@@ -55,6 +55,9 @@ struct PodAllocation {
   PodRole role = PodRole::kNone;
   std::string pool;
   bool kv_ipc = false;  // the pod set toposched.io/kv-ipc: true (same-node KV transfer over CUDA IPC)
+  // Non-empty: the source could not read this pod's allocation back (ClusterStore::Hold), and
+  // this says why. `delta` then holds only the devices its record still identifies, whole.
+  std::string hold;
   bool operator==(const PodAllocation&) const = default;
 };
 
@@ -69,6 +72,11 @@ struct NodeRecord {
   NodeAllocation allocated;
   std::uint64_t allocation_version = 0;  // +1 on every change of `allocated`
   std::vector<std::string> pods;         // UIDs allocated here, sorted
+  // UIDs (sorted) of the pods here whose allocation could not be read back (ClusterStore::Hold).
+  // While any remains, the node takes no new device placements: which devices such a pod holds
+  // is not known, so none can be proved free (fail closed). Its deletion or a readable record
+  // ends the hold.
+  std::vector<std::string> held_pods;
   // Nodes with equal class keys are in the same scheduling state (same hardware fingerprint,
   // allocation, class labels (StoreOptions::class_labels), schedulability): one filter/score
   // result serves them all. 64-bit hash; a collision could at worst mis-score a node, never
@@ -78,8 +86,9 @@ struct NodeRecord {
   // where the node sits by its labels under StoreOptions::tier_labels (position.node = name, a
   // missing label ""; HyperNode positions override it in views), and what is free on it.
   pd::Location position;
-  int free_gpus = 0;       // GPUs neither exclusive nor shared
-  int free_rdma_nics = 0;  // RDMA NICs no pod holds
+  int free_gpus = 0;       // GPUs neither exclusive nor shared (0 while held_pods is not empty)
+  int free_rdma_nics = 0;  // RDMA NICs no pod holds (0 while held_pods is not empty)
+  bool held() const { return !held_pods.empty(); }
 };
 
 // The class key of a record's current content (ClusterStore keeps records' keys up to date).
@@ -182,6 +191,15 @@ class ClusterStore {
   // UID already bound elsewhere. Restoring the same devices on the same node again is a no-op.
   Status Restore(const PodAllocation& allocation);
 
+  // Fail closed for an allocation the source could not read back (an annotation naming devices
+  // the node lacks, fields that disagree, devices another pod already holds): `allocation.hold`
+  // says why (required), `allocation.delta` lists the devices its record still identifies. Those
+  // that are free are taken whole; the rest are already held by someone. The pod joins the
+  // node's held_pods, which keeps the node out of new device placements, until Release(uid) (the
+  // pod is deleted, or its record became readable and the source restores it). Holding a pod that
+  // already has an allocation replaces it. Errors: empty UID or reason, unknown node.
+  Status Hold(PodAllocation allocation);
+
   // The bind transaction, under `node`'s lock (binds to other nodes proceed in parallel):
   //   1. a pod already bound to this node -> kAlreadyBound with its allocation; bound to another
   //      node -> error (kConflict);
@@ -195,7 +213,8 @@ class ClusterStore {
   // Releases a pod's devices (pod deleted, Volcano deallocate, a Binding that failed):
   // persisted (unless `persist` is false: the source reports a pod that is already gone, so
   // there is nothing to undo), then published. Returns the released allocation, or nullopt
-  // when the UID holds nothing.
+  // when the UID holds nothing. A held pod (Hold) is released only with `persist` false: nothing
+  // but the source's report that the pod is gone proves its devices free.
   Result<std::optional<PodAllocation>> Release(std::string_view pod_uid, bool persist = true);
 
   std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;

@@ -179,6 +179,15 @@ LinkClass ClassifyPath(const NodeTopology& t, int parent_a, int numa_a, int pare
 // gpu_gpu, gpu_nic and nic_nic. Sources call it last.
 void DeriveLinks(NodeTopology& t);
 
+// GPU UUIDs that identify nothing are cleared (treated as unknown): placeholders (nothing but
+// zeros after the "GPU-"/"MIG-" prefix, as anonymised exports write them) and any UUID that more
+// than one GPU of the node carries. A UUID names a device to HAMi's device plugin and in
+// allocation annotations: one name for several GPUs would hand the same card to several pods.
+// DeriveLinks calls it; so do the JSON decoder and the sources that add UUIDs after it (NVML,
+// HAMi's registration). Returns how many GPUs lost their UUID.
+int DropUnusableGpuUuids(NodeTopology& t);
+bool IsPlaceholderGpuUuid(std::string_view uuid);
+
 // Natural order of names: "mlx5_2" < "mlx5_10".
 bool NaturalLess(std::string_view a, std::string_view b);
 
