@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libboost-dev libboost-program-options-dev
   nlohmann-json3-dev libsimdjson-dev libcpprest-dev libspdlog-dev libfmt-dev
-  libhwloc-dev hwloc-nox libyaml-cpp-dev libssl-dev
+  libhwloc-dev hwloc-nox libyaml-cpp-dev libssl-dev libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # The chart tests (tests/chart/run.sh): helm's template engine in Go with Debian's sprig
   # sources, built by the machine's Go (not Debian's golang-go 1.19), and the schema checker.

@@ -2,7 +2,7 @@
 # Regenerates deploy/'s plain manifests from charts/toposched with its default values (plus
 # createNamespace, so that `kubectl apply -f deploy/rbac.yaml` creates the namespace), release
 # `toposched` in `toposched-system`. Usage: scripts/render-manifests.sh [OUTDIR]  (default deploy/)
-# Needs golang-go, golang-github-masterminds-sprig-dev and python3-yaml (scripts/install-deps.sh);
+# Needs Go (the machine's, /usr/local/go), golang-github-masterminds-sprig-dev and python3-yaml (scripts/install-deps.sh);
 # builds tests/chart/render.go from Debian's Go sources, no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."

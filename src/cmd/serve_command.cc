@@ -60,8 +60,9 @@ Kubernetes (with --kube; docs/operations.md):
                          (default 15m; 0 = never stale)
   --stale-topology-policy closed|open   stale: no new GPU pods there (closed, default), or
                          keep using the last topology (open)
-  --hami-node-lock BOOL  take HAMi's node lock (hami.io/mutex.lock) at bind; set true when
-                         HAMi's device plugin runs on the GPU nodes (default false)
+  --hami-node-lock auto|true|false   take HAMi's node lock (hami.io/mutex.lock) when a bind
+                         hands NVIDIA GPUs to HAMi's device plugin: auto (default) on nodes
+                         that carry HAMi's registration annotation, true on every node
 scheduling:
   --config FILE          scheduler config YAML (docs/configuration.md); default: every
                          built-in plugin with its default weight
@@ -179,10 +180,18 @@ int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) 
     else if (a == "--lease-namespace") f.kube.lease.lease_namespace = v;
     else if (a == "--lease-name") f.kube.lease.lease_name = v;
     else if (a == "--identity") f.kube.lease.identity = v;
-    else if (a == "--leader-elect" || a == "--hami-node-lock") {
+    else if (a == "--leader-elect") {
       auto b = ParseBool(a, v);
       if (!b.ok()) return fail(b.error());
-      (a == "--leader-elect" ? f.kube.leader_elect : f.kube.source.hami_node_lock) = *b;
+      f.kube.leader_elect = *b;
+    } else if (a == "--hami-node-lock") {
+      if (v == "auto") {
+        f.kube.source.hami_node_lock = kube::HamiNodeLockMode::kAuto;
+      } else {
+        auto b = ParseBool(a, v);
+        if (!b.ok()) return fail(Error("--hami-node-lock \"" + v + "\": expected auto, true or false"));
+        f.kube.source.hami_node_lock = *b ? kube::HamiNodeLockMode::kOn : kube::HamiNodeLockMode::kOff;
+      }
     } else if (a == "--stale-topology-policy") {
       if (v == "closed") f.kube.source.stale_policy = kube::StaleTopologyPolicy::kClosed;
       else if (v == "open") f.kube.source.stale_policy = kube::StaleTopologyPolicy::kOpen;
@@ -305,6 +314,7 @@ int RunServe(const std::vector<std::string>& args) {
     config = std::move(loaded).value();
   }
   flags.kube.source.pool_label = config.request.pool_label;
+  flags.kube.source.rdma_resources = config.request.rdma_resources;
   flags.kube.source.network = config.network;
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;

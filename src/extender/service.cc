@@ -4,6 +4,7 @@
 #include "toposched/extender/service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <mutex>
@@ -158,6 +159,14 @@ struct ExtenderService::Impl {
                              "Bind and Volcano allocate outcomes: bound, already_bound, unfit, conflict, "
                              "no_reservation, not_leader, binding_failed, error.",
                              {"outcome"})),
+        volcano_events(reg.AddCounter("toposched_volcano_events_total",
+                                      "Volcano session events with an outcome of their own: deallocate_kept (a bound "
+                                      "pod evicted in a session keeps its devices), deallocate_released (never bound).",
+                                      {"event"})),
+        volcano_missing_gauge(reg.AddGauge(
+            "toposched_volcano_allocate_missing",
+            "Whether Volcano passed tasks through predicate for a minute without one allocate call (1: Volcano "
+            "before v1.13 ignores allocateFuncVerb, its binds leave no device record).")),
         state_nodes(reg.AddGauge("toposched_state_nodes", "Nodes in the cluster state.")),
         state_pods(reg.AddGauge("toposched_state_pods", "Pods holding an allocation in the cluster state.")),
         cached_pods_gauge(reg.AddGauge("toposched_cached_pods",
@@ -309,8 +318,26 @@ struct ExtenderService::Impl {
     }
   }
 
+  // Volcano before v1.13 ignores extender.allocateFuncVerb: GPU tasks pass predicate here and are
+  // bound by Volcano with no allocate, so no device is recorded. Predicates that pass with no
+  // allocate for a minute say so (log once, gauge).
+  void NoteVolcanoPass() {
+    if (volcano_allocates.load(std::memory_order_relaxed) > 0) return;
+    const std::int64_t now = std::max<std::int64_t>(clock().time_since_epoch().count(), 1);  // 0 = none yet
+    std::int64_t first = 0;
+    if (volcano_first_pass.compare_exchange_strong(first, now, std::memory_order_relaxed)) return;
+    if (now - first < std::chrono::duration_cast<PodCache::TimePoint::duration>(std::chrono::minutes(1)).count()) return;
+    if (volcano_allocate_missing.exchange(true)) return;
+    volcano_missing_gauge.With({}).Set(1);
+    server::Log(LogLevel::kWarn, {"volcano/predicate", "", ""},
+                "Volcano passes GPU tasks through predicate but has not called allocate for a minute: Volcano "
+                "before v1.13 ignores extender.allocateFuncVerb, and its binds then leave toposched no record of "
+                "the devices (upgrade Volcano to v1.13 or newer; docs/install.md)");
+  }
+
   void RefreshGauges() {
     if (scrape_hook) scrape_hook();
+    if (volcano_allocates.load(std::memory_order_relaxed) > 0) volcano_missing_gauge.With({}).Set(0);
     const auto snap = store.snapshot();
     state_nodes.With({}).Set(static_cast<double>(snap->size()));
     state_pods.With({}).Set(static_cast<double>(store.pod_count()));
@@ -369,6 +396,11 @@ struct ExtenderService::Impl {
     entry->pod_name = request.pod_name;
     entry->resource_version = std::string(rv);
     entry->interested = Interested(request);
+    for (const std::string& warning : request.warnings) {
+      server::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
+                  warning);
+      if (hooks != nullptr) hooks->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
+    }
     entry->request = std::move(request);
     return pods.Put(std::move(entry), now);
   }
@@ -871,6 +903,7 @@ struct ExtenderService::Impl {
     std::optional<framework::CycleState> cycle;
     const auto v = Evaluate(e, cycle, *rec, /*scores=*/false, snap);
     if (v->passes()) {
+      NoteVolcanoPass();
       WriteVolcanoPredicateResult(resp.body, "", 0);
       return;
     }
@@ -911,10 +944,22 @@ struct ExtenderService::Impl {
     WriteVolcanoPrioritizeResult(resp.body, scores, "");
   }
 
+  // Volcano's allocate and deallocate are session events, not binds (volcano-sh/volcano
+  // pkg/scheduler/framework/statement.go): allocate comes when a statement allocates or pipelines
+  // a task and when Discard un-evicts one; deallocate when a task is un-pipelined or allocated
+  // back, and when a statement evicts a running one. So (docs/extender.md, "Volcano sessions"):
+  //   allocate   a pod with no allocation: decided and made durable now (annotations, HAMi lock),
+  //              before Volcano's Binding, which follows the statement's commit; a pod already
+  //              allocated on that node (un-evicted, re-allocated in a later session): unchanged;
+  //              allocated on another node but never bound there: moved.
+  //   deallocate a pod the API server shows bound (running, evicted by a session): nothing
+  //              changes, its devices are freed when the pod is gone; a pod never bound: released
+  //              and its annotations removed. When that cannot be confirmed, nothing is freed.
   void VolcanoAllocate(std::string_view body, HttpResponse& resp) {
     Result<VolcanoEventArgs> args = Reader().ReadVolcanoEvent(body);
     if (!args.ok()) return BadRequest(resp, Verb::kVAllocate, args.error());
     const VolcanoTaskView& task = args->task;
+    volcano_allocates.fetch_add(1, std::memory_order_relaxed);
     if (std::string error; RefuseUnlessLeader(error)) {
       binds.With({"not_leader"}).Inc();
       WriteVolcanoEventResult(resp.body, error);
@@ -930,6 +975,15 @@ struct ExtenderService::Impl {
       WriteVolcanoEventResult(resp.body, entry.error().message());
       return;
     }
+    if (auto existing = store.FindPod(task.uid); existing && existing->node != task.node_name &&
+                                                 hooks != nullptr && hooks->MayRebind(*existing)) {
+      // Allocated in an earlier session on another node, never bound there: it moves.
+      if (auto released = store.Release(task.uid); !released.ok()) {
+        binds.With({"error"}).Inc();
+        WriteVolcanoEventResult(resp.body, released.error().message());
+        return;
+      }
+    }
     const BindOutcome out = Commit(*entry, task.node_name, "volcano/allocate");
     binds.With({out.outcome}).Inc();
     WriteVolcanoEventResult(resp.body, out.error);
@@ -942,13 +996,29 @@ struct ExtenderService::Impl {
       WriteVolcanoEventResult(resp.body, error);
       return;
     }
-    Result<std::optional<state::PodAllocation>> released = store.Release(args->task.uid);
+    const std::string uid(args->task.uid);
+    const std::optional<state::PodAllocation> existing = store.FindPod(uid);
+    if (!existing) {
+      WriteVolcanoEventResult(resp.body, "");
+      return;
+    }
+    if (existing->foreign || !existing->hold.empty() || (hooks != nullptr && !hooks->MayRebind(*existing))) {
+      // Running (a session evicts it; if the statement is discarded it keeps running), or not
+      // provably unbound: its devices stay until the pod is gone.
+      volcano_events.With({"deallocate_kept"}).Inc();
+      server::Log(LogLevel::kInfo, {"volcano/deallocate", uid, existing->node},
+                  "the pod is bound (or cannot be shown unbound): its devices stay until it is gone");
+      WriteVolcanoEventResult(resp.body, "");
+      return;
+    }
+    Result<std::optional<state::PodAllocation>> released = store.Release(uid);
     if (!released.ok()) {
       WriteVolcanoEventResult(resp.body, released.error().message());
       return;
     }
     if (released->has_value()) {
-      server::Log(LogLevel::kInfo, {"volcano/deallocate", args->task.uid, (*released)->node}, "released");
+      volcano_events.With({"deallocate_released"}).Inc();
+      server::Log(LogLevel::kInfo, {"volcano/deallocate", uid, (*released)->node}, "released (never bound)");
     }
     WriteVolcanoEventResult(resp.body, "");
   }
@@ -1002,6 +1072,11 @@ struct ExtenderService::Impl {
   server::Family<server::Counter>& placements;
   server::Family<server::Counter>& reservations;
   server::Family<server::Counter>& binds;
+  server::Family<server::Counter>& volcano_events;
+  server::Family<server::Gauge>& volcano_missing_gauge;
+  std::atomic<std::uint64_t> volcano_allocates{0};
+  std::atomic<std::int64_t> volcano_first_pass{0};  // clock ticks of the first passing predicate
+  std::atomic<bool> volcano_allocate_missing{false};
   server::Family<server::Gauge>& state_nodes;
   server::Family<server::Gauge>& state_pods;
   server::Family<server::Gauge>& cached_pods_gauge;

@@ -623,3 +623,42 @@ TEST(ExtenderConcurrency, ConcurrentBindsNeverOversubscribe) {
 
 }  // namespace
 }  // namespace toposched::extender
+
+namespace toposched::extender {
+namespace {
+
+// Issue 15 (3): Volcano before v1.13 ignores allocateFuncVerb. Tasks that pass predicate for a
+// minute with no allocate call are reported (gauge and a log line); one allocate clears it.
+TEST(ExtenderVolcano, PredicatesWithoutAllocateForAMinuteSayVolcanoIsTooOld) {
+  auto registry = plugins::BuiltinRegistry();
+  const framework::Framework fw = framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
+  state::ClusterStore store(nullptr, StoreOptionsFor(fw.config()));
+  ASSERT_TRUE(store.UpsertNode({"hgx-a", Preset("hgx-h100-8gpu"), {}, true}).ok());
+  store.SetSynced(true);
+  server::Registry metrics;
+  auto now = std::chrono::steady_clock::time_point(std::chrono::hours(1));
+  ExtenderService service(fw, store, metrics, {}, [&] { return now; });
+  auto call = [&](const std::string& target, const std::string& body) {
+    server::HttpRequest rq{target == "/metrics" ? "GET" : "POST", target, "application/json", body, "test"};
+    server::HttpResponse rs;
+    service.Handle(rq, rs);
+    return rs.body;
+  };
+  const std::string predicate =
+      json{{"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1})},
+           {"node", testing::MakeVolcanoNode("hgx-a")}}
+          .dump();
+  auto missing = [&] { return call("/metrics", "").find("\ntoposched_volcano_allocate_missing 1\n") != std::string::npos; };
+  call("/volcano/predicate", predicate);
+  now += std::chrono::seconds(30);
+  call("/volcano/predicate", predicate);
+  EXPECT_FALSE(missing()) << "within a session's minute allocate may still come";
+  now += std::chrono::seconds(31);
+  call("/volcano/predicate", predicate);
+  EXPECT_TRUE(missing());
+  call("/volcano/allocate", json{{"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1}, "hgx-a")}}.dump());
+  EXPECT_FALSE(missing());
+}
+
+}  // namespace
+}  // namespace toposched::extender

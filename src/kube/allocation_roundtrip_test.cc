@@ -155,7 +155,7 @@ TEST(AllocationRoundTrip, EveryDeviceSetOnEverySharedTopology) {
 
 // The same on the synthetic presets (shapes the simulator and the docs use).
 TEST(AllocationRoundTrip, SyntheticPresets) {
-  for (const std::string& name : {"hgx-h100-8gpu", "inference-4gpu"}) {
+  for (const char* name : {"hgx-h100-8gpu", "inference-4gpu"}) {
     SCOPED_TRACE(name);
     Result<SyntheticSpec> spec = SyntheticPreset(name);
     ASSERT_TRUE(spec.ok());

@@ -126,6 +126,9 @@ struct KubeSource::Impl {
             "another pod holds): their nodes take no new device placements until each is deleted or fixed.")),
         held_nodes_gauge(reg.AddGauge("toposched_kube_held_nodes",
                                       "Nodes kept out of new device placements by a held allocation.")),
+        foreign_gauge(reg.AddGauge(
+            "toposched_kube_foreign_pods",
+            "Bound pods of other schedulers that hold GPUs or RDMA NICs on toposched's nodes, counted by rule.")),
         stale_gauge(reg.AddGauge("toposched_kube_stale_topologies",
                                  "NodeTopology objects whose agent heartbeat is older than the stale age.")),
         informer_lists(reg.AddGauge("toposched_kube_informer_lists",
@@ -151,6 +154,7 @@ struct KubeSource::Impl {
   server::Family<server::Histogram>& bind_to_ready;
   server::Family<server::Gauge>& held_pods_gauge;
   server::Family<server::Gauge>& held_nodes_gauge;
+  server::Family<server::Gauge>& foreign_gauge;
   server::Family<server::Gauge>& stale_gauge;
   server::Family<server::Gauge>& informer_lists;
   server::Family<server::Gauge>& informer_gone;
@@ -181,6 +185,12 @@ struct KubeSource::Impl {
   };
   std::unordered_map<std::string, PodState> pods;  // every pod the informer knows, by UID
   std::map<std::string, PodView, std::less<>> pending;  // annotated pods whose node is not known yet
+  // A core/v1 Event to write on a pod (PostEvents).
+  struct PodEvent {
+    std::string pod_namespace, pod_name, uid, node;
+    std::string reason, message;
+    std::string type = "Normal";
+  };
   // Pods whose allocation could not be read back, held in the store (ClusterStore::Hold) until
   // they are deleted or their record becomes readable (retried when the pod or its node changes).
   struct HeldPod {
@@ -189,7 +199,37 @@ struct KubeSource::Impl {
     bool reported = false;  // the AllocationUnreadable event was written
   };
   std::map<std::string, HeldPod, std::less<>> held;
+  std::set<std::string, std::less<>> foreign;  // UIDs of counted pods of other schedulers
+  // Warning events the extender asked for (BindHooks::PodWarning), written by the periodic loop
+  // so that no filter call waits on the API server; each (pod, message) once.
+  std::mutex warn_mu;
+  std::vector<PodEvent> queued_events;
+  std::set<std::string> warned;  // uid + '\n' + message; cleared when it grows past 10,000
   std::atomic<bool> pods_applied{false};
+
+  // Nodes whose Node carries HAMi's registration annotation (its device plugin runs there), for
+  // the node lock in binds (which run under a store node lock, so they cannot take mu).
+  mutable std::mutex hami_mu;
+  std::set<std::string, std::less<>> hami_nodes;
+
+  // Whether a bind of `allocation` takes HAMi's node lock (KubeSourceOptions::hami_node_lock):
+  // only when it writes HAMi's device records (every GPU has a UUID) for NVIDIA GPUs, which
+  // HAMi's device plugin then allocates and unlocks.
+  bool LocksFor(const state::PodAllocation& allocation, const NodeTopology& t, const AllocationAnnotations& a) const {
+    if (options.hami_node_lock == HamiNodeLockMode::kOff || a.hami_devices.empty()) return false;
+    auto nvidia = [&](int g) {
+      return g >= 0 && g < static_cast<int>(t.gpus.size()) && t.gpus[static_cast<std::size_t>(g)].vendor == GpuVendor::kNvidia;
+    };
+    for (int g : allocation.delta.exclusive_gpus) {
+      if (!nvidia(g)) return false;
+    }
+    for (const auto& [g, usage] : allocation.delta.shares) {
+      if (!nvidia(g)) return false;
+    }
+    if (options.hami_node_lock == HamiNodeLockMode::kOn) return true;
+    std::lock_guard lock(hami_mu);
+    return hami_nodes.contains(allocation.node);
+  }
 
   // ---- binds made by this replica (guarded by bind_mu, never held across API calls) ----
   std::mutex bind_mu;
@@ -213,6 +253,14 @@ struct KubeSource::Impl {
   // node), unless nothing it depends on changed. mu held.
   void RefreshNode(const std::string& name) {
     const auto node_it = nodes.find(name);
+    {
+      std::lock_guard lock(hami_mu);
+      if (node_it == nodes.end() || node_it->second.hami_register.empty()) {
+        hami_nodes.erase(name);
+      } else {
+        hami_nodes.insert(name);
+      }
+    }
     if (node_it == nodes.end()) {
       applied_inputs.erase(name);
       if (store.snapshot()->Find(name) != nullptr) {
@@ -397,12 +445,6 @@ struct KubeSource::Impl {
   // ---------------------------------------------------------------------------------------
   // Pods.
 
-  // A core/v1 Event to write on a pod (PostEvents).
-  struct PodEvent {
-    std::string pod_namespace, pod_name, uid, node;
-    std::string reason, message;
-    std::string type = "Normal";
-  };
 
   // Applies one pod's current state. mu held. Appends a Ready event to `events` when the pod
   // just became Ready after a bind whose time is known.
@@ -444,7 +486,10 @@ struct KubeSource::Impl {
     const auto hami_it = pod.annotations.find(std::string(kHamiDevicesAllocated));
     const bool ours = ours_it != pod.annotations.end();
     const bool hami = hami_it != pod.annotations.end();
-    if (!ours && !hami) return;
+    if (!ours && !hami) {
+      RestoreForeign(pod);
+      return;
+    }
     const std::string node = AllocationNode(pod);
     if (node.empty()) return;
     const auto was_held = held.find(pod.uid);
@@ -489,9 +534,7 @@ struct KubeSource::Impl {
     }
     allocation.delta = std::move(delta).value();
     if (const auto role = pod.labels.find(std::string(kRoleLabel)); role != pod.labels.end()) {
-      for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
-        if (role->second == ToString(r)) allocation.role = r;
-      }
+      allocation.role = ParseLlmdRole(role->second).value_or(PodRole::kNone);
     }
     if (const auto pool = pod.labels.find(options.pool_label); pool != pod.labels.end()) allocation.pool = pool->second;
     if (const auto ipc = pod.annotations.find(std::string(kKvIpcAnnotation)); ipc != pod.annotations.end()) {
@@ -516,6 +559,92 @@ struct KubeSource::Impl {
       held.erase(was_held);
       UpdateHeldGauges();
     }
+  }
+
+  // A bound pod that another scheduler placed (no record of ours or HAMi's) holds the devices it
+  // asked for; which ones the kubelet gave it is not known. Rule (docs/operations.md): it is
+  // counted on the last free GPUs of its vendor and the last free RDMA NICs in PCI order, so
+  // capacity is exact and aligned groups at the front stay whole; when the node does not have that
+  // many free in toposched's state, the pod is held (the state is wrong somewhere). mu held.
+  void RestoreForeign(const PodView& pod) {
+    if (pod.node_name.empty()) return;
+    int nvidia = 0, amd = 0, rdma = 0;
+    for (const auto& [name, count] : pod.extended_resources) {
+      const int n = static_cast<int>(std::min<std::int64_t>(count, 1 << 16));
+      if (name == "nvidia.com/gpu") {
+        nvidia += n;
+      } else if (name == "amd.com/gpu") {
+        amd += n;
+      } else if (IsRdmaResource(name)) {
+        rdma += n;
+      }
+    }
+    if (nvidia + amd + rdma == 0) return;
+    if (std::optional<state::PodAllocation> existing = store.FindPod(pod.uid)) {
+      if (existing->node == pod.node_name) {
+        pending.erase(pod.uid);
+        return;
+      }
+      (void)store.Release(pod.uid, /*persist=*/false);
+    }
+    for (int attempt = 0; attempt < 3; ++attempt) {  // a bind may take a device in between
+      const auto snapshot = store.snapshot();
+      const state::NodeRecord* record = snapshot->Find(pod.node_name);
+      if (record == nullptr || record->topology == nullptr) {
+        pending[pod.uid] = pod;  // not a node toposched manages (yet)
+        return;
+      }
+      pending.erase(pod.uid);
+      const NodeTopology& t = *record->topology;
+      state::PodAllocation allocation;
+      allocation.uid = pod.uid;
+      allocation.pod_namespace = pod.pod_namespace;
+      allocation.pod_name = pod.pod_name;
+      allocation.node = pod.node_name;
+      allocation.foreign = true;
+      allocation.topology_generation = record->topology_generation;
+      int want_nvidia = nvidia, want_amd = amd, want_rdma = rdma;
+      for (int g = static_cast<int>(t.gpus.size()) - 1; g >= 0; --g) {
+        if (!framework::GpuFree(record->allocated, g)) continue;
+        int& want = t.gpus[static_cast<std::size_t>(g)].vendor == GpuVendor::kAmd ? want_amd : want_nvidia;
+        if (want > 0) {
+          --want;
+          allocation.delta.exclusive_gpus.insert(allocation.delta.exclusive_gpus.begin(), g);
+        }
+      }
+      for (int n = static_cast<int>(t.nics.size()) - 1; n >= 0 && want_rdma > 0; --n) {
+        if (!t.nics[static_cast<std::size_t>(n)].rdma || framework::NicUsed(record->allocated, n)) continue;
+        --want_rdma;
+        allocation.delta.nics.insert(allocation.delta.nics.begin(), n);
+      }
+      if (want_nvidia + want_amd + want_rdma > 0) {
+        restore_errors.With({}).Inc();
+        HoldPod(pod, std::move(allocation),
+                "pod placed by another scheduler asks " + std::to_string(nvidia + amd) + " GPUs and " +
+                    std::to_string(rdma) + " RDMA NICs, more than toposched's state has free on node " +
+                    pod.node_name);
+        return;
+      }
+      if (store.Restore(allocation).ok()) {
+        foreign.insert(pod.uid);
+        foreign_gauge.With({}).Set(static_cast<double>(foreign.size()));
+        server::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), pod.node_name},
+                    "pod of another scheduler counted: " + std::to_string(nvidia + amd) + " GPUs, " +
+                        std::to_string(rdma) + " RDMA NICs (which ones the kubelet chose is not known)");
+        return;
+      }
+    }
+    HoldPod(pod, state::PodAllocation{.uid = pod.uid, .pod_namespace = pod.pod_namespace,
+                                      .pod_name = pod.pod_name, .node = pod.node_name},
+            "pod placed by another scheduler could not be counted on node " + pod.node_name);
+  }
+
+  bool IsRdmaResource(const std::string& name) const {
+    for (const std::string& r : options.rdma_resources) {
+      const bool prefix = !r.empty() && r.back() == '/';
+      if (prefix ? name.starts_with(r) : name == r) return true;
+    }
+    return false;
   }
 
   // Holds `allocation`'s named devices and its node (fail closed); logs once per reason. mu held.
@@ -548,6 +677,16 @@ struct KubeSource::Impl {
     for (const auto& [uid, h] : held) nodes.insert(h.node);
     held_pods_gauge.With({}).Set(static_cast<double>(held.size()));
     held_nodes_gauge.With({}).Set(static_cast<double>(nodes.size()));
+  }
+
+  void PostQueuedEvents() {
+    if (!MayChangeState()) return;
+    std::vector<PodEvent> events;
+    {
+      std::lock_guard lock(warn_mu);
+      events.swap(queued_events);
+    }
+    PostEvents(events);
   }
 
   // A Warning event on each held pod not yet told, written by the replica that may change state
@@ -583,6 +722,7 @@ struct KubeSource::Impl {
   // A pod that is gone or finished gives its devices back (nothing to undo in the API).
   void ReleaseGone(const std::string& uid, std::string_view why) {
     if (held.erase(uid) > 0) UpdateHeldGauges();
+    if (foreign.erase(uid) > 0) foreign_gauge.With({}).Set(static_cast<double>(foreign.size()));
     Result<std::optional<state::PodAllocation>> released = store.Release(uid, /*persist=*/false);
     if (released.ok() && released->has_value()) {
       const state::PodAllocation& a = **released;
@@ -893,8 +1033,10 @@ struct KubeSource::Impl {
     pd::NodeLabels labels;
     const std::shared_ptr<const state::Snapshot> snapshot = store.snapshot();
     for (const auto& record : snapshot->nodes()) labels[record->name] = record->labels;
+    std::vector<std::string> warnings;
     Result<std::map<std::string, pd::Location>> resolved =
-        pd::ResolveHyperNodes(options.network, list.dump(), labels);
+        pd::ResolveHyperNodes(options.network, list.dump(), labels, &warnings);
+    for (const std::string& w : warnings) server::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""}, w);
     if (!resolved.ok()) {
       server::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""},
                   "HyperNodes not applied, node positions unchanged: " + resolved.error().message());
@@ -1004,6 +1146,7 @@ void KubeSource::Start() {
       lock.unlock();
       d.CheckStale();
       d.PostHoldEvents();  // events a replica could not write before it synced or led
+      d.PostQueuedEvents();
     }
   });
   if (d.leader != nullptr) {
@@ -1091,14 +1234,15 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
     annotations[std::string(kHamiBindPhase)] = "allocating";
     annotations[std::string(kHamiBindTime)] = unix_seconds;
   }
-  if (d.options.hami_node_lock) {
+  const bool lock = d.LocksFor(allocation, *node.topology, a);
+  if (lock) {
     if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
   }
   Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
                                      json{{"metadata", {{"annotations", annotations}}}});
   if (!patched.ok()) {
     d.annotation_writes.With({"error"}).Inc();
-    if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    if (lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
     return patched.error().WithContext("cannot write the allocation annotations");
   }
   if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
@@ -1110,7 +1254,7 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
                               for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
                               return undo;
                             }()}}}});
-    if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    if (lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
     return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
                  StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
   }
@@ -1134,8 +1278,24 @@ Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
     return patched.error().WithContext("cannot remove the allocation annotations");
   }
   d.annotation_writes.With({"undo"}).Inc();
-  if (d.options.hami_node_lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+  // Unlocking is idempotent and only removes a lock this pod holds: no need to know whether
+  // the bind took one.
+  if (d.options.hami_node_lock != HamiNodeLockMode::kOff) {
+    d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+  }
   return Status::Ok();
+}
+
+void KubeSource::PodWarning(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
+                            std::string_view reason, std::string_view message) {
+  Impl& d = *impl_;
+  if (pod_name.empty()) return;  // a Volcano task without a Pod: nothing to attach it to
+  std::lock_guard lock(d.warn_mu);
+  if (d.warned.size() > 10'000) d.warned.clear();
+  if (!d.warned.insert(std::string(pod_uid) + '\n' + std::string(message)).second) return;
+  if (d.queued_events.size() >= 1'000) return;  // the API server is not keeping up: the log has it
+  d.queued_events.push_back({std::string(pod_namespace), std::string(pod_name), std::string(pod_uid), "",
+                             std::string(reason), std::string(message), "Warning"});
 }
 
 bool KubeSource::MayChangeState() const { return impl_->MayChangeState(); }

@@ -1001,6 +1001,47 @@ bool KeptPodAnnotation(const std::string& key) {
   return key.starts_with("toposched.io/") || key.starts_with("hami.io/");
 }
 
+// The kubelet's effective count of each extended resource (names with a '/'): max(sum over
+// app containers, max over init containers), from limits (extended resources must have limits;
+// requests equal them) else requests. A value that is not a plain integer is skipped: it is not
+// a device count, and a pod is never refused for it here.
+void ReadExtendedResources(const json& spec, std::map<std::string, std::int64_t>* out) {
+  std::map<std::string, std::int64_t> app, init;
+  auto read = [](const json& containers, bool is_init, std::map<std::string, std::int64_t>& into) {
+    if (!containers.is_array()) return;
+    for (const json& c : containers) {
+      if (!c.is_object()) continue;
+      const auto resources = c.find("resources");
+      if (resources == c.end() || !resources->is_object()) continue;
+      const json* amounts = nullptr;
+      for (const char* key : {"limits", "requests"}) {
+        const auto it = resources->find(key);
+        if (it != resources->end() && it->is_object() && !it->empty()) {
+          amounts = &*it;
+          break;
+        }
+      }
+      if (amounts == nullptr) continue;
+      for (const auto& [name, value] : amounts->items()) {
+        if (name.find('/') == std::string::npos || name.size() > 253) continue;
+        std::int64_t n = -1;
+        if (value.is_number_integer()) {
+          n = value.get<std::int64_t>();
+        } else if (value.is_string()) {
+          n = ParseInt<std::int64_t>(value.get_ref<const std::string&>()).value_or(-1);
+        }
+        if (n <= 0 || n > (1 << 20)) continue;
+        std::int64_t& slot = into[name];
+        slot = is_init ? std::max(slot, n) : slot + n;
+      }
+    }
+  };
+  if (const auto it = spec.find("containers"); it != spec.end()) read(*it, false, app);
+  if (const auto it = spec.find("initContainers"); it != spec.end()) read(*it, true, init);
+  *out = std::move(app);
+  for (const auto& [name, n] : init) (*out)[name] = std::max((*out)[name], n);
+}
+
 Status ReadPodImpl(const json& pod, PodView* v) {
   if (!pod.is_object()) return Expected("top level", "an object", pod);
   Result<const json*> meta = ReadObject(pod, "metadata", "", Presence::kRequired);
@@ -1024,8 +1065,10 @@ Status ReadPodImpl(const json& pod, PodView* v) {
 
   Result<const json*> spec = ReadObject(pod, "spec", "", Presence::kOptional);
   if (!spec.ok()) return spec.error();
-  if (*spec != nullptr)
+  if (*spec != nullptr) {
     TOPOSCHED_RETURN_IF_ERROR(ReadString(**spec, "nodeName", "spec", Presence::kOptional, &v->node_name));
+    ReadExtendedResources(**spec, &v->extended_resources);
+  }
 
   Result<const json*> status = ReadObject(pod, "status", "", Presence::kOptional);
   if (!status.ok()) return status.error();

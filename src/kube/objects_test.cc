@@ -869,6 +869,27 @@ TEST(ReadPod, FieldsTable) {
   }
 }
 
+// What a bound pod holds as the kubelet counts it: max(sum of app containers, largest init).
+TEST(ReadPod, ExtendedResourcesAsTheKubeletCountsThem) {
+  const json pod = json::parse(R"({
+    "metadata": {"name": "p", "uid": "u"},
+    "spec": {
+      "nodeName": "n1",
+      "initContainers": [
+        {"name": "i1", "resources": {"limits": {"nvidia.com/gpu": "3"}}},
+        {"name": "i2", "resources": {"requests": {"rdma/ib": "1"}}}],
+      "containers": [
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1", "rdma/ib": 2, "cpu": "4", "memory": "1Gi"}}},
+        {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1", "example.com/weird": "1500m"},
+                                    "requests": {"nvidia.com/gpu": "9"}}},
+        {"name": "c"}]}})");
+  Result<PodView> v = ReadPod(pod);
+  ASSERT_TRUE(v.ok()) << v.error().message();
+  // GPUs: app 1 + 1 = 2 < init 3 -> 3; rdma: app 2 > init 1 -> 2; limits win over requests;
+  // native resources and non-integer quantities are not device counts.
+  EXPECT_EQ(v->extended_resources, (std::map<std::string, std::int64_t>{{"nvidia.com/gpu", 3}, {"rdma/ib", 2}}));
+}
+
 TEST(ReadPod, ErrorsTable) {
   struct Case {
     std::string name;

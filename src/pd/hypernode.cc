@@ -13,8 +13,10 @@
 //   - HyperNode members are named by exactMatch only ("HyperNode member does not support regex
 //     match"); labelMatch applies to Node members only;
 //   - a HyperNode member naming a HyperNode that does not exist is skipped (it may not be created yet).
-// Where Volcano logs and goes on (a bad regex, a selector it cannot use) we return an error: the
-// caller decides whether to run without HyperNodes, and says so, rather than silently drop a domain.
+// Where Volcano logs and goes on (a bad regex, a selector it cannot use) we skip that member too
+// and say so in `warnings`: one bad member must not take every other domain with it. Patterns are
+// Go regexp (RE2) syntax, compiled with RE2 ((?i), \pL, \z work as in Volcano). spec.tier is
+// omitempty: absent means 0.
 //
 // A node held by two HyperNodes of one tier (Volcano's webhook does not forbid overlapping
 // selectors) gets the one whose name sorts first, so the answer does not depend on list order.
@@ -22,11 +24,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <regex>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <re2/re2.h>
 
 #include "../common/json_errors.h"
 #include "toposched/pd/network.h"
@@ -41,7 +45,7 @@ using json_errors::Quote;
 // kubectl's output carries managedFields and status; real HyperNodes nest about 8 deep.
 constexpr int kMaxNestingDepth = 64;
 constexpr std::size_t kMaxJsonValues = std::size_t{1} << 21;
-// std::regex compiles and matches recursively; a node-name pattern is short.
+// A node-name pattern is short; RE2 bounds its own memory too.
 constexpr std::size_t kMaxPatternLength = 1024;
 
 struct LabelRequirement {
@@ -53,7 +57,7 @@ struct LabelRequirement {
 struct NodeSelector {
   enum class Kind { kExact, kRegex, kLabels } kind = Kind::kExact;
   std::string name;                                 // kExact
-  std::regex regex;                                 // kRegex
+  std::shared_ptr<const re2::RE2> regex;            // kRegex
   std::map<std::string, std::string> match_labels;  // kLabels
   std::vector<LabelRequirement> expressions;        // kLabels
 };
@@ -170,11 +174,13 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
       return Error(ppath + ": " + std::to_string(pattern->size()) + " characters is over the limit of " +
                    std::to_string(kMaxPatternLength));
     }
-    try {
-      ns.regex = std::regex(*pattern, std::regex::ECMAScript | std::regex::optimize);
-    } catch (const std::regex_error& e) {
-      return Error(ppath + ": " + Quote(*pattern) + " is not a valid regular expression (" + e.what() + ")");
+    re2::RE2::Options options;
+    options.set_log_errors(false);
+    auto regex = std::make_shared<const re2::RE2>(*pattern, options);
+    if (!regex->ok()) {
+      return Error(ppath + ": " + Quote(*pattern) + " is not a valid regular expression (" + regex->error() + ")");
     }
+    ns.regex = std::move(regex);
     ns.kind = NodeSelector::Kind::kRegex;
   } else {
     ns.kind = NodeSelector::Kind::kLabels;
@@ -184,7 +190,7 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
   return Status::Ok();
 }
 
-Result<HyperNode> ParseHyperNode(const json& item, const std::string& path) {
+Result<HyperNode> ParseHyperNode(const json& item, const std::string& path, std::vector<std::string>* warnings) {
   if (!item.is_object()) return Expected(path, "a HyperNode object", item);
   if (const auto it = item.find("kind"); it != item.end() && *it != "HyperNode") {
     return Expected(path + ".kind", "\"HyperNode\"", *it);
@@ -206,9 +212,11 @@ Result<HyperNode> ParseHyperNode(const json& item, const std::string& path) {
     return Expected(where + ": spec", "an object {tier, members}", spec_it == item.end() ? json() : *spec_it);
   }
   const json& spec = *spec_it;
-  const json tier = spec.value("tier", json());
+  const json tier = spec.value("tier", json(0));  // omitempty: absent is 0
   constexpr int kMaxTier = 1000;
-  if (tier.is_number_integer() && tier.get<std::int64_t>() >= 0 && tier.get<std::int64_t>() <= kMaxTier) {
+  if (tier.is_null()) {
+    hn.tier = 0;
+  } else if (tier.is_number_integer() && tier.get<std::int64_t>() >= 0 && tier.get<std::int64_t>() <= kMaxTier) {
     hn.tier = tier.get<int>();
   } else if (tier.is_string() && !tier.get_ref<const std::string&>().empty() &&
              tier.get_ref<const std::string&>().size() <= 4 &&
@@ -221,7 +229,9 @@ Result<HyperNode> ParseHyperNode(const json& item, const std::string& path) {
   if (!members.is_array()) return Expected(where + ": spec.members", "an array", members);
   for (std::size_t j = 0; j < members.size(); ++j) {
     if (Status s = ParseMember(members[j], "spec.members[" + std::to_string(j) + "]", hn); !s.ok()) {
-      return s.error().WithContext(where);
+      if (warnings != nullptr) {
+        warnings->push_back(where + ": " + s.error().message() + " (member skipped, as Volcano does)");
+      }
     }
   }
   return hn;
@@ -233,7 +243,7 @@ bool Matches(const NodeSelector& s, const std::string& node,
     case NodeSelector::Kind::kExact:
       return node == s.name;
     case NodeSelector::Kind::kRegex:
-      return std::regex_search(node, s.regex);
+      return re2::RE2::PartialMatch(node, *s.regex);  // Go's MatchString: unanchored
     case NodeSelector::Kind::kLabels: {
       // As in Volcano, an empty selector selects nothing (a LabelSelector would select everything).
       if (s.match_labels.empty() && s.expressions.empty()) return false;
@@ -321,8 +331,8 @@ class Resolver {
 }  // namespace
 
 Result<std::map<std::string, Location>> ResolveHyperNodes(const NetworkConfig& config,
-                                                          std::string_view list_json,
-                                                          const NodeLabels& nodes) {
+                                                          std::string_view list_json, const NodeLabels& nodes,
+                                                          std::vector<std::string>* warnings) {
   const auto fail = [](const std::string& msg) { return Error("hyperNodes: " + msg); };
   if (list_json.size() > kMaxHyperNodeJsonBytes) {
     return fail(std::to_string(list_json.size()) + " bytes is over the limit of " +
@@ -361,7 +371,7 @@ Result<std::map<std::string, Location>> ResolveHyperNodes(const NetworkConfig& c
 
   std::map<std::string, HyperNode> hyper_nodes;  // by name: the tie-break order
   for (std::size_t i = 0; i < items->size(); ++i) {
-    Result<HyperNode> hn = ParseHyperNode((*items)[i], items_path + "[" + std::to_string(i) + "]");
+    Result<HyperNode> hn = ParseHyperNode((*items)[i], items_path + "[" + std::to_string(i) + "]", warnings);
     if (!hn.ok()) return fail(hn.error().message());
     const std::string name = hn->name;
     if (!hyper_nodes.emplace(name, std::move(*hn)).second) {

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -187,23 +188,6 @@ TEST(HyperNodeTest, EmptyListFromTheApiServer) {
 }
 
 TEST(HyperNodeTest, Errors) {
-  json no_selector = Hn("leaf-a", 1, {{{"type", "Node"}}});
-  json two_selectors =
-      Hn("leaf-a", 1,
-         {{{"type", "Node"},
-           {"selector", {{"exactMatch", {{"name", "n1"}}}, {"regexMatch", {{"pattern", "n"}}}}}}});
-  json no_tier = Hn("leaf-a", 1, {});
-  no_tier["spec"].erase("tier");
-  json bad_op =
-      Hn("leaf-a", 1,
-         {{{"type", "Node"},
-           {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "Gt"}}}}}}}}}});
-  json in_without_values =
-      Hn("leaf-a", 1,
-         {{{"type", "Node"},
-           {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "In"}}}}}}}}}});
-  json misspelt_label_key = Hn("leaf-a", 1, {Labels({{"rack", "r3"}})});
-  misspelt_label_key["spec"]["members"][0]["selector"]["labelMatch"] = {{"matchLabelz", {{"rack", "r3"}}}};
   struct Case {
     const char* name;
     std::string input;
@@ -224,36 +208,6 @@ TEST(HyperNodeTest, Errors) {
        "hyperNodes: items[0].metadata.name: expected a non-empty string, got null"},
       {"no spec", List({json{{"metadata", {{"name", "x"}}}}}),
        "hyperNodes: HyperNode \"x\": spec: expected an object {tier, members}, got null"},
-      {"no tier", List({no_tier}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.tier: expected an integer 0..1000, got null"},
-      {"negative tier", List({Hn("leaf-a", -1, {})}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.tier: expected an integer 0..1000, got -1"},
-      {"fractional tier", List({Hn("leaf-a", 1.5, {})}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.tier: expected an integer 0..1000, got 1.5"},
-      {"member without selector", List({no_selector}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0]: a member needs a selector"},
-      {"two selectors", List({two_selectors}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0].selector: needs exactly one of exactMatch, "
-       "regexMatch, labelMatch (got 2)"},
-      {"bad member type", List({Hn("leaf-a", 1, {Exact("Pod", "p")})}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0].type: \"Pod\" is not Node or HyperNode"},
-      {"empty exact name", List({Hn("leaf-a", 1, {Exact("Node", "")})}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0].selector.exactMatch.name: expected a non-empty "
-       "string, got \"\""},
-      {"HyperNode member by regex",
-       List({Hn("spine", 2,
-                {{{"type", "HyperNode"}, {"selector", {{"regexMatch", {{"pattern", "leaf-.*"}}}}}}})}),
-       "hyperNodes: HyperNode \"spine\": spec.members[0].selector.regexMatch: a HyperNode member is "
-       "selected by exactMatch only"},
-      {"bad label operator", List({bad_op}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0].selector.labelMatch.matchExpressions[0].operator: "
-       "\"Gt\" is not In, NotIn, Exists or DoesNotExist"},
-      {"In without values", List({in_without_values}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0].selector.labelMatch.matchExpressions[0].values: "
-       "In needs values"},
-      {"unknown labelMatch key", List({misspelt_label_key}),
-       "hyperNodes: HyperNode \"leaf-a\": spec.members[0].selector.labelMatch.matchLabelz: unknown key "
-       "(known: matchLabels, matchExpressions)"},
       {"listed twice", List({Hn("leaf-a", 1, {}), Hn("leaf-a", 2, {})}),
        "hyperNodes: HyperNode \"leaf-a\" is listed twice"},
       {"cycle",
@@ -275,16 +229,93 @@ TEST(HyperNodeTest, Errors) {
   }
 }
 
-TEST(HyperNodeTest, BadRegexIsAnError) {
-  Result<std::map<std::string, Location>> got =
-      ResolveHyperNodes(ThreeTiers(), List({Hn("leaf-a", 1, {Regex("n[")})}), kNodes);
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(
-      got.error().message().rfind("hyperNodes: HyperNode \"leaf-a\": spec.members[0].selector.regexMatch."
-                                  "pattern: \"n[\" is not a valid regular expression",
-                                  0),
-      0u)
-      << got.error().message();
+// Issue 15 (4): where Volcano skips a member (and logs), so do we, with a warning: one bad member
+// must not drop every other domain. Each bad member here sits beside a good one (n1).
+TEST(HyperNodeTest, ABadMemberIsSkippedWithAWarningNotTheWholeSet) {
+  json no_selector = {{"type", "Node"}};
+  json two_selectors = {{"type", "Node"},
+                        {"selector", {{"exactMatch", {{"name", "n1"}}}, {"regexMatch", {{"pattern", "n"}}}}}};
+  json bad_op = {{"type", "Node"},
+                 {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "Gt"}}}}}}}}};
+  json in_without_values = {{"type", "Node"},
+                            {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "In"}}}}}}}}};
+  json misspelt = Labels({{"rack", "r3"}});
+  misspelt["selector"]["labelMatch"] = {{"matchLabelz", {{"rack", "r3"}}}};
+  struct Case {
+    const char* name;
+    json member;
+    std::string warning;  // the whole warning
+  };
+  const std::string at = "HyperNode \"leaf-a\": spec.members[0]";
+  const std::string skipped = " (member skipped, as Volcano does)";
+  const Case cases[] = {
+      {"member without selector", no_selector, at + ": a member needs a selector" + skipped},
+      {"two selectors", two_selectors,
+       at + ".selector: needs exactly one of exactMatch, regexMatch, labelMatch (got 2)" + skipped},
+      {"bad member type", Exact("Pod", "p"), at + ".type: \"Pod\" is not Node or HyperNode" + skipped},
+      {"empty exact name", Exact("Node", ""),
+       at + ".selector.exactMatch.name: expected a non-empty string, got \"\"" + skipped},
+      {"HyperNode member by regex",
+       {{"type", "HyperNode"}, {"selector", {{"regexMatch", {{"pattern", "leaf-.*"}}}}}},
+       at + ".selector.regexMatch: a HyperNode member is selected by exactMatch only" + skipped},
+      {"bad label operator", bad_op,
+       at + ".selector.labelMatch.matchExpressions[0].operator: \"Gt\" is not In, NotIn, Exists or DoesNotExist" +
+           skipped},
+      {"In without values", in_without_values,
+       at + ".selector.labelMatch.matchExpressions[0].values: In needs values" + skipped},
+      {"unknown labelMatch key", misspelt,
+       at + ".selector.labelMatch.matchLabelz: unknown key (known: matchLabels, matchExpressions)" + skipped},
+      {"bad regex", Regex("n["),
+       at + ".selector.regexMatch.pattern: \"n[\" is not a valid regular expression (missing ]: [)" + skipped},
+  };
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    std::vector<std::string> warnings;
+    Result<std::map<std::string, Location>> got =
+        ResolveHyperNodes(ThreeTiers(), List({Hn("leaf-a", 1, {tc.member, Exact("Node", "n1")})}), kNodes, &warnings);
+    ASSERT_TRUE(got.ok()) << got.error().message();
+    ASSERT_TRUE(got->contains("n1"));
+    EXPECT_EQ(got->at("n1").domains[0], "leaf-a");
+    EXPECT_EQ(warnings, std::vector<std::string>{tc.warning});
+  }
+}
+
+// Patterns are Go regexp (RE2) syntax, as Volcano compiles them: std::regex refused these.
+TEST(HyperNodeTest, GoRegexpSyntaxMatchesAsVolcanoDoes) {
+  struct Case {
+    const char* name;
+    std::string pattern;
+    std::set<std::string> held;
+  };
+  const Case cases[] = {
+      {"case-insensitive flag", "(?i)^N[12]$", {"n1", "n2"}},
+      {"unicode letter class", "^\\pL\\d$", {"n1", "n2", "n3", "n4", "n5", "n6", "n7"}},
+      {"end of text", "3\\z", {"n3"}},
+  };
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    std::vector<std::string> warnings;
+    Result<std::map<std::string, Location>> got =
+        ResolveHyperNodes(ThreeTiers(), List({Hn("leaf-a", 1, {Regex(tc.pattern)})}), kNodes, &warnings);
+    ASSERT_TRUE(got.ok()) << got.error().message();
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+    std::set<std::string> held;
+    for (const auto& [node, loc] : *got) held.insert(node);
+    EXPECT_EQ(held, tc.held);
+  }
+}
+
+// spec.tier is omitempty in Volcano's types: a HyperNode without it is tier 0 (no position, its
+// nodes pass up to the HyperNodes that hold it).
+TEST(HyperNodeTest, AnAbsentTierIsZero) {
+  json leaf = Hn("leaf-a", 1, {Exact("Node", "n1")});
+  json no_tier = Hn("group", 1, {Exact("Node", "n2")});
+  no_tier["spec"].erase("tier");
+  json spine = Hn("spine-1", 2, {Exact("HyperNode", "leaf-a"), Exact("HyperNode", "group")});
+  Result<std::map<std::string, Location>> got = ResolveHyperNodes(ThreeTiers(), List({leaf, no_tier, spine}), kNodes);
+  ASSERT_TRUE(got.ok()) << got.error().message();
+  EXPECT_EQ(got->at("n2").domains[0], "");
+  EXPECT_EQ(got->at("n2").domains[1], "spine-1");
 }
 
 TEST(HyperNodeTest, OversizedInputIsRefusedBeforeParsing) {

@@ -498,12 +498,17 @@ Status ReadContainerList(const json& spec, std::string_view key, bool init, cons
                    " MiB, more than any GPU has; the value is MiB per vGPU (a plain number, or "
                    "with a Mi/Gi suffix)");
     }
-    // HAMi's admission webhook gives a container that names gpumem, gpumem-percentage or
-    // gpucores but not nvidia.com/gpu one vGPU (its default DefaultGPUNum); do the same.
-    if (!ask->amounts.contains(kNvidiaGpu) &&
+    // Without nvidia.com/gpu the kubelet never calls HAMi's device plugin for the container, so
+    // a share placed for it would not be enforced: HAMi's admission webhook adds the count
+    // (DefaultGPUNum) only to pods of HAMi's own scheduler. Refused, with the fix.
+    if (!ask->amounts.contains(kNvidiaGpu) && !ask->amounts.contains(kAmdGpu) &&
         (ask->amounts.contains(kGpuMem) || ask->amounts.contains(kGpuMemPercent) ||
          ask->amounts.contains(kGpuCores))) {
-      ask->amounts.emplace(kNvidiaGpu, 1);
+      return Error(resources_path + ": asks " + std::string(kGpuMem) + ", " + std::string(kGpuMemPercent) + " or " +
+                   std::string(kGpuCores) + " without " + std::string(kNvidiaGpu) +
+                   ": the kubelet would never call HAMi's device plugin for it, so the share would not be "
+                   "enforced (HAMi's webhook adds the count only to pods of HAMi's scheduler); add " +
+                   std::string(kNvidiaGpu) + ": 1 (vGPUs of this size) to the container's limits");
     }
     out->push_back(std::move(*ask));
   }
@@ -627,15 +632,6 @@ Status ReadPdRatio(std::string_view value, PlacementRequest* req) {
   return Status::Ok();
 }
 
-Result<PodRole> ReadRole(std::string_view value) {
-  // Exact, as llm-d's own routing matches it: a "Prefill" label would be silently ignored there.
-  for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
-    if (value == ToString(r)) return r;
-  }
-  return Error("label " + std::string(kRoleLabel) + ": " + Quote(value) +
-               " is not a role; use prefill, decode or both");
-}
-
 #define TOPOSCHED_RETURN_IF_ERROR(expr)                 \
   do {                                                  \
     if (Status status_or_ = (expr); !status_or_.ok()) { \
@@ -662,9 +658,14 @@ Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementReque
     auto role = ReadStringEntry(*labels, kRoleLabel, "label");
     if (!role.ok()) return role.error();
     if (*role) {
-      auto r = ReadRole(**role);
-      if (!r.ok()) return r.error();
-      req->role = *r;
+      if (const std::optional<PodRole> r = ParseLlmdRole(**role)) {
+        req->role = *r;
+      } else {
+        req->warnings.push_back("label " + std::string(kRoleLabel) + ": " + Quote(**role) +
+                                " is not a role llm-d knows (prefill, decode, prefill-decode, encode, "
+                                "encode-prefill, encode-prefill-decode; both is deprecated): ignored, the pod is "
+                                "placed as no Prefill/Decode role");
+      }
     }
     auto pool = ReadStringEntry(*labels, config.pool_label, "label");
     if (!pool.ok()) return pool.error();
@@ -861,6 +862,14 @@ void AppendList(std::string* out, const std::vector<std::string>& items) {
 }
 
 }  // namespace
+
+std::optional<PodRole> ParseLlmdRole(std::string_view value) {
+  if (value == "prefill" || value == "encode-prefill") return PodRole::kPrefill;
+  if (value == "decode") return PodRole::kDecode;
+  if (value == "prefill-decode" || value == "encode-prefill-decode" || value == "both") return PodRole::kBoth;
+  if (value == "encode") return PodRole::kNone;
+  return std::nullopt;
+}
 
 std::string_view ToString(PodRole r) {
   switch (r) {

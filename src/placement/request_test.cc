@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <ostream>
@@ -333,11 +334,6 @@ std::vector<ParseCase> ParseCases() {
     r.shared.count = 1;
     r.shared.memory_mib = 4096;
   });
-  // HAMi's webhook adds nvidia.com/gpu: 1 to a container that names only gpumem.
-  add("GpumemWithoutGpu", PodWithLimits({{"nvidia.com/gpumem", "4000"}}), [](PlacementRequest& r) {
-    r.shared.count = 1;
-    r.shared.memory_mib = 4000;
-  });
   add("Percentage", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem-percentage", "25"}}),
       [](PlacementRequest& r) {
         r.shared.count = 2;
@@ -400,7 +396,7 @@ std::vector<ParseCase> ParseCases() {
   // The init container's vGPU (8000 MiB) runs alone: max(1, 1) = 1 vGPU of 8000 MiB.
   add("SharedInitContainer",
       Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "2000"}})}),
-           .init_containers = json::array({Container({{"nvidia.com/gpumem", "8000"}})})}),
+           .init_containers = json::array({Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}})})}),
       [](PlacementRequest& r) {
         r.shared.count = 1;
         r.shared.memory_mib = 8000;
@@ -484,9 +480,15 @@ std::vector<ParseCase> ParseCases() {
       [](PlacementRequest& r) { r.gpus = 1; });
 
   // --- Labels.
-  for (const auto& [value, role] : {std::pair{"prefill", PodRole::kPrefill}, std::pair{"decode", PodRole::kDecode},
-                                    std::pair{"both", PodRole::kBoth}}) {
-    add(std::string("Role_") + value,
+  // llm-d's router roles (filter/bylabel/roles.go), each with its meaning for P/D placement.
+  for (const auto& [value, role] :
+       {std::pair{"prefill", PodRole::kPrefill}, std::pair{"decode", PodRole::kDecode},
+        std::pair{"both", PodRole::kBoth}, std::pair{"prefill-decode", PodRole::kBoth},
+        std::pair{"encode-prefill-decode", PodRole::kBoth}, std::pair{"encode-prefill", PodRole::kPrefill},
+        std::pair{"encode", PodRole::kNone}}) {
+    std::string name = std::string("Role_") + value;
+    std::replace(name.begin(), name.end(), '-', '_');
+    add(name,
         Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}})}), .labels = {{"llm-d.ai/role", value}}}),
         [role = role](PlacementRequest& r) {
           r.gpus = 1;
@@ -629,9 +631,13 @@ std::vector<ErrorCase> ErrorCases() {
   add("PromptTokensHuge", PodWithAnnotations({{"toposched.io/prompt-tokens", "99999999999"}}),
       "use an integer 1 to 10000000");
   add("KvIpcNotBool", PodWithAnnotations({{"toposched.io/kv-ipc", "yes"}}), "is not a boolean");
-  add("RoleChef", Pod({.containers = json::array(), .labels = {{"llm-d.ai/role", "chef"}}}),
-      "label llm-d.ai/role: \"chef\" is not a role; use prefill, decode or both");
-  add("RoleWrongCase", Pod({.containers = json::array(), .labels = {{"llm-d.ai/role", "Prefill"}}}), "is not a role");
+  // Issue 15 (6): no nvidia.com/gpu, no device plugin call, no enforcement: refused with the fix.
+  for (const char* name : {"nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"}) {
+    std::string test = std::string("ShareWithoutGpuCount_") + (name + 11);
+    std::replace(test.begin(), test.end(), '-', '_');
+    add(test, PodWithLimits({{name, "30"}}),
+        "without nvidia.com/gpu: the kubelet would never call HAMi's device plugin for it");
+  }
   return cases;
 }
 
@@ -773,6 +779,33 @@ TEST(PodRequestNamesTest, ToStringNames) {
   EXPECT_EQ(ToString(PackPolicy::kDefault), "default");
   EXPECT_EQ(ToString(PackPolicy::kBinpack), "binpack");
   EXPECT_EQ(ToString(PackPolicy::kSpread), "spread");
+}
+
+}  // namespace
+}  // namespace toposched
+
+namespace toposched {
+namespace {
+
+// An llm-d.ai/role value llm-d does not know is ignored with a warning, never a failure: a pod
+// labelled with a future role must still be scheduled (issue 15, item 8).
+TEST(PodRequestTest, AnUnknownRoleIsIgnoredWithAWarning) {
+  for (const char* value : {"chef", "Prefill", ""}) {
+    SCOPED_TRACE(value);
+    const std::string pod =
+        R"({"metadata":{"name":"p","labels":{"llm-d.ai/role":")" + std::string(value) +
+        R"("}},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}})";
+    Result<PlacementRequest> r = ParsePodRequest(pod);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r->role, PodRole::kNone);
+    EXPECT_EQ(r->gpus, 1);
+    ASSERT_EQ(r->warnings.size(), 1u);
+    EXPECT_NE(r->warnings[0].find("is not a role llm-d knows"), std::string::npos) << r->warnings[0];
+  }
+  Result<PlacementRequest> known = ParsePodRequest(R"({"metadata":{"labels":{"llm-d.ai/role":"prefill-decode"}}})");
+  ASSERT_TRUE(known.ok());
+  EXPECT_TRUE(known->warnings.empty());
+  EXPECT_EQ(known->role, PodRole::kBoth);
 }
 
 }  // namespace

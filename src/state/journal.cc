@@ -164,14 +164,9 @@ Result<JournalEntry> DecodePayload(const json& doc) {
   std::string role;
   if (doc.contains("role")) TOPOSCHED_ASSIGN_OR_RETURN(role, ReadString(doc, "role", true));
   if (!role.empty()) {
-    bool known = false;
-    for (PodRole r : {PodRole::kPrefill, PodRole::kDecode, PodRole::kBoth}) {
-      if (role == ToString(r)) {
-        a.role = r;
-        known = true;
-      }
-    }
-    if (!known) return Expected("role", "\"prefill\", \"decode\" or \"both\"", doc.at("role"));
+    const std::optional<PodRole> r = ParseLlmdRole(role);
+    if (!r) return Expected("role", "\"prefill\", \"decode\" or \"both\"", doc.at("role"));
+    a.role = *r;
   }
   if (doc.contains("pool")) TOPOSCHED_ASSIGN_OR_RETURN(a.pool, ReadString(doc, "pool", true));
   if (doc.contains("kvIpc")) {  // optional, written only when true

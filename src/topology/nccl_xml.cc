@@ -599,7 +599,22 @@ class Builder {
       return Error("NIC name \"" + Shown(name) + "\" is not a device or interface name");
     }
     if (name.empty() && a == nullptr) return std::nullopt;  // nothing to call it by: useless
-    if (!name.empty() && !nic_names_.insert(name).second) return Error("NIC name " + name + " appears twice");
+    if (!name.empty() && !nic_names_.insert(name).second) {
+      // NCCL dumps taken inside a container list the container's one virtual interface (eth0, no
+      // PCI path) under every <cpu>: one NIC, whose locality is then unknown. A name repeated
+      // with a PCI device behind either occurrence is two devices under one name: refused.
+      for (std::size_t i = 0; i < t_.nics.size(); ++i) {
+        Nic& seen = t_.nics[i];
+        if (seen.name != name) continue;
+        if (a != nullptr || !seen.pci_bus_id.empty()) break;
+        if (seen.numa != ctx.numa || nic_cpu_element_[i] != ctx.cpu_element) {
+          seen.numa = -1;
+          nic_cpu_element_[i] = -1;  // no CPU set either
+        }
+        return std::nullopt;
+      }
+      return Error("NIC name " + name + " appears twice");
+    }
     if (name.empty() && !nameless_nic_busids_.insert(a->busid).second) {
       return Error("NIC bus id " + a->busid + " appears twice");
     }
@@ -707,7 +722,8 @@ class Builder {
       t_.numa_nodes.push_back(NumaNode{id, -1, numa_cpus[id], 0});  // NCCL names no package
     }
     auto cpus_of = [&](int numa, int cpu_element) {
-      return numa >= 0 ? numa_cpus[numa] : CpuList(cpu_masks_[static_cast<std::size_t>(cpu_element)]);
+      if (numa >= 0) return numa_cpus[numa];
+      return cpu_element >= 0 ? CpuList(cpu_masks_[static_cast<std::size_t>(cpu_element)]) : std::string();
     };
     for (std::size_t i = 0; i < t_.gpus.size(); ++i) {
       t_.gpus[i].cpus = cpus_of(t_.gpus[i].numa, gpu_cpu_element_[i]);

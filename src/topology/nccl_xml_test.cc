@@ -674,6 +674,29 @@ TEST(NcclXmlTest, NicNamesMustBeUsableIdentifiers) {
             "<pci busid=\"0000:01:00.0\" class=\"0x020700\"><nic><net name=\"mlx5 0\"/></nic></pci>"
             "</cpu></system>"),
       "is not a device or interface name"));
+  // A container's NCCL dump lists its one virtual interface (no PCI path) under every <cpu>:
+  // one NIC, locality unknown (issue 15, item 11). Under one <cpu> it keeps that locality.
+  const NodeTopology container = ParseOrDie(
+      "<system version=\"1\">"
+      "<cpu numaid=\"0\" affinity=\"0000ffff\"><pci busid=\"0000:07:00.0\" class=\"0x030200\"/>"
+      "<nic><net name=\"eth0\" speed=\"10000\"/></nic></cpu>"
+      "<cpu numaid=\"1\" affinity=\"ffff0000\"><nic><net name=\"eth0\" speed=\"10000\"/></nic></cpu>"
+      "</system>");
+  ASSERT_EQ(container.nics.size(), 1u);
+  EXPECT_EQ(container.nics[0].name, "eth0");
+  EXPECT_EQ(container.nics[0].numa, -1);
+  EXPECT_EQ(container.nics[0].cpus, "");
+  const NodeTopology once = ParseOrDie(
+      "<system version=\"1\"><cpu numaid=\"1\" affinity=\"ffff0000\">"
+      "<nic><net name=\"eth0\"/></nic><nic><net name=\"eth0\"/></nic></cpu></system>");
+  ASSERT_EQ(once.nics.size(), 1u);
+  EXPECT_EQ(once.nics[0].numa, 1);
+  // A repeated name with a PCI device behind it is two devices under one name: still refused.
+  EXPECT_TRUE(ErrorContains(
+      Parse("<system version=\"1\"><cpu numaid=\"0\">"
+            "<pci busid=\"0000:01:00.0\" class=\"0x020000\"><nic><net name=\"eth0\"/></nic></pci>"
+            "</cpu><cpu numaid=\"1\"><nic><net name=\"eth0\"/></nic></cpu></system>"),
+      "NIC name eth0 appears twice"));
   // A <net> without a name and without a PCI function cannot be named at all: skipped.
   const NodeTopology t =
       ParseOrDie("<system version=\"1\"><cpu numaid=\"0\"><nic><net speed=\"1000\"/></nic></cpu></system>");

@@ -518,6 +518,13 @@ TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
   EXPECT_TRUE(ann.contains("hami.io/vgpu-time"));
   EXPECT_EQ(ann["hami.io/vgpu-devices-allocated"], encoded);
 
+  // The bind took HAMi's node lock (a HAMi node, by default); HAMi's device plugin releases it
+  // when it allocates the pod's devices, as here.
+  json node = *server_.Get(kNodes, "a100-0");
+  ASSERT_TRUE(node["metadata"]["annotations"].contains("hami.io/mutex.lock"));
+  node["metadata"]["annotations"].erase("hami.io/mutex.lock");
+  server_.Upsert(kNodes, node);
+
   // Whole GPUs on a HAMi node: the card's whole memory (from the registration) and 100 cores.
   const json whole = GpuPod(server_, "whole", 2, 0);
   ASSERT_TRUE(Schedule(r, whole, {"a100-0"}).error.empty());
@@ -535,10 +542,41 @@ TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
   }
 }
 
+json HamiRegistration(const std::string& prefix) {
+  json reg = json::array();
+  for (int i = 0; i < 8; ++i) {
+    reg.push_back({{"id", prefix + std::to_string(i)}, {"index", i}, {"count", 10}, {"devmem", 81920},
+                   {"devcore", 100}, {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"},
+                   {"health", true}});
+  }
+  return reg;
+}
+
+bool NodeLocked(const FakeApiServer& server, const std::string& node) {
+  const json n = *server.Get(kNodes, node);
+  return n["metadata"].contains("annotations") && n["metadata"]["annotations"].contains("hami.io/mutex.lock");
+}
+
+// Issue 15 (5): by default (auto) the lock is taken only where HAMi's device plugin registered
+// the node, and only for binds that hand it NVIDIA GPUs by UUID: never for NIC-only pods, nor on
+// nodes without HAMi, where nobody would release it for 5 minutes.
+TEST_F(KubeE2E, HamiNodeLockOnlyForPodsHamisDevicePluginServes) {
+  AddNode("hami-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), HamiRegistration("GPU-h0-").dump()}});
+  AddNode("plain-0", kAzureA100);
+  Replica r(server_, "replica-0", false);  // --hami-node-lock auto
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  ASSERT_EQ(Schedule(r, GpuPod(server_, "nics-only", 0, 2), {"hami-0"}).node, "hami-0");
+  EXPECT_FALSE(NodeLocked(server_, "hami-0")) << "a NIC-only pod: HAMi's device plugin serves nothing";
+  ASSERT_EQ(Schedule(r, GpuPod(server_, "no-hami", 1, 0), {"plain-0"}).node, "plain-0");
+  EXPECT_FALSE(NodeLocked(server_, "plain-0")) << "no HAMi registration, no UUIDs: nobody would unlock";
+  ASSERT_EQ(Schedule(r, GpuPod(server_, "gpu", 1, 0), {"hami-0"}).node, "hami-0");
+  EXPECT_TRUE(NodeLocked(server_, "hami-0"));
+}
+
 TEST_F(KubeE2E, HamiNodeLockIsTakenAndHonoured) {
-  AddNode("a100-0", kAzureA100);
+  AddNode("a100-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), HamiRegistration("GPU-a-").dump()}});
   kube::KubeSourceOptions options;
-  options.hami_node_lock = true;
+  options.hami_node_lock = kube::HamiNodeLockMode::kOn;
   Replica r(server_, "replica-0", false, options);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   const json first = GpuPod(server_, "first", 1, 0);
@@ -842,6 +880,96 @@ TEST_F(KubeE2E, TwoRecordsOnOneDeviceHoldTheNode) {
   EXPECT_NE(r.store.FindPod(first_uid)->hold.empty(), r.store.FindPod("uid-second")->hold.empty());
   EXPECT_TRUE(r.store.snapshot()->Find("h100-0")->held());
   EXPECT_NE(Schedule(r, GpuPod(server_, "third", 1, 1), {"h100-0"}).error.find("no node fits"), std::string::npos);
+}
+
+// Issue 15 (9): pods another scheduler placed hold devices too. A default-scheduler pod bound to
+// a managed node with 6 of its 8 GPUs and 4 RDMA NICs leaves 2 GPUs: toposched places no more
+// until it is deleted; its devices are counted on the last GPUs and NICs in PCI order.
+TEST_F(KubeE2E, PodsOfOtherSchedulersHoldTheDevicesTheyAskFor) {
+  AddNode("a100-0", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  testing::PodSpec spec;
+  spec.name = "other";
+  spec.gpus = 6;
+  spec.rdma = 4;
+  json other = testing::MakePod(spec);
+  other["metadata"].erase("resourceVersion");
+  other["spec"]["nodeName"] = "a100-0";
+  other["spec"]["schedulerName"] = "default-scheduler";
+  other = server_.Create(kPods, other);
+  const std::string uid = other["metadata"]["uid"];
+  ASSERT_TRUE(WaitFor([&] { return r.store.FindPod(uid).has_value(); }));
+  const state::PodAllocation counted = *r.store.FindPod(uid);
+  EXPECT_TRUE(counted.foreign);
+  EXPECT_EQ(counted.delta.exclusive_gpus, (std::vector<int>{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(counted.delta.nics, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_kube_foreign_pods 1"), std::string::npos);
+  EXPECT_NE(Schedule(r, GpuPod(server_, "four", 4, 4), {"a100-0"}).error.find("no node fits"), std::string::npos);
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "two", 2, 2), {"a100-0"}).node, "a100-0");
+  EXPECT_NE(Schedule(r, GpuPod(server_, "one-more", 1, 0), {"a100-0"}).error.find("no node fits"), std::string::npos);
+  // A restart counts it again, and it does not collide with what toposched bound.
+  {
+    Replica again(server_, "replica-1", false);
+    ASSERT_TRUE(WaitFor([&] { return again.Ready(); }));
+    ASSERT_TRUE(again.store.FindPod(uid).has_value());
+    EXPECT_TRUE(again.store.FindPod(uid)->foreign);
+    EXPECT_FALSE(again.store.snapshot()->Find("a100-0")->held());
+  }
+  server_.Delete(kPods, "other");
+  ASSERT_TRUE(WaitFor([&] { return !r.store.FindPod(uid).has_value(); }));
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "four-after", 4, 4), {"a100-0"}).node, "a100-0");
+  ExpectNoDeviceHeldTwice(server_);
+}
+
+// Issue 15 (1): Volcano's allocate and deallocate are session events. A pod Volcano bound keeps
+// its devices through a session that evicts it (deallocate) and then discards the eviction
+// (allocate again); a pipelined task never bound is released, annotations and all.
+TEST_F(KubeE2E, VolcanoSessionEventsNeverChangeABoundPodsDevices) {
+  AddNode("a100-0", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  auto event = [&](const json& pod, const std::string& node) {
+    testing::PodSpec spec;
+    spec.name = pod["metadata"]["name"];
+    spec.uid = pod["metadata"]["uid"];
+    spec.gpus = 2;
+    spec.rdma = 2;
+    json task = testing::MakeTask(spec, node);
+    task["Pod"] = pod;
+    return json{{"task", task}}.dump();
+  };
+  const json running = GpuPod(server_, "running", 2, 2);
+  const std::string uid = running["metadata"]["uid"];
+  ASSERT_EQ(json::parse(r.Call("/volcano/allocate", event(running, "a100-0")).second)["errorMessage"], "");
+  const state::PodAllocation before = *r.store.FindPod(uid);
+  json bound = *server_.Get(kPods, "running");  // Volcano's Binding after the statement commits
+  bound["spec"]["nodeName"] = "a100-0";
+  bound["status"]["phase"] = "Running";
+  server_.Upsert(kPods, bound);
+  // A later session evicts it (deallocate) and discards the statement (allocate again).
+  ASSERT_EQ(json::parse(r.Call("/volcano/deallocate", event(bound, "a100-0")).second)["errorMessage"], "");
+  ASSERT_TRUE(r.store.FindPod(uid).has_value()) << "a running pod's devices are freed only when it is gone";
+  EXPECT_EQ(r.store.FindPod(uid)->delta, before.delta);
+  EXPECT_TRUE((*server_.Get(kPods, "running"))["metadata"]["annotations"].contains("toposched.io/allocation"));
+  // Meanwhile nobody else gets its GPUs.
+  EXPECT_NE(json::parse(r.Call("/volcano/allocate", event(GpuPod(server_, "other", 8, 0), "a100-0")).second)["errorMessage"]
+                .get<std::string>(),
+            "");
+  ASSERT_EQ(json::parse(r.Call("/volcano/allocate", event(bound, "a100-0")).second)["errorMessage"], "");
+  EXPECT_EQ(r.store.FindPod(uid)->delta, before.delta);
+  EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_volcano_events_total{event=\"deallocate_kept\"} 1"),
+            std::string::npos);
+  // A pipelined task un-pipelined before any Binding: released, its annotations removed.
+  const json pipelined = GpuPod(server_, "pipelined", 2, 2);
+  ASSERT_EQ(json::parse(r.Call("/volcano/allocate", event(pipelined, "a100-0")).second)["errorMessage"], "");
+  ASSERT_TRUE(r.store.FindPod(pipelined["metadata"]["uid"].get<std::string>()).has_value());
+  ASSERT_EQ(json::parse(r.Call("/volcano/deallocate", event(pipelined, "a100-0")).second)["errorMessage"], "");
+  EXPECT_FALSE(r.store.FindPod(pipelined["metadata"]["uid"].get<std::string>()).has_value());
+  const json after = *server_.Get(kPods, "pipelined");
+  EXPECT_FALSE(after["metadata"].contains("annotations") &&
+               after["metadata"]["annotations"].contains("toposched.io/allocation"));
+  ExpectNoDeviceHeldTwice(server_);
 }
 
 TEST_F(KubeE2E, AnnotatedButUnboundPodIsHeldThenMovedWhenRescheduled) {
@@ -1262,9 +1390,13 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
   }
 
   // The extender: elect, sync, bind (with HAMi's node lock), fail a Binding, see a pod Ready.
+  // HAMi's device plugin registered the node (UUIDs), so a GPU bind takes the lock.
+  json registered = *server_.Get(kNodes, "gpu-0");
+  registered["metadata"]["annotations"][std::string(kube::kHamiNodeRegister)] = HamiRegistration("GPU-r-").dump();
+  server_.Upsert(kNodes, registered);
   server_.ClearRequests();
   kube::KubeSourceOptions options;
-  options.hami_node_lock = true;
+  options.hami_node_lock = kube::HamiNodeLockMode::kOn;
   {
     Replica r(server_, "replica-0", true, options);
     ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));

@@ -75,6 +75,11 @@ class BindHooks {
   // A bind to another node than the one a pod's allocation is on: true when the old one was
   // never completed (the pod has no node yet), so the service may release it and bind anew.
   virtual bool MayRebind(const state::PodAllocation& previous) = 0;
+  // Something in a pod's request was ignored (PlacementRequest::warnings): the source tells the
+  // pod's owner (the Kubernetes source: a Warning event, once per pod and message). Must not
+  // block: filter calls make it.
+  virtual void PodWarning(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/,
+                          std::string_view /*pod_uid*/, std::string_view /*reason*/, std::string_view /*message*/) {}
 };
 
 class ExtenderService {

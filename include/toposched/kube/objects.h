@@ -141,6 +141,10 @@ struct PodView {
   std::optional<std::chrono::system_clock::time_point> ready_since;  // its lastTransitionTime
   std::map<std::string, std::string> annotations;  // only toposched.io/* and hami.io/* keys
   std::map<std::string, std::string> labels;       // all of them (role and pool labels)
+  // Extended resources (names with a '/': nvidia.com/gpu, rdma/ib, ...) the pod holds once
+  // bound, as the kubelet counts them: the larger of the app containers' sum and the largest
+  // init container; limits, else requests; integer quantities only.
+  std::map<std::string, std::int64_t> extended_resources;
   // Holds devices: not Succeeded/Failed (a deleting pod still holds them until it is gone).
   bool Active() const { return phase != "Succeeded" && phase != "Failed"; }
 };

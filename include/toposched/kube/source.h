@@ -26,20 +26,27 @@ enum class StaleTopologyPolicy : std::uint8_t {
   kOpen,    // keep placing on the last topology published (logged and counted)
 };
 
+enum class HamiNodeLockMode : std::uint8_t { kAuto, kOn, kOff };
+
 struct KubeSourceOptions {
   std::string policy_name = "toposched";  // written in toposched.io/allocation
   // The Prefill/Decode pool label (the scheduler config's request.poolLabel): restored pods
   // rejoin their pool.
   std::string pool_label = "toposched.io/pool";
+  // The extended resources that count as RDMA NICs (the scheduler config's request.rdmaResources:
+  // exact names, or prefixes ending in '/'): pods of other schedulers that ask for them hold NICs.
+  std::vector<std::string> rdma_resources = {"rdma/"};
   // A NodeTopology whose heartbeat is older than this is stale (0 = never).
   std::chrono::seconds stale_topology_age{0};
   StaleTopologyPolicy stale_policy = StaleTopologyPolicy::kClosed;
   std::chrono::milliseconds stale_check_interval{15'000};
   // HAMi's node lock (hami.io/mutex.lock) around a bind, as HAMi's own scheduler takes it, so
-  // HAMi's device plugin finds the pod through the lock owner.
-  // Off by default: without HAMi's device plugin nobody releases the lock until it expires
-  // (5 minutes), which would hold up every later bind on the node.
-  bool hami_node_lock = false;
+  // HAMi's device plugin finds the pod through the lock owner. Taken only for binds that write
+  // HAMi's device records for NVIDIA GPUs (GPUs with UUIDs: what HAMi's device plugin serves),
+  // never for NIC-only pods or GPUs without UUIDs, which nobody would unlock before it expires
+  // (5 minutes, holding up every later bind on the node). kAuto: on nodes that carry HAMi's
+  // registration annotation (its device plugin runs there); kOn: on every node; kOff: never.
+  HamiNodeLockMode hami_node_lock = HamiNodeLockMode::kAuto;
   // Informers (tests shorten these).
   int watch_timeout_seconds = 300;
   std::chrono::milliseconds backoff_base{250};
@@ -93,6 +100,8 @@ class KubeSource : public state::Persistence, public extender::BindHooks {
                                std::string_view pod_uid) override;
   Status CompleteBind(const state::PodAllocation& allocation) override;
   bool MayRebind(const state::PodAllocation& previous) override;
+  void PodWarning(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
+                  std::string_view reason, std::string_view message) override;
 
  private:
   struct Impl;

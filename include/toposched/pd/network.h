@@ -162,10 +162,14 @@ Result<ModelSpec> FindModel(std::string_view name);  // error lists the presets
 // labelMatch: {matchLabels}}}. Each node's domains: the name of the tier-k HyperNode that
 // holds it (directly or through lower HyperNodes) in position k-1; positions past the
 // configured tiers are dropped. `list_json` is a HyperNodeList or a JSON array of HyperNodes.
-// Errors: malformed JSON, a member without a selector, a bad regex, a cycle.
+// regexMatch patterns are Go regexp (RE2) syntax, matched unanchored, as Volcano does. A member
+// Volcano would skip (no selector, a bad pattern, a HyperNode member selected by regex or labels)
+// is skipped and described in `warnings` (when given); an absent spec.tier is 0. Errors (the
+// whole set): malformed JSON, a HyperNode that is not an object or has no name, a cycle.
 inline constexpr std::size_t kMaxHyperNodeJsonBytes = 16u << 20;
 using NodeLabels = std::map<std::string, std::map<std::string, std::string>>;  // node -> labels
 Result<std::map<std::string, Location>> ResolveHyperNodes(const NetworkConfig& config, std::string_view list_json,
-                                                          const NodeLabels& nodes);
+                                                          const NodeLabels& nodes,
+                                                          std::vector<std::string>* warnings = nullptr);
 
 }  // namespace toposched::pd

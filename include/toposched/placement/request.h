@@ -28,6 +28,13 @@ inline constexpr std::size_t kMaxPodJsonBytes = 4u << 20;  // 4 MiB; the API ser
 
 enum class PodRole : std::uint8_t { kNone, kPrefill, kDecode, kBoth };
 std::string_view ToString(PodRole r);
+// The label llm-d.ai/role as llm-d's router reads it (filter/bylabel/roles.go), for P/D
+// placement: prefill and encode-prefill -> kPrefill; decode -> kDecode; prefill-decode (an
+// aggregated server, llm-d's recommended value), encode-prefill-decode and the deprecated both ->
+// kBoth; encode (a multimodal encoder, no KV cache to move) -> kNone. nullopt: not a value llm-d
+// knows (callers ignore it with a warning, never fail the pod for it). Exact and case-sensitive,
+// as llm-d matches it.
+std::optional<PodRole> ParseLlmdRole(std::string_view value);
 
 // HAMi's scheduler policies (annotations hami.io/node-scheduler-policy and
 // hami.io/gpu-scheduler-policy): binpack prefers fuller nodes/GPUs, spread emptier ones.
@@ -74,6 +81,9 @@ struct PlacementRequest {
   // before the app containers and take their devices from the same set.
   std::vector<int> container_devices;
   int init_containers = 0;  // how many leading entries of container_devices are init containers
+  // What the reader ignored and why, one sentence each (e.g. an llm-d.ai/role value llm-d does
+  // not know): the extender logs it and the Kubernetes source writes it as a Warning event.
+  std::vector<std::string> warnings;
 
   bool IsShared() const { return shared.count > 0; }
   // The pod names GPUs by UUID (HAMi's nvidia.com/use-gpuuuid, nouse-gpuuuid): its outcome on a

@@ -58,6 +58,10 @@ struct PodAllocation {
   // Non-empty: the source could not read this pod's allocation back (ClusterStore::Hold), and
   // this says why. `delta` then holds only the devices its record still identifies, whole.
   std::string hold;
+  // A pod another scheduler placed (no allocation record of ours or HAMi's): it holds as many
+  // devices as it asked, but which ones the kubelet gave it is not known. `delta` names devices
+  // chosen by the kube source's rule (docs/operations.md, "Pods of other schedulers").
+  bool foreign = false;
   bool operator==(const PodAllocation&) const = default;
 };
 
