@@ -79,6 +79,9 @@ HTTP:
   --read-timeout DUR     a request must arrive within this (default 10s)
   --idle-timeout DUR     idle keep-alive connections close after this (default 90s)
   --tls-cert FILE --tls-key FILE   serve HTTPS; the files are re-read when they change
+  --tls-client-ca FILE   mutual TLS: every verb needs a client certificate signed by this CA
+                         (kube-scheduler's tlsConfig certFile/keyFile); health and metrics
+                         stay open. Not with Volcano, whose client sends no certificate
   --shutdown-grace DUR   on SIGTERM, how long in-flight requests may take (default 10s)
 logging:
   --log-format text|json (default text)
@@ -214,6 +217,7 @@ int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) 
     else if (a == "--volcano-prefix") f.extender.volcano_prefix = v;
     else if (a == "--tls-cert") f.http.tls.cert_file = v;
     else if (a == "--tls-key") f.http.tls.key_file = v;
+    else if (a == "--tls-client-ca") f.http.tls.client_ca_file = v;
     else if (a == "--port") {
       auto n = ParseInt(a, v, 0, 65535);
       if (!n.ok()) return fail(n.error());
@@ -265,6 +269,11 @@ int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) 
     return 2;
   }
   f.http.tls_enabled = !f.http.tls.cert_file.empty();
+  if (!f.http.tls.client_ca_file.empty() && !f.http.tls_enabled) {
+    std::fprintf(stderr, "toposched serve: --tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)\n");
+    return 2;
+  }
+  f.extender.require_client_certificate = !f.http.tls.client_ca_file.empty();
   return 0;
 }
 

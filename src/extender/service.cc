@@ -236,6 +236,16 @@ struct ExtenderService::Impl {
       requests.With({VerbName(*verb), "405"}).Inc();
       return;
     }
+    if (!get && options.require_client_certificate && !req.client_verified) {
+      // Any pod that reaches the Service could otherwise make toposched bind arbitrary pods.
+      resp.status = 403;
+      resp.body.clear();
+      resp.body.append(IsVolcano(*verb) ? "{\"errorMessage\":" : "{\"Error\":");
+      AppendJsonString(resp.body, "a client certificate signed by the extender's client CA is required");
+      resp.body.append("}");
+      requests.With({VerbName(*verb), "403"}).Inc();
+      return;
+    }
     if (!get && !req.content_type.empty() && !IsJsonContentType(req.content_type)) {
       resp.status = 415;
       resp.body.clear();

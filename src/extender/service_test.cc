@@ -662,3 +662,43 @@ TEST(ExtenderVolcano, PredicatesWithoutAllocateForAMinuteSayVolcanoIsTooOld) {
 
 }  // namespace
 }  // namespace toposched::extender
+
+namespace toposched::extender {
+namespace {
+
+// Issue 15 (10): with mutual TLS, a verb without a verified client certificate is refused (any
+// pod reaching the Service could otherwise make toposched bind arbitrary pods); health, readiness
+// and metrics stay open to probes and scrapers.
+TEST(ExtenderSecurity, VerbsNeedAVerifiedClientCertificateWhenRequired) {
+  auto registry = plugins::BuiltinRegistry();
+  const framework::Framework fw = framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
+  state::ClusterStore store(nullptr, StoreOptionsFor(fw.config()));
+  ASSERT_TRUE(store.UpsertNode({"hgx-a", Preset("hgx-h100-8gpu"), {}, true}).ok());
+  store.SetSynced(true);
+  server::Registry metrics;
+  ExtenderService service(fw, store, metrics, ExtenderOptions{.require_client_certificate = true});
+  auto call = [&](const char* method, const std::string& target, const std::string& body, bool verified) {
+    server::HttpRequest rq{method, target, "application/json", body, "test", verified};
+    server::HttpResponse rs;
+    service.Handle(rq, rs);
+    return rs;
+  };
+  const std::string bind =
+      json{{"PodName", "p"}, {"PodNamespace", "default"}, {"PodUID", "uid-p"}, {"Node", "hgx-a"}}.dump();
+  const std::string filter = ExtenderArgs(MakePod(PodSpec{.name = "p", .uid = "uid-p", .gpus = 1}), {"hgx-a"});
+  for (const char* target : {"/scheduler/bind", "/scheduler/filter", "/volcano/allocate"}) {
+    SCOPED_TRACE(target);
+    const server::HttpResponse refused = call("POST", target, target[1] == 's' && target[11] == 'f' ? filter : bind, false);
+    EXPECT_EQ(refused.status, 403);
+    EXPECT_NE(refused.body.find("client certificate"), std::string::npos) << refused.body;
+  }
+  EXPECT_EQ(call("GET", "/healthz", "", false).status, 200);
+  EXPECT_EQ(call("GET", "/metrics", "", false).status, 200);
+  const server::HttpResponse allowed = call("POST", "/scheduler/filter", filter, true);
+  EXPECT_EQ(allowed.status, 200);
+  EXPECT_EQ(json::parse(allowed.body)["NodeNames"], json::array({"hgx-a"})) << allowed.body;
+  EXPECT_EQ(store.pod_count(), 0u) << "nothing refused changed the store";
+}
+
+}  // namespace
+}  // namespace toposched::extender

@@ -146,12 +146,13 @@ FileStamp StampFile(const std::string& path) {
 }
 
 struct TlsStamp {
-  FileStamp cert, key;
+  FileStamp cert, key, client_ca;
   bool operator==(const TlsStamp&) const = default;
 };
 
 TlsStamp StampTlsFiles(const TlsFiles& files) {
-  return {StampFile(files.cert_file), StampFile(files.key_file)};
+  return {StampFile(files.cert_file), StampFile(files.key_file),
+          files.client_ca_file.empty() ? FileStamp{} : StampFile(files.client_ca_file)};
 }
 
 Result<std::shared_ptr<ssl::context>> LoadTlsContext(const TlsFiles& files) {
@@ -178,6 +179,14 @@ Result<std::shared_ptr<ssl::context>> LoadTlsContext(const TlsFiles& files) {
   if (ec) return Error("tls: cannot load private key " + files.key_file + ": " + ec.message());
   if (SSL_CTX_check_private_key(native) != 1) {
     return Error("tls: private key " + files.key_file + " does not match certificate " + files.cert_file);
+  }
+  if (!files.client_ca_file.empty()) {
+    context->load_verify_file(files.client_ca_file, ec);
+    if (ec) return Error("tls: cannot load client CA " + files.client_ca_file + ": " + ec.message());
+    // Ask for a certificate and verify one that comes; clients without one (probes) still
+    // connect, unverified, and the handler refuses what needs a verified client.
+    context->set_verify_mode(ssl::verify_peer, ec);
+    if (ec) return Error("tls: cannot ask for client certificates: " + ec.message());
   }
   return context;
 }
@@ -349,6 +358,22 @@ class Session final : public SessionBase {
   std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
   tcp::socket& Socket() { return beast::get_lowest_layer(stream_); }
 
+  // The client presented a certificate and it verified (the context asks only with a client CA).
+  bool ClientVerified() {
+    if constexpr (kTls) {
+      SSL* ssl = stream_.native_handle();
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+      X509* peer = SSL_get0_peer_certificate(ssl);
+#else
+      X509* peer = SSL_get_peer_certificate(ssl);
+      if (peer != nullptr) X509_free(peer);
+#endif
+      return peer != nullptr && SSL_get_verify_result(ssl) == X509_V_OK;
+    } else {
+      return false;
+    }
+  }
+
   void Start() {
     if (phase_ == Phase::kClosed) return;
     if constexpr (kTls) {
@@ -461,7 +486,7 @@ class Session final : public SessionBase {
     Bump(core_.counters().requests);
     const auto& request = parser_->get();
     const HttpRequest view{ToStd(request.method_string()), ToStd(request.target()),
-                           ToStd(request[http::field::content_type]), request.body(), remote_};
+                           ToStd(request[http::field::content_type]), request.body(), remote_, ClientVerified()};
     HttpResponse response;
     try {
       core_.handler()(view, response);

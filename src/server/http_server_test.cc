@@ -1036,6 +1036,59 @@ TEST_F(HttpServerTlsTest, PlainHttpOnATlsPortIsClosed) {
   EXPECT_EQ(ServedCommonName(server->port()), "toposched-a");  // and TLS still works
 }
 
+// Mutual TLS (issue 15, item 10): with a client CA, a certificate that chains to it marks the
+// request verified; none still connects (probes), unverified; one from elsewhere is refused.
+TEST_F(HttpServerTlsTest, ClientCertificatesAreVerifiedAgainstTheClientCa) {
+  Install(SelfSigned("toposched-a"));
+  const Pem scheduler = SelfSigned("kube-scheduler");  // self-signed: its own CA
+  const Pem stranger = SelfSigned("stranger");
+  files_.client_ca_file = (directory_ / "client-ca.crt").string();
+  ReplaceFile(files_.client_ca_file, scheduler.certificate);
+  auto server = StartServer(TlsOptions(), [](const HttpRequest& request, HttpResponse& response) {
+    response.body = request.client_verified ? "verified" : "anonymous";
+  });
+  ASSERT_NE(server, nullptr);
+  auto context_with = [](const Pem& pem) {
+    SSL_CTX* context = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(context, SSL_VERIFY_NONE, nullptr);
+    BIO* cert = BIO_new_mem_buf(pem.certificate.data(), static_cast<int>(pem.certificate.size()));
+    BIO* key = BIO_new_mem_buf(pem.key.data(), static_cast<int>(pem.key.size()));
+    X509* x509 = PEM_read_bio_X509(cert, nullptr, nullptr, nullptr);
+    EVP_PKEY* pkey = PEM_read_bio_PrivateKey(key, nullptr, nullptr, nullptr);
+    SSL_CTX_use_certificate(context, x509);
+    SSL_CTX_use_PrivateKey(context, pkey);
+    X509_free(x509);
+    EVP_PKEY_free(pkey);
+    BIO_free(cert);
+    BIO_free(key);
+    return context;
+  };
+  SSL_CTX* with_scheduler = context_with(scheduler);
+  SSL_CTX* with_stranger = context_with(stranger);
+  {
+    Client client(server->port(), with_scheduler);
+    ASSERT_TRUE(client.connected());
+    const auto r = client.RoundTrip(Request("POST", "/scheduler/bind", "{}"));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->body, "verified");
+  }
+  {
+    Client client(server->port(), client_context_);  // no certificate: a kubelet probe
+    ASSERT_TRUE(client.connected());
+    const auto r = client.RoundTrip(Request("GET", "/healthz"));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->body, "anonymous");
+  }
+  {
+    // TLS 1.3 reports the refusal after the client's side of the handshake: no answer either way.
+    Client client(server->port(), with_stranger);
+    const auto r = client.connected() ? client.RoundTrip(Request("POST", "/scheduler/bind", "{}")) : std::nullopt;
+    EXPECT_FALSE(r.has_value()) << r->body;
+  }
+  SSL_CTX_free(with_scheduler);
+  SSL_CTX_free(with_stranger);
+}
+
 TEST_F(HttpServerTlsTest, StartFailsWhenTheFilesCannotBeLoaded) {
   {  // Missing files.
     const auto server = HttpServer::Start(TlsOptions(), Echo);

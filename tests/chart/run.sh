@@ -59,6 +59,12 @@ printf 'extender: {tls: {enabled: true}}\n' >"$work/bad-tls.yaml"
 if "$work/render" -chart charts/toposched -f "$work/bad-tls.yaml" >/dev/null 2>&1; then
   die "TLS without extender.tls.secretName rendered; it must fail"
 fi
+# Mutual TLS cannot work with Volcano (its client sends no certificate): refused, with the reason.
+printf 'schedulerMode: volcano\nextender: {tls: {enabled: true, secretName: s, clientAuth: true}}\n' >"$work/bad-mtls.yaml"
+if "$work/render" -chart charts/toposched -f "$work/bad-mtls.yaml" >/dev/null 2>"$work/bad-mtls.err"; then
+  die "clientAuth in volcano mode rendered; it must fail"
+fi
+grep -q "Volcano's extender client sends no client certificate" "$work/bad-mtls.err" || die "clientAuth with volcano: unclear error"
 
 echo "chart tests: rendered in ${SECONDS}s"
 python3 tests/chart/check.py --schemas "$schemas" --toposched "$toposched" \

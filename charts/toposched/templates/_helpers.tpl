@@ -116,6 +116,11 @@ the CA comes from the TLS Secret mounted at /etc/toposched/tls; for none, NOTES.
     serverName: {{ include "toposched.extenderName" . }}.{{ .Release.Namespace }}.svc
     caFile: /etc/toposched/tls/ca.crt
     {{- end }}
+    {{- if .Values.extender.tls.clientAuth }}
+    # The client certificate the extender requires (mutual TLS, extender.tls.clientAuth).
+    certFile: /etc/toposched/tls-client/tls.crt
+    keyFile: /etc/toposched/tls-client/tls.key
+    {{- end }}
   {{- end }}
   # Names only, never the full Node objects: 5,000 nodes are 87 KB instead of 90 MB.
   nodeCacheCapable: true

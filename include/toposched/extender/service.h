@@ -48,6 +48,11 @@ struct ExtenderOptions {
   double volcano_score_weight = 1.0;
   std::size_t max_body_bytes = 16u << 20;           // every verb but onSessionOpen
   std::size_t max_session_body_bytes = 512u << 20;  // Volcano's whole-cluster snapshot
+  // Mutual TLS (serve --tls-client-ca): every verb (POST) needs a client certificate that chained
+  // to the client CA (server::HttpRequest::client_verified); others get 403. /healthz, /readyz and
+  // /metrics stay open to probes and scrapers. Volcano's extender client sends no certificate:
+  // set this only where kube-scheduler is the caller.
+  bool require_client_certificate = false;
 };
 
 class PodCache;

@@ -38,6 +38,9 @@ struct HttpRequest {
   std::string_view content_type;  // may be empty
   std::string_view body;          // valid until the handler returns
   std::string_view remote;        // "127.0.0.1:53122", for logs
+  // TLS with TlsFiles::client_ca_file: the client presented a certificate that chains to that
+  // CA (verified in the handshake). False on plain HTTP and for clients without a certificate.
+  bool client_verified = false;
 };
 
 struct HttpResponse {
@@ -56,6 +59,11 @@ using BodyLimit = std::function<std::size_t(std::string_view target)>;
 struct TlsFiles {
   std::string cert_file;  // PEM certificate chain
   std::string key_file;   // PEM private key
+  // PEM CA bundle for client certificates (mutual TLS), optional. A client that presents a
+  // certificate must chain to it (else the handshake fails); one that presents none still
+  // connects (kubelet probes, Prometheus), with HttpRequest::client_verified false, and the
+  // handler decides what it may do. Re-read with the others.
+  std::string client_ca_file;
 };
 
 struct ServerOptions {
