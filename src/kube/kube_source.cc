@@ -647,6 +647,48 @@ struct KubeSource::Impl {
     return false;
   }
 
+  // Allocations whose pod has had no node for longer than unbound_allocation_ttl: tentative ones
+  // nobody completed (a Volcano task never bound nor deallocated, a Binding that never came).
+  // Released, annotations and all, once the API server confirms the pod has no node. The leader
+  // only; held and counted (foreign) pods never.
+  std::unordered_map<std::string, SteadyClock::time_point> unbound_since;  // under mu
+  void ReleaseLongUnbound() {
+    if (options.unbound_allocation_ttl.count() <= 0 || !MayChangeState()) return;
+    const auto now = SteadyClock::now();
+    std::vector<state::PodAllocation> expired;
+    {
+      std::lock_guard lock(mu);
+      std::unordered_map<std::string, SteadyClock::time_point> still;
+      const std::shared_ptr<const state::Snapshot> snapshot = store.snapshot();
+      for (const auto& record : snapshot->nodes()) {
+        for (const std::string& uid : record->pods) {
+          const auto pod = pods.find(uid);
+          if (pod == pods.end() || !pod->second.node_name.empty()) continue;
+          const auto seen = unbound_since.find(uid);
+          const SteadyClock::time_point since = seen == unbound_since.end() ? now : seen->second;
+          still[uid] = since;
+          if (now - since < options.unbound_allocation_ttl) continue;
+          if (std::optional<state::PodAllocation> a = store.FindPod(uid); a && a->hold.empty() && !a->foreign) {
+            expired.push_back(std::move(*a));
+          }
+        }
+      }
+      unbound_since = std::move(still);
+    }
+    for (const state::PodAllocation& a : expired) {
+      Result<json> pod = api.Get(PodPath(a.pod_namespace, a.pod_name));
+      if (!pod.ok() || StringAt(*pod, "/metadata/uid") != a.uid || !StringAt(*pod, "/spec/nodeName").empty()) continue;
+      Result<std::optional<state::PodAllocation>> released = store.Release(a.uid);  // undoes the annotations
+      if (!released.ok() || !released->has_value()) continue;
+      server::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
+                  "released: allocated but never bound for " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.unbound_allocation_ttl).count()) +
+                      " s (a tentative allocation nobody completed)");
+      std::lock_guard lock(mu);
+      unbound_since.erase(a.uid);
+    }
+  }
+
   // Holds `allocation`'s named devices and its node (fail closed); logs once per reason. mu held.
   void HoldPod(const PodView& pod, state::PodAllocation allocation, const std::string& reason) {
     const std::string node = allocation.node;
@@ -1147,6 +1189,7 @@ void KubeSource::Start() {
       d.CheckStale();
       d.PostHoldEvents();  // events a replica could not write before it synced or led
       d.PostQueuedEvents();
+      d.ReleaseLongUnbound();
     }
   });
   if (d.leader != nullptr) {

@@ -972,6 +972,38 @@ TEST_F(KubeE2E, VolcanoSessionEventsNeverChangeABoundPodsDevices) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// Issue 15 (1): a tentative allocation nobody completes (Volcano pipelined a task, then neither
+// bound nor deallocated it) is undone after unbound_allocation_ttl; a bound pod never is.
+TEST_F(KubeE2E, AnAllocationNeverBoundIsUndoneAfterItsTtl) {
+  AddNode("a100-0", kAzureA100);
+  kube::KubeSourceOptions options;
+  options.unbound_allocation_ttl = milliseconds(300);
+  Replica r(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const json stuck = GpuPod(server_, "stuck", 2, 2);
+  const json bound = GpuPod(server_, "bound", 2, 2);
+  auto allocate = [&](const json& pod) {
+    testing::PodSpec spec;
+    spec.name = pod["metadata"]["name"];
+    spec.uid = pod["metadata"]["uid"];
+    json task = testing::MakeTask(spec, "a100-0");
+    task["Pod"] = pod;
+    return json::parse(r.Call("/volcano/allocate", json{{"task", task}}.dump()).second)["errorMessage"];
+  };
+  ASSERT_EQ(allocate(stuck), "");
+  ASSERT_EQ(allocate(bound), "");
+  json b = *server_.Get(kPods, "bound");
+  b["spec"]["nodeName"] = "a100-0";
+  server_.Upsert(kPods, b);
+  const std::string stuck_uid = stuck["metadata"]["uid"];
+  ASSERT_TRUE(WaitFor([&] { return !r.store.FindPod(stuck_uid).has_value(); }, milliseconds(5'000)));
+  const json after = *server_.Get(kPods, "stuck");
+  EXPECT_FALSE(after["metadata"].contains("annotations") &&
+               after["metadata"]["annotations"].contains("toposched.io/allocation"));
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_TRUE(r.store.FindPod(bound["metadata"]["uid"].get<std::string>()).has_value());
+}
+
 TEST_F(KubeE2E, AnnotatedButUnboundPodIsHeldThenMovedWhenRescheduled) {
   AddNode("a100-0", kAzureA100);
   AddNode("a100-1", kAzureA100);

@@ -40,6 +40,11 @@ struct KubeSourceOptions {
   std::chrono::seconds stale_topology_age{0};
   StaleTopologyPolicy stale_policy = StaleTopologyPolicy::kClosed;
   std::chrono::milliseconds stale_check_interval{15'000};
+  // An allocation whose pod has had no node for this long (a Volcano task pipelined, then never
+  // bound nor deallocated; a bind whose Binding never came) is released and its annotations
+  // removed, once the API server confirms the pod still has no node (checked each
+  // stale_check_interval by the leader). 0 = never.
+  std::chrono::milliseconds unbound_allocation_ttl{300'000};
   // HAMi's node lock (hami.io/mutex.lock) around a bind, as HAMi's own scheduler takes it, so
   // HAMi's device plugin finds the pod through the lock owner. Taken only for binds that write
   // HAMi's device records for NVIDIA GPUs (GPUs with UUIDs: what HAMi's device plugin serves),
