@@ -450,7 +450,13 @@ AllocationAnnotations EncodeAllocation(const state::PodAllocation& allocation, c
   // HAMi names devices by UUID only: without one for every GPU there is nothing HAMi's device
   // plugin could use, so the annotation stays empty (such a node is not a HAMi node); so it does
   // without GPUs (a NIC-only pod has nothing for HAMi's device plugin to hand out).
-  if (!all_uuids || gpus.empty()) return out;
+  // HAMi's AMD backend reads other keys (hami.io/amd-devices-*) with a CU count, not percent, in
+  // a format still changing between HAMi releases: toposched writes HAMi's records for NVIDIA
+  // GPUs only (docs/operations.md); AMD pods keep toposched's own annotations.
+  const bool all_nvidia = std::all_of(gpus.begin(), gpus.end(), [&](const ChosenGpu& c) {
+    return topology.gpus[static_cast<std::size_t>(c.index)].vendor == GpuVendor::kNvidia;
+  });
+  if (!all_uuids || gpus.empty() || !all_nvidia) return out;
   HamiPodDevices pod;
   if (allocation.container_devices.empty()) {
     pod.push_back(devices);
@@ -938,6 +944,15 @@ int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& 
     Gpu& g = topology.gpus[static_cast<std::size_t>(r.index)];
     if (g.uuid.empty()) g.uuid = r.uuid;
     if (g.memory_mib == 0 && r.devmem_mib > 0) g.memory_mib = static_cast<std::uint64_t>(r.devmem_mib);
+    // HAMi skips such cards itself: an unhealthy one (health is omitempty: absent is false), and
+    // one in MIG mode, which HAMi serves only through its MIG allocations (not written here).
+    if (!r.health) {
+      g.unusable = "HAMi's device plugin reports the card unhealthy";
+    } else if (r.mode == "mig") {
+      g.unusable = "in MIG mode, which toposched does not allocate (HAMi's MIG instances)";
+    } else {
+      g.unusable.clear();
+    }
   }
   DropUnusableGpuUuids(topology);  // a registration that names one UUID twice names no GPU
   return min_split;

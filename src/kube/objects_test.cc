@@ -17,6 +17,7 @@
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
 #include "toposched/kube/time.h"
+#include "toposched/placement/placement.h"
 #include "toposched/topology/nccl_xml.h"
 #include "toposched/topology/synthetic.h"
 
@@ -265,10 +266,15 @@ TEST(EncodeAllocation, ContainersSplitHamiSegments) {
   }
 }
 
-TEST(EncodeAllocation, AmdGpusUseTheVendorName) {
+// HAMi's AMD backend reads hami.io/amd-devices-* (CU counts): NVIDIA's keys are never written
+// for AMD GPUs (issue 15, item 7); toposched's own record still is.
+TEST(EncodeAllocation, AmdGpusGetNoNvidiaHamiRecord) {
   NodeTopology t = Hgx();
   t.gpus[0].vendor = GpuVendor::kAmd;
-  EXPECT_EQ(EncodeAllocation(Alloc({0}, {}), t, "toposched").hami_devices, "GPU-0,AMD,81559,100:;");
+  const AllocationAnnotations a = EncodeAllocation(Alloc({0}, {}), t, "toposched");
+  EXPECT_EQ(a.hami_devices, "");
+  EXPECT_FALSE(a.allocation.empty());
+  EXPECT_EQ(a.visible_gpus, "GPU-0");
 }
 
 TEST(EncodeAllocation, VisibleGpusTable) {
@@ -766,6 +772,43 @@ TEST(ApplyHamiRegister, FillsOnlyWhatIsMissing) {
   EXPECT_EQ(t.gpus[2], before.gpus[2]);  // not registered: untouched
   EXPECT_EQ(t.gpus[3].uuid, "GPU-3");    // already had one
   EXPECT_EQ(ApplyHamiRegister({}, t), 0);
+}
+
+// Issue 15 (7): cards HAMi reports unhealthy, or in MIG mode, are never placed on.
+TEST(ApplyHamiRegister, UnhealthyAndMigCardsAreUnusable) {
+  NodeTopology t = Hgx();
+  const std::vector<HamiRegisteredGpu> reg = {
+      Reg("GPU-0h", 0, 10, 81559, 100, "T", 0, true, "hami-core"),
+      Reg("GPU-1h", 1, 10, 81559, 100, "T", 0, false, "hami-core"),  // unhealthy (or health absent)
+      Reg("GPU-2h", 2, 10, 81559, 100, "T", 0, true, "mig"),
+  };
+  ApplyHamiRegister(reg, t);
+  EXPECT_EQ(t.gpus[0].unusable, "");
+  EXPECT_NE(t.gpus[1].unusable.find("unhealthy"), std::string::npos);
+  EXPECT_NE(t.gpus[2].unusable.find("MIG"), std::string::npos);
+  EXPECT_NE(t.Fingerprint(), Hgx().Fingerprint()) << "memoized results must not be shared with healthy nodes";
+  // The engine counts them as the node's but never places on them, and says why.
+  PlacementRequest all;
+  all.gpus = 8;
+  PlacementOutcome o = PlaceOnNode(t, {}, all);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.failure, FitFailure::kNotEnoughGpus);
+  EXPECT_NE(o.detail.find("2 unusable: HAMi's device plugin reports the card unhealthy"), std::string::npos) << o.detail;
+  PlacementRequest six;
+  six.gpus = 6;
+  o = PlaceOnNode(t, {}, six);
+  ASSERT_TRUE(o.ok()) << o.detail;
+  for (int g : o.placement->gpus) EXPECT_TRUE(g != 1 && g != 2) << g;
+  PlacementRequest shared;
+  shared.shared.count = 7;
+  shared.shared.memory_mib = 1000;
+  o = PlaceOnNode(t, {}, shared);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.detail.find("2 unusable"), std::string::npos) << o.detail;
+  // Healthy again: usable again.
+  const std::vector<HamiRegisteredGpu> healed = {Reg("GPU-1h", 1, 10, 81559, 100, "T", 0, true, "hami-core")};
+  ApplyHamiRegister(healed, t);
+  EXPECT_EQ(t.gpus[1].unusable, "");
 }
 
 // ---- hami.io/mutex.lock ----

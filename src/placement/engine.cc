@@ -371,12 +371,15 @@ std::optional<PlacementOutcome> WholeCountFailure(const NodeTopology& t, const N
     return fail(FitFailure::kRequestTooLarge, "the request asks a negative number of GPUs or NICs");
   }
   const std::string vendor = VendorName(r.vendor);
-  int total = 0, free = 0, held_whole = 0, with_vgpus = 0;
+  int total = 0, free = 0, held_whole = 0, with_vgpus = 0, unusable = 0;
+  std::string unusable_why;
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     if (t.gpus[i].vendor != r.vendor) continue;
     ++total;
     const int gi = static_cast<int>(i);
-    if (GpuExclusive(a, gi)) {
+    if (!t.gpus[i].unusable.empty()) {
+      if (unusable++ == 0) unusable_why = t.gpus[i].unusable;
+    } else if (GpuExclusive(a, gi)) {
       ++held_whole;
     } else if (GpuShares(a, gi).shares > 0) {
       ++with_vgpus;
@@ -397,6 +400,9 @@ std::optional<PlacementOutcome> WholeCountFailure(const NodeTopology& t, const N
     std::string held;
     if (held_whole > 0) held += std::to_string(held_whole) + " held whole by pods";
     if (with_vgpus > 0) held += (held.empty() ? "" : ", ") + std::to_string(with_vgpus) + " carrying vGPUs";
+    if (unusable > 0) {
+      held += (held.empty() ? "" : ", ") + std::to_string(unusable) + " unusable: " + unusable_why;
+    }
     return fail(FitFailure::kNotEnoughGpus, "needs " + Plural(r.gpus, vendor + " GPU") + ", " +
                                                 std::to_string(free) + (free == 1 ? " is" : " are") +
                                                 " free (" + held + ")");
@@ -500,6 +506,7 @@ ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, cons
   const Gpu& g = t.gpus[Idx(gpu)];
   const SharedGpuRequest& s = r.shared;
   if (g.vendor != r.vendor) return ShareVerdict::kWrongVendor;
+  if (!g.unusable.empty()) return ShareVerdict::kUnusable;
   if (GpuExclusive(a, gpu)) return ShareVerdict::kExclusive;
   const GpuShareUsage used = GpuShares(a, gpu);
   if (used.shares >= o.max_shares_per_gpu) return ShareVerdict::kShareLimit;
@@ -541,7 +548,7 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
   const SharedGpuRequest& s = r.shared;
   const std::string vendor = VendorName(r.vendor);
   int total = 0;
-  std::array<int, 9> by_verdict{};
+  std::array<int, 10> by_verdict{};
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     if (t.gpus[i].vendor != r.vendor) continue;
     ++total;
@@ -574,6 +581,7 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
       {ShareVerdict::kShareLimit, "at the vGPU limit"},
       {ShareVerdict::kFiltered, "excluded by the type/UUID filters"},
       {ShareVerdict::kMemoryUnknown, "of unknown memory size"},
+      {ShareVerdict::kUnusable, "unusable (unhealthy or in MIG mode, per HAMi's registration)"},
       {ShareVerdict::kMemory, "short of memory"},
       {ShareVerdict::kCores, "short of cores"},
       {ShareVerdict::kNumaUnknown, "of unknown NUMA node"},
@@ -668,7 +676,9 @@ class WholeSearch {
     for (std::size_t i = 0; i < t.gpus.size(); ++i) {
       const int gpu = static_cast<int>(i);
       if (g_ == 0) break;  // NIC-only: no GPU candidates
-      if (t.gpus[i].vendor != r.vendor || !placement_internal::GpuWhollyFree(a, gpu)) continue;
+      if (t.gpus[i].vendor != r.vendor || !t.gpus[i].unusable.empty() || !placement_internal::GpuWhollyFree(a, gpu)) {
+        continue;
+      }
       int best = kNoEdge;
       for (int q = 0; q < nn_; ++q) {
         const int nic = nic_[Idx(q)];

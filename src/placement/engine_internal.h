@@ -77,6 +77,7 @@ enum class ShareVerdict : std::uint8_t {
   kMemory,
   kCores,
   kNumaUnknown,
+  kUnusable,  // Gpu::unusable: unhealthy or in MIG mode
 };
 ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
                             const EngineOptions& o, int gpu);

@@ -289,7 +289,9 @@ struct ClusterStore::Impl {
     record.free_gpus = record.free_rdma_nics = 0;
     if (record.topology == nullptr || record.held()) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
-      if (framework::GpuFree(record.allocated, static_cast<int>(g))) ++record.free_gpus;
+      if (framework::GpuFree(record.allocated, static_cast<int>(g)) && record.topology->gpus[g].unusable.empty()) {
+        ++record.free_gpus;
+      }
     }
     for (std::size_t n = 0; n < record.topology->nics.size(); ++n) {
       if (record.topology->nics[n].rdma && !framework::NicUsed(record.allocated, static_cast<int>(n))) {

@@ -112,7 +112,8 @@ struct HamiRegisteredGpu {
 };
 Result<std::vector<HamiRegisteredGpu>> ParseHamiRegister(std::string_view text);
 // Fills in what the topology lacks from the registration: each GPU's UUID (by HAMi index =
-// PCI bus order, which is ours) and memory; returns the smallest split count (0 when none).
+// PCI bus order, which is ours) and memory, and marks unusable (Gpu::unusable) the cards HAMi
+// reports unhealthy or in MIG mode; returns the smallest split count (0 when none).
 int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& topology);
 
 // ---- hami.io/mutex.lock: "<RFC 3339 time>,<namespace>,<pod>" ----

@@ -99,6 +99,10 @@ struct Gpu {
   double link_gbps = 0;
   int link_width = 0;
   std::vector<GpuPeer> peers;  // sorted by peer index
+  // Non-empty: the card must not be placed on, and why (HAMi's registration says it is unhealthy
+  // or in MIG mode). Set by the extender from the node's state, not by discovery; the engine
+  // counts such a card as the node's but never free.
+  std::string unusable;
   bool operator==(const Gpu&) const = default;
 };
 
