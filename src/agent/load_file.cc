@@ -49,9 +49,16 @@ Result<NodeTopology> LoadTopologyFile(const std::string& path) {
   if (!topology.ok()) return topology.error().WithContext(path + " (" + std::string(ToString(*format)) + ")");
   topology->source_detail = std::filesystem::path(path).filename().string();
   // NCCL files and some hwloc exports carry no host name: name the topology after the file.
+  // The name keeps everything but the extension and a format marker (".nccl", ".hwloc2"):
+  // oci__bm.gpu.h100.8_... and oci__bm.gpu4.8_... must not both become "oci--bm".
   if (topology->node_name.empty()) {
-    std::string stem = std::filesystem::path(path).filename().string();
-    stem = stem.substr(0, stem.find('.'));
+    std::string stem = std::filesystem::path(path).stem().string();
+    for (std::string_view marker : {".nccl", ".hwloc1", ".hwloc2", ".hwloc", ".topo"}) {
+      if (stem.size() > marker.size() && stem.ends_with(marker)) {
+        stem.resize(stem.size() - marker.size());
+        break;
+      }
+    }
     topology->node_name = ToKubernetesName(stem);
   }
   return topology;

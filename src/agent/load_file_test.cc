@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -52,6 +54,22 @@ TEST_F(LoadFileTest, EverySharedTopologyLoadsWithItsDetectedFormat) {
   }
   EXPECT_EQ(hwloc, 23);
   EXPECT_EQ(nccl, 17);
+}
+
+// Issue 16: node names taken from file names stay distinct (the three OCI files all became
+// "oci--bm" when the name stopped at the first dot).
+TEST_F(LoadFileTest, NamesFromFileNamesStayDistinct) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  std::map<std::string, std::string> by_name;
+  for (const auto& entry : fs::directory_iterator(testing::SharedTopologiesDir())) {
+    if (entry.path().extension() != ".xml") continue;
+    auto t = LoadTopologyFile(entry.path().string());
+    ASSERT_TRUE(t.ok()) << t.error().message();
+    if (t->source != TopologySource::kNcclXml) continue;  // hwloc exports carry their host name
+    const auto [it, inserted] = by_name.emplace(t->node_name, entry.path().filename().string());
+    EXPECT_TRUE(inserted) << t->node_name << " names both " << it->second << " and " << entry.path().filename();
+  }
+  EXPECT_TRUE(by_name.contains("oci--bm.gpu.h100.8-kubernetes-variant")) << by_name.begin()->first;
 }
 
 TEST_F(LoadFileTest, JsonRoundTripThroughAFile) {

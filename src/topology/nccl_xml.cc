@@ -5,7 +5,7 @@
 // their children, GPUs carry <gpu><nvlink|xgmi target count tclass/></gpu> and NICs carry
 // <nic><net name speed gdr/></nic>. Cloud images ship such files because their VMs hide the real
 // PCIe tree, so many are hand-written: attributes go missing, switches are fake (ffff:ff:01.0),
-// the AWS g5 file lists bare bus ids. The reader is lenient about what it does not need and
+// the AWS g5 file lists bare bus ids (not taken as GPUs: nothing says what they are). The reader is lenient about what it does not need and
 // strict only where a wrong answer would mislead the scheduler (bus ids of GPUs and NICs).
 //
 // What NCCL does not record, the model leaves unknown: packages (-1), memory (0), host bridges
@@ -279,10 +279,6 @@ bool HasChild(const pt::ptree& node, const char* name) {
   return node.find(name) != node.not_found();
 }
 
-bool HasElementChildren(const pt::ptree& node) {
-  return std::any_of(node.begin(), node.end(), [](const auto& kv) { return IsElement(kv.first); });
-}
-
 // ---- Device classification.
 
 constexpr std::uint16_t kVendorNvidia = 0x10de;
@@ -468,10 +464,10 @@ class Builder {
     if ((a.cls && IsBridgeClass(*a.cls)) || (!a.cls && has_pci && !has_nic)) return Bridge(pci, a, ctx);
     if (has_nic || (a.cls && IsNetworkClass(*a.cls))) return NicDevice(pci, a, ctx);
     if (a.cls && IsGpuClass(*a.cls, a.vendor)) return GpuDevice(pci, a, ctx);
-    // NCCL's minimal files (AWS g5) list only GPU bus ids, as classless leaves: NCCL itself then
-    // reads the rest from sysfs. Nothing else is written that way, so such a leaf is a GPU.
-    if (!a.cls && !HasElementChildren(pci)) return GpuDevice(pci, a, ctx);
-    return std::nullopt;  // another device (BMC VGA, NVMe, ...): not part of the model
+    // A classless leaf (NCCL's minimal files, AWS g5: bare bus ids that NCCL completes from
+    // sysfs at run time) says nothing about what the device is: not taken as a GPU. (The g5 file
+    // lists nine such leaves for a machine with eight GPUs.)
+    return std::nullopt;  // another device (BMC VGA, NVMe, ...) or an unnamed one: not modelled
   }
 
   std::optional<Error> Bridge(const pt::ptree& pci, const PciAttrs& a, const Context& ctx) {
