@@ -627,22 +627,38 @@ TEST(ExtenderConcurrency, ConcurrentBindsNeverOversubscribe) {
 namespace toposched::extender {
 namespace {
 
+// An ExtenderService on one HGX node called in-process (no HTTP), with a settable clock.
+struct InProcess {
+  explicit InProcess(ExtenderOptions options = {})
+      : registry(plugins::BuiltinRegistry()),
+        fw(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value()),
+        store(nullptr, StoreOptionsFor(fw.config())) {
+    EXPECT_TRUE(store.UpsertNode({"hgx-a", Preset("hgx-h100-8gpu"), {}, true}).ok());
+    store.SetSynced(true);
+    service = std::make_unique<ExtenderService>(fw, store, metrics, std::move(options), [this] { return now; });
+  }
+  server::HttpResponse Call(std::string_view method, std::string_view target, std::string_view body,
+                            bool verified = false) {
+    server::HttpRequest rq{method, target, "application/json", body, "test", verified};
+    server::HttpResponse rs;
+    service->Handle(rq, rs);
+    return rs;
+  }
+  framework::Registry registry;
+  framework::Framework fw;
+  state::ClusterStore store;
+  server::Registry metrics;
+  std::chrono::steady_clock::time_point now{std::chrono::hours(1)};
+  std::unique_ptr<ExtenderService> service;
+};
+
 // Issue 15 (3): Volcano before v1.13 ignores allocateFuncVerb. Tasks that pass predicate for a
 // minute with no allocate call are reported (gauge and a log line); one allocate clears it.
 TEST(ExtenderVolcano, PredicatesWithoutAllocateForAMinuteSayVolcanoIsTooOld) {
-  auto registry = plugins::BuiltinRegistry();
-  const framework::Framework fw = framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
-  state::ClusterStore store(nullptr, StoreOptionsFor(fw.config()));
-  ASSERT_TRUE(store.UpsertNode({"hgx-a", Preset("hgx-h100-8gpu"), {}, true}).ok());
-  store.SetSynced(true);
-  server::Registry metrics;
-  auto now = std::chrono::steady_clock::time_point(std::chrono::hours(1));
-  ExtenderService service(fw, store, metrics, {}, [&] { return now; });
+  InProcess h;
+  auto& now = h.now;
   auto call = [&](const std::string& target, const std::string& body) {
-    server::HttpRequest rq{target == "/metrics" ? "GET" : "POST", target, "application/json", body, "test"};
-    server::HttpResponse rs;
-    service.Handle(rq, rs);
-    return rs.body;
+    return h.Call(target == "/metrics" ? "GET" : "POST", target, body).body;
   };
   const std::string predicate =
       json{{"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1})},
@@ -660,28 +676,14 @@ TEST(ExtenderVolcano, PredicatesWithoutAllocateForAMinuteSayVolcanoIsTooOld) {
   EXPECT_FALSE(missing());
 }
 
-}  // namespace
-}  // namespace toposched::extender
-
-namespace toposched::extender {
-namespace {
-
 // Issue 15 (10): with mutual TLS, a verb without a verified client certificate is refused (any
 // pod reaching the Service could otherwise make toposched bind arbitrary pods); health, readiness
 // and metrics stay open to probes and scrapers.
 TEST(ExtenderSecurity, VerbsNeedAVerifiedClientCertificateWhenRequired) {
-  auto registry = plugins::BuiltinRegistry();
-  const framework::Framework fw = framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
-  state::ClusterStore store(nullptr, StoreOptionsFor(fw.config()));
-  ASSERT_TRUE(store.UpsertNode({"hgx-a", Preset("hgx-h100-8gpu"), {}, true}).ok());
-  store.SetSynced(true);
-  server::Registry metrics;
-  ExtenderService service(fw, store, metrics, ExtenderOptions{.require_client_certificate = true});
+  InProcess h(ExtenderOptions{.require_client_certificate = true});
+  auto& store = h.store;
   auto call = [&](const char* method, const std::string& target, const std::string& body, bool verified) {
-    server::HttpRequest rq{method, target, "application/json", body, "test", verified};
-    server::HttpResponse rs;
-    service.Handle(rq, rs);
-    return rs;
+    return h.Call(method, target, body, verified);
   };
   const std::string bind =
       json{{"PodName", "p"}, {"PodNamespace", "default"}, {"PodUID", "uid-p"}, {"Node", "hgx-a"}}.dump();

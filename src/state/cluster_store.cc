@@ -473,6 +473,16 @@ struct ClusterStore::Impl {
     if (pool->second.empty()) pools.erase(pool);
   }
 
+  // `record` without `allocation` (a pod of it), for a change that replaces the pod's devices in
+  // one step; derived fields are left for WithPod's Refresh.
+  static NodeRecord Without(const NodeRecord& record, const PodAllocation& allocation) {
+    NodeRecord base = record;
+    framework::RevertDelta(allocation.delta, framework::ShapeOf(NodeAllocation{}), base.allocated);
+    std::erase(base.pods, allocation.uid);
+    std::erase(base.held_pods, allocation.uid);
+    return base;
+  }
+
   // Release's work once the UID is claimed.
   Result<std::optional<PodAllocation>> ReleaseClaimed(const PodAllocation& allocation, bool persist) {
     const auto node_lock = NodeLock(allocation.node, /*create=*/false);
@@ -662,12 +672,7 @@ Status ClusterStore::Restore(const PodAllocation& allocation) {
   const auto snapshot = impl_->Current();
   const NodeRecord* record = snapshot->Find(allocation.node);
   if (record == nullptr) return Error("unknown node " + allocation.node);
-  NodeRecord base = *record;
-  if (replaced_hold != nullptr) {
-    framework::RevertDelta(replaced_hold->delta, framework::ShapeOf(NodeAllocation{}), base.allocated);
-    std::erase(base.pods, allocation.uid);
-    std::erase(base.held_pods, allocation.uid);
-  }
+  const NodeRecord base = replaced_hold != nullptr ? Impl::Without(*record, *replaced_hold) : *record;
   auto next = impl_->WithPod(base, allocation);
   if (!next.ok()) return next.error();
   impl_->Publish(allocation.node, std::move(next).value());
@@ -748,12 +753,7 @@ Status ClusterStore::Hold(PodAllocation allocation) {
   const NodeRecord* record = snapshot->Find(allocation.node);
   if (record == nullptr) return Error("unknown node " + allocation.node);
   // What the pod held before (a readable allocation, an earlier hold) gives way, in one step.
-  NodeRecord base = *record;
-  if (previous != nullptr) {
-    framework::RevertDelta(previous->delta, framework::ShapeOf(NodeAllocation{}), base.allocated);
-    std::erase(base.pods, allocation.uid);
-    std::erase(base.held_pods, allocation.uid);
-  }
+  const NodeRecord base = previous != nullptr ? Impl::Without(*record, *previous) : *record;
   // The named devices that are free, whole; the others are someone's already. The node is held
   // either way, so nothing is placed on what could not be identified.
   framework::AllocationDelta held;

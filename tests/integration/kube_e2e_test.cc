@@ -922,6 +922,18 @@ TEST_F(KubeE2E, PodsOfOtherSchedulersHoldTheDevicesTheyAskFor) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// A Volcano event (allocate, deallocate) for `pod` on `node`, as Volcano's extender plugin sends it.
+std::string VolcanoEvent(const json& pod, const std::string& node, int gpus = 2, int rdma = 2) {
+  testing::PodSpec spec;
+  spec.name = pod["metadata"]["name"];
+  spec.uid = pod["metadata"]["uid"];
+  spec.gpus = gpus;
+  spec.rdma = rdma;
+  json task = testing::MakeTask(spec, node);
+  task["Pod"] = pod;
+  return json{{"task", task}}.dump();
+}
+
 // Issue 15 (1): Volcano's allocate and deallocate are session events. A pod Volcano bound keeps
 // its devices through a session that evicts it (deallocate) and then discards the eviction
 // (allocate again); a pipelined task never bound is released, annotations and all.
@@ -929,16 +941,7 @@ TEST_F(KubeE2E, VolcanoSessionEventsNeverChangeABoundPodsDevices) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  auto event = [&](const json& pod, const std::string& node) {
-    testing::PodSpec spec;
-    spec.name = pod["metadata"]["name"];
-    spec.uid = pod["metadata"]["uid"];
-    spec.gpus = 2;
-    spec.rdma = 2;
-    json task = testing::MakeTask(spec, node);
-    task["Pod"] = pod;
-    return json{{"task", task}}.dump();
-  };
+  auto event = [](const json& pod, const std::string& node) { return VolcanoEvent(pod, node); };
   const json running = GpuPod(server_, "running", 2, 2);
   const std::string uid = running["metadata"]["uid"];
   ASSERT_EQ(json::parse(r.Call("/volcano/allocate", event(running, "a100-0")).second)["errorMessage"], "");
@@ -983,12 +986,7 @@ TEST_F(KubeE2E, AnAllocationNeverBoundIsUndoneAfterItsTtl) {
   const json stuck = GpuPod(server_, "stuck", 2, 2);
   const json bound = GpuPod(server_, "bound", 2, 2);
   auto allocate = [&](const json& pod) {
-    testing::PodSpec spec;
-    spec.name = pod["metadata"]["name"];
-    spec.uid = pod["metadata"]["uid"];
-    json task = testing::MakeTask(spec, "a100-0");
-    task["Pod"] = pod;
-    return json::parse(r.Call("/volcano/allocate", json{{"task", task}}.dump()).second)["errorMessage"];
+    return json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-0")).second)["errorMessage"];
   };
   ASSERT_EQ(allocate(stuck), "");
   ASSERT_EQ(allocate(bound), "");
