@@ -11,6 +11,10 @@ BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_
 ctest --test-dir build --output-on-failure -j"$jobs"
 # The Helm chart rendered without helm, every object checked, deploy/ in sync (tests/chart/).
 TOPOSCHED_BIN=build/src/cmd/toposched tests/chart/run.sh
+# The real peers (e2e/README.md): etcd, kube-apiserver, kube-scheduler, helm and kwok built from
+# the Go module proxy at pinned versions into ~/.cache/toposched-e2e (once; about 25 minutes on
+# 2 cores the first time, cached after), then the Go tests against this build's binary.
+TOPOSCHED_BIN=build/src/cmd/toposched e2e/run.sh
 
 BUILD_DIR=build-asan BUILD_TYPE=Debug ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=OFF \
   -DTOPOSCHED_SANITIZE=ON
@@ -22,4 +26,4 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions="$PWD/tes
 build/bench/toposched_discovery_bench --benchmark_min_time=0.01 >/dev/null
 build/bench/toposched_extender_load --iterations 20 --seconds 0.3 --clients 2 >/dev/null
 build/bench/toposched_kube_bind --nodes 10 --pods 20 >/tmp/toposched_kube_bind.log 2>&1 || { cat /tmp/toposched_kube_bind.log; exit 1; }
-echo "test.sh: all tests passed (release and ASan/UBSan builds)"
+echo "test.sh: all tests passed (release and ASan/UBSan builds, chart, e2e against the real peers)"

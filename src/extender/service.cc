@@ -172,6 +172,7 @@ struct ExtenderService::Impl {
         cached_pods_gauge(reg.AddGauge("toposched_cached_pods",
                                        "Pods with cached filter results awaiting bind (reservations).")),
         state_synced(reg.AddGauge("toposched_state_synced", "1 once the cluster state has loaded.")) {
+    volcano_missing_gauge.With({}).Set(0);  // a sample from the start (alerts need one)
     // Series looked up on every request are resolved once here (With() takes a mutex).
     for (int v = 0; v < kVerbCount; ++v) {
       verb_latency[v] = &latency.With({VerbName(static_cast<Verb>(v))});

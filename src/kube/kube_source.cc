@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -139,7 +140,15 @@ struct KubeSource::Impl {
                                      "Failed lists and watches (each followed by a backoff) per informer.",
                                      {"resource"})),
         informer_events(reg.AddGauge("toposched_kube_informer_events", "Watch events applied per informer.",
-                                     {"resource"})) {}
+                                     {"resource"})) {
+    // Series without labels exist (at 0) from the start, as Prometheus' own clients expose them:
+    // rate(), increase() and alerts on them need a sample before the first change.
+    restore_errors.With({});
+    for (server::Family<server::Gauge>* g : {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge,
+                                             &foreign_gauge, &stale_gauge}) {
+      g->With({}).Set(0);
+    }
+  }
 
   Api& api;
   state::ClusterStore& store;
@@ -294,6 +303,25 @@ struct KubeSource::Impl {
         } else {
           server::Log(LogLevel::kWarn, {kVerb, "", name},
                       std::string(kHamiNodeRegister) + " ignored: " + registered.error().message());
+        }
+      }
+      // NCCL files and hwloc exports without NVML carry no card memory; GPU Feature Discovery's
+      // node label does (MiB, for every NVIDIA card of the node), so shared requests can be
+      // placed there. Applied after HAMi's registration, whose per-card figure wins.
+      if (const auto gfd = node.labels.find("nvidia.com/gpu.memory"); gfd != node.labels.end()) {
+        const std::string& text = gfd->second;
+        std::uint64_t mib = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mib);
+        const bool parsed = ec == std::errc() && end == text.data() + text.size() && mib > 0 && mib < (1u << 24);
+        const bool known = std::all_of(spec.topology->gpus.begin(), spec.topology->gpus.end(), [](const Gpu& g) {
+          return g.vendor != GpuVendor::kNvidia || g.memory_mib > 0;
+        });
+        if (parsed && !known) {
+          auto copy = std::make_shared<NodeTopology>(*spec.topology);
+          for (Gpu& g : copy->gpus) {
+            if (g.vendor == GpuVendor::kNvidia && g.memory_mib == 0) g.memory_mib = mib;
+          }
+          spec.topology = std::move(copy);
         }
       }
     }

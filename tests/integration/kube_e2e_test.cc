@@ -1002,6 +1002,23 @@ TEST_F(KubeE2E, AnAllocationNeverBoundIsUndoneAfterItsTtl) {
   EXPECT_TRUE(r.store.FindPod(bound["metadata"]["uid"].get<std::string>()).has_value());
 }
 
+// Issue 16 (2): an NCCL topology carries no card memory; GPU Feature Discovery's
+// nvidia.com/gpu.memory label gives it, and a shared (HAMi) pod is then placed.
+TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
+  AddNode("a100-0", kAzureA100);
+  AddNode("a100-gfd", kAzureA100);
+  json node = *server_.Get(kNodes, "a100-gfd");
+  node["metadata"]["labels"]["nvidia.com/gpu.memory"] = "81920";
+  server_.Upsert(kNodes, node);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-gfd")->topology->gpus[0].memory_mib == 81920; }));
+  EXPECT_EQ(r.store.snapshot()->Find("a100-0")->topology->gpus[0].memory_mib, 0u);
+  const json pod = GpuPod(server_, "small", 1, 0, {{"nvidia.com/gpumem", "8000"}});
+  const Scheduled s = Schedule(r, pod, {"a100-0", "a100-gfd"});
+  EXPECT_EQ(s.node, "a100-gfd") << s.error;
+}
+
 TEST_F(KubeE2E, AnnotatedButUnboundPodIsHeldThenMovedWhenRescheduled) {
   AddNode("a100-0", kAzureA100);
   AddNode("a100-1", kAzureA100);

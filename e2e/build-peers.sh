@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Builds the real upstream peers the e2e suite runs toposched against, from the Go module proxy,
+# at the versions pinned in e2e/tools/*/go.mod (+ go.sum), into a cache outside the tree:
+#
+#   ${TOPOSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toposched-e2e}/<peer>-<version>/
+#
+# A peer whose directory is complete (it holds .complete) is not rebuilt: the cache is reused
+# across runs and checkouts. Each build goes to a temporary directory first and is renamed into
+# place only when every binary of the peer built, so an interrupted build never looks complete.
+#
+# usage: e2e/build-peers.sh [PEER...]     (default: every peer; PEER in kube etcd helm kwok)
+# env:   GO (default: go on PATH, else /usr/local/go/bin/go), TOPOSCHED_E2E_CACHE
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${TOPOSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toposched-e2e}
+
+GO=${GO:-}
+if [[ -z "$GO" ]]; then
+  if command -v go >/dev/null 2>&1; then GO=$(command -v go)
+  elif [[ -x /usr/local/go/bin/go ]]; then GO=/usr/local/go/bin/go
+  else echo "build-peers: no Go toolchain found (need go on PATH or /usr/local/go/bin/go)" >&2; exit 1
+  fi
+fi
+# Never let `go` fetch a newer toolchain behind our back: an old go must fail here, clearly.
+export GOTOOLCHAIN=local
+export GOFLAGS="${GOFLAGS:-} -mod=readonly"
+
+# The newest `go` directive among the e2e modules is the minimum toolchain.
+need=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' "$here/go.mod" "$here"/tools/*/go.mod | sort -V | tail -1)
+have=$("$GO" env GOVERSION | sed 's/^go//; s/[^0-9.].*$//')
+if [[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]]; then
+  echo "build-peers: $GO is go$have, but the e2e modules need go >= $need (e2e/go.mod, e2e/tools/*/go.mod)." >&2
+  echo "build-peers: install Go $need or newer (e.g. at /usr/local/go) and put it first on PATH." >&2
+  exit 1
+fi
+
+# version_of DIR MODULE: the version DIR/go.mod requires of MODULE.
+version_of() {
+  local v
+  v=$(awk -v m="$2" '($1 == m || ($1 == "require" && $2 == m)) { print ($1 == "require" ? $3 : $2); exit }' "$1/go.mod")
+  [[ -n "$v" ]] || { echo "build-peers: $1/go.mod does not require $2" >&2; exit 1; }
+  echo "$v"
+}
+
+# build_peer NAME MODULE LDFLAGS PKG:OUT... (run in e2e/tools/NAME)
+build_peer() {
+  local name=$1 module=$2 ldflags=$3; shift 3
+  local dir="$here/tools/$name" version dest tmp start secs spec pkg out
+  version=$(version_of "$dir" "$module")
+  dest="$cache/$name-$version"
+  if [[ -f "$dest/.complete" ]]; then
+    echo "build-peers: $name $version: cached in $dest"
+    return 0
+  fi
+  mkdir -p "$cache"
+  tmp=$(mktemp -d "$cache/.$name-$version.XXXXXX")
+  echo "build-peers: $name $version: building $* ..."
+  start=$(date +%s)
+  for spec in "$@"; do
+    pkg=${spec%%:*}; out=${spec##*:}
+    if ! (cd "$dir" && "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/$out" "$pkg"); then
+      rm -rf "$tmp"
+      echo "build-peers: $name $version: go build $pkg failed" >&2
+      return 1
+    fi
+  done
+  if [[ "$name" == kwok ]]; then
+    # kwok's own stage definitions (node: initialize + heartbeat; pod: ready/complete/delete),
+    # from the same module version, as `kwokctl` configures a cluster.
+    local src
+    src=$(cd "$dir" && "$GO" list -m -f '{{.Dir}}' "$module")
+    mkdir -p "$tmp/stages"
+    cp "$src"/kustomize/stage/node/fast/node-initialize.yaml "$src"/kustomize/stage/node/heartbeat/node-heartbeat.yaml \
+       "$src"/kustomize/stage/pod/fast/pod-ready.yaml "$src"/kustomize/stage/pod/fast/pod-complete.yaml \
+       "$src"/kustomize/stage/pod/fast/pod-delete.yaml "$tmp/stages/"
+    chmod -R u+w "$tmp/stages"
+  fi
+  secs=$(( $(date +%s) - start ))
+  echo "$version built in ${secs}s with $("$GO" env GOVERSION)" > "$tmp/.complete"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  echo "build-peers: $name $version: built in ${secs}s -> $dest"
+}
+
+kube_ldflags() {
+  local v=$1 major minor
+  major=$(echo "${v#v}" | cut -d. -f1); minor=$(echo "${v#v}" | cut -d. -f2)
+  local f="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    f+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    f+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$f"
+}
+
+peers=("$@")
+[[ ${#peers[@]} -gt 0 ]] || peers=(etcd kube helm kwok)
+total_start=$(date +%s)
+for p in "${peers[@]}"; do
+  case "$p" in
+    kube)
+      v=$(version_of "$here/tools/kube" k8s.io/kubernetes)
+      build_peer kube k8s.io/kubernetes "$(kube_ldflags "$v")" \
+        k8s.io/kubernetes/cmd/kube-apiserver:kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler:kube-scheduler ;;
+    etcd)
+      build_peer etcd go.etcd.io/etcd/server/v3 "-s -w" go.etcd.io/etcd/server/v3:etcd ;;
+    helm)
+      v=$(version_of "$here/tools/helm" helm.sh/helm/v4)
+      build_peer helm helm.sh/helm/v4 "-s -w -X helm.sh/helm/v4/internal/version.version=$v" helm.sh/helm/v4/cmd/helm:helm ;;
+    kwok)
+      v=$(version_of "$here/tools/kwok" sigs.k8s.io/kwok)
+      build_peer kwok sigs.k8s.io/kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" sigs.k8s.io/kwok/cmd/kwok:kwok ;;
+    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok)" >&2; exit 2 ;;
+  esac
+done
+echo "build-peers: done in $(( $(date +%s) - total_start ))s; cache: $cache"

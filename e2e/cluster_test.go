@@ -1,0 +1,576 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"toposched.io/e2e/harness"
+)
+
+// The pieces every cluster scenario shares: the chart installed by the real helm, kwok nodes
+// built from real topology exports, one toposched agent per node with the agent
+// ServiceAccount's token, and toposched serve replicas with the extender's.
+
+var ntopoGVR = schema.GroupVersionResource{Group: "toposched.io", Version: "v1alpha1", Resource: "nodetopologies"}
+
+// gpuNode is a fake node whose hardware is a real topology export.
+type gpuNode struct {
+	Name, File  string
+	Labels      map[string]string
+	Annotations map[string]string // e.g. HAMi's device plugin registration
+	Taints      []corev1.Taint
+	Topo        topoDoc // what `toposched topo --format json` says of File
+}
+
+// topoDoc is the part of a NodeTopology document the tests read.
+type topoDoc struct {
+	Status struct {
+		GPUs []struct {
+			Index     int    `json:"index"`
+			PCIBusID  string `json:"pciBusId"`
+			UUID      string `json:"uuid"`
+			MemoryMiB int64  `json:"memoryMiB"`
+		} `json:"gpus"`
+		NICs []struct {
+			Name     string `json:"name"`
+			PCIBusID string `json:"pciBusId"`
+			RDMA     bool   `json:"rdma"`
+		} `json:"nics"`
+		Links struct {
+			GPUNic [][]string `json:"gpuNic"` // [gpu][nic] link class, as nvidia-smi topo -m prints it
+		} `json:"links"`
+	} `json:"status"`
+}
+
+func (n *gpuNode) rdmaNICs() int {
+	c := 0
+	for _, nic := range n.Topo.Status.NICs {
+		if nic.RDMA {
+			c++
+		}
+	}
+	return c
+}
+
+// cluster is one scenario's running system.
+type cluster struct {
+	t        *testing.T
+	peers    harness.Peers
+	out      string
+	cp       *harness.ControlPlane
+	dyn      *harness.Dynamic
+	ns       string // the chart's namespace
+	nodes    []*gpuNode
+	agentSA  string
+	extSA    string
+	schedSA  string
+	extDep   *appsv1.Deployment
+	agentDS  *appsv1.DaemonSet
+	extSvc   *corev1.Service
+	cms      map[string]*corev1.ConfigMap
+	replicas map[string]*replica // by pod name
+	proxy    *harness.ServiceProxy
+	// verbPaths are the URL paths of the verbs the chart's KubeSchedulerConfiguration names.
+	verbPaths []string
+}
+
+type replica struct {
+	pod, portFile string
+	port          int
+	proc          *harness.Proc
+}
+
+func newCluster(t *testing.T, name string, helmArgs ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, ns: helmNamespace, replicas: map[string]*replica{}, cms: map[string]*corev1.ConfigMap{}}
+	c.peers = harness.FindPeers(t)
+	c.out = harness.OutputDir(t, name)
+	c.cp = harness.StartControlPlane(t, c.peers, c.out)
+	c.dyn = c.cp.NewDynamic()
+	ctx := context.Background()
+
+	helm := harness.NewHelm(t, c.peers.Helm, c.cp.AdminKubeconfig)
+	args := append([]string{"install", "toposched", harness.ChartDir(), "--namespace", c.ns, "--create-namespace", "--timeout", "2m"}, helmArgs...)
+	if _, err := helm.Run(ctx, 3*time.Minute, args...); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	c.cp.EnsureDefaultServiceAccount(t, c.ns)
+
+	// The chart's objects, as the API server holds them.
+	deps, err := c.cp.Admin.AppsV1().Deployments(c.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range deps.Items {
+		switch deps.Items[i].Labels["app.kubernetes.io/component"] {
+		case "extender":
+			c.extDep = &deps.Items[i]
+		case "scheduler":
+			c.schedSA = deps.Items[i].Spec.Template.Spec.ServiceAccountName
+		}
+	}
+	dss, err := c.cp.Admin.AppsV1().DaemonSets(c.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range dss.Items {
+		if dss.Items[i].Labels["app.kubernetes.io/component"] == "agent" {
+			c.agentDS = &dss.Items[i]
+		}
+	}
+	svcs, err := c.cp.Admin.CoreV1().Services(c.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range svcs.Items {
+		if svcs.Items[i].Labels["app.kubernetes.io/component"] == "extender" && svcs.Items[i].Spec.Selector["toposched.io/leader"] == "true" {
+			c.extSvc = &svcs.Items[i]
+		}
+	}
+	cms, err := c.cp.Admin.CoreV1().ConfigMaps(c.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cms.Items {
+		c.cms[cms.Items[i].Name] = &cms.Items[i]
+	}
+	if c.extDep == nil || c.agentDS == nil || c.extSvc == nil {
+		t.Fatalf("the chart did not install an extender Deployment (%v), agent DaemonSet (%v) and extender Service selecting toposched.io/leader (%v)",
+			c.extDep != nil, c.agentDS != nil, c.extSvc != nil)
+	}
+	c.extSA = c.extDep.Spec.Template.Spec.ServiceAccountName
+	c.agentSA = c.agentDS.Spec.Template.Spec.ServiceAccountName
+	return c
+}
+
+// addNodes creates a CPU-only system node (for the extender's pods) and one GPU node per
+// topology file, with the capacity a device plugin would advertise (nvidia.com/gpu = the
+// GPUs, rdma/ib = the RDMA NICs), then starts kwok to run them.
+func (c *cluster) addNodes(specs []*gpuNode) {
+	t := c.t
+	ctx := context.Background()
+	topoDir := harness.TopologiesDir(t)
+	mk := func(name string, labels, annotations map[string]string, taints []corev1.Taint, extra corev1.ResourceList) {
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("128"),
+			corev1.ResourceMemory: resource.MustParse("1Ti"),
+			corev1.ResourcePods:   resource.MustParse("110"),
+		}
+		for k, v := range extra {
+			capacity[k] = v
+		}
+		l := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}
+		for k, v := range labels {
+			l[k] = v
+		}
+		ann := map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}
+		for k, v := range annotations {
+			ann[k] = v
+		}
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, Annotations: ann},
+			Spec:       corev1.NodeSpec{Taints: taints},
+			Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+		}
+		if _, err := c.cp.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create node %s: %v", name, err)
+		}
+	}
+	mk("system-0", nil, nil, nil, nil)
+	for _, n := range specs {
+		n.File = filepath.Join(topoDir, n.File)
+		o, err := harness.Run(ctx, time.Minute, nil, c.peers.Toposched, "topo", "--input", n.File, "--format", "json")
+		if err != nil {
+			t.Fatalf("toposched topo %s: %v\n%s", n.File, err, o)
+		}
+		if err := json.Unmarshal([]byte(o), &n.Topo); err != nil {
+			t.Fatalf("toposched topo %s: %v", n.File, err)
+		}
+		labels := map[string]string{"nvidia.com/gpu.present": "true"}
+		for k, v := range n.Labels {
+			labels[k] = v
+		}
+		mk(n.Name, labels, n.Annotations, n.Taints, corev1.ResourceList{
+			"nvidia.com/gpu": *resource.NewQuantity(int64(len(n.Topo.Status.GPUs)), resource.DecimalSI),
+			"rdma/ib":        *resource.NewQuantity(int64(n.rdmaNICs()), resource.DecimalSI),
+		})
+	}
+	c.nodes = specs
+	args := []string{"--kubeconfig", c.cp.AdminKubeconfig, "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+		"--config", strings.Join(c.peers.KwokStages, ","), "--node-lease-duration-seconds", "40"}
+	harness.Start(t, c.out, "kwok", nil, c.peers.Kwok, args...)
+	err := harness.Eventually(60*time.Second, 500*time.Millisecond, func() (bool, error) {
+		nodes, err := c.cp.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, n := range nodes.Items {
+			ready := false
+			for _, cond := range n.Status.Conditions {
+				ready = ready || (cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue)
+			}
+			if !ready {
+				return false, fmt.Errorf("node %s not Ready", n.Name)
+			}
+		}
+		return len(nodes.Items) == len(specs)+1, nil
+	})
+	if err != nil {
+		t.Fatalf("kwok did not make the nodes Ready: %v\n%s", err, harness.TailFile(filepath.Join(c.out, "kwok.log"), 3000))
+	}
+	// The API server's TaintNodesByCondition admission taints every new Node
+	// node.kubernetes.io/not-ready:NoSchedule; the node lifecycle controller (controller-manager,
+	// not run here) lifts it once the node is Ready. Do its job.
+	nodes, err := c.cp.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		var keep []corev1.Taint
+		for _, taint := range n.Spec.Taints {
+			if taint.Key != corev1.TaintNodeNotReady {
+				keep = append(keep, taint)
+			}
+		}
+		if len(keep) != len(n.Spec.Taints) {
+			n.Spec.Taints = keep
+			if _, err := c.cp.Admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("lift the not-ready taint of %s: %v", n.Name, err)
+			}
+		}
+	}
+}
+
+// startAgents runs one `toposched agent` per GPU node with the chart's DaemonSet args, the
+// agent ServiceAccount's token and --input FILE standing in for the node's /sys, and waits
+// until every node has its NodeTopology and labels.
+func (c *cluster) startAgents() {
+	t := c.t
+	ctx := context.Background()
+	kc := c.cp.ServiceAccountKubeconfig(t, c.out, c.ns, c.agentSA)
+	ct := c.agentDS.Spec.Template.Spec.Containers[0]
+	if len(ct.Args) == 0 || ct.Args[0] != "agent" {
+		t.Fatalf("agent DaemonSet args %v do not start with 'agent'", ct.Args)
+	}
+	for _, n := range c.nodes {
+		args := append([]string{}, ct.Args...)
+		args = append(args, "--kubeconfig", kc, "--input", n.File, "--nvml-library", "none")
+		harness.Start(t, c.out, "agent-"+n.Name, []string{"NODE_NAME=" + n.Name}, c.peers.Toposched, args...)
+	}
+	for _, n := range c.nodes {
+		err := harness.Eventually(60*time.Second, 500*time.Millisecond, func() (bool, error) {
+			if _, err := c.dyn.Client.Resource(ntopoGVR).Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+				return false, err
+			}
+			node, err := c.cp.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			want := strconv.Itoa(len(n.Topo.Status.GPUs))
+			if node.Labels["toposched.io/gpu-count"] != want {
+				return false, fmt.Errorf("node %s label toposched.io/gpu-count = %q, want %s", n.Name, node.Labels["toposched.io/gpu-count"], want)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("agent for %s: %v\n%s", n.Name, err, harness.TailFile(filepath.Join(c.out, "agent-"+n.Name+".log"), 3000))
+		}
+	}
+}
+
+// extenderPod creates the Pod object of one extender replica from the Deployment's template,
+// bound to system-0 (what the ReplicaSet controller and the scheduler would do), so that
+// POD_NAME names a real pod whose leader label the Service selects.
+func (c *cluster) extenderPod(name string) {
+	t := c.t
+	tmpl := c.extDep.Spec.Template.DeepCopy()
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	pod.Name = name
+	pod.Namespace = c.ns
+	pod.Spec.NodeName = "system-0"
+	pod.Spec.Affinity = nil
+	if _, err := c.cp.Admin.CoreV1().Pods(c.ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create extender pod %s: %v", name, err)
+	}
+}
+
+// startReplica runs `toposched serve` for pod name with the Deployment's args and env, the
+// extender ServiceAccount's token, the ConfigMaps it mounts written to local files, and a local
+// port instead of the container port.
+func (c *cluster) startReplica(name string) *replica {
+	t := c.t
+	kc := filepath.Join(c.out, c.extSA+".kubeconfig")
+	if _, err := os.Stat(kc); err != nil {
+		kc = c.cp.ServiceAccountKubeconfig(t, c.out, c.ns, c.extSA)
+	}
+	spec := c.extDep.Spec.Template.Spec
+	ct := spec.Containers[0]
+	mounts := map[string]string{} // mountPath -> local dir
+	for _, vm := range ct.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name != vm.Name || v.ConfigMap == nil {
+				continue
+			}
+			cm := c.cms[v.ConfigMap.Name]
+			if cm == nil {
+				t.Fatalf("extender mounts ConfigMap %s, which the chart did not install", v.ConfigMap.Name)
+			}
+			dir := filepath.Join(c.out, "mounts", name, strings.TrimPrefix(vm.MountPath, "/"))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for k, val := range cm.Data {
+				if err := os.WriteFile(filepath.Join(dir, k), []byte(val), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mounts[vm.MountPath] = dir
+		}
+	}
+	env := []string{"POD_NAME=" + name, "POD_NAMESPACE=" + c.ns}
+	for _, e := range ct.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	var args []string
+	for i := 0; i < len(ct.Args); i++ {
+		a := strings.ReplaceAll(ct.Args[i], "$(POD_NAMESPACE)", c.ns)
+		a = strings.ReplaceAll(a, "$(POD_NAME)", name)
+		if a == "--port" && i+1 < len(ct.Args) {
+			i++ // replaced below by a free local port
+			continue
+		}
+		for mp, dir := range mounts {
+			if strings.HasPrefix(a, mp+"/") {
+				a = dir + strings.TrimPrefix(a, mp)
+			}
+		}
+		args = append(args, a)
+	}
+	r := &replica{pod: name, portFile: filepath.Join(c.out, name+".port")}
+	_ = os.Remove(r.portFile)
+	args = append(args, "--kubeconfig", kc, "--address", "127.0.0.1", "--port", "0", "--port-file", r.portFile)
+	r.proc = harness.Start(t, c.out, name, env, c.peers.Toposched, args...)
+	err := harness.Eventually(60*time.Second, 200*time.Millisecond, func() (bool, error) {
+		if ok, err := r.proc.Exited(); ok {
+			return false, harness.Permanent(fmt.Errorf("exited: %v", err))
+		}
+		b, err := os.ReadFile(r.portFile)
+		if err != nil {
+			return false, err
+		}
+		p, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || p == 0 {
+			return false, fmt.Errorf("port file %q", b)
+		}
+		r.port = p
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("extender %s did not start: %v\n%s", name, err, r.proc.Tail(4000))
+	}
+	c.replicas[name] = r
+	if c.proxy != nil {
+		c.proxy.SetEndpoint(name, r.port)
+	}
+	return r
+}
+
+// waitReady waits for the replica's /readyz to answer 200.
+func (c *cluster) waitReady(r *replica, timeout time.Duration) {
+	c.t.Helper()
+	err := harness.Eventually(timeout, 250*time.Millisecond, func() (bool, error) {
+		if ok, err := r.proc.Exited(); ok {
+			return false, harness.Permanent(fmt.Errorf("exited: %v", err))
+		}
+		code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", r.port))
+		if err != nil {
+			return false, err
+		}
+		return code == 200, fmt.Errorf("/readyz %d: %s", code, body)
+	})
+	if err != nil {
+		c.t.Fatalf("extender %s not ready: %v\n%s", r.pod, err, r.proc.Tail(4000))
+	}
+}
+
+// startProxy starts the stand-in for the extender's Service.
+func (c *cluster) startProxy() {
+	p, err := harness.NewServiceProxy(c.cp.Admin, c.ns, c.extSvc.Spec.Selector)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(p.Close)
+	for name, r := range c.replicas {
+		p.SetEndpoint(name, r.port)
+	}
+	c.proxy = p
+}
+
+// leaderPods are the extender pods labelled toposched.io/leader=true.
+func (c *cluster) leaderPods() []string {
+	eps, err := c.proxy.Endpoints(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return eps
+}
+
+// leaseHolder is the holderIdentity of the extender's Lease.
+func (c *cluster) leaseHolder() string {
+	leaseName := ""
+	args := c.extDep.Spec.Template.Spec.Containers[0].Args
+	for i, a := range args {
+		if a == "--lease-name" && i+1 < len(args) {
+			leaseName = args[i+1]
+		}
+	}
+	if leaseName == "" {
+		leaseName = "toposched-extender"
+	}
+	l, err := c.cp.Admin.CoordinationV1().Leases(c.ns).Get(context.Background(), leaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// checkPublishedTopologies: every NodeTopology the agents wrote still holds every GPU and NIC
+// field `toposched topo` produces for the same file (the CRD's schema pruned nothing the
+// extender reads).
+func (c *cluster) checkPublishedTopologies() {
+	t := c.t
+	for _, n := range c.nodes {
+		obj, err := c.dyn.Client.Resource(ntopoGVR).Get(context.Background(), n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("NodeTopology %s: %v", n.Name, err)
+			continue
+		}
+		want, err := os.ReadFile(filepath.Join(c.out, "topo-"+n.Name+".json"))
+		if err != nil {
+			o, err2 := harness.Run(context.Background(), time.Minute, nil, c.peers.Toposched, "topo", "--input", n.File, "--format", "json")
+			if err2 != nil {
+				t.Fatal(err2)
+			}
+			want = []byte(o)
+			_ = os.WriteFile(filepath.Join(c.out, "topo-"+n.Name+".json"), want, 0o644)
+		}
+		var wantDoc map[string]any
+		if err := json.Unmarshal(want, &wantDoc); err != nil {
+			t.Fatal(err)
+		}
+		// The API server drops null fields of a structural schema's non-nullable properties
+		// (absent and null mean the same to the extender's decoder); compare without them.
+		ws, _ := dropNulls(wantDoc["status"]).(map[string]any)
+		gs, _ := obj.Object["status"].(map[string]any)
+		for _, key := range []string{"gpus", "nics", "numaNodes", "pcie", "links", "fingerprint"} {
+			wj, _ := json.Marshal(ws[key])
+			gj, _ := json.Marshal(gs[key])
+			if string(wj) != string(gj) {
+				t.Errorf("NodeTopology %s: status.%s as stored by the API server differs from `toposched topo` of %s:\n stored: %.400s\n   topo: %.400s",
+					n.Name, key, filepath.Base(n.File), gj, wj)
+			}
+		}
+	}
+}
+
+// schedulerConfig takes the chart's KubeSchedulerConfiguration, points the extender's
+// urlPrefix at the Service stand-in and the client at the scheduler ServiceAccount's kubeconfig.
+func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string) {
+	t := c.t
+	var text string
+	for _, cm := range c.cms {
+		if v, ok := cm.Data["scheduler-config.yaml"]; ok {
+			text = v
+		}
+	}
+	if text == "" {
+		t.Fatal("the chart installed no ConfigMap with scheduler-config.yaml")
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(text), &cfg); err != nil {
+		t.Fatalf("scheduler-config.yaml: %v", err)
+	}
+	exts, _ := cfg["extenders"].([]any)
+	if len(exts) != 1 {
+		t.Fatalf("scheduler-config.yaml: want one extender, got %d", len(exts))
+	}
+	ext := exts[0].(map[string]any)
+	prefix, _ := ext["urlPrefix"].(string)
+	i := strings.Index(prefix, "://")
+	j := strings.Index(prefix[i+3:], "/")
+	if i < 0 || j < 0 {
+		t.Fatalf("urlPrefix %q", prefix)
+	}
+	ext["urlPrefix"] = c.proxy.URL + prefix[i+3+j:]
+	c.verbPaths = nil
+	for _, k := range []string{"filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"} {
+		if v, ok := ext[k].(string); ok && v != "" {
+			c.verbPaths = append(c.verbPaths, prefix[i+3+j:]+"/"+v)
+		}
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
+	profiles, _ := cfg["profiles"].([]any)
+	if len(profiles) == 0 {
+		t.Fatal("scheduler-config.yaml: no profiles")
+	}
+	schedulerName, _ = profiles[0].(map[string]any)["schedulerName"].(string)
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(c.out, "scheduler-config.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, schedulerName
+}
+
+func (c *cluster) startScheduler() string {
+	kc := c.cp.ServiceAccountKubeconfig(c.t, c.out, c.ns, c.schedSA)
+	cfg, name := c.schedulerConfig(kc)
+	harness.Start(c.t, c.out, "kube-scheduler", nil, c.peers.Scheduler,
+		"--config", cfg, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(harness.FreePort(c.t)),
+		"--v", "2")
+	return name
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// dropNulls removes null members of JSON objects, recursively.
+func dropNulls(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			if e != nil {
+				out[k] = dropNulls(e)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = dropNulls(e)
+		}
+		return out
+	}
+	return v
+}

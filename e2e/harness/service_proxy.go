@@ -1,0 +1,310 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// ServiceProxy stands in for a ClusterIP Service and kube-proxy: each request goes to the
+// endpoint pod the Service's selector matches now (read from the API server per request),
+// whose container port is a local toposched process. With the chart's Service, whose selector
+// includes toposched.io/leader="true", that is the leader. It also records what the scheduler
+// and the extender said to each other: the nodes each filter call passed per pod, and every
+// bind and its answer.
+type ServiceProxy struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Selector  labels.Selector
+
+	mu        sync.Mutex
+	ports     map[string]int // pod name -> local port
+	passed    map[string]map[string]bool
+	binds     []BindRecord
+	preempts  []PreemptRecord
+	answered  map[string]map[int]int // URL path -> HTTP status -> calls
+	multi     []string               // times the selector matched more than one running endpoint
+	noTarget  int
+	server    *http.Server
+	transport *http.Transport
+	URL       string
+}
+
+// BindRecord is one bind call through the proxy.
+type BindRecord struct {
+	Pod, Node, Error, Replica string
+	OK                        bool
+	Lost                      bool // sent, but the replica never answered
+
+}
+
+// PreemptRecord is one answered preempt call: the candidate nodes kube-scheduler offered and
+// the nodes (with their victims) the extender kept.
+type PreemptRecord struct {
+	Pod     string
+	Offered []string
+	Kept    map[string][]string // node -> victim pod UIDs
+}
+
+// NewServiceProxy listens on 127.0.0.1 (a free port) and serves until Close.
+func NewServiceProxy(client kubernetes.Interface, ns string, selector map[string]string) (*ServiceProxy, error) {
+	p := &ServiceProxy{
+		Client: client, Namespace: ns, Selector: labels.SelectorFromSet(selector),
+		ports: map[string]int{}, passed: map[string]map[string]bool{}, answered: map[string]map[int]int{},
+		transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.URL = "http://" + l.Addr().String()
+	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go p.server.Serve(l)
+	return p, nil
+}
+
+// SetEndpoint maps a pod name to the local port of the process that stands for it (0 = none).
+func (p *ServiceProxy) SetEndpoint(pod string, port int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if port == 0 {
+		delete(p.ports, pod)
+	} else {
+		p.ports[pod] = port
+	}
+	p.transport.CloseIdleConnections()
+}
+
+// Close stops the proxy.
+func (p *ServiceProxy) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.server.Shutdown(ctx)
+}
+
+// Endpoints are the names of the pods the selector matches now (running, not deleted), sorted.
+func (p *ServiceProxy) Endpoints(ctx context.Context) ([]string, error) {
+	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.Selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning {
+			names = append(names, pod.Name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (p *ServiceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	eps, err := p.Endpoints(ctx)
+	if err != nil {
+		http.Error(w, "endpoints: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	p.mu.Lock()
+	if len(eps) > 1 {
+		p.multi = append(p.multi, fmt.Sprintf("%s: %s", time.Now().Format(time.RFC3339Nano), strings.Join(eps, ",")))
+	}
+	port, target := 0, ""
+	for _, e := range eps {
+		if pt, ok := p.ports[e]; ok {
+			port, target = pt, e
+			break
+		}
+	}
+	if port == 0 {
+		p.noTarget++
+	}
+	p.mu.Unlock()
+	if port == 0 {
+		// What a Service without ready endpoints does: the connection is refused.
+		http.Error(w, "no endpoints", http.StatusServiceUnavailable)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, fmt.Sprintf("http://127.0.0.1:%d%s", port, r.URL.RequestURI()), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := p.transport.RoundTrip(req)
+	if err != nil {
+		p.recordLost(r.URL.Path, body, target, err)
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	rbody, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.recordLost(r.URL.Path, body, target, err)
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	p.mu.Lock()
+	if p.answered[r.URL.Path] == nil {
+		p.answered[r.URL.Path] = map[int]int{}
+	}
+	p.answered[r.URL.Path][resp.StatusCode]++
+	p.mu.Unlock()
+	if resp.StatusCode == http.StatusOK {
+		p.record(r.URL.Path, body, rbody, target)
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(rbody)
+}
+
+func (p *ServiceProxy) record(path string, req, resp []byte, target string) {
+	switch {
+	case strings.HasSuffix(path, "/filter"):
+		var args extenderv1.ExtenderArgs
+		var res extenderv1.ExtenderFilterResult
+		if json.Unmarshal(req, &args) != nil || json.Unmarshal(resp, &res) != nil || args.Pod == nil {
+			return
+		}
+		key := args.Pod.Namespace + "/" + args.Pod.Name
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.passed[key] == nil {
+			p.passed[key] = map[string]bool{}
+		}
+		if res.NodeNames != nil {
+			for _, n := range *res.NodeNames {
+				p.passed[key][n] = true
+			}
+		}
+		if res.Nodes != nil {
+			for _, n := range res.Nodes.Items {
+				p.passed[key][n.Name] = true
+			}
+		}
+	case strings.HasSuffix(path, "/preempt"):
+		var args extenderv1.ExtenderPreemptionArgs
+		var res extenderv1.ExtenderPreemptionResult
+		if json.Unmarshal(req, &args) != nil || json.Unmarshal(resp, &res) != nil || args.Pod == nil {
+			return
+		}
+		rec := PreemptRecord{Pod: args.Pod.Namespace + "/" + args.Pod.Name, Kept: map[string][]string{}}
+		for n := range args.NodeNameToMetaVictims {
+			rec.Offered = append(rec.Offered, n)
+		}
+		for n := range args.NodeNameToVictims {
+			rec.Offered = append(rec.Offered, n)
+		}
+		sort.Strings(rec.Offered)
+		for n, v := range res.NodeNameToMetaVictims {
+			var uids []string
+			if v != nil {
+				for _, mp := range v.Pods {
+					uids = append(uids, mp.UID)
+				}
+			}
+			rec.Kept[n] = uids
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.preempts = append(p.preempts, rec)
+	case strings.HasSuffix(path, "/bind"):
+		var args extenderv1.ExtenderBindingArgs
+		var res extenderv1.ExtenderBindingResult
+		if json.Unmarshal(req, &args) != nil || json.Unmarshal(resp, &res) != nil {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.binds = append(p.binds, BindRecord{Pod: args.PodNamespace + "/" + args.PodName, Node: args.Node,
+			Error: res.Error, OK: res.Error == "", Replica: target})
+	}
+}
+
+// recordLost records a bind whose answer never came. If the request may have reached the
+// replica (it died while serving it), the bind may or may not have happened (Lost).
+func (p *ServiceProxy) recordLost(path string, req []byte, target string, cause error) {
+	if !strings.HasSuffix(path, "/bind") {
+		return
+	}
+	var args extenderv1.ExtenderBindingArgs
+	if json.Unmarshal(req, &args) != nil {
+		return
+	}
+	// A refused connection never delivered the request: that bind certainly did not happen.
+	var op *net.OpError
+	delivered := !(errors.As(cause, &op) && op.Op == "dial")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.binds = append(p.binds, BindRecord{Pod: args.PodNamespace + "/" + args.PodName, Node: args.Node,
+		Error: "no answer: " + cause.Error(), Lost: delivered, Replica: target})
+}
+
+// FilterPassed is the set of nodes any filter call passed for the pod ns/name.
+func (p *ServiceProxy) FilterPassed(key string) map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]bool{}
+	for n := range p.passed[key] {
+		out[n] = true
+	}
+	return out
+}
+
+// Binds returns every bind call recorded.
+func (p *ServiceProxy) Binds() []BindRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]BindRecord(nil), p.binds...)
+}
+
+// Answered returns, per URL path, how many calls a replica answered with each HTTP status.
+func (p *ServiceProxy) Answered() map[string]map[int]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]map[int]int{}
+	for path, m := range p.answered {
+		out[path] = map[int]int{}
+		for code, n := range m {
+			out[path][code] = n
+		}
+	}
+	return out
+}
+
+// Preempts returns every answered preempt call.
+func (p *ServiceProxy) Preempts() []PreemptRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]PreemptRecord(nil), p.preempts...)
+}
+
+// MultipleEndpoints returns the moments the Service selected more than one pod.
+func (p *ServiceProxy) MultipleEndpoints() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.multi...)
+}

@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"toposched.io/e2e/harness"
+)
+
+const helmNamespace = "toposched-system"
+
+// valueSets are the chart's defaults plus every charts/toposched/ci/*.yaml.
+func valueSets(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(harness.ChartDir(), "ci", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no values files in %s", filepath.Join(harness.ChartDir(), "ci"))
+	}
+	sets := map[string][]string{"defaults": nil}
+	for _, f := range files {
+		sets[strings.TrimSuffix(filepath.Base(f), ".yaml")] = []string{"--values", f}
+	}
+	return sets
+}
+
+// notServedHere are kinds whose API this control plane does not serve (their CRDs belong to
+// other projects and are not installed): such objects are rendered and parsed but cannot be
+// validated server-side. Every other kind must validate.
+var notServedHere = map[schema.GroupKind]string{
+	{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}: "the Prometheus Operator's CRD is not installed in the e2e control plane",
+}
+
+// TestHelm: helm lint and helm template of charts/toposched with the defaults and every
+// ci/*.yaml; server-side validation (dry-run, strict field validation) of every rendered
+// object against the real kube-apiserver; then helm install, upgrade and uninstall.
+func TestHelm(t *testing.T) {
+	peers := harness.FindPeers(t)
+	out := harness.OutputDir(t, "TestHelm")
+	cp := harness.StartControlPlane(t, peers, out)
+	ctx := context.Background()
+	helm := harness.NewHelm(t, peers.Helm, cp.AdminKubeconfig)
+	chart := harness.ChartDir()
+	kubeVersion := strings.TrimPrefix(peers.Versions["kube"], "v")
+
+	sets := valueSets(t)
+	names := make([]string, 0, len(sets))
+	for n := range sets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	// 1. lint, strict: warnings fail too.
+	for _, n := range names {
+		args := append([]string{"lint", "--strict", chart, "--namespace", helmNamespace, "--kube-version", kubeVersion}, sets[n]...)
+		if o, err := helm.Run(ctx, time.Minute, args...); err != nil {
+			t.Errorf("lint %s: %v", n, err)
+		} else if !strings.Contains(o, "0 chart(s) failed") {
+			t.Errorf("lint %s: unexpected output:\n%s", n, o)
+		}
+	}
+
+	// 2. the CRD and namespace the rendered objects need, then template + server-side
+	// validation of every object of every value set.
+	crdPath := filepath.Join(chart, "crds", "toposched.io_nodetopologies.yaml")
+	crdText, err := os.ReadFile(crdPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := harness.ParseObjects(string(crdText))
+	if err != nil || len(crds) != 1 {
+		t.Fatalf("%s: want one CRD, got %d (%v)", crdPath, len(crds), err)
+	}
+	dyn := cp.NewDynamic()
+	if err := dyn.ValidateServerSide(ctx, crds[0], ""); err != nil {
+		t.Errorf("CRD %s does not validate server-side: %v", crds[0].GetName(), err)
+	}
+	cp.EnsureNamespace(t, helmNamespace)
+
+	rendered := map[string][]*unstructured.Unstructured{}
+	for _, n := range names {
+		args := append([]string{"template", "toposched", chart, "--namespace", helmNamespace, "--kube-version", kubeVersion}, sets[n]...)
+		o, err := helm.Run(ctx, time.Minute, args...)
+		if err != nil {
+			t.Errorf("template %s: %v", n, err)
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(out, "template-"+n+".yaml"), []byte(o), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		objs, err := harness.ParseObjects(o)
+		if err != nil {
+			t.Errorf("template %s: output does not parse: %v", n, err)
+			continue
+		}
+		if len(objs) == 0 {
+			t.Errorf("template %s: no objects", n)
+		}
+		rendered[n] = objs
+	}
+	// The CRD must be served before its objects (none rendered today) or anything else can be
+	// checked against it; install it for real through helm below. Validate the rest now.
+	validated := 0
+	for _, n := range names {
+		for _, obj := range rendered[n] {
+			gvk := obj.GroupVersionKind()
+			if why, ok := notServedHere[gvk.GroupKind()]; ok {
+				if _, err := dyn.Resource(obj, helmNamespace); err == nil {
+					t.Errorf("%s: %s is served after all: drop it from notServedHere", n, gvk.GroupKind())
+				}
+				t.Logf("%s: %s not validated server-side: %s", n, harness.ObjectKey(obj), why)
+				continue
+			}
+			if err := dyn.ValidateServerSide(ctx, obj, helmNamespace); err != nil {
+				t.Errorf("%s: %s rejected by kube-apiserver: %v", n, harness.ObjectKey(obj), err)
+				continue
+			}
+			validated++
+		}
+	}
+	t.Logf("%d rendered objects over %d value sets validated server-side", validated, len(names))
+
+	// 3. install with the defaults.
+	release := "toposched"
+	if o, err := helm.Run(ctx, 3*time.Minute, "install", release, chart, "--namespace", helmNamespace, "--create-namespace", "--timeout", "2m"); err != nil {
+		t.Fatalf("install: %v", err)
+	} else {
+		t.Logf("helm install:\n%s", firstLines(o, 8))
+	}
+	crdClient := dyn.Client.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	err = harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
+		crd, err := crdClient.Get(ctx, crds[0].GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("CRD %s not Established after install: %v", crds[0].GetName(), err)
+	}
+	defaults := rendered["defaults"]
+	if len(defaults) == 0 {
+		t.Fatal("no rendered default objects to compare the install with")
+	}
+	for _, obj := range defaults {
+		if _, err := dyn.Get(ctx, obj, helmNamespace); err != nil {
+			t.Errorf("after install: %s: %v", harness.ObjectKey(obj), err)
+		}
+	}
+	assertRelease(t, helm, release, 1)
+
+	// 4. upgrade: a changed value must reach the objects.
+	if _, err := helm.Run(ctx, 3*time.Minute, "upgrade", release, chart, "--namespace", helmNamespace,
+		"--set", "extender.replicas=3", "--set", "kubeScheduler.weight=7", "--timeout", "2m"); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	assertRelease(t, helm, release, 2)
+	deps, err := cp.Admin.AppsV1().Deployments(helmNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foundExtender := false
+	for _, d := range deps.Items {
+		if d.Labels["app.kubernetes.io/component"] == "extender" {
+			foundExtender = true
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
+				t.Errorf("after upgrade: Deployment %s replicas = %v, want 3", d.Name, d.Spec.Replicas)
+			}
+		}
+	}
+	if !foundExtender {
+		t.Errorf("after upgrade: no Deployment labelled app.kubernetes.io/component=extender in %s", helmNamespace)
+	}
+	cms, err := cp.Admin.CoreV1().ConfigMaps(helmNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foundWeight := false
+	for _, cm := range cms.Items {
+		if cfg, ok := cm.Data["scheduler-config.yaml"]; ok {
+			foundWeight = strings.Contains(cfg, "weight: 7")
+		}
+	}
+	if !foundWeight {
+		t.Errorf("after upgrade: the scheduler ConfigMap does not carry weight: 7")
+	}
+
+	// 5. uninstall: every object of the release is gone; the CRD (crds/) stays, as helm documents.
+	if _, err := helm.Run(ctx, 3*time.Minute, "uninstall", release, "--namespace", helmNamespace, "--timeout", "2m"); err != nil {
+		t.Fatalf("uninstall: %v", err)
+	}
+	for _, obj := range defaults {
+		err := harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
+			_, err := dyn.Get(ctx, obj, helmNamespace)
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+		if err != nil {
+			t.Errorf("after uninstall: %s still exists (%v)", harness.ObjectKey(obj), err)
+		}
+	}
+	if _, err := crdClient.Get(ctx, crds[0].GetName(), metav1.GetOptions{}); err != nil {
+		t.Errorf("after uninstall: the CRD should stay (helm never deletes crds/): %v", err)
+	}
+	if o, err := helm.Run(ctx, time.Minute, "list", "--namespace", helmNamespace, "-o", "json"); err != nil {
+		t.Error(err)
+	} else if strings.TrimSpace(o) != "[]" {
+		t.Errorf("after uninstall: helm list = %s", o)
+	}
+}
+
+func assertRelease(t *testing.T, helm *harness.Helm, release string, revision int) {
+	t.Helper()
+	o, err := helm.Run(context.Background(), time.Minute, "status", release, "--namespace", helmNamespace, "-o", "json")
+	if err != nil {
+		t.Errorf("status: %v", err)
+		return
+	}
+	var st struct {
+		Version int `json:"version"`
+		Info    struct {
+			Status string `json:"status"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(o), &st); err != nil {
+		t.Errorf("status: %v\n%s", err, o)
+		return
+	}
+	if st.Info.Status != "deployed" || st.Version != revision {
+		t.Errorf("release %s: status %q revision %d, want deployed revision %d", release, st.Info.Status, st.Version, revision)
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
