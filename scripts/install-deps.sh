@@ -10,9 +10,9 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev libcpprest-dev libspdlog-dev libfmt-dev
   libhwloc-dev hwloc-nox libyaml-cpp-dev libssl-dev libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  # The chart tests (tests/chart/run.sh): helm's template engine in Go with Debian's sprig
-  # sources, built by the machine's Go (not Debian's golang-go 1.19), and the schema checker.
-  golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev
+  # The chart tests' object checker (tests/chart/check.py). helm itself, and the e2e suite's
+  # peers, are built by the machine's Go (/usr/local/go; not Debian's golang-go 1.19) from the Go
+  # module proxy (e2e/build-peers.sh).
   python3 python3-yaml python3-jsonschema
 )
 

@@ -3,7 +3,7 @@
 
 usage: check.py --schemas DIR [--toposched BIN] CASE.yaml[:NOTES.txt] ...
 
-Each CASE file is the output of tests/chart/render.go for one values file; its name (without
+Each CASE file is helm template's output for one values file; its name (without
 .yaml) is the case name, and the line "# case: mode=<schedulerMode> release=<name>
 namespace=<ns>" at its top says what was rendered. For every object:
 

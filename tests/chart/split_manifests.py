@@ -30,8 +30,10 @@ IGNORED = {"volcano-configmap.yaml"}  # rendered in volcano mode only; its paylo
 
 
 def documents(path):
-    """[(template file name, document text)] of one rendered stream, in order."""
+    """[(template file name, document text)] of one rendered stream, in order. helm renders
+    .Release.Service as "Helm"; the plain manifests are applied with kubectl, and say so."""
     text = open(path, encoding="utf-8").read()
+    text = text.replace("app.kubernetes.io/managed-by: Helm\n", "app.kubernetes.io/managed-by: kubectl\n")
     out = []
     for chunk in text.split("---\n# Source: ")[1:]:
         source, _, body = chunk.partition("\n")
