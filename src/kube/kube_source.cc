@@ -208,7 +208,7 @@ struct KubeSource::Impl {
     bool reported = false;  // the AllocationUnreadable event was written
   };
   std::map<std::string, HeldPod, std::less<>> held;
-  std::set<std::string, std::less<>> foreign;  // UIDs of counted pods of other schedulers
+  std::map<std::string, PodView, std::less<>> foreign;  // counted pods of other schedulers, by UID
   // Warning events the extender asked for (BindHooks::PodWarning), written by the periodic loop
   // so that no filter call waits on the API server; each (pod, message) once.
   std::mutex warn_mu;
@@ -568,7 +568,9 @@ struct KubeSource::Impl {
     if (const auto ipc = pod.annotations.find(std::string(kKvIpcAnnotation)); ipc != pod.annotations.end()) {
       allocation.kv_ipc = AnnotationIsTrue(ipc->second);
     }
-    if (Status s = store.Restore(allocation); !s.ok()) {
+    Status restored = store.Restore(allocation);
+    if (!restored.ok()) restored = RestoreAroundStandIns(allocation);
+    if (Status s = restored; !s.ok()) {
       restore_errors.With({}).Inc();
       const std::optional<state::PodAllocation> bound = store.FindPod(pod.uid);
       if (bound && bound->hold.empty() && bound->node == node) {
@@ -654,7 +656,7 @@ struct KubeSource::Impl {
         return;
       }
       if (store.Restore(allocation).ok()) {
-        foreign.insert(pod.uid);
+        foreign[pod.uid] = pod;
         foreign_gauge.With({}).Set(static_cast<double>(foreign.size()));
         server::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), pod.node_name},
                     "pod of another scheduler counted: " + std::to_string(nvidia + amd) + " GPUs, " +
@@ -665,6 +667,22 @@ struct KubeSource::Impl {
     HoldPod(pod, state::PodAllocation{.uid = pod.uid, .pod_namespace = pod.pod_namespace,
                                       .pod_name = pod.pod_name, .node = pod.node_name},
             "pod placed by another scheduler could not be counted on node " + pod.node_name);
+  }
+
+  // A record of ours (or HAMi's) names devices that stand-ins of other schedulers' pods were
+  // counted on (RestoreForeign picks them by rule, not knowing the real ones; after a restart
+  // the informer may list such a pod first). The record is the truth: the node's stand-ins are
+  // taken off, the record restored, and the pods counted again on what is left. mu held.
+  Status RestoreAroundStandIns(const state::PodAllocation& allocation) {
+    std::vector<PodView> moved;
+    for (const auto& [uid, pod] : foreign) {
+      if (pod.node_name == allocation.node) moved.push_back(pod);
+    }
+    if (moved.empty()) return Error("no stand-ins on node " + allocation.node);
+    for (const PodView& pod : moved) (void)store.Release(pod.uid, /*persist=*/false);
+    Status s = store.Restore(allocation);
+    for (const PodView& pod : moved) RestoreForeign(pod);
+    return s;
   }
 
   bool IsRdmaResource(const std::string& name) const {

@@ -1019,6 +1019,45 @@ TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
   EXPECT_EQ(s.node, "a100-gfd") << s.error;
 }
 
+// The rule's stand-ins give way to a real record: after a restart the informer lists the other
+// scheduler's pod first ("a-" sorts first), counts it on GPUs 6 and 7, then reads toposched's
+// record of GPU 7. The record wins, the other pod is counted again on 5 and 6, nothing is held.
+TEST_F(KubeE2E, StandInsOfOtherSchedulersPodsGiveWayToARealRecord) {
+  AddNode("a100-0", kAzureA100);
+  const auto topology = LoadTopologyFile(testing::SharedTopology(kAzureA100).string());
+  ASSERT_TRUE(topology.ok());
+  testing::PodSpec other_spec;
+  other_spec.name = "a-other";
+  other_spec.uid = "uid-a-other";
+  other_spec.gpus = 2;
+  json other = testing::MakePod(other_spec);
+  other["metadata"].erase("resourceVersion");
+  other["spec"]["nodeName"] = "a100-0";
+  server_.Create(kPods, other);
+  testing::PodSpec ours_spec;
+  ours_spec.name = "z-ours";
+  ours_spec.uid = "uid-z-ours";
+  ours_spec.gpus = 1;
+  ours_spec.annotations = {{std::string(kube::kAllocationAnnotation),
+                            json{{"version", 1},
+                                 {"node", "a100-0"},
+                                 {"gpus", {{{"index", 7}, {"pciBusId", topology->gpus[7].pci_bus_id}}}}}
+                                .dump()}};
+  json ours = testing::MakePod(ours_spec);
+  ours["metadata"].erase("resourceVersion");
+  ours["spec"]["nodeName"] = "a100-0";
+  server_.Create(kPods, ours);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  ASSERT_TRUE(r.store.FindPod("uid-z-ours").has_value());
+  EXPECT_TRUE(r.store.FindPod("uid-z-ours")->hold.empty()) << r.store.FindPod("uid-z-ours")->hold;
+  EXPECT_EQ(r.store.FindPod("uid-z-ours")->delta.exclusive_gpus, std::vector<int>{7});
+  ASSERT_TRUE(r.store.FindPod("uid-a-other").has_value());
+  EXPECT_TRUE(r.store.FindPod("uid-a-other")->foreign);
+  EXPECT_EQ(r.store.FindPod("uid-a-other")->delta.exclusive_gpus, (std::vector<int>{5, 6}));
+  EXPECT_FALSE(r.store.snapshot()->Find("a100-0")->held());
+}
+
 TEST_F(KubeE2E, AnnotatedButUnboundPodIsHeldThenMovedWhenRescheduled) {
   AddNode("a100-0", kAzureA100);
   AddNode("a100-1", kAzureA100);
