@@ -767,6 +767,44 @@ struct KubeSource::Impl {
     held_nodes_gauge.With({}).Set(static_cast<double>(nodes.size()));
   }
 
+  // Queues an event for the periodic loop (no verb waits on the API server for it); each
+  // (pod, message) once.
+  void QueueEvent(PodEvent event) {
+    if (event.pod_name.empty()) return;  // a Volcano task without a Pod: nothing to attach it to
+    std::lock_guard lock(warn_mu);
+    if (warned.size() > 10'000) warned.clear();
+    if (!warned.insert(event.uid + '\n' + event.message).second) return;
+    if (queued_events.size() >= 1'000) return;  // the API server is not keeping up: the log has it
+    queued_events.push_back(std::move(event));
+  }
+
+  // "GPUs 0 (0000:07:00.0, GPU-…), 3 (…); RDMA NICs mlx5_0, mlx5_3; worst GPU->NIC link PIX":
+  // what a bind gave the pod, for its event. Empty when it holds no devices.
+  std::string DescribeDevices(const state::PodAllocation& a) const {
+    const auto snapshot = store.snapshot();
+    const state::NodeRecord* record = snapshot->Find(a.node);
+    if (record == nullptr || record->topology == nullptr) return {};
+    const NodeTopology& t = *record->topology;
+    std::vector<int> gpus = a.delta.exclusive_gpus;
+    for (const auto& [g, usage] : a.delta.shares) gpus.push_back(g);
+    std::string out;
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      if (gpus[i] < 0 || gpus[i] >= static_cast<int>(t.gpus.size())) continue;
+      const Gpu& g = t.gpus[static_cast<std::size_t>(gpus[i])];
+      out += (out.empty() ? "GPUs " : ", ") + std::to_string(g.index) + " (" + g.pci_bus_id +
+             (g.uuid.empty() ? "" : ", " + g.uuid) + (i >= a.delta.exclusive_gpus.size() ? ", shared" : "") + ")";
+    }
+    std::string nics;
+    for (int n : a.delta.nics) {
+      if (n < 0 || n >= static_cast<int>(t.nics.size())) continue;
+      nics += (nics.empty() ? "" : ", ") + t.nics[static_cast<std::size_t>(n)].DisplayName();
+    }
+    if (!nics.empty()) out += (out.empty() ? "" : "; ") + std::string("RDMA NICs ") + nics;
+    if (out.empty()) return {};
+    if (!gpus.empty() && !a.delta.nics.empty()) out += "; worst GPU->NIC link " + std::string(ToString(a.worst_class));
+    return out;
+  }
+
   void PostQueuedEvents() {
     if (!MayChangeState()) return;
     std::vector<PodEvent> events;
@@ -1377,14 +1415,8 @@ Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
 
 void KubeSource::PodWarning(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
                             std::string_view reason, std::string_view message) {
-  Impl& d = *impl_;
-  if (pod_name.empty()) return;  // a Volcano task without a Pod: nothing to attach it to
-  std::lock_guard lock(d.warn_mu);
-  if (d.warned.size() > 10'000) d.warned.clear();
-  if (!d.warned.insert(std::string(pod_uid) + '\n' + std::string(message)).second) return;
-  if (d.queued_events.size() >= 1'000) return;  // the API server is not keeping up: the log has it
-  d.queued_events.push_back({std::string(pod_namespace), std::string(pod_name), std::string(pod_uid), "",
-                             std::string(reason), std::string(message), "Warning"});
+  impl_->QueueEvent({std::string(pod_namespace), std::string(pod_name), std::string(pod_uid), "", std::string(reason),
+                     std::string(message), "Warning"});
 }
 
 bool KubeSource::MayChangeState() const { return impl_->MayChangeState(); }
@@ -1429,8 +1461,15 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
   Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node);
   d.bindings.With({s.ok() ? "created" : "failed"}).Inc();
   if (s.ok()) {
-    std::lock_guard lock(d.mu);
-    if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
+    {
+      std::lock_guard lock(d.mu);
+      if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
+    }
+    // What the pod got, on the pod (kubectl describe), written by the periodic loop.
+    if (std::string devices = d.DescribeDevices(allocation); !devices.empty()) {
+      d.QueueEvent({allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node,
+                    "DevicesAllocated", "Bound to node " + allocation.node + ": " + devices, "Normal"});
+    }
   }
   return s;
 }

@@ -461,11 +461,24 @@ TEST_F(KubeE2E, ReadyAfterBindIsMeasuredAndReported) {
   ASSERT_TRUE(WaitFor([&] {
     return r.Call("/metrics", "", "GET").second.find("toposched_bind_to_ready_seconds_count 1") != std::string::npos;
   })) << r.Call("/metrics", "", "GET").second;
-  ASSERT_TRUE(WaitFor([&] { return !server_.List("/api/v1/namespaces/default/events").empty(); }));
-  const json event = server_.List("/api/v1/namespaces/default/events")[0];
-  EXPECT_EQ(event["reason"], "ReadyAfterBind");
+  // The bind's own event says what the pod got; ReadyAfterBind follows it.
+  ASSERT_TRUE(WaitFor([&] {
+    for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+      if (e["reason"] == "ReadyAfterBind") return true;
+    }
+    return false;
+  }));
+  std::map<std::string, json> by_reason;
+  for (const json& e : server_.List("/api/v1/namespaces/default/events")) by_reason[e["reason"]] = e;
+  const json event = by_reason["ReadyAfterBind"];
   EXPECT_EQ(event["involvedObject"]["name"], "serve-0");
   EXPECT_NE(event["message"].get<std::string>().find("after toposched bound it to node a100-0"), std::string::npos);
+  ASSERT_TRUE(by_reason.contains("DevicesAllocated"));
+  const std::string devices = by_reason["DevicesAllocated"]["message"];
+  EXPECT_EQ(by_reason["DevicesAllocated"]["type"], "Normal");
+  EXPECT_EQ(devices.rfind("Bound to node a100-0: GPUs ", 0), 0u) << devices;
+  EXPECT_NE(devices.find("; RDMA NICs "), std::string::npos) << devices;
+  EXPECT_NE(devices.find("; worst GPU->NIC link "), std::string::npos) << devices;
 }
 
 // HAMi's device plugin reads what we write; HAMi's scheduler's pods are read back as usage.
