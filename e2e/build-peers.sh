@@ -8,8 +8,15 @@
 # across runs and checkouts. Each build goes to a temporary directory first and is renamed into
 # place only when every binary of the peer built, so an interrupted build never looks complete.
 #
-# usage: e2e/build-peers.sh [PEER...]     (default: every peer; PEER in kube etcd helm kwok)
+# usage: e2e/build-peers.sh [PEER...]     (default: etcd kube helm kwok prometheus-operator;
+#                                          PEER in those and promtool)
 # env:   GO (default: go on PATH, else /usr/local/go/bin/go), TOPOSCHED_E2E_CACHE
+#
+# promtool is not a peer of the e2e suite: tests/chart/run.sh checks the chart's PrometheusRule
+# with it (scripts/promtool-path.sh builds it on demand, and the check is skipped, saying why,
+# when it cannot be built). prometheus-operator builds nothing: it is the Prometheus Operator's
+# CRDs (ServiceMonitor, PrometheusRule) from the pinned module, which the e2e control plane
+# installs.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,7 +50,7 @@ version_of() {
   echo "$v"
 }
 
-# build_peer NAME MODULE LDFLAGS PKG:OUT... (run in e2e/tools/NAME)
+# build_peer NAME MODULE LDFLAGS PKG:OUT... (run in e2e/tools/NAME; $tags: go build -tags)
 build_peer() {
   local name=$1 module=$2 ldflags=$3; shift 3
   local dir="$here/tools/$name" version dest tmp start secs spec pkg out
@@ -59,7 +66,7 @@ build_peer() {
   start=$(date +%s)
   for spec in "$@"; do
     pkg=${spec%%:*}; out=${spec##*:}
-    if ! (cd "$dir" && "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/$out" "$pkg"); then
+    if ! (cd "$dir" && "$GO" build -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$tmp/$out" "$pkg"); then
       rm -rf "$tmp"
       echo "build-peers: $name $version: go build $pkg failed" >&2
       return 1
@@ -83,6 +90,35 @@ build_peer() {
   echo "build-peers: $name $version: built in ${secs}s -> $dest"
 }
 
+# fetch_crds NAME MODULE SUBDIR FILE...: FILEs of the pinned MODULE's SUBDIR into <cache>/NAME-<version>/crds/
+# (the module comes from the proxy into the module cache; nothing is built).
+fetch_crds() {
+  local name=$1 module=$2 sub=$3; shift 3
+  local dir="$here/tools/$name" version dest tmp src f
+  version=$(version_of "$dir" "$module")
+  dest="$cache/$name-$version"
+  if [[ -f "$dest/.complete" ]]; then
+    echo "build-peers: $name $version: cached in $dest"
+    return 0
+  fi
+  src=$(cd "$dir" && "$GO" mod download "$module" && "$GO" list -m -f '{{.Dir}}' "$module")
+  if [[ -z "$src" || ! -d "$src/$sub" ]]; then
+    echo "build-peers: $name $version: go mod download $module gave no $sub" >&2
+    return 1
+  fi
+  mkdir -p "$cache"
+  tmp=$(mktemp -d "$cache/.$name-$version.XXXXXX")
+  mkdir -p "$tmp/crds"
+  for f in "$@"; do
+    cp "$src/$sub/$f" "$tmp/crds/" || { rm -rf "$tmp"; echo "build-peers: $name $version: no $sub/$f" >&2; return 1; }
+  done
+  chmod -R u+w "$tmp/crds"
+  echo "$version: $* from $module $sub" > "$tmp/.complete"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  echo "build-peers: $name $version: CRDs -> $dest/crds"
+}
+
 kube_ldflags() {
   local v=$1 major minor
   major=$(echo "${v#v}" | cut -d. -f1); minor=$(echo "${v#v}" | cut -d. -f2)
@@ -95,7 +131,7 @@ kube_ldflags() {
 }
 
 peers=("$@")
-[[ ${#peers[@]} -gt 0 ]] || peers=(etcd kube helm kwok)
+[[ ${#peers[@]} -gt 0 ]] || peers=(etcd kube helm kwok prometheus-operator)
 total_start=$(date +%s)
 for p in "${peers[@]}"; do
   case "$p" in
@@ -111,7 +147,19 @@ for p in "${peers[@]}"; do
     kwok)
       v=$(version_of "$here/tools/kwok" sigs.k8s.io/kwok)
       build_peer kwok sigs.k8s.io/kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" sigs.k8s.io/kwok/cmd/kwok:kwok ;;
-    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok)" >&2; exit 2 ;;
+    prometheus-operator)
+      fetch_crds prometheus-operator github.com/prometheus-operator/prometheus-operator example/prometheus-operator-crd \
+        monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml ;;
+    promtool)
+      # Service discovery is compiled out (remove_all_sd): promtool checks and tests rules here,
+      # and the cloud SDKs would triple the build. Stamped with Prometheus' own version (VERSION).
+      v=$(cd "$here/tools/promtool" && "$GO" mod download github.com/prometheus/prometheus &&
+          "$GO" list -m -f '{{.Dir}}' github.com/prometheus/prometheus)
+      v=$(cat "$v/VERSION")
+      tags=remove_all_sd build_peer promtool github.com/prometheus/prometheus \
+        "-s -w -X github.com/prometheus/common/version.Version=$v" \
+        github.com/prometheus/prometheus/cmd/promtool:promtool ;;
+    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator promtool)" >&2; exit 2 ;;
   esac
 done
 echo "build-peers: done in $(( $(date +%s) - total_start ))s; cache: $cache"
