@@ -16,14 +16,20 @@ namespace=<ns>" at its top says what was rendered. For every object:
     service accounts, ConfigMaps and roles referenced exist in the render;
   - the object validates against the Kubernetes JSON schema of its kind in DIR (kubeconform's
     standalone-strict files: unknown fields are errors). Kinds without a schema there
-    (ServiceMonitor) are checked against the ObjectMeta schema plus a strict hand-written
+    (ServiceMonitor, PrometheusRule) are checked against the ObjectMeta schema plus a strict hand-written
     schema of the fields the chart uses;
   - RBAC grants exactly the API calls the code makes (the pinned sets below, the same as
     tests/integration/manifests_test.cc's), no wildcards, no Secrets;
   - the payloads: the extender's config keys (include/toposched/framework/config.h,
     pd/network.h), the KubeSchedulerConfiguration's extender entry, volcano-scheduler.conf's
     extender arguments; every flag in the containers' args is in `toposched <cmd> --help`
-    (when --toposched names a built binary).
+    (when --toposched names a built binary);
+  - monitoring (tests/chart/monitoring.py): every PromQL expression of the PrometheusRule and of
+    the Grafana dashboard names only metrics the C++ code registers, with their real labels,
+    counters through rate()/increase() and gauges not; the dashboard JSON parses and has a panel
+    for each subject the chart promises; the rule's job matcher is the Service the ServiceMonitor
+    scrapes. With --promtool: `promtool check rules` (lint fatal) on every rendered rule, and
+    `promtool test rules` of --rule-tests CASE=FILE on that case's rule.
 
 Exits 1 after printing every failure.
 """
@@ -31,11 +37,15 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import jsonschema
 import yaml
+
+import monitoring
 
 FAILURES = []
 
@@ -141,6 +151,39 @@ SERVICE_MONITOR_SPEC = {
 }
 
 
+# Strict schema for the PrometheusRule fields the chart uses.
+PROMETHEUS_RULE_SPEC = {
+    "type": "object", "additionalProperties": False, "required": ["groups"],
+    "properties": {"groups": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "additionalProperties": False, "required": ["name", "rules"],
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "rules": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "additionalProperties": False, "required": ["alert", "expr", "labels", "annotations"],
+                "properties": {
+                    "alert": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+                    "expr": {"type": "string", "minLength": 1},
+                    "for": {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w|y))+$"},
+                    "labels": {"type": "object", "required": ["severity"], "additionalProperties": {"type": "string"},
+                               "properties": {"severity": {"enum": ["critical", "warning", "info"]}}},
+                    "annotations": {"type": "object", "required": ["summary", "description"],
+                                    "additionalProperties": {"type": "string"}}}}}}}}},
+}
+CUSTOM_SPECS = {"ServiceMonitor": SERVICE_MONITOR_SPEC, "PrometheusRule": PROMETHEUS_RULE_SPEC}
+
+# What the dashboard must show (the metric families behind each subject the chart promises).
+DASHBOARD_SUBJECTS = {
+    "requests per verb": "toposched_requests_total",
+    "latency per verb": "toposched_request_duration_seconds",
+    "filter rejections by reason": "toposched_filter_rejections_total",
+    "placements by GPU->NIC class": "toposched_placements_total",
+    "binds and bind failures": "toposched_binds_total",
+    "reservation outcomes": "toposched_reservations_total",
+    "store size": "toposched_state_nodes",
+    "leader": "toposched_kube_leader",
+}
+
+
 def schema_file(api_version, kind):
     """kubeconform's file name rule: kind-[group prefix-]version.json."""
     group, _, version = api_version.rpartition("/")
@@ -166,11 +209,11 @@ class Schemas:
     def validate(self, obj, where):
         kind = obj.get("kind")
         schema = self.get(schema_file(obj.get("apiVersion", ""), kind))
-        if schema is None and kind == "ServiceMonitor":
+        if schema is None and kind in CUSTOM_SPECS:
             meta = self.get("configmap-v1.json")["properties"]["metadata"]
             schema = {"type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "metadata", "spec"],
-                      "properties": {"apiVersion": {"enum": ["monitoring.coreos.com/v1"]}, "kind": {"enum": ["ServiceMonitor"]},
-                                     "metadata": meta, "spec": SERVICE_MONITOR_SPEC}}
+                      "properties": {"apiVersion": {"enum": ["monitoring.coreos.com/v1"]}, "kind": {"enum": [kind]},
+                                     "metadata": meta, "spec": CUSTOM_SPECS[kind]}}
         if schema is None:
             fail(where, f"no schema {schema_file(obj.get('apiVersion', ''), kind)} in {self.folder}")
             return
@@ -312,7 +355,7 @@ def help_text(binary, sub, cache={}):
     return cache[sub]
 
 
-def check_case(path, notes_path, schemas, toposched):
+def check_case(path, notes_path, schemas, toposched, opts):
     case = os.path.basename(path)[:-len(".yaml")]
     text = open(path, encoding="utf-8").read()
     m = re.match(r"# case: mode=(\S+) release=(\S+) namespace=(\S+) values=(\S*)", text)
@@ -508,6 +551,10 @@ def check_case(path, notes_path, schemas, toposched):
         check_kube_scheduler_config(cm["data"]["scheduler-config.yaml"], f"{case}: scheduler-config.yaml", ctx)
     if volcano_cm is not None:
         check_volcano_conf(volcano_cm["data"]["volcano-scheduler.conf"], f"{case}: volcano-scheduler.conf", ctx)
+    alerts, panels = check_monitoring(by_kind, case, opts)
+    if alerts or panels:
+        print(f"check.py: {case}: {alerts} alerts, {panels} dashboard panels checked against "
+              f"{len(opts.metrics)} exported metrics")
     if notes_path:
         notes = open(notes_path, encoding="utf-8").read()
         if mode == "none":
@@ -519,6 +566,126 @@ def check_case(path, notes_path, schemas, toposched):
             else:
                 check_kube_extender(docs[0]["extenders"][0], f"{case}: NOTES.txt extenders[0]", ctx)
     return len(objs)
+
+
+# ---- monitoring ------------------------------------------------------------------------------
+
+def run_promtool(promtool, args, where):
+    try:
+        r = subprocess.run([promtool] + args, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        fail(where, f"promtool {args[0]} {args[1]}: {e}")
+        return False
+    if r.returncode != 0:
+        fail(where, f"promtool {' '.join(args[:2])} exited {r.returncode}:\n{(r.stdout + r.stderr).strip()}")
+        return False
+    return True
+
+
+def check_prometheus_rule(rule, case, metrics_services, opts):
+    """The rule's expressions against the exported metrics; promtool check rules and, when this
+    case has one, promtool test rules. Returns the number of alerts."""
+    where = f"{case}: PrometheusRule/{rule['metadata']['name']}"
+    names, count = set(), 0
+    for group in rule.get("spec", {}).get("groups", []):
+        for r in group.get("rules", []):
+            count += 1
+            alert = r.get("alert", "?")
+            if alert in names:
+                fail(where, f"alert {alert} defined twice")
+            names.add(alert)
+            expr = str(r.get("expr", ""))
+            monitoring.check_expr(expr, opts.metrics, f"{where} {alert}", fail, allow_prometheus=True)
+            for job in re.findall(r'\bjob="([^"]*)"', expr):
+                if metrics_services and job not in metrics_services:
+                    fail(where, f"{alert}: job=\"{job}\" is no Service the ServiceMonitor scrapes ({sorted(metrics_services)})")
+    if not opts.promtool:
+        return count
+    work = tempfile.mkdtemp(prefix="toposched-rules-")
+    try:
+        rules_file = os.path.join(work, "rules.yaml")
+        with open(rules_file, "w") as f:
+            yaml.safe_dump(rule["spec"], f, sort_keys=False)
+        if run_promtool(opts.promtool, ["check", "rules", "--lint=all", "--lint-fatal", rules_file], where):
+            print(f"check.py: {case}: promtool check rules: {count} rules valid")
+        test_file = opts.rule_tests.get(case)
+        if test_file:
+            # The tests compare labels, not the annotations' prose: strip them (check rules above
+            # parsed their templates).
+            bare = yaml.safe_load(yaml.safe_dump(rule["spec"]))
+            for group in bare["groups"]:
+                for r in group["rules"]:
+                    r.pop("annotations", None)
+            with open(os.path.join(work, "bare-rules.yaml"), "w") as f:
+                yaml.safe_dump(bare, f, sort_keys=False)
+            tests = yaml.safe_load(open(test_file, encoding="utf-8"))
+            tests["rule_files"] = ["bare-rules.yaml"]
+            with open(os.path.join(work, "alerts_test.yaml"), "w") as f:
+                yaml.safe_dump(tests, f, sort_keys=False)
+            if run_promtool(opts.promtool, ["test", "rules", os.path.join(work, "alerts_test.yaml")],
+                            f"{where} ({os.path.basename(test_file)})"):
+                print(f"check.py: {case}: promtool test rules {test_file}: passed")
+            opts.rule_tests_run.add(case)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return count
+
+
+def check_dashboard(cm, case, opts):
+    """Every dashboard JSON in a ConfigMap: parses, ids and uid set, every query a valid use of
+    exported metrics, every promised subject present. Returns the number of panels."""
+    panels = 0
+    for key, text in (cm.get("data") or {}).items():
+        where = f"{case}: ConfigMap/{cm['metadata']['name']} {key}"
+        if not key.endswith(".json"):
+            fail(where, "a dashboard ConfigMap holds only *.json dashboards")
+            continue
+        try:
+            dash = json.loads(text)
+        except ValueError as e:
+            fail(where, f"does not parse as JSON: {e}")
+            continue
+        for field in ("uid", "title", "panels", "schemaVersion"):
+            if not dash.get(field):
+                fail(where, f"no {field}")
+        ids, used = [], set()
+        def walk(ps):
+            for p in ps:
+                ids.append(p.get("id"))
+                if p.get("type") != "row":
+                    if not p.get("targets"):
+                        fail(where, f"panel {p.get('title')!r} has no query")
+                    if (p.get("datasource") or {}).get("uid") != "${datasource}":
+                        fail(where, f"panel {p.get('title')!r} does not query the $datasource variable")
+                walk(p.get("panels", []))
+        walk(dash.get("panels", []))
+        panels += len(ids)
+        if len(ids) != len(set(ids)) or None in ids:
+            fail(where, "panel ids must be set and unique")
+        for w, expr in monitoring.dashboard_exprs(dash):
+            used |= monitoring.check_expr(expr, opts.metrics, f"{where} {w}", fail)
+        for var in dash.get("templating", {}).get("list", []):
+            q = var.get("query")
+            q = q.get("query", "") if isinstance(q, dict) else str(q or "")
+            m = re.match(r"^label_values\((.*),\s*([a-zA-Z_]+)\)$", q)
+            if m:
+                used |= monitoring.check_expr(m.group(1), opts.metrics, f"{where} variable {var.get('name')}", fail,
+                                              series_selector=True)
+        for subject, metric in DASHBOARD_SUBJECTS.items():
+            if metric not in used:
+                fail(where, f"no panel shows {subject} ({metric})")
+    return panels
+
+
+def check_monitoring(by_kind, case, opts):
+    """The PrometheusRules and dashboard ConfigMaps of one render; returns (alerts, panels)."""
+    services = {s["metadata"]["name"]: s for s in by_kind.get("Service", [])}
+    metrics_services = {name for sm in by_kind.get("ServiceMonitor", []) for name, s in services.items()
+                        if selects(sm["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])}
+    alerts = sum(check_prometheus_rule(r, case, metrics_services, opts) for r in by_kind.get("PrometheusRule", []))
+    panels = sum(check_dashboard(cm, case, opts) for cm in by_kind.get("ConfigMap", [])
+                 if "grafana_dashboard" in (cm["metadata"].get("labels") or {}))
+    return alerts, panels
 
 
 def check_example(path, schemas):
@@ -552,8 +719,16 @@ def main():
     parser.add_argument("--schemas", required=True)
     parser.add_argument("--toposched", default="")
     parser.add_argument("--examples", nargs="*", default=[], help="deploy/examples/*.yaml: schema + opt-in checks")
+    parser.add_argument("--promtool", default="", help="promtool binary; empty = the promtool checks are skipped")
+    parser.add_argument("--rule-tests", action="append", default=[], metavar="CASE=FILE",
+                        help="promtool unit tests of CASE's PrometheusRule")
     parser.add_argument("cases", nargs="+")
     opts = parser.parse_args()
+    opts.metrics = monitoring.exported_metrics(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    if not opts.metrics:
+        fail("metrics", "no metric registrations found in src/ and plugins/")
+    opts.rule_tests = dict(arg.split("=", 1) for arg in opts.rule_tests)
+    opts.rule_tests_run = set()
     toposched = opts.toposched if opts.toposched and os.access(opts.toposched, os.X_OK) else ""
     if os.path.isdir(opts.schemas):
         schemas = Schemas(opts.schemas)
@@ -565,7 +740,7 @@ def main():
     total = 0
     for arg in opts.cases:
         path, _, notes = arg.partition(":")
-        count = check_case(path, notes or None, schemas, toposched)
+        count = check_case(path, notes or None, schemas, toposched, opts)
         print(f"check.py: {os.path.basename(path)[:-5]}: {count} objects")
         total += count
     for path in opts.examples:
@@ -574,6 +749,11 @@ def main():
         print(f"check.py: {len(opts.examples)} example workload files")
     if not toposched:
         print("check.py: no toposched binary given or built: container flags not checked against --help")
+    if opts.promtool:
+        for case in set(opts.rule_tests) - opts.rule_tests_run:
+            fail(case, f"--rule-tests names {opts.rule_tests[case]} but the case rendered no PrometheusRule")
+    else:
+        print("check.py: SKIPPED promtool check rules / test rules: no promtool given")
     if FAILURES:
         print(f"check.py: {len(FAILURES)} failure(s):", file=sys.stderr)
         for f in FAILURES:

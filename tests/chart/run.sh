@@ -5,7 +5,11 @@
 #     (`helm template`; NOTES.txt through `helm install --dry-run=client`);
 #  2. check every rendered object (tests/chart/check.py): YAML, metadata, labels and selectors,
 #     the Kubernetes JSON schemas in ../shared/k8s-schemas (strict), RBAC == the API calls the
-#     code makes, the scheduler/extender payloads, flags against `toposched --help`;
+#     code makes, the scheduler/extender payloads, flags against `toposched --help`, the alerts'
+#     and the dashboard's PromQL against the metrics the code registers
+#     (tests/chart/monitoring.py, itself tested by monitoring_test.py), `promtool check rules`
+#     and the alert unit tests tests/chart/alerts_test.yaml (promtool v3.16.0 from the Go module
+#     proxy, scripts/promtool-path.sh; skipped, saying why, when it cannot be built);
 #  3. deploy/ == the chart rendered with defaults (scripts/render-manifests.sh), and the CRD
 #     copies are identical.
 # helm lint, and installing, upgrading and removing the chart on a real API server, are in the
@@ -15,9 +19,14 @@ cd "$(dirname "$0")/../.."
 schemas=${TOPOSCHED_K8S_SCHEMAS:-../shared/k8s-schemas}
 toposched=${TOPOSCHED_BIN:-build/src/cmd/toposched}
 die() { echo "chart tests: FAILED: $*" >&2; exit 1; }
+export PYTHONDONTWRITEBYTECODE=1   # check.py imports monitoring.py: no __pycache__ in the tree
 
 helm=$(scripts/helm-path.sh) || die "no helm (e2e/build-peers.sh helm failed)"
 python3 -c 'import yaml, jsonschema' 2>/dev/null || die "python3-yaml / python3-jsonschema missing"
+if ! promtool=$(scripts/promtool-path.sh); then
+  echo "chart tests: SKIPPING promtool check rules and the alert unit tests: promtool could not be built (scripts/promtool-path.sh, above)"
+  promtool=""
+fi
 [ -d "$schemas" ] || echo "chart tests: no Kubernetes JSON schemas at $schemas (set TOPOSCHED_K8S_SCHEMAS): schema check skipped"
 
 work=$(mktemp -d)
@@ -70,8 +79,22 @@ if render toposched -f "$work/bad-mtls.yaml" >/dev/null 2>"$work/bad-mtls.err"; 
 fi
 grep -q "Volcano's extender client sends no client certificate" "$work/bad-mtls.err" || die "clientAuth with volcano: unclear error"
 
+# Monitoring switches: a disabled alert is left out, the dashboard carries the sidecar's label.
+printf 'prometheusRule: {enabled: true, disabled: [ToposchedSlowFilter]}\ngrafanaDashboard: {enabled: true}\n' >"$work/mon.yaml"
+render toposched -f "$work/mon.yaml" >"$work/mon.out" 2>&1 || die "rendering with prometheusRule.disabled: $(cat "$work/mon.out")"
+grep -q 'alert: ToposchedNoLeader' "$work/mon.out" || die "prometheusRule.enabled rendered no ToposchedNoLeader"
+! grep -q 'ToposchedSlowFilter' "$work/mon.out" || die "prometheusRule.disabled did not leave ToposchedSlowFilter out"
+grep -q 'grafana_dashboard: "1"' "$work/mon.out" || die "the dashboard ConfigMap lacks the label grafana_dashboard: \"1\""
+render toposched >"$work/plain.out" 2>&1 || die "rendering the defaults: $(cat "$work/plain.out")"
+! grep -q -E 'kind: (PrometheusRule|ServiceMonitor)|grafana_dashboard' "$work/plain.out" || die "monitoring objects rendered by default"
+
 echo "chart tests: rendered in ${SECONDS}s"
-python3 tests/chart/check.py --schemas "$schemas" --toposched "$toposched" \
+python3 tests/chart/monitoring_test.py >"$work/monitoring_test.out" 2>&1 || {
+  cat "$work/monitoring_test.out" >&2
+  die "tests/chart/monitoring_test.py (the PromQL checker)"
+}
+python3 tests/chart/check.py --schemas "$schemas" --toposched "$toposched" --promtool "$promtool" \
+  --rule-tests monitoring-values=tests/chart/alerts_test.yaml \
   --examples deploy/examples/*.yaml -- "${args[@]}" || die "object checks (above)"
 
 echo "chart tests: checked in ${SECONDS}s"
