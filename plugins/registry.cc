@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "device_fit/device_fit.h"
+#include "expected_fragmentation/expected_fragmentation.h"
 #include "fragmentation/fragmentation.h"
 #include "gpu_nic_alignment/gpu_nic_alignment.h"
 #include "kv_transfer_cost/kv_transfer_cost.h"
@@ -26,6 +27,7 @@ Status RegisterBuiltinPlugins(framework::Registry& registry) {
       {nvlink_affinity::kName, nvlink_affinity::New, nvlink_affinity::kDefaultWeight},
       {numa_alignment::kName, numa_alignment::New, numa_alignment::kDefaultWeight},
       {fragmentation::kName, fragmentation::New, fragmentation::kDefaultWeight},
+      {expected_fragmentation::kName, expected_fragmentation::New, expected_fragmentation::kDefaultWeight},
       {shared_gpu::kName, shared_gpu::New, shared_gpu::kDefaultWeight},
       {rdma_affinity::kName, rdma_affinity::New, rdma_affinity::kDefaultWeight},
       {kv_transfer_cost::kName, kv_transfer_cost::New, kv_transfer_cost::kDefaultWeight},

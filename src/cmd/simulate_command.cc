@@ -14,6 +14,7 @@
 #include "plugins/registry.h"
 #include "toposched/framework/config.h"
 #include "toposched/simulate/simulator.h"
+#include "toposched/simulate/trace.h"
 
 namespace toposched::cmd {
 namespace {
@@ -55,7 +56,16 @@ void PrintHelp() {
       "  --config FILE         scheduler configuration YAML for the toposched policy\n"
       "  --json                print JSON instead of the table\n"
       "  --svg FILE            also write a picture of the placements and class histograms\n"
-      "  --no-progress         never draw the progress bar\n",
+      "  --no-progress         never draw the progress bar\n\n"
+      "trace replay (the Alibaba GPU trace with FGD's protocol, see docs/placement.md):\n"
+      "  --trace DIR           replay DIR/openb_node_list_gpu_node.csv with each\n"
+      "                        DIR/openb_pod_list_<variant>.csv: tasks in creation order, tuned\n"
+      "                        to 130%% of GPU capacity, and report the GPU allocation ratio at\n"
+      "                        100%% and 130%% arrived per policy (toposched, fgd, best-fit,\n"
+      "                        first-fit, random), mean over the seeds\n"
+      "  --variants a,b,...    trace variants (default: every pod list in DIR)\n"
+      "  --seeds A-B|a,b,...   tuning seeds (default 42-51, as the FGD paper)\n"
+      "  --max-tasks N         replay only the first N tasks of each tuned workload\n",
       sim::kDefaultNodes, sim::kDefaultPods, sim::kDefaultNodes, sim::kDefaultPods);
 }
 
@@ -134,10 +144,71 @@ class Progress {
   std::size_t last_quarter_ = 0, last_index_ = static_cast<std::size_t>(-1);
 };
 
+// `simulate --trace`: each variant replayed with every policy and seed.
+int RunTraceReplay(const std::string& dir, const std::string& variants_arg, const std::string& seeds_arg,
+                   long long max_tasks, const std::string& policies_arg, const std::string& config_path, bool json,
+                   bool no_progress) {
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
+    return 1;
+  };
+  sim::TraceReplayOptions options;
+  if (!policies_arg.empty()) options.policies = SplitCommas(policies_arg);
+  if (max_tasks > 0) options.max_tasks = static_cast<std::size_t>(max_tasks);
+  if (!seeds_arg.empty()) {
+    options.seeds.clear();
+    for (const std::string& item : SplitCommas(seeds_arg)) {
+      const std::size_t dash = item.find('-');
+      long long a = 0, b = 0;
+      const bool ok = dash == std::string::npos
+                          ? ParseInt(item, 0, 4294967295LL, a) && (b = a, true)
+                          : ParseInt(item.substr(0, dash), 0, 4294967295LL, a) &&
+                                ParseInt(item.substr(dash + 1), 0, 4294967295LL, b) && b >= a && b - a < 1000;
+      if (!ok) return fail("--seeds: expected N, A-B or a list of them, got '" + item + "'");
+      for (long long v = a; v <= b; ++v) options.seeds.push_back(static_cast<std::uint32_t>(v));
+    }
+  }
+  if (!config_path.empty()) {
+    auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return fail(yaml.error().message());
+    auto config = framework::LoadSchedulerConfigYaml(*yaml, plugins::BuiltinRegistry());
+    if (!config.ok()) return fail(config_path + ": " + config.error().message());
+    options.config = std::move(config).value();
+  }
+  std::vector<std::string> variants = variants_arg.empty() ? sim::TraceVariants(dir) : SplitCommas(variants_arg);
+  if (variants.empty()) return fail(dir + ": no openb_pod_list_<variant>.csv files");
+  const bool tty = !no_progress && isatty(STDERR_FILENO) != 0;
+  std::vector<sim::TraceReplayResult> results;
+  for (const std::string& variant : variants) {
+    auto trace = sim::LoadTrace(dir, variant);
+    if (!trace.ok()) return fail(trace.error().message());
+    if (!no_progress) {
+      options.progress = [&, last = std::chrono::steady_clock::time_point{}](
+                             std::string_view policy, std::uint32_t seed, std::size_t done,
+                             std::size_t total) mutable {
+        const auto now = std::chrono::steady_clock::now();
+        if (done != total && now - last < std::chrono::seconds(tty ? 1 : 30)) return;
+        last = now;
+        std::fprintf(stderr, "%ssimulate: %s %.*s seed %u %zu/%zu tasks%s", tty ? "\r" : "", variant.c_str(),
+                     static_cast<int>(policy.size()), policy.data(), seed, done, total, tty ? "   " : "\n");
+        std::fflush(stderr);
+      };
+    }
+    auto result = sim::ReplayTrace(*trace, options);
+    if (tty && !no_progress) std::fputc('\n', stderr);
+    if (!result.ok()) return fail(variant + ": " + result.error().message());
+    results.push_back(std::move(result).value());
+  }
+  std::fputs((json ? sim::FormatTraceJson(results) : sim::FormatTraceTable(results)).c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int RunSimulate(const std::vector<std::string>& args) {
   std::string topologies, workload_path, config_path, svg_path, policies_arg, shapes_arg;
+  std::string trace_dir, variants_arg, seeds_arg;
+  long long max_tasks = 0;
   long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
   bool json = false, no_progress = false, nodes_given = false;
   auto usage = [](const std::string& message) {
@@ -192,10 +263,30 @@ int RunSimulate(const std::vector<std::string>& args) {
       ok = value(svg_path);
     } else if (flag == "--no-progress") {
       no_progress = true;
+    } else if (flag == "--trace") {
+      ok = value(trace_dir);
+    } else if (flag == "--variants") {
+      ok = value(variants_arg);
+    } else if (flag == "--seeds") {
+      ok = value(seeds_arg);
+    } else if (flag == "--max-tasks") {
+      ok = number(1, 100000000, max_tasks);
     } else {
       return usage("unknown flag '" + flag + "'");
     }
     if (!ok) return usage(flag + " needs a valid value");
+  }
+  if (!trace_dir.empty()) {
+    if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
+        pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
+      return usage("--trace replays the trace's own cluster and tasks; it takes --variants, --seeds, "
+                   "--max-tasks, --policies, --config, --json and --no-progress only");
+    }
+    return RunTraceReplay(trace_dir, variants_arg, seeds_arg, max_tasks, policies_arg, config_path, json,
+                          no_progress);
+  }
+  if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0) {
+    return usage("--variants, --seeds and --max-tasks apply to --trace");
   }
   if (!shapes_arg.empty() && nodes_given)
     return usage("--shapes and --nodes both size the synthetic nodes; give one");

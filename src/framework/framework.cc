@@ -108,6 +108,8 @@ NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node, ScoreSet 
   NodeScore out;
   for (const ScorePluginEntry& e : impl_->scorers) {
     if (set != ScoreSet::kAll && e.plugin->ReadsCluster() != (set == ScoreSet::kClusterOnly)) continue;
+    // A weight-0 part counts for nothing: computed only when the caller wants it explained.
+    if (e.weight == 0 && !state.explain()) continue;
     ScoreResult r = e.plugin->Score(state, node);
     // A score off the scale is a plugin bug; clamp it so one plugin cannot outvote the others.
     const int clamped = std::clamp(r.score, kMinScore, kMaxScore);

@@ -26,8 +26,10 @@ std::unique_ptr<Policy> MakeBaselinePolicy(std::string_view name, const EngineOp
 
 // The framework path: filter every node, score the feasible ones, reserve on the best.
 // `registry` null: the builtin plugins.
+// `mix`: the workload's typical shapes for the ExpectedFragmentation plugin (may be null).
 Result<std::unique_ptr<Policy>> MakeToposchedPolicy(const framework::SchedulerConfig& config,
-                                                    const framework::Registry* registry);
+                                                    const framework::Registry* registry,
+                                                    std::shared_ptr<const packing::ShapeMix> mix);
 
 // Every builtin plugin with its default weight (the framework's default config).
 framework::SchedulerConfig BuiltinDefaultConfig();

@@ -177,7 +177,7 @@ void Summarize(const std::vector<VirtualNode>& nodes, BestClassOracle& oracle, P
 Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index,
                                const VirtualCluster& cluster, const Workload& workload,
                                const SimulationOptions& options, const framework::SchedulerConfig& config) {
-  auto policy = MakePolicy(name, PolicyOptions{config, options.policy_options.registry});
+  auto policy = MakePolicy(name, PolicyOptions{config, options.policy_options.registry, options.policy_options.mix});
   if (!policy.ok()) return policy.error();
   const EngineOptions& engine = config.engine;
   BestClassOracle oracle(engine);
@@ -325,11 +325,18 @@ std::vector<std::string> PolicyNames() {
 
 Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options) {
   const framework::SchedulerConfig config = options.config ? *options.config : BuiltinDefaultConfig();
-  if (name == kPolicyToposched) return MakeToposchedPolicy(config, options.registry.get());
+  if (name == kPolicyToposched) return MakeToposchedPolicy(config, options.registry.get(), options.mix);
   if (std::unique_ptr<Policy> baseline = MakeBaselinePolicy(name, config.engine)) return baseline;
   std::string known;
   for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
   return Error("unknown policy \"" + std::string(name) + "\" (known: " + known + ")");
+}
+
+packing::ShapeMix WorkloadMix(const Workload& workload) {
+  std::vector<packing::Shape> shapes;
+  shapes.reserve(workload.pods.size());
+  for (const WorkloadPod& pod : workload.pods) shapes.push_back(packing::ShapeOf(pod.request, pod.request.cpu_milli));
+  return packing::TypicalShapes(shapes);
 }
 
 Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload& workload,
@@ -363,8 +370,12 @@ Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload&
       return p.error();
     }
   }
+  SimulationOptions run_options = options;
+  if (run_options.policy_options.mix == nullptr) {
+    run_options.policy_options.mix = std::make_shared<const packing::ShapeMix>(WorkloadMix(workload));
+  }
   for (std::size_t i = 0; i < options.policies.size(); ++i) {
-    auto r = RunPolicy(options.policies[i], i, cluster, workload, options, config);
+    auto r = RunPolicy(options.policies[i], i, cluster, workload, run_options, config);
     if (!r.ok()) return r.error();
     result.policies.push_back(std::move(r).value());
   }

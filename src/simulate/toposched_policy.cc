@@ -16,7 +16,8 @@ namespace {
 
 class ToposchedPolicy : public Policy {
  public:
-  explicit ToposchedPolicy(framework::Framework framework) : framework_(std::move(framework)) {}
+  ToposchedPolicy(framework::Framework framework, std::shared_ptr<const packing::ShapeMix> mix)
+      : framework_(std::move(framework)), mix_(std::move(mix)) {}
 
   std::string_view Name() const override { return kPolicyToposched; }
 
@@ -25,6 +26,7 @@ class ToposchedPolicy : public Policy {
     framework::CycleState cycle = framework_.NewCycle(request);
     // What the extender gives its cycles from the store: the pool-aware plugins read it.
     cycle.SetCluster(std::move(cluster));
+    cycle.SetShapeMix(mix_);
     // kube-scheduler keeps the feasible nodes and their totals, then takes the highest; ties go
     // to the lowest index here (kube picks at random among ties; a fixed rule keeps runs
     // reproducible).
@@ -63,6 +65,7 @@ class ToposchedPolicy : public Policy {
     int index = 0;
   };
   framework::Framework framework_;
+  std::shared_ptr<const packing::ShapeMix> mix_;
   std::vector<Candidate> candidates_;  // reused between pods
 };
 
@@ -73,12 +76,13 @@ framework::SchedulerConfig BuiltinDefaultConfig() {
 }
 
 Result<std::unique_ptr<Policy>> MakeToposchedPolicy(const framework::SchedulerConfig& config,
-                                                    const framework::Registry* registry) {
+                                                    const framework::Registry* registry,
+                                                    std::shared_ptr<const packing::ShapeMix> mix) {
   const framework::Registry builtin =
       registry == nullptr ? plugins::BuiltinRegistry() : framework::Registry();
   auto framework = framework::Framework::Create(config, registry == nullptr ? builtin : *registry);
   if (!framework.ok()) return framework.error().WithContext("toposched policy");
-  return std::unique_ptr<Policy>(std::make_unique<ToposchedPolicy>(std::move(framework).value()));
+  return std::unique_ptr<Policy>(std::make_unique<ToposchedPolicy>(std::move(framework).value(), std::move(mix)));
 }
 
 }  // namespace toposched::simulate

@@ -20,6 +20,7 @@
 
 #include "toposched/framework/cluster_view.h"
 #include "toposched/framework/node_info.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
 
@@ -52,6 +53,12 @@ class CycleState {
   // plugins; null when the caller has none (they then score neutrally and say why).
   void SetCluster(std::shared_ptr<const ClusterView> cluster) { cluster_ = std::move(cluster); }
   const ClusterView* cluster() const { return cluster_.get(); }
+
+  // The workload's typical pod shapes with their weights (FGD's "typical pods"), for the
+  // ExpectedFragmentation plugin; null when the caller has none (the plugin then packs for
+  // more pods of the request's own shape). The same for every node of the cycle.
+  void SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix) { mix_ = std::move(mix); }
+  const packing::ShapeMix* shape_mix() const { return mix_.get(); }
 
   // Whether Score plugins should say how they scored (ScoreResult::explanation); true unless the
   // caller keeps the numbers only, as the extender's verbs do (the CLI and the simulator explain).
@@ -93,6 +100,7 @@ class CycleState {
   PlacementRequest request_;
   Placer placer_;
   std::shared_ptr<const ClusterView> cluster_;
+  std::shared_ptr<const packing::ShapeMix> mix_;
   bool explain_ = true;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
   std::unordered_map<std::string, std::unique_ptr<StateData>, StringHash, std::equal_to<>> data_;

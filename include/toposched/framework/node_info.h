@@ -1,6 +1,7 @@
 #pragma once
 // NodeInfo: what the framework knows of one node when it filters, scores or reserves for a pod.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,10 @@ struct NodeInfo {
   // True while a pod on the node holds an allocation that could not be read back
   // (state::NodeRecord::held_pods): no new device placements until that is resolved.
   bool held = false;
+  // CPU (milli-cores) not yet requested by the node's pods, where the caller knows it (the
+  // simulator's trace replay); -1: unknown, and the packing measure counts CPU as enough.
+  // kube-scheduler checks CPU itself (NodeResourcesFit); this only sharpens the packing score.
+  std::int64_t cpu_milli_free = -1;
 };
 
 }  // namespace toposched::framework

@@ -23,6 +23,7 @@
 #include "toposched/framework/config.h"
 #include "toposched/framework/node_info.h"
 #include "toposched/framework/registry.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
 #include "toposched/pd/network.h"
@@ -220,7 +221,13 @@ struct PolicyOptions {
   // Where the toposched policy builds its plugins from; null: the builtin plugins. Lets a test
   // or an experiment compare a plugin of its own under the same simulation.
   std::shared_ptr<const framework::Registry> registry;
+  // The workload's typical shapes for the toposched policy's ExpectedFragmentation plugin; null:
+  // Simulate derives them from the workload it runs (WorkloadMix), as FGD does from its trace.
+  std::shared_ptr<const packing::ShapeMix> mix;
 };
+
+// FGD's typical pods of a workload: packing::TypicalShapes over its pods' shapes.
+packing::ShapeMix WorkloadMix(const Workload& workload);
 
 // Errors: an unknown name (listing the known ones), or a config the framework rejects.
 Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options = {});

@@ -1,0 +1,91 @@
+#pragma once
+// Expected GPU fragmentation: how much of a node's idle GPU capacity the pods yet to come could
+// not use. This is the measure of Fragmentation Gradient Descent (FGD; Weng et al., "Beware of
+// Fragmentation", USENIX ATC '23), stated in the paper and in its authors' simulator
+// (hkust-adsl/kubernetes-scheduler-simulator, pkg/utils/frag.go):
+//
+//   F(node) = sum over typical shapes m of  p(m) * (idle GPU milli of the node that m cannot use)
+//
+// where a shape cannot use ALL of the node's idle GPU when it cannot run there at all (too few
+// GPUs with enough left, too little CPU, a GPU model it does not accept, or it asks for no GPU
+// at all), and otherwise cannot use the GPUs whose idle part is smaller than what it asks per
+// GPU. A placement that makes F grow least strands the least capacity for the pods that follow.
+//
+// Units: milli-GPU (1000 = one whole GPU), milli-CPU. Pure functions: no I/O.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/placement/placement.h"
+#include "toposched/placement/request.h"
+#include "toposched/topology/node_topology.h"
+
+namespace toposched::packing {
+
+inline constexpr int kMilli = 1000;
+
+// What one pod asks for, as the fragmentation measure sees it.
+struct Shape {
+  int gpus = 0;   // 0: no GPU
+  int milli = 0;  // per GPU: kMilli for whole GPUs, less for one share of one GPU
+  std::int64_t cpu_milli = 0;
+  // GPU models the pod accepts (case-insensitive substrings of the node's model, as HAMi's
+  // nvidia.com/use-gputype); empty: any.
+  std::vector<std::string> models;
+  auto operator<=>(const Shape&) const = default;
+};
+
+struct WeightedShape {
+  Shape shape;
+  double weight = 0;  // the shape's share of the workload's pods; a mix's weights sum to 1
+  bool operator==(const WeightedShape&) const = default;
+};
+
+// The "typical pods" of FGD.
+struct ShapeMix {
+  std::vector<WeightedShape> shapes;  // most frequent first
+  bool operator==(const ShapeMix&) const = default;
+};
+
+// FGD's typical pods from a workload's pods: shapes counted, most frequent first (ties: the
+// smaller shape first), the shortest prefix holding at least `coverage` of the pods, weights
+// renormalised to sum to 1. CPU-only pods are included, as in the FGD experiments
+// (isInvolvedCpuPods: true, podPopularityThreshold: 95). Empty input: an empty mix.
+ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage = 0.95);
+
+// The shape of a placement request: whole GPUs, or one share of one GPU (cores as a fraction of
+// kMilli: HAMi's gpucores percent x 10; no cores asked: the share of the card's memory it asks,
+// when known; else a whole GPU's worth, since such a vGPU may use all the compute).
+// `cpu_milli` is what the pod asks of the node's CPU (0 when the caller does not know).
+Shape ShapeOf(const PlacementRequest& request, std::int64_t cpu_milli = 0);
+
+// A node as the measure sees it.
+struct NodeState {
+  std::vector<int> milli_left;  // per GPU: what is idle (0 when held whole)
+  std::int64_t cpu_left = -1;   // -1: unknown, counted as enough for every shape
+  std::string model;            // the node's GPU model, for Shape::models
+};
+
+// The idle part of each GPU of `vendor`: 0 for a GPU held whole or unusable; for a shared GPU,
+// kMilli less the larger of its used cores (x10) and its used memory fraction (when the card's
+// memory is known). The one meaning of "how much of this GPU is left" for packing.
+NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated, GpuVendor vendor,
+                  std::int64_t cpu_left = -1);
+
+// Whether `shape` can run on `node` (GPU model, CPU, enough GPUs with enough left).
+bool Fits(const NodeState& node, const Shape& shape);
+
+// F(node) for `mix`, in milli-GPU.
+double Fragmentation(const NodeState& node, const ShapeMix& mix);
+
+// `node` after one pod of `shape` takes the GPUs listed in `gpus` (indices into milli_left;
+// kMilli of each for whole GPUs, shape.milli for a share) and its CPU.
+NodeState After(const NodeState& node, const Shape& shape, const std::vector<int>& gpus);
+
+// The GPU a share of `shape` should take on `node` to make F grow least (ties: the GPU with
+// the least left, then the lowest index); -1 when none has enough left.
+int BestShareGpu(const NodeState& node, const Shape& shape, const ShapeMix& mix);
+
+}  // namespace toposched::packing

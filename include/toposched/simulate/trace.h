@@ -1,0 +1,149 @@
+#pragma once
+// Trace replay: the Alibaba GPU production trace (cluster-trace-gpu-v2023, the "openb" trace of
+// the FGD paper, Weng et al., USENIX ATC '23) replayed with the FGD simulator's protocol, so
+// toposched's packing is measured on real production tasks and against the published figures
+// (../shared/reference/fgd-anchor.md):
+//
+//   - every node of the node list, with its CPU, memory, GPU count and model; a task fits a node
+//     when CPU, memory and GPUs fit (kube-scheduler's NodeResourcesFit) and, with gpu_spec, only
+//     on the listed models;
+//   - tasks in creation order (ties by name), then "tuned": while the requested GPU is below
+//     tune_ratio x the cluster's GPU capacity, a task drawn uniformly at random (with
+//     replacement, seeded) from the trace is appended;
+//   - each task scheduled once, in order, never leaving; a task that fits nowhere stays
+//     unscheduled;
+//   - the figure: GPU allocation ratio (allocated milli-GPU / capacity) when the arrived tasks'
+//     requested GPU first reaches each mark (100 %, 130 % of capacity), mean over the seeds.
+//
+// The trace has no topology: every node gets a machine shape for its GPU model and count
+// (TraceMachine, documented in docs/placement.md), so the toposched policy runs its own
+// framework (filter -> score -> reserve, topology and all) on it.
+//
+// Deterministic for a trace, policy and seed, except the measured times.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/common/status.h"
+#include "toposched/framework/config.h"
+#include "toposched/topology/synthetic.h"
+
+namespace toposched::simulate {
+
+struct TraceNode {
+  std::string name;
+  std::int64_t cpu_milli = 0;
+  std::int64_t memory_mib = 0;
+  int gpus = 0;
+  std::string model;  // "G2", "T4", "V100M32", ...
+};
+
+struct TraceTask {
+  std::string name;
+  std::int64_t cpu_milli = 0;
+  std::int64_t memory_mib = 0;
+  int gpus = 0;       // 0..8 whole GPUs, or 1 with gpu_milli < 1000 for one share
+  int gpu_milli = 0;  // per GPU: 1000 for whole GPUs
+  std::vector<std::string> gpu_spec;  // accepted models; empty: any
+  double creation_s = 0;
+  std::int64_t GpuMilli() const { return static_cast<std::int64_t>(gpus) * gpu_milli; }
+};
+
+inline constexpr std::size_t kMaxTraceFileBytes = 64u << 20;
+inline constexpr int kMaxTraceGpusPerNode = 64;
+
+// The node list: header `sn,cpu_milli,memory_mib,gpu,model` (columns found by name, extra ones
+// ignored). Errors name the line and the column.
+Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view csv);
+// A pod list: `name,cpu_milli,memory_mib,num_gpu,gpu_milli` required; gpu_spec and
+// creation_time optional (the multigpu20 file has neither). Returned in creation order, ties
+// by name. Errors name the line and the column.
+Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view csv);
+
+struct Trace {
+  std::string variant;  // "default", "gpushare40", ...
+  std::vector<TraceNode> nodes;
+  std::vector<TraceTask> tasks;
+  std::int64_t GpuCapacityMilli() const;
+};
+
+// Reads DIR/openb_node_list_gpu_node.csv and DIR/openb_pod_list_<variant>.csv.
+Result<Trace> LoadTrace(const std::string& dir, const std::string& variant);
+// The variants DIR holds (from its openb_pod_list_*.csv names), sorted.
+std::vector<std::string> TraceVariants(const std::string& dir);
+
+// FGD's workload tuning: `tasks` in order, then tasks drawn uniformly with replacement
+// (std::mt19937 seeded with `seed`; the index is the draw modulo the count) appended while the
+// total requested GPU is below ratio x capacity.
+std::vector<TraceTask> TuneTasks(const std::vector<TraceTask>& tasks, std::int64_t capacity_milli,
+                                 double ratio, std::uint32_t seed);
+
+// The machine shape a trace node is simulated as (the trace has no topology): NVSwitch boards
+// with 4 PCIe switches and 4 RDMA NICs for the 8-GPU G2/G3 nodes, NVLink-paired PCIe boxes for
+// the V100 nodes, plain PCIe cards on one or two sockets for T4, P100 and A10. The GPU model is
+// the trace's name so that gpu_spec matches it.
+Result<SyntheticSpec> TraceMachine(const TraceNode& node);
+
+inline constexpr std::string_view kTracePolicyToposched = "toposched";
+inline constexpr std::string_view kTracePolicyFgd = "fgd";
+inline constexpr std::string_view kTracePolicyBestFit = "best-fit";
+inline constexpr std::string_view kTracePolicyFirstFit = "first-fit";
+inline constexpr std::string_view kTracePolicyRandom = "random";
+// toposched first, then the literature's baselines.
+std::vector<std::string> TracePolicyNames();
+
+using TraceProgress = std::function<void(std::string_view policy, std::uint32_t seed, std::size_t done,
+                                         std::size_t total)>;
+
+struct TraceReplayOptions {
+  std::vector<std::string> policies = TracePolicyNames();
+  std::vector<std::uint32_t> seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
+  double tune_ratio = 1.3;
+  std::vector<double> marks = {1.0, 1.3};  // arrived GPU / capacity at which the ratio is read
+  // The toposched policy's config; absent: the builtin defaults. Its engine's share limit is
+  // raised to the trace's finest share (the trace has no per-GPU share count limit).
+  std::optional<framework::SchedulerConfig> config;
+  // Run only the first N tasks of each tuned workload (0: all); for tests.
+  std::size_t max_tasks = 0;
+  TraceProgress progress;
+};
+
+struct TraceRun {
+  std::uint32_t seed = 0;
+  std::vector<double> ratio_at;  // per mark: allocated / capacity
+  std::size_t tasks = 0, placed = 0, unplaced = 0;
+  std::int64_t gpu_milli_unplaced = 0;  // requested GPU of the unplaced tasks
+  double seconds = 0;                   // measured
+  double decision_p50_us = 0, decision_p99_us = 0;
+};
+
+struct TracePolicyResult {
+  std::string policy;
+  std::vector<double> mean_ratio_at;  // per mark, over the runs
+  std::vector<double> min_ratio_at;   // per mark: the worst seed
+  std::vector<TraceRun> runs;
+};
+
+struct TraceReplayResult {
+  std::string variant;
+  int nodes = 0, gpus = 0;
+  std::int64_t capacity_milli = 0;
+  std::size_t trace_tasks = 0;
+  std::vector<double> marks;
+  std::vector<TracePolicyResult> policies;
+};
+
+Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptions& options = {});
+
+// The published FGD-simulator figures (fgd-anchor.md), allocation ratio in % at 100 % and
+// 130 % arrived; nullopt for a variant or policy the paper does not list.
+std::optional<std::pair<double, double>> PublishedRatio(std::string_view variant, std::string_view policy);
+
+std::string FormatTraceTable(const std::vector<TraceReplayResult>& results);
+std::string FormatTraceJson(const std::vector<TraceReplayResult>& results);
+
+}  // namespace toposched::simulate

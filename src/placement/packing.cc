@@ -1,0 +1,179 @@
+#include "toposched/placement/packing.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <utility>
+
+namespace toposched::packing {
+namespace {
+
+std::size_t Idx(int i) {
+  return static_cast<std::size_t>(i);
+}
+
+bool ContainsFolded(std::string_view haystack, std::string_view needle) {
+  if (needle.empty()) return true;
+  if (needle.size() > haystack.size()) return false;
+  for (std::size_t i = 0; i + needle.size() <= haystack.size(); ++i) {
+    bool match = true;
+    for (std::size_t j = 0; j < needle.size() && match; ++j) {
+      match = std::tolower(static_cast<unsigned char>(haystack[i + j])) ==
+              std::tolower(static_cast<unsigned char>(needle[j]));
+    }
+    if (match) return true;
+  }
+  return false;
+}
+
+bool ModelAccepted(const NodeState& node, const Shape& shape) {
+  if (shape.models.empty()) return true;
+  return std::any_of(shape.models.begin(), shape.models.end(),
+                     [&](const std::string& m) { return ContainsFolded(node.model, m); });
+}
+
+double IdleTotal(const NodeState& node) {
+  double total = 0;
+  for (int left : node.milli_left) total += left;
+  return total;
+}
+
+// Whether enough GPUs have `shape.milli` left (FGD's CanNodeHostPodOnGpuMemory).
+bool GpusFit(const NodeState& node, const Shape& shape) {
+  int enough = 0;
+  for (int left : node.milli_left) {
+    if (left >= shape.milli && ++enough >= shape.gpus) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage) {
+  ShapeMix mix;
+  if (pods.empty()) return mix;
+  std::map<Shape, int> counts;
+  for (const Shape& s : pods) ++counts[s];
+  std::vector<std::pair<Shape, int>> sorted(counts.begin(), counts.end());
+  // Most frequent first; among equals the map's order (smaller shape first) stays.
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  const double total = static_cast<double>(pods.size());
+  const double want = std::clamp(coverage, 0.0, 1.0) * total;
+  double kept = 0;
+  for (const auto& [shape, count] : sorted) {
+    if (kept >= want && !mix.shapes.empty()) break;
+    mix.shapes.push_back({shape, static_cast<double>(count)});
+    kept += count;
+  }
+  for (WeightedShape& w : mix.shapes) w.weight /= kept;
+  return mix;
+}
+
+Shape ShapeOf(const PlacementRequest& request, std::int64_t cpu_milli) {
+  Shape s;
+  s.cpu_milli = cpu_milli;
+  if (request.IsShared()) {
+    s.gpus = request.shared.count;
+    if (request.shared.cores > 0) {
+      s.milli = static_cast<int>(std::clamp<std::int64_t>(request.shared.cores * kMilli / kFullGpuCores, 1, kMilli));
+    } else if (request.shared.memory_mib == 0 && request.shared.memory_percent > 0) {
+      s.milli = std::clamp(request.shared.memory_percent * kMilli / 100, 1, kMilli);
+    } else {
+      s.milli = kMilli;  // no compute limit: the vGPU may use the whole card's compute
+    }
+    s.models = request.shared.use_types;
+  } else {
+    s.gpus = request.gpus;
+    s.milli = request.gpus > 0 ? kMilli : 0;
+  }
+  return s;
+}
+
+NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated, GpuVendor vendor,
+                  std::int64_t cpu_left) {
+  NodeState n;
+  n.cpu_left = cpu_left;
+  for (const Gpu& gpu : topology.gpus) {
+    if (gpu.vendor != vendor) continue;
+    if (n.model.empty()) n.model = gpu.model;
+    const std::size_t i = Idx(gpu.index);
+    const bool whole = i < allocated.gpu_exclusive.size() && allocated.gpu_exclusive[i];
+    if (whole || !gpu.unusable.empty()) {
+      n.milli_left.push_back(0);
+      continue;
+    }
+    GpuShareUsage used;
+    if (i < allocated.gpu_shares.size()) used = allocated.gpu_shares[i];
+    if (used.shares == 0) {
+      n.milli_left.push_back(kMilli);
+      continue;
+    }
+    std::int64_t taken = std::clamp<std::int64_t>(used.cores, 0, kFullGpuCores) * kMilli / kFullGpuCores;
+    const bool memory_known = gpu.memory_mib > 0 && used.memory_mib > 0;
+    // Shares without a compute limit and without a known memory fraction may use the whole card.
+    if (used.cores == 0 && !memory_known) taken = kMilli;
+    if (memory_known) {
+      const std::int64_t mem = std::min<std::int64_t>(used.memory_mib, static_cast<std::int64_t>(gpu.memory_mib));
+      taken = std::max<std::int64_t>(taken, (mem * kMilli + static_cast<std::int64_t>(gpu.memory_mib) - 1) /
+                                                static_cast<std::int64_t>(gpu.memory_mib));
+    }
+    n.milli_left.push_back(static_cast<int>(kMilli - std::clamp<std::int64_t>(taken, 0, kMilli)));
+  }
+  return n;
+}
+
+bool Fits(const NodeState& node, const Shape& shape) {
+  if (node.cpu_left >= 0 && node.cpu_left < shape.cpu_milli) return false;
+  if (shape.gpus == 0 || shape.milli == 0) return true;
+  return ModelAccepted(node, shape) && GpusFit(node, shape);
+}
+
+double Fragmentation(const NodeState& node, const ShapeMix& mix) {
+  const double idle = IdleTotal(node);
+  if (idle <= 0) return 0;
+  double frag = 0;
+  for (const WeightedShape& w : mix.shapes) {
+    const Shape& s = w.shape;
+    // A pod without GPU uses none of the idle GPU, whether it fits or not.
+    if (s.gpus == 0 || s.milli == 0 || !Fits(node, s)) {
+      frag += w.weight * idle;
+      continue;
+    }
+    double stranded = 0;
+    for (int left : node.milli_left) {
+      if (left < s.milli) stranded += left;
+    }
+    frag += w.weight * stranded;
+  }
+  return frag;
+}
+
+NodeState After(const NodeState& node, const Shape& shape, const std::vector<int>& gpus) {
+  NodeState out = node;
+  if (out.cpu_left >= 0) out.cpu_left = std::max<std::int64_t>(0, out.cpu_left - shape.cpu_milli);
+  const int take = shape.milli >= kMilli ? kMilli : shape.milli;
+  for (int g : gpus) {
+    if (g < 0 || Idx(g) >= out.milli_left.size()) continue;
+    out.milli_left[Idx(g)] = std::max(0, out.milli_left[Idx(g)] - take);
+  }
+  return out;
+}
+
+int BestShareGpu(const NodeState& node, const Shape& shape, const ShapeMix& mix) {
+  int best = -1;
+  double best_frag = 0;
+  for (int g = 0; g < static_cast<int>(node.milli_left.size()); ++g) {
+    const int left = node.milli_left[Idx(g)];
+    if (left < shape.milli) continue;
+    const double frag = Fragmentation(After(node, shape, {g}), mix);
+    if (best < 0 || frag < best_frag - 1e-9 ||
+        (frag <= best_frag + 1e-9 && left < node.milli_left[Idx(best)])) {
+      best = g;
+      best_frag = frag;
+    }
+  }
+  return best;
+}
+
+}  // namespace toposched::packing

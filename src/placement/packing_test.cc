@@ -1,0 +1,123 @@
+#include "toposched/placement/packing.h"
+
+#include <gtest/gtest.h>
+
+#include "toposched/topology/synthetic.h"
+
+namespace toposched::packing {
+namespace {
+
+Shape Whole(int gpus, std::int64_t cpu = 0) {
+  return Shape{gpus, kMilli, cpu, {}};
+}
+Shape Share(int milli, std::int64_t cpu = 0) {
+  return Shape{1, milli, cpu, {}};
+}
+NodeState Node(std::vector<int> left, std::int64_t cpu = -1, std::string model = "T4") {
+  return NodeState{std::move(left), cpu, std::move(model)};
+}
+
+TEST(PackingTest, TypicalShapesKeepTheMostFrequentUpToTheCoverage) {
+  std::vector<Shape> pods;
+  for (int i = 0; i < 6; ++i) pods.push_back(Share(500));
+  for (int i = 0; i < 3; ++i) pods.push_back(Whole(8));
+  pods.push_back(Whole(2));
+  // 90 %: the 500-milli share (60 %) and the 8-GPU shape (30 %), renormalised.
+  const ShapeMix mix = TypicalShapes(pods, 0.9);
+  ASSERT_EQ(mix.shapes.size(), 2u);
+  EXPECT_EQ(mix.shapes[0].shape, Share(500));
+  EXPECT_DOUBLE_EQ(mix.shapes[0].weight, 6.0 / 9.0);
+  EXPECT_EQ(mix.shapes[1].shape, Whole(8));
+  EXPECT_DOUBLE_EQ(mix.shapes[1].weight, 3.0 / 9.0);
+  EXPECT_EQ(TypicalShapes(pods, 1.0).shapes.size(), 3u);
+  EXPECT_TRUE(TypicalShapes({}).shapes.empty());
+}
+
+TEST(PackingTest, FragmentationCountsWhatEachShapeCannotUse) {
+  const ShapeMix mix{{{Share(500), 0.5}, {Whole(2), 0.5}}};
+  // Share 500: fits, strands the 300 (and the 0): 150. Two whole GPUs: fit, strand 300: 150.
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000, 1000, 300, 0}), mix), 300);
+  // One free GPU: the 2-GPU shape cannot run, so all 1300 idle is stranded for it.
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000, 300}), mix), 0.5 * 300 + 0.5 * 1300);
+  // Nothing idle, nothing stranded.
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({0, 0}), mix), 0);
+}
+
+TEST(PackingTest, CpuModelAndCpuOnlyShapesStrandEverything) {
+  const ShapeMix cpu_bound{{{Share(500, 4000), 1.0}}};
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000, 1000}, 8000), cpu_bound), 0);
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000, 1000}, 2000), cpu_bound), 2000);
+  // Unknown CPU counts as enough.
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000, 1000}, -1), cpu_bound), 0);
+  const ShapeMix cpu_only{{{Shape{0, 0, 1000, {}}, 1.0}}};
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000, 400}), cpu_only), 1400);
+  Shape v100 = Whole(1);
+  v100.models = {"v100m16", "V100M32"};
+  const ShapeMix models{{{v100, 1.0}}};
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000}, -1, "T4"), models), 1000);
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000}, -1, "V100M16"), models), 0);
+}
+
+TEST(PackingTest, BestShareGpuMinimisesFragmentationNotLeftover) {
+  // Best fit would take GPU 1 (600 -> 100, a stranded 100); FGD keeps both GPUs usable.
+  const ShapeMix mix{{{Share(500), 1.0}}};
+  EXPECT_EQ(BestShareGpu(Node({1000, 600}), Share(500), mix), 0);
+  // A mix of 100-milli shares: either leaves everything usable; the tighter GPU wins the tie.
+  const ShapeMix small{{{Share(100), 1.0}}};
+  EXPECT_EQ(BestShareGpu(Node({1000, 600}), Share(500), small), 1);
+  EXPECT_EQ(BestShareGpu(Node({400, 300}), Share(500), mix), -1);
+}
+
+TEST(PackingTest, AfterTakesGpusAndCpu) {
+  const NodeState after = After(Node({1000, 700, 1000}, 5000), Share(300, 1000), {1});
+  EXPECT_EQ(after.milli_left, (std::vector<int>{1000, 400, 1000}));
+  EXPECT_EQ(after.cpu_left, 4000);
+  EXPECT_EQ(After(Node({1000, 1000}), Whole(2), {0, 1}).milli_left, (std::vector<int>{0, 0}));
+}
+
+TEST(PackingTest, ShapeOfRequests) {
+  PlacementRequest whole;
+  whole.gpus = 4;
+  EXPECT_EQ(ShapeOf(whole, 2000), Whole(4, 2000));
+  PlacementRequest share;
+  share.shared.count = 1;
+  share.shared.cores = 4600;  // 46 % of the SMs
+  share.shared.use_types = {"A100"};
+  const Shape s = ShapeOf(share);
+  EXPECT_EQ(s.gpus, 1);
+  EXPECT_EQ(s.milli, 460);
+  EXPECT_EQ(s.models, std::vector<std::string>{"A100"});
+  share.shared.cores = 0;
+  share.shared.memory_percent = 25;
+  EXPECT_EQ(ShapeOf(share).milli, 250);
+  share.shared.memory_percent = 0;
+  share.shared.memory_mib = 8000;  // no compute limit: may use the whole card's compute
+  EXPECT_EQ(ShapeOf(share).milli, kMilli);
+  EXPECT_EQ(ShapeOf(PlacementRequest{}).gpus, 0);
+}
+
+TEST(PackingTest, StateOfReadsAllocations) {
+  auto spec = SyntheticPreset("hgx-h100-8gpu");
+  ASSERT_TRUE(spec.ok());
+  auto t = GenerateSynthetic(*spec);
+  ASSERT_TRUE(t.ok());
+  NodeAllocation a;
+  a.gpu_exclusive.assign(8, false);
+  a.gpu_shares.assign(8, GpuShareUsage{});
+  a.gpu_exclusive[0] = true;
+  a.gpu_shares[1] = GpuShareUsage{2, 0, 5000};        // half the SMs
+  a.gpu_shares[2] = GpuShareUsage{1, 40779, 2000};    // half the memory, 20 % of the SMs
+  a.gpu_shares[3] = GpuShareUsage{1, 0, 0};           // no limits: the whole card
+  const NodeState s = StateOf(*t, a, GpuVendor::kNvidia, 12000);
+  ASSERT_EQ(s.milli_left.size(), 8u);
+  EXPECT_EQ(s.milli_left[0], 0);
+  EXPECT_EQ(s.milli_left[1], 500);
+  EXPECT_EQ(s.milli_left[2], 500);
+  EXPECT_EQ(s.milli_left[3], 0);
+  EXPECT_EQ(s.milli_left[4], kMilli);
+  EXPECT_EQ(s.cpu_left, 12000);
+  EXPECT_TRUE(StateOf(*t, a, GpuVendor::kAmd).milli_left.empty());
+}
+
+}  // namespace
+}  // namespace toposched::packing

@@ -1,0 +1,1023 @@
+// Trace replay (trace.h): the Alibaba GPU trace through FGD's protocol, with toposched's
+// framework and the literature's baselines as policies.
+
+#include "toposched/simulate/trace.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "plugins/registry.h"
+#include "simulate_internal.h"
+#include "toposched/framework/framework.h"
+#include "toposched/placement/packing.h"
+
+namespace toposched::simulate {
+namespace {
+
+using packing::kMilli;
+
+std::size_t Idx(int i) {
+  return static_cast<std::size_t>(i);
+}
+
+// ------------------------------------------------------------------------------------------
+// CSV
+
+std::vector<std::string_view> SplitFields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= line.size(); ++i) {
+    if (i == line.size() || line[i] == ',') {
+      out.push_back(line.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::pair<int, std::vector<std::string_view>>> rows;  // line number, fields
+};
+
+Result<Table> ReadTable(std::string_view csv) {
+  if (csv.size() > kMaxTraceFileBytes) {
+    return Error("larger than " + std::to_string(kMaxTraceFileBytes >> 20) + " MiB");
+  }
+  Table t;
+  int line_no = 0;
+  std::size_t pos = 0;
+  while (pos < csv.size()) {
+    std::size_t end = csv.find('\n', pos);
+    if (end == std::string_view::npos) end = csv.size();
+    std::string_view line = csv.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    std::vector<std::string_view> fields = SplitFields(line);
+    if (t.header.empty()) {
+      for (std::string_view f : fields) t.header.emplace_back(f);
+      continue;
+    }
+    if (fields.size() != t.header.size()) {
+      return Error("line " + std::to_string(line_no) + ": " + std::to_string(fields.size()) +
+                   " fields where the header has " + std::to_string(t.header.size()));
+    }
+    t.rows.emplace_back(line_no, std::move(fields));
+  }
+  if (t.header.empty()) return Error("empty file: no header line");
+  return t;
+}
+
+Result<std::size_t> Column(const Table& t, std::string_view name) {
+  for (std::size_t i = 0; i < t.header.size(); ++i) {
+    if (t.header[i] == name) return i;
+  }
+  std::string have;
+  for (const std::string& h : t.header) have += (have.empty() ? "" : ",") + h;
+  return Error("no column \"" + std::string(name) + "\" in the header (" + have + ")");
+}
+
+std::optional<std::size_t> OptionalColumn(const Table& t, std::string_view name) {
+  for (std::size_t i = 0; i < t.header.size(); ++i) {
+    if (t.header[i] == name) return i;
+  }
+  return std::nullopt;
+}
+
+Result<std::int64_t> Int(std::string_view s, std::int64_t lo, std::int64_t hi, int line, std::string_view column) {
+  std::int64_t v = 0;
+  bool ok = !s.empty() && s.size() <= 18;
+  for (char c : s) {
+    if (c < '0' || c > '9') ok = false;
+    if (ok) v = v * 10 + (c - '0');
+  }
+  if (!ok || v < lo || v > hi) {
+    return Error("line " + std::to_string(line) + ", " + std::string(column) + ": \"" + std::string(s) +
+                 "\" is not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  return v;
+}
+
+bool ValidName(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.';
+  });
+}
+
+Result<std::string> ReadBounded(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(path + ": cannot open");
+  std::string content;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    content.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (content.size() > kMaxTraceFileBytes) {
+      return Error(path + ": larger than " + std::to_string(kMaxTraceFileBytes >> 20) + " MiB");
+    }
+  }
+  return content;
+}
+
+}  // namespace
+
+Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view csv) {
+  auto t = ReadTable(csv);
+  if (!t.ok()) return t.error();
+  auto sn = Column(*t, "sn");
+  auto cpu = Column(*t, "cpu_milli");
+  auto mem = Column(*t, "memory_mib");
+  auto gpu = Column(*t, "gpu");
+  auto model = Column(*t, "model");
+  for (const auto* c : {&sn, &cpu, &mem, &gpu, &model}) {
+    if (!c->ok()) return c->error();
+  }
+  std::vector<TraceNode> nodes;
+  for (const auto& [line, f] : t->rows) {
+    TraceNode n;
+    n.name = std::string(f[*sn]);
+    if (!ValidName(n.name)) return Error("line " + std::to_string(line) + ", sn: \"" + n.name + "\" is not a node name");
+    auto c = Int(f[*cpu], 1, 100'000'000, line, "cpu_milli");
+    auto m = Int(f[*mem], 0, 1'000'000'000, line, "memory_mib");
+    auto g = Int(f[*gpu], 0, kMaxTraceGpusPerNode, line, "gpu");
+    for (const auto* r : {&c, &m, &g}) {
+      if (!r->ok()) return r->error();
+    }
+    n.cpu_milli = *c;
+    n.memory_mib = *m;
+    n.gpus = static_cast<int>(*g);
+    n.model = std::string(f[*model]);
+    if (n.gpus > 0 && !ValidName(n.model)) {
+      return Error("line " + std::to_string(line) + ", model: \"" + n.model + "\" is not a GPU model name");
+    }
+    nodes.push_back(std::move(n));
+  }
+  if (nodes.empty()) return Error("no nodes");
+  return nodes;
+}
+
+Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view csv) {
+  auto t = ReadTable(csv);
+  if (!t.ok()) return t.error();
+  auto name = Column(*t, "name");
+  auto cpu = Column(*t, "cpu_milli");
+  auto mem = Column(*t, "memory_mib");
+  auto num = Column(*t, "num_gpu");
+  auto milli = Column(*t, "gpu_milli");
+  for (const auto* c : {&name, &cpu, &mem, &num, &milli}) {
+    if (!c->ok()) return c->error();
+  }
+  const std::optional<std::size_t> spec = OptionalColumn(*t, "gpu_spec");
+  const std::optional<std::size_t> created = OptionalColumn(*t, "creation_time");
+  std::vector<TraceTask> tasks;
+  for (const auto& [line, f] : t->rows) {
+    TraceTask task;
+    task.name = std::string(f[*name]);
+    if (!ValidName(task.name)) {
+      return Error("line " + std::to_string(line) + ", name: \"" + task.name + "\" is not a pod name");
+    }
+    auto c = Int(f[*cpu], 0, 100'000'000, line, "cpu_milli");
+    auto m = Int(f[*mem], 0, 1'000'000'000, line, "memory_mib");
+    auto g = Int(f[*num], 0, kMaxTraceGpusPerNode, line, "num_gpu");
+    auto gm = Int(f[*milli], 0, kMilli, line, "gpu_milli");
+    for (const auto* r : {&c, &m, &g, &gm}) {
+      if (!r->ok()) return r->error();
+    }
+    task.cpu_milli = *c;
+    task.memory_mib = *m;
+    task.gpus = static_cast<int>(*g);
+    task.gpu_milli = static_cast<int>(*gm);
+    if (task.gpus == 0 && task.gpu_milli != 0) {
+      return Error("line " + std::to_string(line) + ": gpu_milli " + std::to_string(task.gpu_milli) +
+                   " without num_gpu");
+    }
+    if (task.gpus > 0 && task.gpu_milli == 0) {
+      return Error("line " + std::to_string(line) + ": num_gpu " + std::to_string(task.gpus) + " with gpu_milli 0");
+    }
+    if (task.gpus > 1 && task.gpu_milli != kMilli) {
+      return Error("line " + std::to_string(line) + ": " + std::to_string(task.gpus) +
+                   " GPUs must be whole (gpu_milli 1000), not " + std::to_string(task.gpu_milli));
+    }
+    if (spec && !f[*spec].empty()) {
+      std::string_view s = f[*spec];
+      std::size_t start = 0;
+      for (std::size_t i = 0; i <= s.size(); ++i) {
+        if (i == s.size() || s[i] == '|') {
+          const std::string_view m1 = s.substr(start, i - start);
+          if (!ValidName(m1)) {
+            return Error("line " + std::to_string(line) + ", gpu_spec: \"" + std::string(s) + "\" is not a list of models");
+          }
+          task.gpu_spec.emplace_back(m1);
+          start = i + 1;
+        }
+      }
+    }
+    if (created) {
+      auto ct = Int(f[*created], 0, 1'000'000'000'000, line, "creation_time");
+      if (!ct.ok()) return ct.error();
+      task.creation_s = static_cast<double>(*ct);
+    }
+    tasks.push_back(std::move(task));
+  }
+  if (tasks.empty()) return Error("no tasks");
+  std::stable_sort(tasks.begin(), tasks.end(), [](const TraceTask& a, const TraceTask& b) {
+    return a.creation_s != b.creation_s ? a.creation_s < b.creation_s : a.name < b.name;
+  });
+  return tasks;
+}
+
+std::int64_t Trace::GpuCapacityMilli() const {
+  std::int64_t total = 0;
+  for (const TraceNode& n : nodes) total += static_cast<std::int64_t>(n.gpus) * kMilli;
+  return total;
+}
+
+Result<Trace> LoadTrace(const std::string& dir, const std::string& variant) {
+  if (!ValidName(variant)) return Error("trace variant \"" + variant + "\" is not a name");
+  Trace trace;
+  trace.variant = variant;
+  const std::string node_path = dir + "/openb_node_list_gpu_node.csv";
+  auto node_csv = ReadBounded(node_path);
+  if (!node_csv.ok()) return node_csv.error();
+  auto nodes = ParseTraceNodes(*node_csv);
+  if (!nodes.ok()) return nodes.error().WithContext(node_path);
+  trace.nodes = std::move(nodes).value();
+  const std::string pod_path = dir + "/openb_pod_list_" + variant + ".csv";
+  auto pod_csv = ReadBounded(pod_path);
+  if (!pod_csv.ok()) return pod_csv.error();
+  auto tasks = ParseTraceTasks(*pod_csv);
+  if (!tasks.ok()) return tasks.error().WithContext(pod_path);
+  trace.tasks = std::move(tasks).value();
+  return trace;
+}
+
+std::vector<std::string> TraceVariants(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = "openb_pod_list_", suffix = ".csv";
+    if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      out.push_back(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<TraceTask> TuneTasks(const std::vector<TraceTask>& tasks, std::int64_t capacity_milli, double ratio,
+                                 std::uint32_t seed) {
+  std::vector<TraceTask> out = tasks;
+  if (tasks.empty()) return out;
+  double requested = 0;
+  bool any_gpu = false;
+  for (const TraceTask& t : tasks) {
+    requested += static_cast<double>(t.GpuMilli());
+    any_gpu = any_gpu || t.GpuMilli() > 0;
+  }
+  if (!any_gpu) return out;
+  std::mt19937 rng(seed);
+  const double target = ratio * static_cast<double>(capacity_milli);
+  while (requested < target) {
+    const TraceTask& pick = tasks[rng() % tasks.size()];
+    out.push_back(pick);
+    out.back().name += "-t" + std::to_string(out.size());
+    requested += static_cast<double>(pick.GpuMilli());
+  }
+  return out;
+}
+
+Result<SyntheticSpec> TraceMachine(const TraceNode& node) {
+  if (node.gpus <= 0) return Error(node.name + ": no GPUs");
+  SyntheticSpec s;
+  s.preset = "trace-" + node.model + "x" + std::to_string(node.gpus);
+  s.gpu_model = node.model;
+  s.ethernet_nics = 1;
+  s.cores_per_numa = static_cast<int>(std::clamp<std::int64_t>(node.cpu_milli / 2000, 1, 1024));
+  const std::string& m = node.model;
+  const bool big = m == "G2" || m == "G3";
+  const bool v100 = m.rfind("V100", 0) == 0;
+  s.gpu_memory_mib = m == "T4" || m == "P100" || m == "V100M16" ? 16384 : m == "V100M32" ? 32768 : m == "A10" ? 24576 : 0;
+  if (node.gpus == 8 && big) {
+    // An HGX-style board: 2 sockets, 2 PCIe switches each with 2 GPUs and 1 RDMA NIC, NVSwitch.
+    s.sockets = 2;
+    s.switches_per_numa = 2;
+    s.gpus_per_switch = 2;
+    s.nics_per_switch = 1;
+    s.nvlink = NvlinkShape::kNvswitch;
+    s.nvlinks_per_gpu = 12;
+    return s;
+  }
+  if (node.gpus % 2 == 0 && node.gpus >= 4) {
+    // Two sockets, GPUs split under one PCIe switch per socket; V100 boards pair GPUs by NVLink.
+    s.sockets = 2;
+    s.switches_per_numa = 1;
+    s.gpus_per_switch = node.gpus / 2;
+    s.nics_per_switch = node.gpus >= 8 ? 1 : 0;
+    s.nvlink = v100 ? NvlinkShape::kPairs : NvlinkShape::kNone;
+    s.nvlinks_per_gpu = v100 ? 2 : 0;
+    return s;
+  }
+  // One socket, every GPU on its own root port.
+  s.sockets = 1;
+  s.switches_per_numa = 0;
+  s.gpus_per_switch = node.gpus;
+  s.nics_per_switch = 0;
+  s.nvlink = v100 && node.gpus >= 2 ? NvlinkShape::kPairs : NvlinkShape::kNone;
+  s.nvlinks_per_gpu = v100 && node.gpus >= 2 ? 2 : 0;
+  s.cores_per_numa = static_cast<int>(std::clamp<std::int64_t>(node.cpu_milli / 1000, 1, 1024));
+  return s;
+}
+
+std::vector<std::string> TracePolicyNames() {
+  return {std::string(kTracePolicyToposched), std::string(kTracePolicyFgd), std::string(kTracePolicyBestFit),
+          std::string(kTracePolicyFirstFit), std::string(kTracePolicyRandom)};
+}
+
+std::optional<std::pair<double, double>> PublishedRatio(std::string_view variant, std::string_view policy) {
+  struct Row {
+    std::string_view variant, policy;
+    double at100, at130;
+  };
+  // ../shared/reference/fgd-anchor.md (analysis_allo_discrete.csv of the FGD simulator).
+  static constexpr Row kRows[] = {
+      {"default", "random", 86.30, 87.47},    {"default", "best-fit", 92.86, 93.08},
+      {"default", "fgd", 95.23, 95.39},       {"gpushare40", "random", 84.86, 86.00},
+      {"gpushare40", "best-fit", 91.44, 91.69}, {"gpushare40", "fgd", 93.96, 94.15},
+      {"multigpu20", "random", 86.92, 88.69}, {"multigpu20", "best-fit", 93.73, 93.93},
+      {"multigpu20", "fgd", 95.53, 95.65},    {"cpu050", "random", 89.02, 91.24},
+      {"cpu050", "best-fit", 93.56, 93.79},   {"cpu050", "fgd", 95.00, 95.21},
+  };
+  for (const Row& r : kRows) {
+    if (r.variant == variant && r.policy == policy) return std::make_pair(r.at100, r.at130);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// ------------------------------------------------------------------------------------------
+// The replay
+
+struct NodeRuntime {
+  std::int64_t cpu_left = 0, mem_left = 0;
+  std::vector<int> milli_left;  // per GPU
+  std::uint64_t version = 0;    // bumped on every change, for the score caches
+};
+
+bool ModelAccepted(const TraceNode& node, const TraceTask& task) {
+  if (task.gpus == 0 || task.gpu_spec.empty()) return true;
+  return std::find(task.gpu_spec.begin(), task.gpu_spec.end(), node.model) != task.gpu_spec.end();
+}
+
+// kube-scheduler's NodeResourcesFit for CPU and memory, and the gpu_spec node selector.
+bool HostFits(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task) {
+  return rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib && ModelAccepted(node, task) &&
+         (task.gpus == 0 || node.gpus >= task.gpus);
+}
+
+bool GpusFit(const NodeRuntime& rt, const TraceTask& task) {
+  if (task.gpus == 0) return true;
+  int enough = 0;
+  for (int left : rt.milli_left) {
+    if (left >= task.gpu_milli && ++enough >= task.gpus) return true;
+  }
+  return false;
+}
+
+packing::Shape ShapeOfTask(const TraceTask& t) {
+  packing::Shape s;
+  s.gpus = t.gpus;
+  s.milli = t.gpus > 0 ? t.gpu_milli : 0;
+  s.cpu_milli = t.cpu_milli;
+  s.models = t.gpu_spec;
+  return s;
+}
+
+packing::NodeState StateOfRuntime(const TraceNode& node, const NodeRuntime& rt) {
+  return packing::NodeState{rt.milli_left, rt.cpu_left, node.model};
+}
+
+// GPUs for a task on a node by the lowest index (whole: fully free GPUs; a share: the first GPU
+// with enough left).
+std::vector<int> LowestGpus(const NodeRuntime& rt, const TraceTask& task) {
+  std::vector<int> out;
+  for (int g = 0; g < static_cast<int>(rt.milli_left.size()) && static_cast<int>(out.size()) < task.gpus; ++g) {
+    if (rt.milli_left[Idx(g)] >= task.gpu_milli) out.push_back(g);
+  }
+  return out;
+}
+
+// A baseline's decision: node and GPUs (indices into milli_left).
+struct Choice {
+  int node = -1;
+  std::vector<int> gpus;
+};
+
+class TracePolicy {
+ public:
+  virtual ~TracePolicy() = default;
+  // The task's node and GPUs among the nodes passing HostFits; node -1: unscheduled.
+  virtual Result<Choice> Schedule(const TraceTask& task, std::size_t task_index) = 0;
+  // Called after the runtime of `node` changed by a placement.
+  virtual void Placed(int node, const TraceTask& task, const Choice& choice) {
+    (void)node, (void)task, (void)choice;
+  }
+};
+
+struct ReplayState {
+  const Trace* trace = nullptr;
+  std::vector<NodeRuntime> nodes;
+  std::mt19937 rng;  // the random policy
+};
+
+// The highest score wins; ties go to the lexicographically smallest node name, as the FGD
+// simulator's selectHost does "for reproducibility" (its vendored generic_scheduler.go replaces
+// kube-scheduler's reservoir sampling with that rule).
+class BestNode {
+ public:
+  explicit BestNode(const std::vector<TraceNode>& nodes) : nodes_(nodes) {}
+  void Offer(std::int64_t score, int node) {
+    if (best_ < 0 || score > score_ || (score == score_ && nodes_[Idx(node)].name < nodes_[Idx(best_)].name)) {
+      best_ = node;
+      score_ = score;
+    }
+  }
+  int best() const { return best_; }
+
+ private:
+  const std::vector<TraceNode>& nodes_;
+  int best_ = -1;
+  std::int64_t score_ = 0;
+};
+
+class FirstFitPolicy : public TracePolicy {
+ public:
+  explicit FirstFitPolicy(ReplayState& s) : s_(s) {}
+  Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
+    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
+      if (!HostFits(s_.trace->nodes[i], s_.nodes[i], task) || !GpusFit(s_.nodes[i], task)) continue;
+      return Choice{static_cast<int>(i), LowestGpus(s_.nodes[i], task)};
+    }
+    return Choice{};
+  }
+
+ private:
+  ReplayState& s_;
+};
+
+class RandomPolicy : public TracePolicy {
+ public:
+  explicit RandomPolicy(ReplayState& s) : s_(s) {}
+  Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
+    // Uniform among the nodes that fit (reservoir sampling).
+    int pick = -1;
+    std::uint32_t seen = 0;
+    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
+      if (!HostFits(s_.trace->nodes[i], s_.nodes[i], task) || !GpusFit(s_.nodes[i], task)) continue;
+      if (s_.rng() % ++seen == 0) pick = static_cast<int>(i);
+    }
+    if (pick < 0) return Choice{};
+    return Choice{pick, LowestGpus(s_.nodes[Idx(pick)], task)};
+  }
+
+ private:
+  ReplayState& s_;
+};
+
+// FGD simulator's BestFit: score (1 - sum_r w_r (free_r - request_r) / maxSpec_r) x 100 over CPU
+// and total GPU (weights 0.5, 0.5; maxSpec 128 cores, 8 GPUs), truncated to an integer; highest
+// wins after the simulator's min-max normalisation. A share goes to the GPU with the least left that fits (lowest index on ties).
+class BestFitPolicy : public TracePolicy {
+ public:
+  explicit BestFitPolicy(ReplayState& s) : s_(s) {}
+  Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
+    scores_.clear();
+    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
+      const NodeRuntime& rt = s_.nodes[i];
+      if (!HostFits(s_.trace->nodes[i], rt, task) || !GpusFit(rt, task)) continue;
+      double gpu_left = 0;
+      for (int l : rt.milli_left) gpu_left += l;
+      const double free = (static_cast<double>(rt.cpu_left - task.cpu_milli) / 128000.0) * 0.5 +
+                          ((gpu_left - static_cast<double>(task.GpuMilli())) / 8000.0) * 0.5;
+      scores_.push_back({static_cast<std::int64_t>((1.0 - free) * 100.0), static_cast<int>(i)});
+    }
+    if (scores_.empty()) return Choice{};
+    // The simulator's NormalizeScore: (score - lowest) * 100 / (highest - lowest), integer.
+    std::int64_t lo = scores_[0].first, hi = scores_[0].first;
+    for (const auto& [score, node] : scores_) {
+      lo = std::min(lo, score);
+      hi = std::max(hi, score);
+    }
+    BestNode pick(s_.trace->nodes);
+    for (const auto& [score, node] : scores_) pick.Offer(hi == lo ? 0 : (score - lo) * 100 / (hi - lo), node);
+    const NodeRuntime& rt = s_.nodes[Idx(pick.best())];
+    if (task.gpus == 1 && task.gpu_milli < kMilli) {
+      int best = -1;
+      for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
+        const int l = rt.milli_left[Idx(g)];
+        if (l >= task.gpu_milli && (best < 0 || l < rt.milli_left[Idx(best)])) best = g;
+      }
+      return Choice{pick.best(), {best}};
+    }
+    return Choice{pick.best(), LowestGpus(rt, task)};
+  }
+
+ private:
+  ReplayState& s_;
+  std::vector<std::pair<std::int64_t, int>> scores_;
+};
+
+// Key of a task's shape for the per-node score caches.
+std::string ShapeKeyOf(const TraceTask& t) {
+  std::string k = std::to_string(t.gpus) + "/" + std::to_string(t.gpu_milli) + "/" + std::to_string(t.cpu_milli);
+  for (const std::string& m : t.gpu_spec) k += "/" + m;
+  return k;
+}
+
+// FGD as its simulator runs it (plugin/fgd_score.go): score = int(sigmoid((F_before - F_after) /
+// 1000) x 100) with F the expected fragmentation over the typical pods; a share is scored on
+// each GPU that fits and takes the best (first on ties); whole GPUs are the lowest free ones.
+class FgdPolicy : public TracePolicy {
+ public:
+  FgdPolicy(ReplayState& s, packing::ShapeMix mix) : s_(s), mix_(std::move(mix)), before_(s.nodes.size()) {}
+
+  Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
+    auto& cache = cache_[ShapeKeyOf(task)];
+    cache.resize(s_.nodes.size());
+    const packing::Shape shape = ShapeOfTask(task);
+    BestNode pick(s_.trace->nodes);
+    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
+      const TraceNode& node = s_.trace->nodes[i];
+      const NodeRuntime& rt = s_.nodes[i];
+      if (!HostFits(node, rt, task) || !GpusFit(rt, task)) continue;
+      Entry& e = cache[i];
+      if (!e.valid || e.version != rt.version) {
+        e = Score(node, rt, task, shape, i);
+      }
+      pick.Offer(e.score, static_cast<int>(i));
+    }
+    if (pick.best() < 0) return Choice{};
+    const Entry& e = cache[Idx(pick.best())];
+    if (task.gpus == 1 && task.gpu_milli < kMilli) {
+      return Choice{pick.best(), {e.gpu}};
+    }
+    return Choice{pick.best(), LowestGpus(s_.nodes[Idx(pick.best())], task)};
+  }
+
+ private:
+  struct Entry {
+    bool valid = false;
+    std::uint64_t version = 0;
+    std::int64_t score = 0;
+    int gpu = -1;
+  };
+  struct Before {
+    bool valid = false;
+    std::uint64_t version = 0;
+    double frag = 0;
+  };
+
+  static std::int64_t ScoreOf(double before, double after) {
+    return static_cast<std::int64_t>(100.0 / (1.0 + std::exp(-(before - after) / 1000.0)));
+  }
+
+  Entry Score(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task, const packing::Shape& shape,
+              std::size_t i) {
+    Before& b = before_[i];
+    const packing::NodeState state = StateOfRuntime(node, rt);
+    if (!b.valid || b.version != rt.version) b = Before{true, rt.version, packing::Fragmentation(state, mix_)};
+    Entry e{true, rt.version, 0, -1};
+    if (task.gpus == 1 && task.gpu_milli < kMilli) {
+      for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
+        if (rt.milli_left[Idx(g)] < task.gpu_milli) continue;
+        const std::int64_t s = ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, {g}), mix_));
+        if (e.gpu < 0 || s > e.score) {
+          e.score = s;
+          e.gpu = g;
+        }
+      }
+      return e;
+    }
+    e.score = ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, LowestGpus(rt, task)), mix_));
+    return e;
+  }
+
+  ReplayState& s_;
+  packing::ShapeMix mix_;
+  std::vector<Before> before_;
+  std::unordered_map<std::string, std::vector<Entry>> cache_;
+};
+
+// toposched: the framework (the builtin plugins, or the given config) on nodes with machine
+// shapes, after kube-scheduler's CPU/memory fit and the gpu_spec selector. Ties go to the lowest
+// node index (the simulator's rule). Filter verdicts and scores are cached per node and task
+// shape until the node changes: the framework's answer depends on nothing else here (no pools).
+class ToposchedTracePolicy : public TracePolicy {
+ public:
+  static Result<std::unique_ptr<ToposchedTracePolicy>> Make(ReplayState& s, const framework::SchedulerConfig& config,
+                                                             packing::ShapeMix mix) {
+    auto fw = framework::Framework::Create(config, BuiltinRegistryForTrace());
+    if (!fw.ok()) return fw.error().WithContext("toposched policy");
+    auto p = std::unique_ptr<ToposchedTracePolicy>(new ToposchedTracePolicy(s, std::move(fw).value(), std::move(mix)));
+    if (Status st = p->BuildNodes(); !st.ok()) return st.error();
+    return p;
+  }
+
+  Result<Choice> Schedule(const TraceTask& task, std::size_t task_index) override {
+    PlacementRequest request;
+    request.pod_namespace = "trace";
+    request.pod_name = task.name;
+    request.pod_uid = "trace-" + std::to_string(task_index);
+    request.cpu_milli = task.cpu_milli;
+    if (task.gpus == 1 && task.gpu_milli < kMilli) {
+      request.shared.count = 1;
+      request.shared.cores = static_cast<std::int64_t>(task.gpu_milli) * kFullGpuCores / kMilli;
+      request.shared.use_types = task.gpu_spec;
+    } else {
+      request.gpus = task.gpus;
+    }
+    framework::CycleState cycle = framework_.NewCycle(request);
+    cycle.SetShapeMix(mix_);
+    cycle.set_explain(false);
+    auto& cache = cache_[request.ShapeKey() + "|" + std::to_string(task.cpu_milli)];
+    cache.resize(s_.nodes.size());
+    candidates_.clear();
+    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
+      const NodeRuntime& rt = s_.nodes[i];
+      if (!HostFits(s_.trace->nodes[i], rt, task)) continue;
+      Entry& e = cache[i];
+      if (!e.valid || e.version != rt.version) {
+        e.valid = true;
+        e.version = rt.version;
+        e.fits = framework_.RunFilter(cycle, infos_[i]).ok();
+        e.score = e.fits ? framework_.RunScore(cycle, infos_[i]).total : 0;
+      }
+      if (e.fits) candidates_.push_back({e.score, static_cast<int>(i)});
+    }
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      return a.score != b.score ? a.score > b.score : a.index < b.index;
+    });
+    for (const Candidate& c : candidates_) {
+      framework::NodeInfo& info = infos_[Idx(c.index)];
+      const PlacementOutcome& outcome = cycle.Outcome(info);
+      if (!outcome.ok()) continue;
+      std::vector<int> gpus = outcome.placement->gpus;
+      const framework::PluginStatus reserved = framework_.RunReserve(cycle, info);
+      if (reserved.code() == framework::Code::kError) {
+        return Error("toposched on " + info.name + ": " + reserved.ToString());
+      }
+      if (!reserved.ok()) continue;
+      return Choice{c.index, std::move(gpus)};
+    }
+    return Choice{};
+  }
+
+  // The replay changed the node's CPU and memory; the allocation is what Reserve left.
+  void Placed(int node, const TraceTask&, const Choice&) override {
+    framework::NodeInfo& info = infos_[Idx(node)];
+    info.cpu_milli_free = s_.nodes[Idx(node)].cpu_left;
+  }
+
+  // The GPU milli left on `node` as the framework's allocation says (for the replay's check).
+  std::vector<int> MilliLeft(int node) const {
+    const framework::NodeInfo& info = infos_[Idx(node)];
+    return packing::StateOf(*info.topology, info.allocated, GpuVendor::kNvidia).milli_left;
+  }
+
+ private:
+  struct Entry {
+    bool valid = false;
+    std::uint64_t version = 0;
+    bool fits = false;
+    int score = 0;
+  };
+  struct Candidate {
+    int score = 0;
+    int index = 0;
+  };
+
+  static const framework::Registry& BuiltinRegistryForTrace();
+
+  ToposchedTracePolicy(ReplayState& s, framework::Framework fw, packing::ShapeMix mix)
+      : s_(s), framework_(std::move(fw)), mix_(std::make_shared<const packing::ShapeMix>(std::move(mix))) {}
+
+  Status BuildNodes() {
+    std::map<std::pair<std::string, int>, std::shared_ptr<const NodeTopology>> shapes;
+    for (const TraceNode& n : s_.trace->nodes) {
+      framework::NodeInfo info;
+      info.name = n.name;
+      info.cpu_milli_free = n.cpu_milli;
+      if (n.gpus > 0) {
+        auto& t = shapes[{n.model, n.gpus}];
+        if (t == nullptr) {
+          auto spec = TraceMachine(n);
+          if (!spec.ok()) return spec.error();
+          auto topo = GenerateSynthetic(*spec);
+          if (!topo.ok()) return topo.error().WithContext(n.name);
+          if (static_cast<int>(topo->gpus.size()) != n.gpus) {
+            return Error(n.name + ": machine shape has " + std::to_string(topo->gpus.size()) + " GPUs, not " +
+                         std::to_string(n.gpus));
+          }
+          t = std::make_shared<const NodeTopology>(std::move(topo).value());
+        }
+        info.topology = t;
+        info.topology_fingerprint = t->Fingerprint();
+      } else {
+        auto topo = std::make_shared<NodeTopology>();
+        info.topology = topo;
+      }
+      infos_.push_back(std::move(info));
+    }
+    return Status::Ok();
+  }
+
+  ReplayState& s_;
+  framework::Framework framework_;
+  std::shared_ptr<const packing::ShapeMix> mix_;
+  std::vector<framework::NodeInfo> infos_;
+  std::unordered_map<std::string, std::vector<Entry>> cache_;
+  std::vector<Candidate> candidates_;
+};
+
+const framework::Registry& ToposchedTracePolicy::BuiltinRegistryForTrace() {
+  static const framework::Registry registry = plugins::BuiltinRegistry();
+  return registry;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+  return v[std::min(k, v.size() - 1)];
+}
+
+Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint32_t seed,
+                        const TraceReplayOptions& options, const framework::SchedulerConfig& config) {
+  const std::int64_t capacity = trace.GpuCapacityMilli();
+  std::vector<TraceTask> tasks = TuneTasks(trace.tasks, capacity, options.tune_ratio, seed);
+  // FGD's typical pods come from the workload it schedules; toposched is given the same.
+  std::vector<packing::Shape> shapes;
+  shapes.reserve(tasks.size());
+  for (const TraceTask& t : tasks) shapes.push_back(ShapeOfTask(t));
+  const packing::ShapeMix mix = packing::TypicalShapes(shapes);
+  if (options.max_tasks > 0 && tasks.size() > options.max_tasks) tasks.resize(options.max_tasks);
+
+  ReplayState state;
+  state.trace = &trace;
+  state.rng.seed(seed);
+  for (const TraceNode& n : trace.nodes) {
+    NodeRuntime rt;
+    rt.cpu_left = n.cpu_milli;
+    rt.mem_left = n.memory_mib;
+    rt.milli_left.assign(Idx(n.gpus), kMilli);
+    state.nodes.push_back(std::move(rt));
+  }
+  std::unique_ptr<TracePolicy> p;
+  ToposchedTracePolicy* toposched = nullptr;
+  if (policy == kTracePolicyToposched) {
+    auto made = ToposchedTracePolicy::Make(state, config, mix);
+    if (!made.ok()) return made.error();
+    toposched = made->get();
+    p = std::move(made).value();
+  } else if (policy == kTracePolicyFgd) {
+    p = std::make_unique<FgdPolicy>(state, mix);
+  } else if (policy == kTracePolicyBestFit) {
+    p = std::make_unique<BestFitPolicy>(state);
+  } else if (policy == kTracePolicyFirstFit) {
+    p = std::make_unique<FirstFitPolicy>(state);
+  } else if (policy == kTracePolicyRandom) {
+    p = std::make_unique<RandomPolicy>(state);
+  } else {
+    std::string known;
+    for (const std::string& n : TracePolicyNames()) known += (known.empty() ? "" : ", ") + n;
+    return Error("unknown trace policy \"" + policy + "\" (known: " + known + ")");
+  }
+
+  TraceRun run;
+  run.seed = seed;
+  run.tasks = tasks.size();
+  run.ratio_at.assign(options.marks.size(), -1);
+  std::vector<double> times_us;
+  times_us.reserve(tasks.size());
+  double arrived = 0, allocated = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    const TraceTask& task = tasks[k];
+    const auto t0 = std::chrono::steady_clock::now();
+    auto choice = p->Schedule(task, k);
+    times_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (!choice.ok()) return choice.error().WithContext(policy + ", task " + task.name);
+    if (choice->node >= 0) {
+      NodeRuntime& rt = state.nodes[Idx(choice->node)];
+      const TraceNode& node = trace.nodes[Idx(choice->node)];
+      // The policy's claim must be one the node can hold: a bug otherwise, never a placement.
+      if (!HostFits(node, rt, task) || static_cast<int>(choice->gpus.size()) != task.gpus) {
+        return Error(policy + " placed " + task.name + " on " + node.name + " where it does not fit");
+      }
+      for (int g : choice->gpus) {
+        if (g < 0 || Idx(g) >= rt.milli_left.size() || rt.milli_left[Idx(g)] < task.gpu_milli) {
+          return Error(policy + " placed " + task.name + " on GPU " + std::to_string(g) + " of " + node.name +
+                       " where it does not fit");
+        }
+        rt.milli_left[Idx(g)] -= task.gpu_milli;
+      }
+      rt.cpu_left -= task.cpu_milli;
+      rt.mem_left -= task.memory_mib;
+      ++rt.version;
+      p->Placed(choice->node, task, *choice);
+      if (toposched != nullptr && toposched->MilliLeft(choice->node) != rt.milli_left) {
+        return Error("toposched's allocation on " + node.name + " disagrees with the replay after " + task.name);
+      }
+      allocated += static_cast<double>(task.GpuMilli());
+      ++run.placed;
+    } else {
+      ++run.unplaced;
+      run.gpu_milli_unplaced += task.GpuMilli();
+    }
+    arrived += static_cast<double>(task.GpuMilli());
+    for (std::size_t m = 0; m < options.marks.size(); ++m) {
+      if (run.ratio_at[m] < 0 && arrived >= options.marks[m] * static_cast<double>(capacity)) {
+        run.ratio_at[m] = allocated / static_cast<double>(capacity);
+      }
+    }
+    if (options.progress && (k % 256 == 0 || k + 1 == tasks.size())) options.progress(policy, seed, k + 1, tasks.size());
+  }
+  for (double& r : run.ratio_at) {
+    if (r < 0) r = allocated / static_cast<double>(capacity);  // the mark was never reached
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.decision_p50_us = Percentile(times_us, 0.5);
+  run.decision_p99_us = Percentile(times_us, 0.99);
+  return run;
+}
+
+}  // namespace
+
+Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptions& options) {
+  if (options.policies.empty()) return Error("no policy to replay");
+  if (options.seeds.empty()) return Error("no seed");
+  if (!(options.tune_ratio > 0 && options.tune_ratio <= 10)) return Error("tune ratio must be in (0, 10]");
+  for (double m : options.marks) {
+    if (!(m > 0 && m <= 10)) return Error("marks must be in (0, 10]");
+  }
+  framework::SchedulerConfig config = options.config ? *options.config : BuiltinDefaultConfig();
+  // The trace has no per-GPU share count limit; its finest share is 1/20 of a GPU.
+  config.engine.max_shares_per_gpu = framework::kMaxSharesPerGpuLimit;
+  for (const std::string& p : options.policies) {
+    const auto names = TracePolicyNames();
+    if (std::find(names.begin(), names.end(), p) == names.end()) {
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      return Error("unknown trace policy \"" + p + "\" (known: " + known + ")");
+    }
+  }
+  TraceReplayResult result;
+  result.variant = trace.variant;
+  result.nodes = static_cast<int>(trace.nodes.size());
+  for (const TraceNode& n : trace.nodes) result.gpus += n.gpus;
+  result.capacity_milli = trace.GpuCapacityMilli();
+  if (result.capacity_milli <= 0) return Error("the trace's nodes have no GPUs");
+  result.trace_tasks = trace.tasks.size();
+  result.marks = options.marks;
+
+  // Every (policy, seed) run on its own state; runs go to the machine's cores.
+  struct Job {
+    std::size_t policy, seed;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t p = 0; p < options.policies.size(); ++p) {
+    for (std::size_t s = 0; s < options.seeds.size(); ++s) jobs.push_back({p, s});
+  }
+  std::vector<std::optional<Result<TraceRun>>> runs(jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex progress_mu;
+  TraceReplayOptions locked = options;
+  if (options.progress) {
+    locked.progress = [&](std::string_view policy, std::uint32_t seed, std::size_t done, std::size_t total) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      options.progress(policy, seed, done, total);
+    };
+  }
+  auto worker = [&] {
+    for (std::size_t j = next++; j < jobs.size(); j = next++) {
+      runs[j] = RunOne(trace, options.policies[jobs[j].policy], options.seeds[jobs[j].seed], locked, config);
+    }
+  };
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::min<std::size_t>(threads, jobs.size()); ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+
+  for (std::size_t p = 0; p < options.policies.size(); ++p) {
+    TracePolicyResult pr;
+    pr.policy = options.policies[p];
+    pr.mean_ratio_at.assign(options.marks.size(), 0);
+    pr.min_ratio_at.assign(options.marks.size(), 1e9);
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      if (jobs[j].policy != p) continue;
+      if (!runs[j]->ok()) return runs[j]->error();
+      const TraceRun& r = runs[j]->value();
+      for (std::size_t m = 0; m < options.marks.size(); ++m) {
+        pr.mean_ratio_at[m] += r.ratio_at[m] / static_cast<double>(options.seeds.size());
+        pr.min_ratio_at[m] = std::min(pr.min_ratio_at[m], r.ratio_at[m]);
+      }
+      pr.runs.push_back(r);
+    }
+    result.policies.push_back(std::move(pr));
+  }
+  return result;
+}
+
+std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
+  std::string out =
+      "(Alibaba GPU trace replayed with FGD's protocol; allocation ratios are simulated placements,\n"
+      " published figures from the FGD simulator; times are measured on this machine)\n";
+  char buf[256];
+  for (const TraceReplayResult& r : results) {
+    std::snprintf(buf, sizeof buf, "\ntrace %s: %d nodes, %d GPUs, %zu tasks tuned to 130%% of GPU capacity, %zu seeds\n",
+                  r.variant.c_str(), r.nodes, r.gpus, r.trace_tasks, r.policies.empty() ? 0 : r.policies[0].runs.size());
+    out += buf;
+    out += "policy          ";
+    for (double m : r.marks) {
+      std::snprintf(buf, sizeof buf, "  at %3.0f%%  (worst seed, published)", 100 * m);
+      out += buf;
+    }
+    out += "   unplaced GPU tasks   run time\n";
+    for (const TracePolicyResult& p : r.policies) {
+      std::snprintf(buf, sizeof buf, "%-16s", p.policy.c_str());
+      out += buf;
+      const auto published = PublishedRatio(r.variant, p.policy);
+      for (std::size_t m = 0; m < r.marks.size(); ++m) {
+        std::string pub = "-";
+        if (published && (r.marks[m] == 1.0 || r.marks[m] == 1.3)) {
+          std::snprintf(buf, sizeof buf, "%.2f%%", r.marks[m] == 1.0 ? published->first : published->second);
+          pub = buf;
+        }
+        std::snprintf(buf, sizeof buf, "  %6.2f%%  (%6.2f%%, %7s)        ", 100 * p.mean_ratio_at[m],
+                      100 * p.min_ratio_at[m], pub.c_str());
+        out += buf;
+      }
+      double unplaced = 0, seconds = 0;
+      for (const TraceRun& run : p.runs) {
+        unplaced += static_cast<double>(run.unplaced);
+        seconds += run.seconds;
+      }
+      const double n = p.runs.empty() ? 1 : static_cast<double>(p.runs.size());
+      std::snprintf(buf, sizeof buf, " %8.1f      %7.2f s\n", unplaced / n, seconds / n);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TraceReplayResult& r : results) {
+    nlohmann::json v{{"variant", r.variant},       {"nodes", r.nodes},   {"gpus", r.gpus},
+                     {"capacity_milli", r.capacity_milli}, {"trace_tasks", r.trace_tasks}, {"marks", r.marks}};
+    nlohmann::json policies = nlohmann::json::array();
+    for (const TracePolicyResult& p : r.policies) {
+      nlohmann::json runs = nlohmann::json::array();
+      for (const TraceRun& run : p.runs) {
+        runs.push_back({{"seed", run.seed},
+                        {"ratio_at", run.ratio_at},
+                        {"tasks", run.tasks},
+                        {"placed", run.placed},
+                        {"unplaced", run.unplaced},
+                        {"gpu_milli_unplaced", run.gpu_milli_unplaced},
+                        {"seconds", run.seconds},
+                        {"decision_p50_us", run.decision_p50_us},
+                        {"decision_p99_us", run.decision_p99_us}});
+      }
+      nlohmann::json pj{{"policy", p.policy}, {"mean_ratio_at", p.mean_ratio_at}, {"min_ratio_at", p.min_ratio_at},
+                        {"runs", runs}};
+      if (const auto pub = PublishedRatio(r.variant, p.policy)) pj["published_percent"] = {pub->first, pub->second};
+      policies.push_back(std::move(pj));
+    }
+    v["policies"] = std::move(policies);
+    out.push_back(std::move(v));
+  }
+  return out.dump(2) + "\n";
+}
+
+}  // namespace toposched::simulate

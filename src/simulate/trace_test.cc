@@ -1,0 +1,179 @@
+#include "toposched/simulate/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "plugins/registry.h"
+#include "testing/shared_topologies.h"
+#include "toposched/topology/synthetic.h"
+
+namespace toposched::simulate {
+namespace {
+
+std::filesystem::path TraceDir() {
+  return toposched::testing::SharedTopologiesDir().parent_path() / "traces" / "alibaba-gpu-v2023";
+}
+
+TEST(TraceTest, ParsesNodeLists) {
+  auto nodes = ParseTraceNodes("sn,cpu_milli,memory_mib,gpu,model\r\nn-0,64000,262144,2,P100\r\nn-1,8000,32768,0,\n");
+  ASSERT_TRUE(nodes.ok()) << nodes.error().message();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].name, "n-0");
+  EXPECT_EQ((*nodes)[0].cpu_milli, 64000);
+  EXPECT_EQ((*nodes)[0].gpus, 2);
+  EXPECT_EQ((*nodes)[0].model, "P100");
+  EXPECT_EQ((*nodes)[1].gpus, 0);
+
+  const auto error = [](std::string_view csv) {
+    auto r = ParseTraceNodes(csv);
+    return r.ok() ? std::string("ok") : r.error().message();
+  };
+  EXPECT_EQ(error(""), "empty file: no header line");
+  EXPECT_EQ(error("sn,cpu_milli,gpu,model\nn,1,1,T4\n"),
+            "no column \"memory_mib\" in the header (sn,cpu_milli,gpu,model)");
+  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,1\n"), "line 2: 4 fields where the header has 5");
+  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,65,T4\n"),
+            "line 2, gpu: \"65\" is not an integer in 0..64");
+  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn,-5,1,1,T4\n"),
+            "line 2, cpu_milli: \"-5\" is not an integer in 1..100000000");
+  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn x,1,1,1,T4\n"), "line 2, sn: \"n x\" is not a node name");
+  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\n"), "no nodes");
+}
+
+TEST(TraceTest, ParsesPodListsInCreationOrder) {
+  auto tasks = ParseTraceTasks(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+      "p-2,6000,12288,1,460,,LS,Running,50,60,50\n"
+      "p-1,12000,16384,2,1000,V100M16|V100M32,LS,Running,50,70,50\n"
+      "p-0,4000,8192,0,0,,BE,Failed,10,20,\n");
+  ASSERT_TRUE(tasks.ok()) << tasks.error().message();
+  ASSERT_EQ(tasks->size(), 3u);
+  EXPECT_EQ((*tasks)[0].name, "p-0");
+  EXPECT_EQ((*tasks)[1].name, "p-1");  // ties by name
+  EXPECT_EQ((*tasks)[1].gpu_spec, (std::vector<std::string>{"V100M16", "V100M32"}));
+  EXPECT_EQ((*tasks)[1].GpuMilli(), 2000);
+  EXPECT_EQ((*tasks)[2].gpu_milli, 460);
+
+  // multigpu20 carries neither gpu_spec nor times: all tie, so name order.
+  auto bare = ParseTraceTasks("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nb,1,1,1,1000\na,1,1,0,0\n");
+  ASSERT_TRUE(bare.ok()) << bare.error().message();
+  EXPECT_EQ((*bare)[0].name, "a");
+
+  const auto error = [](std::string_view csv) {
+    auto r = ParseTraceTasks(csv);
+    return r.ok() ? std::string("ok") : r.error().message();
+  };
+  const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+  EXPECT_EQ(error(header + "a,1,1,2,500\n"), "line 2: 2 GPUs must be whole (gpu_milli 1000), not 500");
+  EXPECT_EQ(error(header + "a,1,1,0,500\n"), "line 2: gpu_milli 500 without num_gpu");
+  EXPECT_EQ(error(header + "a,1,1,1,0\n"), "line 2: num_gpu 1 with gpu_milli 0");
+  EXPECT_EQ(error(header + "a,1,1,1,1001\n"), "line 2, gpu_milli: \"1001\" is not an integer in 0..1000");
+  EXPECT_EQ(error("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\na,1,1,1,1000,T4|\n"),
+            "line 2, gpu_spec: \"T4|\" is not a list of models");
+}
+
+TEST(TraceTest, TuningAppendsSeededDrawsUpToTheRatio) {
+  std::vector<TraceTask> tasks(3);
+  for (int i = 0; i < 3; ++i) {
+    tasks[i].name = "t" + std::to_string(i);
+    tasks[i].gpus = 1;
+    tasks[i].gpu_milli = 250 * (i + 1);
+  }
+  const std::vector<TraceTask> a = TuneTasks(tasks, 10000, 1.3, 42);
+  const std::vector<TraceTask> b = TuneTasks(tasks, 10000, 1.3, 42);
+  const std::vector<TraceTask> c = TuneTasks(tasks, 10000, 1.3, 43);
+  std::int64_t total = 0;
+  for (const TraceTask& t : a) total += t.GpuMilli();
+  EXPECT_GE(total, 13000);
+  EXPECT_LT(total - a.back().GpuMilli(), 13000);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].name, b[i].name);
+  EXPECT_EQ(a[0].name, "t0");  // the trace first, in order
+  bool differs = a.size() != c.size();
+  for (std::size_t i = 3; !differs && i < a.size(); ++i) differs = a[i].GpuMilli() != c[i].GpuMilli();
+  EXPECT_TRUE(differs);
+}
+
+TEST(TraceTest, EveryTraceNodeHasAMachineShape) {
+  if (!std::filesystem::is_directory(TraceDir())) GTEST_SKIP() << "no trace at " << TraceDir();
+  auto trace = LoadTrace(TraceDir().string(), "default");
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  EXPECT_EQ(trace->nodes.size(), 1213u);
+  EXPECT_EQ(trace->GpuCapacityMilli(), 6212000);
+  EXPECT_EQ(trace->tasks.size(), 8152u);
+  std::set<std::pair<std::string, int>> seen;
+  for (const TraceNode& n : trace->nodes) {
+    if (!seen.insert({n.model, n.gpus}).second) continue;
+    auto spec = TraceMachine(n);
+    ASSERT_TRUE(spec.ok()) << n.name << ": " << spec.error().message();
+    auto topology = GenerateSynthetic(*spec);
+    ASSERT_TRUE(topology.ok()) << n.name << ": " << topology.error().message();
+    EXPECT_EQ(static_cast<int>(topology->gpus.size()), n.gpus) << n.model;
+    for (const Gpu& g : topology->gpus) EXPECT_EQ(g.model, n.model);
+    if (n.gpus == 8 && (n.model == "G2" || n.model == "G3")) {
+      EXPECT_EQ(topology->RdmaNicCount(), 4) << n.model;
+    }
+  }
+  EXPECT_EQ(TraceVariants(TraceDir().string()),
+            (std::vector<std::string>{"cpu050", "default", "gpushare40", "multigpu20"}));
+}
+
+// A small, fast version of the full replay (docs/placement.md has the full one): every tenth
+// node of the real cluster, the real tasks, three seeds. FGD must pack far better than random,
+// and toposched with ExpectedFragmentation on (weight 15 beside the builtin weights) at least as
+// well as best-fit, first-fit and random, and better than toposched without it.
+TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
+  if (!std::filesystem::is_directory(TraceDir())) GTEST_SKIP() << "no trace at " << TraceDir();
+  for (const std::string variant : {"default", "gpushare40"}) {
+    auto trace = LoadTrace(TraceDir().string(), variant);
+    ASSERT_TRUE(trace.ok()) << trace.error().message();
+    std::vector<TraceNode> sample;
+    for (std::size_t i = 0; i < trace->nodes.size(); i += 10) sample.push_back(trace->nodes[i]);
+    trace->nodes = sample;
+    TraceReplayOptions options;
+    options.seeds = {42, 43, 44};
+    auto plain = ReplayTrace(*trace, options);
+    ASSERT_TRUE(plain.ok()) << plain.error().message();
+    framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
+    for (framework::PluginConfig& p : config.plugins) {
+      if (p.name == "ExpectedFragmentation") p.weight = 15;
+    }
+    options.config = config;
+    options.policies = {"toposched"};
+    auto packed = ReplayTrace(*trace, options);
+    ASSERT_TRUE(packed.ok()) << packed.error().message();
+    const double with_ef = packed->policies[0].mean_ratio_at[0];
+    const std::string table = FormatTraceTable({*plain, *packed});
+    ASSERT_EQ(plain->policies.size(), 5u);
+    EXPECT_GT(with_ef, plain->policies[0].mean_ratio_at[0]) << variant << "\n" << table;
+    for (std::size_t i = 2; i < plain->policies.size(); ++i) {
+      EXPECT_GE(with_ef + 1e-9, plain->policies[i].mean_ratio_at[0])
+          << variant << ": " << plain->policies[i].policy << "\n" << table;
+    }
+    EXPECT_GT(plain->policies[1].mean_ratio_at[0], plain->policies[4].mean_ratio_at[0] + 0.01) << table;
+  }
+}
+
+TEST(TraceTest, ReplayRefusesBadOptions) {
+  Trace trace;
+  trace.variant = "x";
+  trace.nodes = {TraceNode{"n", 8000, 8192, 1, "T4"}};
+  trace.tasks = {TraceTask{"t", 1000, 1024, 1, 1000, {}, 0}};
+  TraceReplayOptions options;
+  options.policies = {"fgd", "nope"};
+  auto r = ReplayTrace(trace, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message(), "unknown trace policy \"nope\" (known: toposched, fgd, best-fit, first-fit, random)");
+  options.policies = {"first-fit"};
+  options.seeds = {1};
+  auto ok = ReplayTrace(trace, options);
+  ASSERT_TRUE(ok.ok()) << ok.error().message();
+  // One task of one GPU on a one-GPU cluster, tuned to 130 %: the first fits, the next ones not.
+  EXPECT_DOUBLE_EQ(ok->policies[0].mean_ratio_at[0], 1.0);
+  EXPECT_EQ(ok->policies[0].runs[0].placed, 1u);
+}
+
+}  // namespace
+}  // namespace toposched::simulate
