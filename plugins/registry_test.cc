@@ -41,8 +41,8 @@ static_assert(!std::is_base_of_v<framework::FilterPlugin, gpu_nic_alignment::Gpu
 TEST(BuiltinRegistryTest, TheOneList) {
   const framework::Registry r = BuiltinRegistry();
   EXPECT_EQ(r.Names(), (std::vector<std::string>{"DeviceFit", "GpuNicAlignment", "NvlinkAffinity",
-                                                 "NumaAlignment", "Fragmentation", "SharedGpu",
-                                                 "RdmaAffinity", "KvTransferCost", "PdRatio"}));
+                                                 "NumaAlignment", "Fragmentation", "ExpectedFragmentation",
+                                                 "SharedGpu", "RdmaAffinity", "KvTransferCost", "PdRatio"}));
   for (const std::string& name : r.Names()) {
     SCOPED_TRACE(name);
     Result<std::unique_ptr<framework::Plugin>> p = r.Create(name, {});
@@ -62,7 +62,8 @@ TEST(BuiltinRegistryTest, DefaultConfig) {
   const framework::SchedulerConfig c = DefaultSchedulerConfig();
   const std::vector<framework::PluginConfig> want = {{"DeviceFit", 1, {}},      {"GpuNicAlignment", 5, {}},
                                                      {"NvlinkAffinity", 3, {}}, {"NumaAlignment", 2, {}},
-                                                     {"Fragmentation", 2, {}},  {"SharedGpu", 1, {}},
+                                                     {"Fragmentation", 2, {}},  {"ExpectedFragmentation", 0, {}},
+                                                     {"SharedGpu", 1, {}},
                                                      {"RdmaAffinity", 3, {}},   {"KvTransferCost", 10, {}},
                                                      {"PdRatio", 2, {}}};
   EXPECT_EQ(c.plugins, want);
@@ -70,7 +71,7 @@ TEST(BuiltinRegistryTest, DefaultConfig) {
   ASSERT_TRUE(f.ok()) << f.error().message();
   EXPECT_EQ(f->FilterPluginNames(), (std::vector<std::string_view>{"DeviceFit"}));
   EXPECT_EQ(f->ReservePluginNames(), (std::vector<std::string_view>{"DeviceFit"}));
-  EXPECT_EQ(f->ScorePluginNames().size(), 8u);
+  EXPECT_EQ(f->ScorePluginNames().size(), 9u);
 }
 
 // The example of docs/configuration.md loads, and means what the page says.
@@ -171,7 +172,7 @@ TEST(BuiltinFrameworkTest, PrefersTheAlignedNodeAndReservesIt) {
       continue;
     }
     const framework::NodeScore s = f->RunScore(state, n);
-    EXPECT_EQ(s.parts.size(), 8u);
+    EXPECT_EQ(s.parts.size(), 9u);  // the weight-0 part too: the cycle explains
     totals.push_back(s.total);
   }
   EXPECT_EQ(state.placer_calls(), 3u) << "one engine run per node across filter and eight scores";
