@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"toposched.io/e2e/harness"
 )
@@ -37,16 +38,11 @@ func valueSets(t *testing.T) map[string][]string {
 	return sets
 }
 
-// notServedHere are kinds whose API this control plane does not serve (their CRDs belong to
-// other projects and are not installed): such objects are rendered and parsed but cannot be
-// validated server-side. Every other kind must validate.
-var notServedHere = map[schema.GroupKind]string{
-	{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}: "the Prometheus Operator's CRD is not installed in the e2e control plane",
-}
-
 // TestHelm: helm lint and helm template of charts/toposched with the defaults and every
 // ci/*.yaml; server-side validation (dry-run, strict field validation) of every rendered
-// object against the real kube-apiserver; then helm install, upgrade and uninstall.
+// object against the real kube-apiserver, the chart's ServiceMonitor and PrometheusRule
+// against the Prometheus Operator's own CRDs (installed first); then helm install, upgrade and
+// uninstall.
 func TestHelm(t *testing.T) {
 	peers := harness.FindPeers(t)
 	out := harness.OutputDir(t, "TestHelm")
@@ -89,6 +85,8 @@ func TestHelm(t *testing.T) {
 		t.Errorf("CRD %s does not validate server-side: %v", crds[0].GetName(), err)
 	}
 	cp.EnsureNamespace(t, helmNamespace)
+	crdClient := dyn.Client.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	installMonitoringCRDs(t, ctx, dyn, crdClient, peers.MonitoringCRDs)
 
 	rendered := map[string][]*unstructured.Unstructured{}
 	for _, n := range names {
@@ -112,18 +110,11 @@ func TestHelm(t *testing.T) {
 		rendered[n] = objs
 	}
 	// The CRD must be served before its objects (none rendered today) or anything else can be
-	// checked against it; install it for real through helm below. Validate the rest now.
+	// checked against it; install it for real through helm below. Validate the rest now: every
+	// kind, the Prometheus Operator's included.
 	validated := 0
 	for _, n := range names {
 		for _, obj := range rendered[n] {
-			gvk := obj.GroupVersionKind()
-			if why, ok := notServedHere[gvk.GroupKind()]; ok {
-				if _, err := dyn.Resource(obj, helmNamespace); err == nil {
-					t.Errorf("%s: %s is served after all: drop it from notServedHere", n, gvk.GroupKind())
-				}
-				t.Logf("%s: %s not validated server-side: %s", n, harness.ObjectKey(obj), why)
-				continue
-			}
 			if err := dyn.ValidateServerSide(ctx, obj, helmNamespace); err != nil {
 				t.Errorf("%s: %s rejected by kube-apiserver: %v", n, harness.ObjectKey(obj), err)
 				continue
@@ -140,22 +131,7 @@ func TestHelm(t *testing.T) {
 	} else {
 		t.Logf("helm install:\n%s", firstLines(o, 8))
 	}
-	crdClient := dyn.Client.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	err = harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
-		crd, err := crdClient.Get(ctx, crds[0].GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Established" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
+	if err := waitEstablished(ctx, crdClient, crds[0].GetName()); err != nil {
 		t.Errorf("CRD %s not Established after install: %v", crds[0].GetName(), err)
 	}
 	defaults := rendered["defaults"]
@@ -228,6 +204,59 @@ func TestHelm(t *testing.T) {
 		t.Error(err)
 	} else if strings.TrimSpace(o) != "[]" {
 		t.Errorf("after uninstall: helm list = %s", o)
+	}
+}
+
+// waitEstablished waits until the API server reports the CRD Established.
+func waitEstablished(ctx context.Context, crdClient dynamic.ResourceInterface, name string) error {
+	return harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
+		crd, err := crdClient.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// installMonitoringCRDs creates the Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule,
+// from the pinned module: e2e/build-peers.sh prometheus-operator) and waits until discovery
+// serves their kinds, so that the chart's monitoring objects are judged by the real schemas.
+func installMonitoringCRDs(t *testing.T, ctx context.Context, dyn *harness.Dynamic, crdClient dynamic.ResourceInterface, files []string) {
+	t.Helper()
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := harness.ParseObjects(string(text))
+		if err != nil || len(objs) != 1 || objs[0].GetKind() != "CustomResourceDefinition" {
+			t.Fatalf("%s: want one CRD, got %d objects (%v)", f, len(objs), err)
+		}
+		crd := objs[0]
+		if _, err := crdClient.Create(ctx, crd, metav1.CreateOptions{FieldManager: "toposched-e2e"}); err != nil {
+			t.Fatalf("creating CRD %s from %s: %v", crd.GetName(), f, err)
+		}
+		if err := waitEstablished(ctx, crdClient, crd.GetName()); err != nil {
+			t.Fatalf("CRD %s not Established: %v", crd.GetName(), err)
+		}
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+		err = harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
+			dyn.Mapper.Reset()
+			_, err := dyn.Mapper.RESTMapping(schema.GroupKind{Group: group, Kind: kind})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("%s.%s not served after its CRD was Established: %v", kind, group, err)
+		}
+		t.Logf("installed CRD %s from %s", crd.GetName(), f)
 	}
 }
 

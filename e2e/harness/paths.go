@@ -80,8 +80,11 @@ func PinnedVersion(peer, module string) (string, error) {
 type Peers struct {
 	Etcd, APIServer, Scheduler, Helm, Kwok string
 	KwokStages                             []string // kwok's stage YAML files (its --config)
-	Toposched                              string
-	Versions                               map[string]string // peer -> version
+	// MonitoringCRDs are the Prometheus Operator's ServiceMonitor and PrometheusRule CRD files
+	// (the chart's monitoring objects are validated against them).
+	MonitoringCRDs []string
+	Toposched      string
+	Versions       map[string]string // peer -> version
 }
 
 var peerModules = map[string]string{
@@ -89,6 +92,8 @@ var peerModules = map[string]string{
 	"etcd": "go.etcd.io/etcd/server/v3",
 	"helm": "helm.sh/helm/v4",
 	"kwok": "sigs.k8s.io/kwok",
+	// Not a binary: the pinned module's CRDs (e2e/build-peers.sh prometheus-operator).
+	"prometheus-operator": "github.com/prometheus-operator/prometheus-operator",
 }
 
 // FindPeers locates every peer binary built by e2e/build-peers.sh and the toposched binary
@@ -117,6 +122,11 @@ func FindPeers(t testing.TB) Peers {
 	p.Kwok = filepath.Join(dirs["kwok"], "kwok")
 	stages, _ := filepath.Glob(filepath.Join(dirs["kwok"], "stages", "*.yaml"))
 	p.KwokStages = stages
+	crds, _ := filepath.Glob(filepath.Join(dirs["prometheus-operator"], "crds", "*.yaml"))
+	if len(crds) == 0 {
+		t.Fatalf("no CRDs in %s: run e2e/build-peers.sh prometheus-operator", filepath.Join(dirs["prometheus-operator"], "crds"))
+	}
+	p.MonitoringCRDs = crds
 	p.Toposched = os.Getenv("TOPOSCHED_BIN")
 	if p.Toposched == "" {
 		p.Toposched = filepath.Join(RepoRoot(), "build", "src", "cmd", "toposched")
