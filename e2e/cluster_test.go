@@ -491,6 +491,70 @@ func (c *cluster) checkPublishedTopologies() {
 	}
 }
 
+// checkPrinterColumns: `kubectl get ntopo -o wide` as the API server computes it (a Table: the
+// CRD's additionalPrinterColumns evaluated on the stored objects). Every column has a value for
+// every node the agents published (a JSONPath that names no field gives an empty cell, a date that
+// does not parse "<invalid>"), and the counts and class are the node's own.
+func (c *cluster) checkPrinterColumns() {
+	t := c.t
+	ctx := context.Background()
+	raw, err := c.cp.Admin.Discovery().RESTClient().Get().AbsPath("/apis/toposched.io/v1alpha1/nodetopologies").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(ctx).Raw()
+	if err != nil {
+		t.Fatalf("listing nodetopologies as a Table: %v", err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatalf("the Table does not parse: %v\n%.400s", err, raw)
+	}
+	col := map[string]int{}
+	for i, d := range table.ColumnDefinitions {
+		col[d.Name] = i
+	}
+	for _, name := range []string{"Name", "GPUs", "NICs", "RDMA", "Model", "Class", "Generation", "Heartbeat", "Age"} {
+		if _, ok := col[name]; !ok {
+			t.Errorf("kubectl get ntopo: no column %s (columns: %+v)", name, table.ColumnDefinitions)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	rows := map[string][]any{}
+	for _, r := range table.Rows {
+		if name, ok := r.Cells[col["Name"]].(string); ok {
+			rows[name] = r.Cells
+		}
+	}
+	for _, n := range c.nodes {
+		cells, ok := rows[n.Name]
+		if !ok {
+			t.Errorf("kubectl get ntopo: no row for %s", n.Name)
+			continue
+		}
+		for name, i := range col {
+			if cells[i] == nil || cells[i] == "<invalid>" {
+				t.Errorf("kubectl get ntopo: %s: column %s is %v (its JSONPath finds no valid field)", n.Name, name, cells[i])
+			}
+		}
+		node, err := c.cp.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{
+			"GPUs":  strconv.Itoa(len(n.Topo.Status.GPUs)),
+			"NICs":  strconv.Itoa(len(n.Topo.Status.NICs)),
+			"RDMA":  strconv.Itoa(n.rdmaNICs()),
+			"Class": node.Labels["toposched.io/topology-class"],
+		}
+		for name, w := range want {
+			if got := fmt.Sprint(cells[col[name]]); got != w || w == "" {
+				t.Errorf("kubectl get ntopo: %s: %s = %q, want %q", n.Name, name, got, w)
+			}
+		}
+		t.Logf("kubectl get ntopo -o wide: %v", cells)
+	}
+}
+
 // schedulerConfig takes the chart's KubeSchedulerConfiguration, points the extender's
 // urlPrefix at the Service stand-in and the client at the scheduler ServiceAccount's kubeconfig.
 func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string) {

@@ -199,6 +199,7 @@ func TestKubeScheduler(t *testing.T) {
 	}
 	c.startAgents()
 	c.checkPublishedTopologies()
+	c.checkPrinterColumns()
 	// HAMi's device plugin runs on the DGX-2H only (the chart's default hamiNodeLock, auto,
 	// takes HAMi's node lock exactly there).
 	hami := startHAMiPlugin(c, dgx.Name)
