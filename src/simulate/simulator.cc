@@ -366,7 +366,7 @@ Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload&
       options.policy_options.config ? *options.policy_options.config : BuiltinDefaultConfig();
   // Refuse unknown names before anything runs, not after minutes of the first policy.
   for (const std::string& name : options.policies) {
-    if (auto p = MakePolicy(name, PolicyOptions{config, options.policy_options.registry}); !p.ok()) {
+    if (auto p = MakePolicy(name, PolicyOptions{config, options.policy_options.registry, options.policy_options.mix}); !p.ok()) {
       return p.error();
     }
   }

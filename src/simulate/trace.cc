@@ -122,20 +122,6 @@ bool ValidName(std::string_view s) {
   });
 }
 
-Result<std::string> ReadBounded(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open");
-  std::string content;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > kMaxTraceFileBytes) {
-      return Error(path + ": larger than " + std::to_string(kMaxTraceFileBytes >> 20) + " MiB");
-    }
-  }
-  return content;
-}
-
 }  // namespace
 
 Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view csv) {
@@ -254,13 +240,13 @@ Result<Trace> LoadTrace(const std::string& dir, const std::string& variant) {
   Trace trace;
   trace.variant = variant;
   const std::string node_path = dir + "/openb_node_list_gpu_node.csv";
-  auto node_csv = ReadBounded(node_path);
+  auto node_csv = ReadFileBounded(node_path, kMaxTraceFileBytes);
   if (!node_csv.ok()) return node_csv.error();
   auto nodes = ParseTraceNodes(*node_csv);
   if (!nodes.ok()) return nodes.error().WithContext(node_path);
   trace.nodes = std::move(nodes).value();
   const std::string pod_path = dir + "/openb_pod_list_" + variant + ".csv";
-  auto pod_csv = ReadBounded(pod_path);
+  auto pod_csv = ReadFileBounded(pod_path, kMaxTraceFileBytes);
   if (!pod_csv.ok()) return pod_csv.error();
   auto tasks = ParseTraceTasks(*pod_csv);
   if (!tasks.ok()) return tasks.error().WithContext(pod_path);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "toposched/pd/network.h"
+#include "simulate_internal.h"
 #include "toposched/simulate/simulator.h"
 
 namespace toposched::simulate {
@@ -323,18 +324,22 @@ Result<Workload> ParseWorkloadJson(std::string_view text, const RequestConfig& c
   }
 }
 
-Result<Workload> LoadWorkloadFile(const std::string& path, const RequestConfig& config) {
+Result<std::string> ReadFileBounded(const std::string& path, std::size_t limit) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error(path + ": cannot open");
   std::string content;
   char buf[65536];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > kMaxWorkloadFileBytes) {
-      return Error(path + ": larger than " + std::to_string(kMaxWorkloadFileBytes >> 20) + " MiB");
-    }
+    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 20) + " MiB");
   }
-  auto w = ParseWorkloadJson(content, config);
+  return content;
+}
+
+Result<Workload> LoadWorkloadFile(const std::string& path, const RequestConfig& config) {
+  auto content = ReadFileBounded(path, kMaxWorkloadFileBytes);
+  if (!content.ok()) return content.error();
+  auto w = ParseWorkloadJson(*content, config);
   if (!w.ok()) return w.error().WithContext(path);
   w->description = std::to_string(w->pods.size()) + " pods from " + path;
   return w;
