@@ -384,7 +384,9 @@ class Translator {
       return xgmi ? 0 : static_cast<int>(std::max<std::uint64_t>(1, (bw + unit / 2) / unit));
     };
     auto add = [&](int a, int b, std::uint64_t bw, bool via_switch) {
-      for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
+      for (const std::pair<int, int>& ends : {std::pair{a, b}, std::pair{b, a}}) {
+        // Named copies, not a structured binding: clang before 16 cannot capture one in a lambda.
+        const int x = ends.first, y = ends.second;
         auto& peers = out_->gpus[static_cast<std::size_t>(x)].peers;
         auto it = std::find_if(peers.begin(), peers.end(), [&](const GpuPeer& p) { return p.gpu == y; });
         GpuPeer peer{y, xgmi ? Fabric::kXgmi : Fabric::kNvlink, links_for(bw), bw, via_switch};

@@ -281,7 +281,9 @@ Result<int> AddNvmlInfo(NodeTopology& t, const std::string& library_path) {
     const std::uint64_t ub = link_mbps[static_cast<std::size_t>(b)];
     const std::uint64_t unit = (ua != 0 && ub != 0) ? std::min(ua, ub) : std::max(ua, ub);
     const std::uint64_t bandwidth = unit * static_cast<std::uint64_t>(links);
-    for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
+    for (const std::pair<int, int>& ends : {std::pair{a, b}, std::pair{b, a}}) {
+      // Named copies, not a structured binding: clang before 16 cannot capture one in a lambda.
+      const int x = ends.first, y = ends.second;
       auto& peers = t.gpus[static_cast<std::size_t>(x)].peers;
       auto it = std::find_if(peers.begin(), peers.end(), [&](const GpuPeer& p) { return p.gpu == y; });
       const GpuPeer peer{y, Fabric::kNvlink, links, bandwidth, via_switch};
