@@ -11,6 +11,7 @@
 // deadline, so a stalled client costs a socket and a few kilobytes, never a worker.
 
 #include "toposched/server/http_server.h"
+#include "http_framing.h"
 #include "toposched/extender/wire.h"
 #include "toposched/server/logging.h"
 
@@ -415,11 +416,7 @@ class Session final : public SessionBase {
     timed_out_ = false;
     ArmDeadline(core_.options().read_timeout);
     parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(
-        std::min<std::size_t>(core_.options().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
-    // No body limit while the header is read (Beast checks Content-Length against it while
-    // parsing the header, before the target is known); OnHeader sets the target's limit.
-    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    internal::ConfigureRequestParser(*parser_, core_.options().max_header_bytes);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = Self()](const error_code& ec, std::size_t) { self->OnHeader(ec); });
   }
@@ -429,9 +426,7 @@ class Session final : public SessionBase {
     if (ec) return OnReadError(ec);
     const auto& request = parser_->get();
     const std::size_t limit = core_.BodyLimitFor(ToStd(request.target()));
-    const auto length = parser_->content_length();
-    if (length && *length > limit) return RejectBody(limit);
-    parser_->body_limit(limit);  // enforced by the parser for chunked bodies
+    if (!internal::ApplyBodyLimit(*parser_, limit)) return RejectBody(limit);
     if (parser_->is_done()) return HandleRequest();
     if (request.version() == 11 && beast::iequals(request[http::field::expect], "100-continue")) {
       asio::async_write(stream_, asio::buffer(kContinueResponse.data(), kContinueResponse.size()),
@@ -454,22 +449,21 @@ class Session final : public SessionBase {
   }
 
   void OnReadError(const error_code& ec) {
-    if (ec == asio::error::operation_aborted && timed_out_) {
-      return SendErrorAndClose(408, "request not received within the read timeout");
-    }
-    if (ec == http::error::body_limit || ec == http::error::buffer_overflow) {
-      return RejectBody(core_.BodyLimitFor(
-          parser_ && parser_->is_header_done() ? ToStd(parser_->get().target()) : std::string_view()));
-    }
-    if (ec == http::error::header_limit) {
-      Bump(core_.counters().bad_requests);
-      return SendErrorAndClose(
-          431, "request header exceeds " + std::to_string(core_.options().max_header_bytes) + " bytes");
-    }
-    // The client went away (before or in the middle of a request), or a transport error.
-    if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
-        ec.category() != http::make_error_code(http::error::bad_method).category()) {
-      return Close();
+    switch (internal::ClassifyReadError(ec, timed_out_)) {
+      case internal::ReadFailure::kTimeout:
+        return SendErrorAndClose(408, "request not received within the read timeout");
+      case internal::ReadFailure::kBodyTooLarge:
+        return RejectBody(core_.BodyLimitFor(
+            parser_ && parser_->is_header_done() ? ToStd(parser_->get().target()) : std::string_view()));
+      case internal::ReadFailure::kHeaderTooLarge:
+        Bump(core_.counters().bad_requests);
+        return SendErrorAndClose(
+            431, "request header exceeds " + std::to_string(core_.options().max_header_bytes) + " bytes");
+      case internal::ReadFailure::kClosed:
+        // The client went away (before or in the middle of a request), or a transport error.
+        return Close();
+      case internal::ReadFailure::kMalformed:
+        break;
     }
     Bump(core_.counters().bad_requests);
     SendErrorAndClose(400, "malformed HTTP request: " + ec.message());
@@ -621,7 +615,7 @@ class Session final : public SessionBase {
   asio::steady_timer timer_;
   const std::string remote_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<internal::RequestParser> parser_;
   http::response<http::string_body> response_;
   Phase phase_ = Phase::kIdle;
   std::uint64_t deadline_generation_ = 0;
