@@ -14,6 +14,9 @@ packages=(
   # peers, are built by the machine's Go (/usr/local/go; not Debian's golang-go 1.19) from the Go
   # module proxy (e2e/build-peers.sh).
   python3 python3-yaml python3-jsonschema
+  # Coverage-guided fuzzing (fuzz/, scripts/fuzz.sh): clang 14 and its runtime libraries
+  # (libFuzzer, ASan, UBSan); gcc stays the compiler of every other build.
+  clang libclang-rt-14-dev llvm
 )
 
 missing=()
