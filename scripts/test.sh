@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build, run the whole suite, then rebuild with
 # AddressSanitizer + UndefinedBehaviorSanitizer and run the suite again (the parsers' fuzz
-# and malformed-input tests are the point of that second run).
+# and malformed-input tests are the point of that second run), then replay every fuzz target's
+# corpus (clang, libFuzzer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -22,8 +23,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions="$PWD/tes
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
+# Every libFuzzer target (fuzz/) over its seed corpus and regression inputs, once each: a clang
+# ASan+UBSan build of its own in build-fuzz/. Campaigns: scripts/fuzz.sh --runs N (fuzz/README.md).
+./scripts/fuzz.sh --regress
+
 # The benchmark binary must at least run (figures are in docs/benchmarks.md, not asserted).
 build/bench/toposched_discovery_bench --benchmark_min_time=0.01 >/dev/null
 build/bench/toposched_extender_load --iterations 20 --seconds 0.3 --clients 2 >/dev/null
 build/bench/toposched_kube_bind --nodes 10 --pods 20 >/tmp/toposched_kube_bind.log 2>&1 || { cat /tmp/toposched_kube_bind.log; exit 1; }
-echo "test.sh: all tests passed (release and ASan/UBSan builds, chart, e2e against the real peers)"
+echo "test.sh: all tests passed (release and ASan/UBSan builds, fuzz corpora, chart, e2e against the real peers)"
