@@ -401,22 +401,22 @@ int RunServe(const std::vector<std::string>& args) {
   server::HttpServer& srv = **http;
 
   auto& conn_open = metrics.AddGauge("toposched_http_open_connections", "Open HTTP connections.");
-  auto& conn_total = metrics.AddGauge("toposched_http_connections_accepted", "HTTP connections accepted.");
-  auto& conn_rejected = metrics.AddGauge("toposched_http_connections_rejected",
-                                         "Connections closed at once: over the connection limit.");
-  auto& http_errors = metrics.AddGauge("toposched_http_protocol_errors",
-                                       "Requests answered by the HTTP layer itself, by kind.", {"kind"});
+  auto& conn_total = metrics.AddCounter("toposched_http_connections_accepted_total", "HTTP connections accepted.");
+  auto& conn_rejected = metrics.AddCounter("toposched_http_connections_rejected_total",
+                                           "Connections closed at once: over the connection limit.");
+  auto& http_errors = metrics.AddCounter("toposched_http_protocol_errors_total",
+                                         "Requests answered by the HTTP layer itself, by kind.", {"kind"});
   service.SetScrapeHook([&] {
     if (kube_source) kube_source->RefreshMetrics();
     const server::ServerCounters c = srv.counters();
     conn_open.With({}).Set(static_cast<double>(c.open_connections));
-    conn_total.With({}).Set(static_cast<double>(c.connections_accepted));
-    conn_rejected.With({}).Set(static_cast<double>(c.connections_rejected));
-    http_errors.With({"bad_request"}).Set(static_cast<double>(c.bad_requests));
-    http_errors.With({"body_too_large"}).Set(static_cast<double>(c.body_too_large));
-    http_errors.With({"timeout"}).Set(static_cast<double>(c.timeouts));
-    http_errors.With({"handler_exception"}).Set(static_cast<double>(c.handler_exceptions));
-    http_errors.With({"tls_reload_failure"}).Set(static_cast<double>(c.tls_reload_failures));
+    conn_total.With({}).Advance(c.connections_accepted);
+    conn_rejected.With({}).Advance(c.connections_rejected);
+    http_errors.With({"bad_request"}).Advance(c.bad_requests);
+    http_errors.With({"body_too_large"}).Advance(c.body_too_large);
+    http_errors.With({"timeout"}).Advance(c.timeouts);
+    http_errors.With({"handler_exception"}).Advance(c.handler_exceptions);
+    http_errors.With({"tls_reload_failure"}).Advance(c.tls_reload_failures);
   });
 
   if (!flags.port_file.empty()) {

@@ -132,15 +132,15 @@ struct KubeSource::Impl {
             "Bound pods of other schedulers that hold GPUs or RDMA NICs on toposched's nodes, counted by rule.")),
         stale_gauge(reg.AddGauge("toposched_kube_stale_topologies",
                                  "NodeTopology objects whose agent heartbeat is older than the stale age.")),
-        informer_lists(reg.AddGauge("toposched_kube_informer_lists",
-                                    "Successful (re)lists per informer since start.", {"resource"})),
-        informer_gone(reg.AddGauge("toposched_kube_informer_gone",
-                                   "410 Gone answers (each forces a relist) per informer.", {"resource"})),
-        informer_errors(reg.AddGauge("toposched_kube_informer_errors",
-                                     "Failed lists and watches (each followed by a backoff) per informer.",
-                                     {"resource"})),
-        informer_events(reg.AddGauge("toposched_kube_informer_events", "Watch events applied per informer.",
-                                     {"resource"})) {
+        informer_lists(reg.AddCounter("toposched_kube_informer_lists_total",
+                                      "Successful (re)lists per informer since start.", {"resource"})),
+        informer_gone(reg.AddCounter("toposched_kube_informer_gone_total",
+                                     "410 Gone answers (each forces a relist) per informer.", {"resource"})),
+        informer_errors(reg.AddCounter("toposched_kube_informer_errors_total",
+                                       "Failed lists and watches (each followed by a backoff) per informer.",
+                                       {"resource"})),
+        informer_events(reg.AddCounter("toposched_kube_informer_events_total", "Watch events applied per informer.",
+                                       {"resource"})) {
     // Series without labels exist (at 0) from the start, as Prometheus' own clients expose them:
     // rate(), increase() and alerts on them need a sample before the first change.
     restore_errors.With({});
@@ -165,10 +165,10 @@ struct KubeSource::Impl {
   server::Family<server::Gauge>& held_nodes_gauge;
   server::Family<server::Gauge>& foreign_gauge;
   server::Family<server::Gauge>& stale_gauge;
-  server::Family<server::Gauge>& informer_lists;
-  server::Family<server::Gauge>& informer_gone;
-  server::Family<server::Gauge>& informer_errors;
-  server::Family<server::Gauge>& informer_events;
+  server::Family<server::Counter>& informer_lists;
+  server::Family<server::Counter>& informer_gone;
+  server::Family<server::Counter>& informer_errors;
+  server::Family<server::Counter>& informer_events;
 
   std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
   std::unique_ptr<Informer> hypernode_informer;  // only with options.network.hyper_nodes
@@ -1140,10 +1140,10 @@ struct KubeSource::Impl {
     for (const auto& [name, informer] : informers) {
       if (informer == nullptr) continue;
       const InformerCounters c = informer->counters();
-      informer_lists.With({name}).Set(static_cast<double>(c.lists));
-      informer_gone.With({name}).Set(static_cast<double>(c.gone));
-      informer_errors.With({name}).Set(static_cast<double>(c.errors));
-      informer_events.With({name}).Set(static_cast<double>(c.events));
+      informer_lists.With({name}).Advance(c.lists);
+      informer_gone.With({name}).Advance(c.gone);
+      informer_errors.With({name}).Advance(c.errors);
+      informer_events.With({name}).Advance(c.events);
     }
     leader_gauge.With({}).Set(leader == nullptr || leader->leading() ? 1.0 : 0.0);
     synced_gauge.With({}).Set(Synced() ? 1.0 : 0.0);

@@ -57,6 +57,22 @@ TEST(RegistryRender, SmallRegistryExactText) {
             "# TYPE toposched_binds_total counter\n");
 }
 
+// A total kept elsewhere (the HTTP server's, an informer's), copied at scrape time, is a counter:
+// Advance raises it to the total and never lowers it.
+TEST(RegistryRender, AdvanceCopiesATotalAsACounter) {
+  Registry r;
+  Counter& accepted = r.AddCounter("toposched_http_connections_accepted_total", "HTTP connections accepted.").With({});
+  accepted.Advance(5);
+  EXPECT_EQ(accepted.value(), 5u);
+  accepted.Advance(3);  // an older copy read late: ignored
+  EXPECT_EQ(accepted.value(), 5u);
+  accepted.Advance(9);
+  EXPECT_EQ(r.Render(),
+            "# HELP toposched_http_connections_accepted_total HTTP connections accepted.\n"
+            "# TYPE toposched_http_connections_accepted_total counter\n"
+            "toposched_http_connections_accepted_total 9\n");
+}
+
 TEST(RegistryRender, HistogramWithoutLabelsHasOnlyLe) {
   Registry registry;
   registry.AddHistogram("h", "H.", {}, {1}).With({}).Observe(0.5);

@@ -448,7 +448,7 @@ TEST_F(KubeE2E, ReadyAfterBindIsMeasuredAndReported) {
   ASSERT_TRUE(Schedule(r, pod, {"a100-0"}).error.empty());
   ASSERT_TRUE(WaitFor([&] { return r.store.FindPod(pod["metadata"]["uid"].get<std::string>()).has_value(); }));
   ASSERT_TRUE(WaitFor([&] {  // the informer has seen the bound pod
-    return r.Call("/metrics", "", "GET").second.find("toposched_kube_informer_events{resource=\"pods\"}") !=
+    return r.Call("/metrics", "", "GET").second.find("toposched_kube_informer_events_total{resource=\"pods\"}") !=
            std::string::npos;
   }));
   std::this_thread::sleep_for(milliseconds(200));

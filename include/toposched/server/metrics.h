@@ -20,6 +20,13 @@ namespace toposched::server {
 class Counter {
  public:
   void Inc(std::uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
+  // For a total kept elsewhere (a server's or an informer's own counters) copied at scrape time:
+  // raises the value to `total`; a smaller `total` changes nothing, so the series never decreases.
+  void Advance(std::uint64_t total) {
+    std::uint64_t now = value_.load(std::memory_order_relaxed);
+    while (now < total && !value_.compare_exchange_weak(now, total, std::memory_order_relaxed)) {
+    }
+  }
   std::uint64_t value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
