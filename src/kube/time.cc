@@ -92,6 +92,16 @@ Result<std::chrono::system_clock::time_point> ParseTime(std::string_view s) {
   if (pos != s.size()) return bad();
   const long long days = DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
   const long long secs = days * 86400 + hour * 3600LL + minute * 60LL + second - offset_seconds;
+  // RFC 3339 allows years 0000-9999, system_clock (int64 nanoseconds here) about 1678-2262:
+  // outside that the conversion below would overflow (found by fuzz/kube_objects_fuzz.cc).
+  using std::chrono::system_clock;
+  constexpr long long kMaxSeconds =
+      std::chrono::duration_cast<std::chrono::seconds>(system_clock::duration::max()).count() - 1;
+  constexpr long long kMinSeconds =
+      std::chrono::duration_cast<std::chrono::seconds>(system_clock::duration::min()).count() + 1;
+  if (secs > kMaxSeconds || secs < kMinSeconds) {
+    return Error("time out of range (years 1678 to 2262): \"" + std::string(s.substr(0, 64)) + "\"");
+  }
   return std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(secs) +
                                                                       std::chrono::nanoseconds(nanos)));

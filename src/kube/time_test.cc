@@ -37,5 +37,17 @@ TEST(KubeTime, RejectsMalformed) {
   }
 }
 
+// Valid RFC 3339, but outside what system_clock holds: an error, not an overflow (UBSan).
+TEST(KubeTime, RejectsYearsSystemClockCannotHold) {
+  for (const char* far : {"4220-05-01T12:00:00Z", "9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z",
+                          "2262-04-12T00:00:00Z", "1677-09-21T00:00:00Z"}) {
+    const auto t = ParseTime(far);
+    ASSERT_FALSE(t.ok()) << far;
+    EXPECT_NE(t.error().message().find("out of range"), std::string::npos) << t.error().message();
+  }
+  EXPECT_TRUE(ParseTime("2262-04-10T00:00:00Z").ok());
+  EXPECT_TRUE(ParseTime("1678-01-02T00:00:00Z").ok());
+}
+
 }  // namespace
 }  // namespace toposched::kube
