@@ -28,6 +28,7 @@ namespace toposched::extender {
 struct ClassVerdict {
   framework::Code code = framework::Code::kSuccess;
   std::string message;      // the failing plugin's status, as the reply's FailedNodes text
+  std::string summary;      // RefusalSummary (explain.h): what a no-node summary counts nodes by
   int score100 = 0;         // framework total, 0..100 (0 when filtered out)
   // The sums behind score100 (NodeScore::weighted, weights). A pool pod's class verdict holds
   // its node-only part (ScoreSet::kNodeOnly), to which each node's cluster part is added.

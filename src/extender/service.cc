@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cctype>
 #include <exception>
+#include <initializer_list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "explain.h"
 #include "pod_cache.h"
 #include "toposched/extender/wire.h"
 #include "toposched/framework/allocation.h"
@@ -33,7 +37,7 @@ enum class Verb {
   kFilter, kPrioritize, kBind, kPreempt,
   kVPredicate, kVPrioritize, kVAllocate, kVDeallocate, kVPreemptable, kVReclaimable,
   kVSessionOpen, kVSessionClose,
-  kHealthz, kReadyz, kMetrics,
+  kHealthz, kReadyz, kMetrics, kExplain, kNodes,
 };
 
 constexpr std::string_view VerbName(Verb v) {
@@ -53,12 +57,15 @@ constexpr std::string_view VerbName(Verb v) {
     case Verb::kHealthz: return "healthz";
     case Verb::kReadyz: return "readyz";
     case Verb::kMetrics: return "metrics";
+    case Verb::kExplain: return "explain";
+    case Verb::kNodes: return "nodes";
   }
   return "unknown";
 }
-constexpr int kVerbCount = static_cast<int>(Verb::kMetrics) + 1;
+constexpr int kVerbCount = static_cast<int>(Verb::kNodes) + 1;
 
 bool IsVolcano(Verb v) { return v >= Verb::kVPredicate && v <= Verb::kVSessionClose; }
+// Read-only routes (GET, HEAD); /explain takes a POSTed Pod too.
 bool IsGet(Verb v) { return v >= Verb::kHealthz; }
 
 // Volcano's vote values (pkg/scheduler/plugins/util/util.go) and predicate status codes
@@ -78,19 +85,6 @@ std::string PodLabel(std::string_view ns, std::string_view name, std::string_vie
   s.reserve(ns.size() + name.size() + 1);
   s.append(ns).append("/").append(name);
   return s;
-}
-
-framework::NodeInfo NodeInfoOf(const state::NodeRecord& record) {
-  framework::NodeInfo info;
-  info.name = record.name;
-  info.topology = record.topology;
-  info.topology_fingerprint = record.fingerprint;
-  info.allocated = record.allocated;
-  // No labels: no plugin's verdict may read them (NodeInfo::labels), and copying them for every
-  // class and pool-node group evaluated was a measurable part of a pool pod's prioritize.
-  info.schedulable = record.schedulable;
-  info.held = record.held();
-  return info;
 }
 
 // A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
@@ -185,6 +179,8 @@ struct ExtenderService::Impl {
     if (path == "/healthz") return Verb::kHealthz;
     if (path == "/readyz") return Verb::kReadyz;
     if (path == "/metrics") return Verb::kMetrics;
+    if (path == "/explain") return Verb::kExplain;
+    if (path == "/nodes") return Verb::kNodes;
     auto under = [&](std::string_view prefix, std::string_view& rest) {
       if (!path.starts_with(prefix)) return false;
       rest = path.substr(prefix.size());
@@ -228,11 +224,12 @@ struct ExtenderService::Impl {
       requests.With({"unknown", "404"}).Inc();
       return;
     }
-    const bool get = IsGet(*verb);
+    const bool post_too = *verb == Verb::kExplain;
+    const bool get = IsGet(*verb) && !(post_too && req.method == "POST");
     if ((get && req.method != "GET" && req.method != "HEAD") || (!get && req.method != "POST")) {
       resp.status = 405;
       resp.extra_header_name = "Allow";
-      resp.extra_header_value = get ? "GET, HEAD" : "POST";
+      resp.extra_header_value = post_too ? "GET, HEAD, POST" : get ? "GET, HEAD" : "POST";
       resp.body = "{\"Error\":\"method not allowed\"}";
       requests.With({VerbName(*verb), "405"}).Inc();
       return;
@@ -314,6 +311,8 @@ struct ExtenderService::Impl {
         resp.content_type = "text/plain; version=0.0.4; charset=utf-8";
         resp.body = registry.Render();
         return;
+      case Verb::kExplain: return Explain(req, resp);
+      case Verb::kNodes: return Nodes(req, resp);
       case Verb::kFilter: return Filter(req.body, resp, false);
       case Verb::kPrioritize: return Filter(req.body, resp, true);
       case Verb::kBind: return Bind(req.body, resp);
@@ -485,6 +484,10 @@ struct ExtenderService::Impl {
         if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
       } else {
         v->message = filtered.ToString();
+        // The engine's outcome is the cycle's (DeviceFit computed it); not for a node refused for
+        // its state, where no placement was tried.
+        const bool placed = info.topology != nullptr && info.schedulable && !info.held;
+        v->summary = RefusalSummary(entry.request, info, filtered, placed ? &cycle->Outcome(info) : nullptr);
         std::string reason = filtered.plugin().empty() ? std::string("unknown") : filtered.plugin();
         reason.append("/").append(framework::ToString(filtered.code()));
         v->rejections = &rejections.With({reason});
@@ -678,6 +681,26 @@ struct ExtenderService::Impl {
       return;
     }
     WriteFilterResult(resp.body, nodes_mode, passed, failed, unresolvable, "");
+    if (passed.empty() && !nodes.empty() && hooks != nullptr) {
+      // No node fits: the pod's owner gets the reasons counted (a FailedScheduling event). Off the
+      // hot path: only calls that leave no node pay for the second pass (verdicts are cached).
+      const std::set<std::string, std::less<>> stale = hooks->StaleTopologies();
+      std::vector<std::pair<std::string, std::size_t>> reasons;
+      auto count = [&](std::string_view summary) {
+        for (auto& [text, n] : reasons) {
+          if (text == summary) return void(++n);
+        }
+        reasons.emplace_back(std::string(summary), 1);
+      };
+      for (const NodeRef& n : nodes) {
+        const std::size_t i = snap->IndexOf(n.name);
+        const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict_at(i);
+        std::string_view summary = v == nullptr ? kSummaryNoTopology : std::string_view(v->summary);
+        if (summary == kSummaryNoTopology && stale.contains(n.name)) summary = kSummaryStale;
+        count(summary);
+      }
+      hooks->PodUnschedulable(e.pod_namespace, e.pod_name, e.uid, SummarizeRefusals(nodes.size(), 0, std::move(reasons)));
+    }
     if (server::LogEnabled(LogLevel::kDebug)) {
       server::Log(LogLevel::kDebug, {"filter", pod, ""},
                   std::to_string(passed.size()) + " of " + std::to_string(nodes.size()) + " nodes fit (" +
@@ -690,11 +713,13 @@ struct ExtenderService::Impl {
   struct BindOutcome {
     std::string error;  // empty = bound
     std::string outcome;  // metric label
+    std::string alignment;  // AlignmentNote of the placement bound (for the pod's event)
   };
 
   BindOutcome Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb) {
     const std::string pod = PodLabel(entry->pod_namespace, entry->pod_name, entry->uid);
     bool confirmed = false;
+    std::string alignment;
     auto decide = [&](const state::NodeRecord& record) -> Result<state::PodAllocation> {
       state::PodAllocation a;
       a.uid = entry->uid;
@@ -722,6 +747,7 @@ struct ExtenderService::Impl {
       if (!reserved.ok()) return Error("unfit: reserve on " + record.name + " refused: " + reserved.ToString());
       a.delta = framework::DeltaOf(*record.topology, entry->request, placement);
       a.worst_class = placement.worst_class;
+      alignment = AlignmentNote(placement);
       return a;
     };
     Result<state::BindResult> bound = store.Bind(node, entry->uid, decide);
@@ -754,9 +780,10 @@ struct ExtenderService::Impl {
       for (std::size_t i = 0; i < d.nics.size(); ++i) what += (i ? "," : "") + std::to_string(d.nics[i]);
       what += "]";
       if (entry->interested) what += " worst " + std::string(ToString(bound->allocation.worst_class));
+      if (!alignment.empty()) what += " (" + alignment + ")";
       server::Log(LogLevel::kInfo, {verb, pod, node}, what);
     }
-    return {"", "bound"};
+    return {"", "bound", std::move(alignment)};
   }
 
   // Only the leader changes state; an in-band error makes the scheduler retry (by then the
@@ -835,7 +862,11 @@ struct ExtenderService::Impl {
     BindOutcome out = Commit(entry, b.node, "bind");
     if (out.error.empty()) {
       if (auto bound = store.FindPod(b.pod_uid)) {
-        if (std::string error = Complete(*bound); !error.empty()) out = {std::move(error), "binding_failed"};
+        if (std::string error = Complete(*bound); !error.empty()) {
+          out = {std::move(error), "binding_failed", ""};
+        } else if (out.outcome == "bound" && hooks != nullptr) {
+          hooks->PodAllocated(*bound, out.alignment, /*volcano=*/false);
+        }
       }
     }
     binds.With({out.outcome}).Inc();
@@ -996,6 +1027,9 @@ struct ExtenderService::Impl {
       }
     }
     const BindOutcome out = Commit(*entry, task.node_name, "volcano/allocate");
+    if (out.error.empty() && out.outcome == "bound" && hooks != nullptr) {
+      if (auto allocated = store.FindPod(task.uid)) hooks->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
+    }
     binds.With({out.outcome}).Inc();
     WriteVolcanoEventResult(resp.body, out.error);
   }
@@ -1067,6 +1101,164 @@ struct ExtenderService::Impl {
     resp.body = "{}";
   }
 
+  // ---- explain and nodes (read-only, any replica) ----
+
+  // A query's parameters, percent-decoded. Only `allowed` keys; each at most once.
+  static Result<std::map<std::string, std::string>> ReadQuery(std::string_view target,
+                                                              std::initializer_list<std::string_view> allowed) {
+    std::map<std::string, std::string> out;
+    const std::size_t q = target.find('?');
+    if (q == std::string_view::npos) return out;
+    std::string_view rest = target.substr(q + 1);
+    auto decode = [](std::string_view in) -> std::optional<std::string> {
+      std::string s;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (in[i] == '+') {
+          s += ' ';
+        } else if (in[i] == '%') {
+          if (i + 2 >= in.size() || !std::isxdigit(static_cast<unsigned char>(in[i + 1])) ||
+              !std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+            return std::nullopt;
+          }
+          s += static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16));
+          i += 2;
+        } else {
+          s += in[i];
+        }
+      }
+      return s;
+    };
+    while (!rest.empty()) {
+      const std::size_t amp = rest.find('&');
+      const std::string_view pair = rest.substr(0, amp);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+      if (pair.empty()) continue;
+      const std::size_t eq = pair.find('=');
+      const std::optional<std::string> key = decode(pair.substr(0, eq));
+      const std::optional<std::string> value = decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+      if (!key || !value) return Error("bad percent-encoding in the query");
+      if (std::find(allowed.begin(), allowed.end(), *key) == allowed.end()) {
+        std::string known;
+        for (std::string_view a : allowed) known += (known.empty() ? "" : ", ") + std::string(a);
+        return Error("unknown query parameter \"" + *key + "\" (known: " + known + ")");
+      }
+      if (!out.emplace(*key, *value).second) return Error("query parameter \"" + *key + "\" given twice");
+    }
+    return out;
+  }
+
+  // A Kubernetes object name or namespace: DNS-1123 subdomain characters, at most 253.
+  static bool ValidName(std::string_view s) {
+    if (s.empty() || s.size() > 253) return false;
+    return std::all_of(s.begin(), s.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+    });
+  }
+
+  static void PlainError(HttpResponse& resp, int status, const std::string& message) {
+    resp.status = status;
+    resp.content_type = "application/json";
+    resp.body.clear();
+    resp.body.append("{\"Error\":");
+    AppendJsonString(resp.body, message);
+    resp.body.append("}");
+  }
+
+  // Text (kubectl toposched) or JSON (the default).
+  static Result<bool> WantsText(const std::map<std::string, std::string>& query) {
+    const auto it = query.find("format");
+    if (it == query.end() || it->second == "json") return false;
+    if (it->second == "text") return true;
+    return Error("format must be json or text, not \"" + it->second + "\"");
+  }
+
+  // GET /explain?pod=NS/NAME (looked up through the hooks: the API server) or POST /explain with
+  // a Pod: where the pod would go now and why not elsewhere, every node of the current store.
+  void Explain(const HttpRequest& req, HttpResponse& resp) {
+    Result<std::map<std::string, std::string>> query = ReadQuery(req.target, {"pod", "format", "limit"});
+    if (!query.ok()) return PlainError(resp, 400, query.error().message());
+    Result<bool> text = WantsText(*query);
+    if (!text.ok()) return PlainError(resp, 400, text.error().message());
+    std::size_t limit = options.max_explain_nodes;
+    if (auto it = query->find("limit"); it != query->end()) {
+      const std::string& v = it->second;
+      if (v.empty() || v.size() > 6 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          std::stoul(v) == 0) {
+        return PlainError(resp, 400, "limit must be a whole number from 1 to 999999, not \"" + v + "\"");
+      }
+      limit = std::stoul(v);
+    }
+    std::string pod_json;
+    if (req.method == "POST") {
+      if (query->contains("pod")) return PlainError(resp, 400, "POST the Pod or name it with ?pod=, not both");
+      pod_json = std::string(req.body);
+    } else {
+      const auto it = query->find("pod");
+      if (it == query->end()) return PlainError(resp, 400, "name the pod: ?pod=NAMESPACE/NAME (or POST the Pod JSON)");
+      const std::string& ref = it->second;
+      const std::size_t slash = ref.find('/');
+      const std::string ns = slash == std::string::npos ? std::string() : ref.substr(0, slash);
+      const std::string name = slash == std::string::npos ? ref : ref.substr(slash + 1);
+      if (!ValidName(ns) || !ValidName(name) || ns.size() > 63) {
+        return PlainError(resp, 400, "pod must be NAMESPACE/NAME (lower-case DNS names), not \"" + ref + "\"");
+      }
+      if (hooks == nullptr) {
+        return PlainError(resp, 404, "this extender has no API server to look pods up in (it runs on a cluster "
+                                     "directory): POST the Pod JSON to /explain instead");
+      }
+      Result<std::string> pod = hooks->LookupPod(ns, name);
+      if (!pod.ok()) {
+        const bool missing = pod.error().message().starts_with(kPodNotFoundTag);
+        return PlainError(resp, missing ? 404 : 502, pod.error().message());
+      }
+      pod_json = std::move(pod).value();
+    }
+    Result<PlacementRequest> request = ParsePodRequest(pod_json, framework.config().request);
+    if (!request.ok()) return PlainError(resp, 400, "cannot read the Pod: " + request.error().message());
+    if (explaining.exchange(true)) {
+      resp.extra_header_name = "Retry-After";
+      resp.extra_header_value = "1";
+      return PlainError(resp, 429, "another explain is running; retry in a second");
+    }
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag.store(false); }
+    } done{explaining};
+    ExplainInput in;
+    in.framework = &framework;
+    in.store = &store;
+    in.snapshot = store.snapshot();
+    in.pod_label = PodLabel(request->pod_namespace, request->pod_name, request->pod_uid);
+    if (in.pod_label.empty()) in.pod_label = "(the posted pod)";
+    if (!request->pod_uid.empty()) in.allocation = store.FindPod(request->pod_uid);
+    if (hooks != nullptr) in.stale_nodes = hooks->StaleTopologies();
+    in.limit = limit;
+    in.request = std::move(request).value();
+    const Explanation e = extender::Explain(in);
+    if (*text) {
+      resp.content_type = "text/plain; charset=utf-8";
+      resp.body = ToText(e);
+    } else {
+      resp.body = ToJson(e);
+    }
+  }
+
+  void Nodes(const HttpRequest& req, HttpResponse& resp) {
+    Result<std::map<std::string, std::string>> query = ReadQuery(req.target, {"format"});
+    if (!query.ok()) return PlainError(resp, 400, query.error().message());
+    Result<bool> text = WantsText(*query);
+    if (!text.ok()) return PlainError(resp, 400, text.error().message());
+    const auto snap = store.snapshot();
+    const std::set<std::string, std::less<>> stale =
+        hooks != nullptr ? hooks->StaleTopologies() : std::set<std::string, std::less<>>{};
+    if (*text) {
+      resp.content_type = "text/plain; charset=utf-8";
+      resp.body = NodesText(*snap, stale);
+    } else {
+      resp.body = NodesJson(*snap, stale);
+    }
+  }
+
   static constexpr std::string_view kUnknownNode =
       "toposched has no NodeTopology for this node (is the agent running there?)";
 
@@ -1096,6 +1288,7 @@ struct ExtenderService::Impl {
   server::Counter* ok_requests[kVerbCount] = {};
   server::Counter* unknown_node_rejections = &rejections.With({"UnknownNode"});
   std::function<void()> scrape_hook;
+  std::atomic<bool> explaining{false};  // one explain at a time (each walks every node)
 };
 
 ExtenderService::ExtenderService(const framework::Framework& framework, state::ClusterStore& store,
@@ -1114,6 +1307,7 @@ void ExtenderService::Handle(const server::HttpRequest& request, server::HttpRes
 std::size_t ExtenderService::BodyLimit(std::string_view target) const {
   const std::optional<Verb> verb = impl_->Route(Impl::PathOf(target));
   if (verb == Verb::kVSessionOpen) return impl_->options.max_session_body_bytes;
+  if (verb == Verb::kExplain) return impl_->options.max_explain_body_bytes;
   return impl_->options.max_body_bytes;
 }
 

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "explain.h"
 #include "plugins/registry.h"
 #include "testing/http_client.h"
 #include "testing/k8s_payloads.h"
@@ -629,13 +630,14 @@ namespace {
 
 // An ExtenderService on one HGX node called in-process (no HTTP), with a settable clock.
 struct InProcess {
-  explicit InProcess(ExtenderOptions options = {})
+  explicit InProcess(ExtenderOptions options = {}, BindHooks* hooks = nullptr,
+                     const Nodes& nodes = Nodes{{"hgx-a", "hgx-h100-8gpu"}})
       : registry(plugins::BuiltinRegistry()),
         fw(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value()),
         store(nullptr, StoreOptionsFor(fw.config())) {
-    EXPECT_TRUE(store.UpsertNode({"hgx-a", Preset("hgx-h100-8gpu"), {}, true}).ok());
+    for (const auto& [name, preset] : nodes) EXPECT_TRUE(store.UpsertNode({name, Preset(preset), {}, true}).ok());
     store.SetSynced(true);
-    service = std::make_unique<ExtenderService>(fw, store, metrics, std::move(options), [this] { return now; });
+    service = std::make_unique<ExtenderService>(fw, store, metrics, std::move(options), [this] { return now; }, hooks);
   }
   server::HttpResponse Call(std::string_view method, std::string_view target, std::string_view body,
                             bool verified = false) {
@@ -700,6 +702,244 @@ TEST(ExtenderSecurity, VerbsNeedAVerifiedClientCertificateWhenRequired) {
   EXPECT_EQ(allowed.status, 200);
   EXPECT_EQ(json::parse(allowed.body)["NodeNames"], json::array({"hgx-a"})) << allowed.body;
   EXPECT_EQ(store.pod_count(), 0u) << "nothing refused changed the store";
+}
+
+// What the Kubernetes source would be told (issue 17: events, explain, nodes).
+class RecordingHooks : public BindHooks {
+ public:
+  bool MayChangeState() const override { return true; }
+  bool Ready(std::string*) const override { return true; }
+  Result<std::string> FetchPod(std::string_view, std::string_view, std::string_view) override {
+    return Error("no API server in this test");
+  }
+  Status CompleteBind(const state::PodAllocation&) override { return Status::Ok(); }
+  bool MayRebind(const state::PodAllocation&) override { return true; }
+  void PodUnschedulable(std::string_view ns, std::string_view name, std::string_view, std::string_view summary) override {
+    unschedulable.emplace_back(std::string(ns) + "/" + std::string(name), std::string(summary));
+  }
+  void PodAllocated(const state::PodAllocation& a, std::string_view alignment, bool volcano) override {
+    allocated.push_back({a.pod_name, a.node, std::string(alignment), volcano});
+  }
+  Result<std::string> LookupPod(std::string_view ns, std::string_view name) override {
+    const auto it = pods.find(std::string(ns) + "/" + std::string(name));
+    if (it == pods.end()) return Error(std::string(kPodNotFoundTag) + std::string(ns) + "/" + std::string(name));
+    return it->second;
+  }
+  std::set<std::string, std::less<>> StaleTopologies() const override { return stale; }
+
+  struct Allocated {
+    std::string pod, node, alignment;
+    bool volcano;
+  };
+  std::vector<std::pair<std::string, std::string>> unschedulable;  // pod, summary
+  std::vector<Allocated> allocated;
+  std::map<std::string, std::string> pods;  // "ns/name" -> Pod JSON
+  std::set<std::string, std::less<>> stale;
+};
+
+// A cluster where an 8-GPU, 8-NIC pod fits nowhere, each node for its own reason.
+struct NoFitCluster {
+  NoFitCluster() : h(ExtenderOptions{}, &hooks, Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"},
+                                                       {"pcie-1", "pcie-4gpu"}, {"pcie-2", "pcie-4gpu"},
+                                                       {"pcie-3", "pcie-4gpu"}}) {
+    EXPECT_TRUE(h.store.UpsertNode({"hgx-b", Preset("hgx-h100-8gpu"), {}, /*schedulable=*/false}).ok());
+    EXPECT_TRUE(h.store.UpsertNode({"stale-c", nullptr, {}, true}).ok());  // topology withdrawn: stale
+    hooks.stale.insert("stale-c");
+    // hgx-a: 2 GPUs taken, 6 left.
+    const PodSpec small{.name = "small", .uid = "uid-small", .gpus = 2, .rdma = 2};
+    EXPECT_EQ(h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(small), {"hgx-a"})).status, 200);
+    EXPECT_EQ(json::parse(h.Call("POST", "/scheduler/bind", testing::BindingArgs(small, "hgx-a")).body)["Error"], "");
+  }
+  RecordingHooks hooks;
+  InProcess h;
+  const std::vector<std::string> names{"hgx-a", "hgx-b", "pcie-1", "pcie-2", "pcie-3", "stale-c", "ghost"};
+};
+
+TEST(ExtenderEvents, AFilterThatLeavesNoNodeTellsThePodTheReasonsByCount) {
+  NoFitCluster c;
+  const server::HttpResponse r = c.h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), c.names));
+  ASSERT_EQ(r.status, 200);
+  EXPECT_TRUE(json::parse(r.body)["NodeNames"].empty()) << r.body;
+  ASSERT_EQ(c.hooks.unschedulable.size(), 1u);
+  EXPECT_EQ(c.hooks.unschedulable[0].first, "default/train");
+  // Most nodes first, ties by text; "ghost" has no record at all, stale-c's topology is withdrawn.
+  EXPECT_EQ(c.hooks.unschedulable[0].second,
+            "0/7 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: cordoned; "
+            "1 node: fewer than 8 free GPUs; 1 node: no NodeTopology (is the toposched agent running there?); "
+            "1 node: stale topology (the agent's heartbeat is too old)");
+  // A call where one node fits tells nothing.
+  const PodSpec four{.name = "four", .uid = "uid-four", .gpus = 4, .rdma = 4};
+  c.h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(four), c.names));
+  EXPECT_EQ(c.hooks.unschedulable.size(), 1u);
+}
+
+TEST(ExtenderEvents, ABindTellsWhetherTheWorstLinkWasTheBestTheNodeAllows) {
+  NoFitCluster c;  // its constructor bound "small" (2 GPUs, 2 NICs) on hgx-a
+  ASSERT_EQ(c.hooks.allocated.size(), 1u);
+  EXPECT_EQ(c.hooks.allocated[0].pod, "small");
+  EXPECT_EQ(c.hooks.allocated[0].node, "hgx-a");
+  EXPECT_EQ(c.hooks.allocated[0].alignment, "the best this node allows");  // HGX: PIX pairs
+  EXPECT_FALSE(c.hooks.allocated[0].volcano);
+  // A retried bind of a bound pod tells nothing new.
+  const PodSpec small{.name = "small", .uid = "uid-small", .gpus = 2, .rdma = 2};
+  c.h.Call("POST", "/scheduler/bind", testing::BindingArgs(small, "hgx-a"));
+  EXPECT_EQ(c.hooks.allocated.size(), 1u);
+  // Volcano's allocate says so too, marked as Volcano's (it binds later itself).
+  const PodSpec v{.name = "v", .uid = "uid-v", .gpus = 1, .rdma = 1};
+  c.h.Call("POST", "/volcano/allocate", json{{"task", testing::MakeTask(v, "hgx-a")}}.dump());
+  ASSERT_EQ(c.hooks.allocated.size(), 2u);
+  EXPECT_TRUE(c.hooks.allocated[1].volcano);
+}
+
+TEST(ExtenderEvents, AlignmentNoteComparesTheWorstPairWithTheEmptyNodesBest) {
+  Placement p;
+  EXPECT_EQ(AlignmentNote(p), "") << "no GPU->NIC pairs: nothing to say";
+  p.pairs.push_back({0, 0, LinkClass::kPHB});
+  p.cost.worst_gpu_nic = 3;  // PHB
+  p.best_possible_worst = 1;  // PIX with every device free
+  EXPECT_EQ(AlignmentNote(p), "the node allows PIX; its free devices did not");
+  p.best_possible_worst = 3;
+  EXPECT_EQ(AlignmentNote(p), "the best this node allows");
+}
+
+TEST(ExtenderEvents, SummaryKeepsTheLargestGroupsAndCountsTheRest) {
+  std::vector<std::pair<std::string, std::size_t>> reasons;
+  for (int i = 0; i < 8; ++i) reasons.emplace_back("reason " + std::to_string(i), static_cast<std::size_t>(i + 1));
+  // 36 nodes refused: groups of 8..1; the two smallest (2 + 1 nodes) become "other reasons".
+  EXPECT_EQ(SummarizeRefusals(40, 4, reasons),
+            "4/40 nodes fit: 8 nodes: reason 7; 7 nodes: reason 6; 6 nodes: reason 5; 5 nodes: reason 4; "
+            "4 nodes: reason 3; 3 nodes: reason 2; 3 nodes: other reasons");
+}
+
+TEST(ExtenderExplain, ByNameAnswersPerNodeReasonsAndScoresFromTheStore) {
+  NoFitCluster c;
+  const PodSpec four{.name = "four", .uid = "uid-four", .gpus = 4, .rdma = 4};
+  c.hooks.pods["default/four"] = MakePod(four).dump();
+  const server::HttpResponse r = c.h.Call("GET", "/explain?pod=default/four", "");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  const json e = json::parse(r.body);
+  EXPECT_EQ(e["pod"], "default/four");
+  EXPECT_EQ(e["request"], "4 GPUs, 4 RDMA NICs, GPU->NIC alignment preferred");
+  EXPECT_EQ(e["nodesTotal"], 6);  // the store's nodes (ghost is not one)
+  EXPECT_EQ(e["nodesFit"], 1);    // hgx-a (6 GPUs free); the 4-GPU machines have no RDMA NIC
+  EXPECT_EQ(e["best"], "hgx-a") << e.dump(2);
+  EXPECT_TRUE(e["boundTo"].is_null());
+  const json& best = e["nodes"][0];
+  EXPECT_EQ(best["name"], "hgx-a");
+  EXPECT_TRUE(best["fits"]);
+  EXPECT_EQ(best["gpus"].size(), 4u);
+  EXPECT_EQ(best["nics"].size(), 4u);
+  EXPECT_EQ(best["worstClass"], "PIX");
+  EXPECT_EQ(best["extenderScore"], framework::ToExtenderScore(best["score"].get<int>()));
+  EXPECT_NE(best["explanation"].get<std::string>().find("total"), std::string::npos);
+  std::map<std::string, json> by_name;
+  for (const json& n : e["nodes"]) by_name[n["name"]] = n;
+  EXPECT_FALSE(by_name["hgx-b"]["fits"]);
+  EXPECT_EQ(by_name["hgx-b"]["summary"], "cordoned");
+  EXPECT_EQ(by_name["stale-c"]["summary"], "stale topology (the agent's heartbeat is too old)");
+  EXPECT_EQ(by_name["stale-c"]["plugin"], "DeviceFit");
+  EXPECT_EQ(e["summary"],
+            "1/6 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: cordoned; 1 node: "
+            "stale topology (the agent's heartbeat is too old)");
+  EXPECT_EQ(e["reasons"][0], json({{"reason", "fewer GPUs or RDMA NICs in all than the pod asks"}, {"nodes", 3}}));
+  // Explaining changes nothing: no reservation, no allocation.
+  EXPECT_EQ(c.h.service->cached_pods(), 0u);
+  EXPECT_EQ(c.h.store.pod_count(), 1u);
+
+  // The same as text (kubectl toposched explain), and truncated to one node.
+  const server::HttpResponse text = c.h.Call("GET", "/explain?pod=default%2Ffour&format=text&limit=1", "");
+  ASSERT_EQ(text.status, 200) << text.body;
+  EXPECT_EQ(text.content_type, "text/plain; charset=utf-8");
+  EXPECT_NE(text.body.find("Best node now: hgx-a\n"), std::string::npos) << text.body;
+  EXPECT_NE(text.body.find("hgx-a  fits  score "), std::string::npos) << text.body;
+  EXPECT_EQ(text.body.find("pcie-1"), std::string::npos) << "limit=1 lists one node";
+  EXPECT_NE(text.body.find("raise ?limit="), std::string::npos) << text.body;
+}
+
+TEST(ExtenderExplain, APostedPodAndABoundPodWhoseOwnDevicesCountFree) {
+  NoFitCluster c;
+  // The bound pod "small" on hgx-a: its 2 GPUs are free for the question "where would it go now".
+  const PodSpec small{.name = "small", .uid = "uid-small", .gpus = 2, .rdma = 2};
+  server::HttpResponse r = c.h.Call("POST", "/explain", MakePod(small).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json e = json::parse(r.body);
+  EXPECT_EQ(e["boundTo"]["node"], "hgx-a");
+  EXPECT_NE(e["boundTo"]["devices"].get<std::string>().find("GPUs "), std::string::npos) << e["boundTo"];
+  EXPECT_EQ(e["boundTo"]["worstClass"], "PIX");
+  // The unschedulable pod: nothing fits, and the summary is the one its event carries.
+  r = c.h.Call("POST", "/explain?format=text", MakePod(kTraining8).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("0/6 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; "), std::string::npos)
+      << r.body;
+  EXPECT_EQ(r.body.find("Best node now"), std::string::npos) << r.body;
+}
+
+TEST(ExtenderExplain, BadRequestsGetClearErrors) {
+  RecordingHooks hooks;
+  InProcess h(ExtenderOptions{.require_client_certificate = true}, &hooks);
+  const auto call = [&](const char* method, const std::string& target, const std::string& body = "",
+                        bool verified = false) { return h.Call(method, target, body, verified); };
+  const auto error_of = [](const server::HttpResponse& r) { return json::parse(r.body)["Error"].get<std::string>(); };
+  EXPECT_EQ(call("GET", "/explain").status, 400);
+  EXPECT_NE(error_of(call("GET", "/explain")).find("?pod=NAMESPACE/NAME"), std::string::npos);
+  EXPECT_EQ(call("GET", "/explain?pod=Default/../x").status, 400);
+  EXPECT_EQ(call("GET", "/explain?pod=a/b&pod=c/d").status, 400);
+  EXPECT_EQ(call("GET", "/explain?pod=a/b&verbose=1").status, 400);
+  EXPECT_NE(error_of(call("GET", "/explain?pod=a/b&verbose=1")).find("unknown query parameter \"verbose\""),
+            std::string::npos);
+  EXPECT_EQ(call("GET", "/explain?pod=a/b&limit=0").status, 400);
+  EXPECT_EQ(call("GET", "/explain?pod=a/b&format=yaml").status, 400);
+  EXPECT_EQ(call("GET", "/explain?pod=a/b%zz").status, 400);
+  const server::HttpResponse missing = call("GET", "/explain?pod=default/nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(error_of(missing), "pod not found: default/nope");
+  hooks.pods["default/broken"] = R"({"kind":"Service"})";
+  EXPECT_EQ(call("GET", "/explain?pod=default/broken").status, 400);
+  // A posted Pod is a request body like the verbs': with mutual TLS it needs the certificate.
+  const std::string pod = MakePod(PodSpec{.name = "p", .uid = "uid-p", .gpus = 1}).dump();
+  EXPECT_EQ(call("POST", "/explain", pod).status, 403);
+  EXPECT_EQ(call("POST", "/explain", pod, true).status, 200);
+  EXPECT_EQ(call("POST", "/explain", "not json", true).status, 400);
+  EXPECT_EQ(call("POST", "/explain?pod=a/b", pod, true).status, 400);
+  EXPECT_EQ(call("PUT", "/explain").status, 405);
+  EXPECT_EQ(call("POST", "/nodes", "{}", true).status, 405);
+  // The read-only GETs stay open like /metrics (the API server's service proxy sends no certificate).
+  hooks.pods["default/p"] = pod;
+  EXPECT_EQ(call("GET", "/explain?pod=default/p").status, 200);
+  EXPECT_EQ(call("GET", "/nodes").status, 200);
+  EXPECT_EQ(h.service->BodyLimit("/explain"), ExtenderOptions{}.max_explain_body_bytes);
+}
+
+TEST(ExtenderExplain, WithoutAnApiServerOnlyAPostedPodCanBeExplained) {
+  InProcess h;
+  const server::HttpResponse r = h.Call("GET", "/explain?pod=default/p", "");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(r.body.find("POST the Pod JSON"), std::string::npos) << r.body;
+  EXPECT_EQ(h.Call("POST", "/explain", MakePod(kTraining8).dump()).status, 200);
+}
+
+TEST(ExtenderNodes, FreeAndAllocatedDevicesStaleAndClassPerNode) {
+  NoFitCluster c;
+  const server::HttpResponse r = c.h.Call("GET", "/nodes", "");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  std::map<std::string, json> by_name;
+  for (const json& n : j["nodes"]) by_name[n["name"]] = n;
+  ASSERT_EQ(by_name.size(), 6u);
+  EXPECT_EQ(by_name["hgx-a"]["gpus"], json({{"total", 8}, {"free", 6}, {"shared", 0}, {"unusable", 0}, {"allocated", 2}}));
+  EXPECT_EQ(by_name["hgx-a"]["rdmaNics"]["free"], by_name["hgx-a"]["rdmaNics"]["total"].get<int>() - 2);
+  EXPECT_EQ(by_name["hgx-a"]["pods"], 1);
+  EXPECT_EQ(by_name["hgx-a"]["state"], "ok");
+  EXPECT_EQ(by_name["hgx-b"]["state"], "cordoned");
+  EXPECT_EQ(by_name["stale-c"]["state"], "stale");
+  EXPECT_TRUE(by_name["stale-c"]["stale"]);
+  EXPECT_EQ(j["total"]["staleTopologies"], 1);
+  EXPECT_EQ(j["total"]["gpus"], 8 + 8 + 3 * 4);
+  const server::HttpResponse text = c.h.Call("GET", "/nodes?format=text", "");
+  EXPECT_EQ(text.body.rfind("NODE ", 0), 0u) << text.body;
+  EXPECT_NE(text.body.find("stale-c  stale"), std::string::npos) << text.body;
+  EXPECT_NE(text.body.find("1 stale topologies"), std::string::npos) << text.body;
 }
 
 }  // namespace

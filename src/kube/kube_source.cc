@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/kube/event_correlator.h"
 #include "toposched/kube/informer.h"
 #include "json_util.h"
 #include "toposched/kube/objects.h"
@@ -140,7 +141,13 @@ struct KubeSource::Impl {
                                        "Failed lists and watches (each followed by a backoff) per informer.",
                                        {"resource"})),
         informer_events(reg.AddCounter("toposched_kube_informer_events_total", "Watch events applied per informer.",
-                                       {"resource"})) {
+                                       {"resource"})),
+        pod_events(reg.AddCounter(
+            "toposched_pod_events_total",
+            "Events written on pods, by reason and result: created, patched (a repeat: count raised), failed, "
+            "rate_limited (the per-pod spam filter dropped an occurrence), skipped (the pod's devices were "
+            "released before the event was written).",
+            {"reason", "result"})) {
     // Series without labels exist (at 0) from the start, as Prometheus' own clients expose them:
     // rate(), increase() and alerts on them need a sample before the first change.
     restore_errors.With({});
@@ -169,6 +176,7 @@ struct KubeSource::Impl {
   server::Family<server::Counter>& informer_gone;
   server::Family<server::Counter>& informer_errors;
   server::Family<server::Counter>& informer_events;
+  server::Family<server::Counter>& pod_events;
 
   std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
   std::unique_ptr<Informer> hypernode_informer;  // only with options.network.hyper_nodes
@@ -188,6 +196,10 @@ struct KubeSource::Impl {
   std::map<std::string, NodeTopologyView, std::less<>> topologies;
   std::map<std::string, NodeInputs, std::less<>> applied_inputs;
   std::set<std::string, std::less<>> stale;  // nodes whose topology heartbeat is too old
+  // A copy of `stale` under its own small lock, for the extender's read-only views and a
+  // filter's no-node summary, which must not wait on mu (held through whole relists).
+  mutable std::mutex stale_copy_mu;
+  std::set<std::string, std::less<>> stale_copy;
   struct PodState {
     std::string pod_namespace, pod_name, node_name;
     bool ready = false;
@@ -214,6 +226,11 @@ struct KubeSource::Impl {
   std::mutex warn_mu;
   std::vector<PodEvent> queued_events;
   std::set<std::string> warned;  // uid + '\n' + message; cleared when it grows past 10,000
+  // FailedScheduling summaries (BindHooks::PodUnschedulable): repeated on every retry of a
+  // pending pod, so deduplicated, aggregated and rate-limited (event_correlator.h), written by
+  // the periodic loop.
+  std::mutex correlator_mu;
+  EventCorrelator correlator;
   std::atomic<bool> pods_applied{false};
 
   // Nodes whose Node carries HAMi's registration annotation (its device plugin runs there), for
@@ -392,6 +409,10 @@ struct KubeSource::Impl {
     if (!topologies.contains(name)) {  // deleted: nothing left to be stale
       const bool was = stale.erase(name) > 0;
       stale_gauge.With({}).Set(static_cast<double>(stale.size()));
+      if (was) {
+        std::lock_guard lock(stale_copy_mu);
+        stale_copy = stale;
+      }
       return was;
     }
     bool is_stale = false;
@@ -403,6 +424,13 @@ struct KubeSource::Impl {
     }
     const bool was = stale.contains(name);
     if (is_stale == was) return false;
+    struct Publish {  // the copy /nodes and /explain read without taking mu
+      Impl& d;
+      ~Publish() {
+        std::lock_guard lock(d.stale_copy_mu);
+        d.stale_copy = d.stale;
+      }
+    } publish{*this};
     if (is_stale) {
       stale.insert(name);
       server::Log(LogLevel::kWarn, {kVerb, "", name},
@@ -812,7 +840,67 @@ struct KubeSource::Impl {
       std::lock_guard lock(warn_mu);
       events.swap(queued_events);
     }
+    // A DevicesAllocated event whose allocation is gone by now (a Volcano statement discarded, a
+    // pod deleted at once) would tell of devices the pod does not hold: not written.
+    std::erase_if(events, [&](const PodEvent& e) {
+      if (e.reason != "DevicesAllocated") return false;
+      const std::optional<state::PodAllocation> a = store.FindPod(e.uid);
+      if (a && a->node == e.node) return false;
+      pod_events.With({e.reason, "skipped"}).Inc();
+      return true;
+    });
     PostEvents(events);
+    PostCorrelatedEvents();
+  }
+
+  // The FailedScheduling summaries due (EventCorrelator): new ones created, repeats patched
+  // (count, lastTimestamp, message), as client-go's recorder does.
+  void PostCorrelatedEvents() {
+    std::vector<EventCorrelator::Write> due;
+    {
+      std::lock_guard lock(correlator_mu);
+      due = correlator.Due();
+    }
+    for (const EventCorrelator::Write& w : due) {
+      Result<json> r = Error("");
+      if (w.create) {
+        json event = EventObject(w.name, w.pod_namespace, w.pod_name, w.pod_uid, w.reason, w.message, w.type,
+                                 w.first, w.last, w.count);
+        r = api.Create(EventCollection(w.pod_namespace), event);
+      } else {
+        r = api.Patch(EventCollection(w.pod_namespace) + "/" + w.name, PatchType::kMerge,
+                      json{{"count", w.count}, {"lastTimestamp", FormatTime(w.last)}, {"message", w.message}});
+      }
+      pod_events.With({w.reason, r.ok() ? (w.create ? "created" : "patched") : "failed"}).Inc();
+      if (!r.ok()) {
+        server::Log(LogLevel::kWarn, {kVerb, PodLabel(w.pod_namespace, w.pod_name), ""},
+                    "cannot write the " + w.reason + " event: " + r.error().message());
+      }
+      std::lock_guard lock(correlator_mu);
+      correlator.Written(w.id, r.ok());
+    }
+  }
+
+  json EventObject(const std::string& name, const std::string& ns, const std::string& pod_name,
+                   const std::string& uid, const std::string& reason, const std::string& message,
+                   const std::string& type, SystemClock::time_point first, SystemClock::time_point last,
+                   int count) const {
+    return {
+        {"apiVersion", "v1"},
+        {"kind", "Event"},
+        {"metadata", {{"name", name}, {"namespace", ns}}},
+        {"involvedObject",
+         {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", ns}, {"name", pod_name}, {"uid", uid}}},
+        {"reason", reason},
+        {"message", message},
+        {"type", type},
+        {"source", {{"component", options.event_component}}},
+        {"reportingComponent", "toposched.io/" + options.event_component},
+        {"reportingInstance", options.identity},
+        {"firstTimestamp", FormatTime(first)},
+        {"lastTimestamp", FormatTime(last)},
+        {"count", count},
+    };
   }
 
   // A Warning event on each held pod not yet told, written by the replica that may change state
@@ -955,27 +1043,11 @@ struct KubeSource::Impl {
     if (events.empty() || !MayChangeState()) return;
     const auto now = SystemClock::now();
     for (const PodEvent& e : events) {
-      const std::string stamp = FormatTime(now);
-      json event = {
-          {"apiVersion", "v1"},
-          {"kind", "Event"},
-          {"metadata",
-           {{"name", e.pod_name + "." + std::to_string(now.time_since_epoch().count())},
-            {"namespace", e.pod_namespace}}},
-          {"involvedObject",
-           {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", e.pod_namespace}, {"name", e.pod_name},
-            {"uid", e.uid}}},
-          {"reason", e.reason},
-          {"message", e.message},
-          {"type", e.type},
-          {"source", {{"component", options.event_component}}},
-          {"reportingComponent", "toposched.io/" + options.event_component},
-          {"reportingInstance", options.identity},
-          {"firstTimestamp", stamp},
-          {"lastTimestamp", stamp},
-          {"count", 1},
-      };
-      if (Result<json> r = api.Create(EventCollection(e.pod_namespace), event); !r.ok()) {
+      const json event = EventObject(e.pod_name + "." + std::to_string(now.time_since_epoch().count()),
+                                     e.pod_namespace, e.pod_name, e.uid, e.reason, e.message, e.type, now, now, 1);
+      Result<json> r = api.Create(EventCollection(e.pod_namespace), event);
+      pod_events.With({e.reason, r.ok() ? "created" : "failed"}).Inc();
+      if (!r.ok()) {
         server::Log(LogLevel::kWarn, {kVerb, PodLabel(e.pod_namespace, e.pod_name), e.node},
                     "cannot write the " + e.reason + " event: " + r.error().message());
       }
@@ -1419,6 +1491,55 @@ void KubeSource::PodWarning(std::string_view pod_namespace, std::string_view pod
                      std::string(message), "Warning"});
 }
 
+void KubeSource::PodUnschedulable(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
+                                  std::string_view summary) {
+  if (pod_name.empty()) return;  // a pod without a name (a Volcano task without its Pod): nothing to attach to
+  Impl& d = *impl_;
+  bool kept = false;
+  {
+    std::lock_guard lock(d.correlator_mu);
+    kept = d.correlator.Observe({std::string(pod_namespace), std::string(pod_name), std::string(pod_uid),
+                                 "FailedScheduling", std::string(summary), "Warning"},
+                                SystemClock::now());
+  }
+  if (!kept) d.pod_events.With({"FailedScheduling", "rate_limited"}).Inc();
+}
+
+void KubeSource::PodAllocated(const state::PodAllocation& allocation, std::string_view alignment, bool volcano) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.correlator_mu);
+    d.correlator.DropUnwritten(allocation.uid);
+  }
+  // What the pod got, on the pod (kubectl describe), written by the periodic loop.
+  std::string devices = d.DescribeDevices(allocation);
+  if (devices.empty()) return;
+  if (!alignment.empty() && devices.find("worst GPU->NIC link") != std::string::npos) {
+    devices += " (" + std::string(alignment) + ")";
+  }
+  d.QueueEvent({allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node, "DevicesAllocated",
+                (volcano ? "Allocated on node " + allocation.node + " for Volcano's bind: "
+                         : "Bound to node " + allocation.node + ": ") +
+                    devices,
+                "Normal"});
+}
+
+Result<std::string> KubeSource::LookupPod(std::string_view pod_namespace, std::string_view pod_name) {
+  Result<json> pod = impl_->api.Get(PodPath(pod_namespace, pod_name));
+  if (!pod.ok()) {
+    if (IsNotFound(pod.error())) {
+      return Error(std::string(extender::kPodNotFoundTag) + std::string(pod_namespace) + "/" + std::string(pod_name));
+    }
+    return pod.error().WithContext("cannot read pod " + std::string(pod_namespace) + "/" + std::string(pod_name));
+  }
+  return pod->dump();
+}
+
+std::set<std::string, std::less<>> KubeSource::StaleTopologies() const {
+  std::lock_guard lock(impl_->stale_copy_mu);
+  return impl_->stale_copy;
+}
+
 bool KubeSource::MayChangeState() const { return impl_->MayChangeState(); }
 
 bool KubeSource::Ready(std::string* why) const {
@@ -1464,11 +1585,6 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
     {
       std::lock_guard lock(d.mu);
       if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
-    }
-    // What the pod got, on the pod (kubectl describe), written by the periodic loop.
-    if (std::string devices = d.DescribeDevices(allocation); !devices.empty()) {
-      d.QueueEvent({allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node,
-                    "DevicesAllocated", "Bound to node " + allocation.node + ": " + devices, "Normal"});
     }
   }
   return s;

@@ -103,7 +103,7 @@ def expected_roles(fullname, namespace, mode, agent, hyper_nodes=False):
             ("", "nodes", "get", ()), ("", "nodes", "list", ()), ("", "nodes", "watch", ()),
             ("", "nodes", "update", ()),
             ("", "pods", "get", ()), ("", "pods", "list", ()), ("", "pods", "watch", ()), ("", "pods", "patch", ()),
-            ("", "pods/binding", "create", ()), ("", "events", "create", ()),
+            ("", "pods/binding", "create", ()), ("", "events", "create", ()), ("", "events", "patch", ()),
             ("toposched.io", "nodetopologies", "get", ()), ("toposched.io", "nodetopologies", "list", ()),
             ("toposched.io", "nodetopologies", "watch", ())},
         ("Role", namespace, f"{ext}-leader"): {

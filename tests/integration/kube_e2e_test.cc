@@ -481,6 +481,55 @@ TEST_F(KubeE2E, ReadyAfterBindIsMeasuredAndReported) {
   EXPECT_NE(devices.find("; worst GPU->NIC link "), std::string::npos) << devices;
 }
 
+// Issue 17: a filter that leaves a pod no node gives it one FailedScheduling Warning counting
+// the nodes by reason; a retry with the same reasons raises that Event's count (a PATCH) rather
+// than adding another. And GET /explain?pod= reads the pod from the API server.
+TEST_F(KubeE2E, NoNodeFitsIsOneFailedSchedulingEventWhoseCountRises) {
+  AddNode("a100-0", kAzureA100);
+  AddNode("a100-1", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const json pod = GpuPod(server_, "too-many-nics", 1, 0);
+  json annotated = pod;
+  annotated["metadata"]["annotations"]["toposched.io/rdma-nics"] = "24";  // A100 v4: 8 NICs
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const Scheduled s = Schedule(r, annotated, {"a100-0", "a100-1", "ghost"});
+    ASSERT_NE(s.error.find("no node fits"), std::string::npos) << s.error;
+    if (attempt == 0) {
+      ASSERT_TRUE(WaitFor([&] { return !server_.List("/api/v1/namespaces/default/events").empty(); }));
+    }
+  }
+  const auto failed = [&] {
+    std::vector<json> out;
+    for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+      if (e["reason"] == "FailedScheduling") out.push_back(e);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return failed().size() == 1 && failed()[0]["count"] == 2; }))
+      << server_.List("/api/v1/namespaces/default/events").dump();
+  const json e = failed()[0];
+  EXPECT_EQ(e["type"], "Warning");
+  EXPECT_EQ(e["involvedObject"]["name"], "too-many-nics");
+  EXPECT_EQ(e["involvedObject"]["uid"], pod["metadata"]["uid"]);
+  EXPECT_EQ(e["source"]["component"], "toposched-extender");
+  EXPECT_EQ(e["message"], "0/3 nodes fit: 2 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: no "
+                          "NodeTopology (is the toposched agent running there?)");
+  EXPECT_NE(e["firstTimestamp"], nullptr);
+  EXPECT_NE(r.Call("/metrics", "", "GET").second.find(
+                "toposched_pod_events_total{reason=\"FailedScheduling\",result=\"patched\"} 1"),
+            std::string::npos);
+
+  // The live explanation of the same pod, read by name from the API server.
+  server_.Upsert(kPods, annotated);
+  auto [status, body] = r.Call("/explain?pod=default/too-many-nics", "", "GET");
+  ASSERT_EQ(status, 200) << body;
+  const json explained = json::parse(body);
+  EXPECT_EQ(explained["nodesFit"], 0);
+  EXPECT_EQ(explained["summary"], "0/2 nodes fit: 2 nodes: fewer GPUs or RDMA NICs in all than the pod asks");
+  EXPECT_EQ(r.Call("/explain?pod=default/nope", "", "GET").first, 404);
+}
+
 // HAMi's device plugin reads what we write; HAMi's scheduler's pods are read back as usage.
 TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
   // v2.8+ JSON registration (omitempty: index 0 and numa 0 absent) for 8 GPUs with UUIDs.

@@ -609,6 +609,7 @@ TEST(Rbac, EachRoleGrantsExactlyWhatItsCodePathsUse) {
         {"", "pods", "patch"},
         {"", "pods/binding", "create"},
         {"", "events", "create"},
+        {"", "events", "patch"},
         {"toposched.io", "nodetopologies", "get"},
         {"toposched.io", "nodetopologies", "list"},
         {"toposched.io", "nodetopologies", "watch"}}},

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -53,9 +54,19 @@ struct ExtenderOptions {
   // /metrics stay open to probes and scrapers. Volcano's extender client sends no certificate:
   // set this only where kube-scheduler is the caller.
   bool require_client_certificate = false;
+  // GET/POST /explain (a pod against every node of the current store) and GET /nodes, on every
+  // replica, read-only (docs/operations.md, "Explain"). GETs are open like /metrics (the
+  // NetworkPolicy and, through the API server's service proxy, the caller's RBAC on
+  // services/proxy decide who reaches them); a POSTed Pod needs the client certificate like the
+  // verbs when require_client_certificate is set. One explain runs at a time (others get 429).
+  std::size_t max_explain_body_bytes = 1u << 20;  // a posted Pod
+  std::size_t max_explain_nodes = 500;            // nodes listed in detail by default (?limit=)
 };
 
 class PodCache;
+
+// BindHooks::LookupPod's error for a pod that does not exist (GET /explain answers 404).
+inline constexpr std::string_view kPodNotFoundTag = "pod not found: ";
 
 // What a bind means beyond the cluster state when an API server is the store (the kube
 // source, src/kube/kube_source.cc). Without hooks (the file source) a bind is complete once
@@ -85,6 +96,26 @@ class BindHooks {
   // block: filter calls make it.
   virtual void PodWarning(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/,
                           std::string_view /*pod_uid*/, std::string_view /*reason*/, std::string_view /*message*/) {}
+  // A filter call left the pod no node: `summary` counts the nodes by reason ("0/15 nodes fit:
+  // 12 nodes: fewer than 4 free GPUs; 3 nodes: stale topology (...)"). The Kubernetes source
+  // writes it as a FailedScheduling Warning event, deduplicated and rate-limited as client-go's
+  // event correlator does. Called on every such call; must not block.
+  virtual void PodUnschedulable(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/,
+                                std::string_view /*pod_uid*/, std::string_view /*summary*/) {}
+  // A pod got its devices: after kube-scheduler's bind created the Binding, or after Volcano's
+  // allocate recorded them (`volcano`: Volcano creates the Binding itself, later). `alignment`:
+  // whether the worst GPU->NIC class is the best the node allows (explain.h AlignmentNote; empty
+  // without GPU->NIC pairs). The Kubernetes source writes a DevicesAllocated event. Must not block.
+  virtual void PodAllocated(const state::PodAllocation& /*allocation*/, std::string_view /*alignment*/,
+                            bool /*volcano*/) {}
+  // The Pod (JSON) named by namespace and name, for GET /explain?pod=NS/NAME. Read-only; may
+  // wait on the API server (one GET). Without an API server there is nothing to look it up in.
+  virtual Result<std::string> LookupPod(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/) {
+    return Error("this extender has no API server to look pods up in (it runs on a cluster directory): POST the "
+                 "Pod JSON to /explain instead");
+  }
+  // Nodes whose NodeTopology heartbeat is older than the stale age (for /nodes and /explain).
+  virtual std::set<std::string, std::less<>> StaleTopologies() const { return {}; }
 };
 
 class ExtenderService {

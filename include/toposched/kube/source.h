@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -107,6 +108,11 @@ class KubeSource : public state::Persistence, public extender::BindHooks {
   bool MayRebind(const state::PodAllocation& previous) override;
   void PodWarning(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
                   std::string_view reason, std::string_view message) override;
+  void PodUnschedulable(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
+                        std::string_view summary) override;
+  void PodAllocated(const state::PodAllocation& allocation, std::string_view alignment, bool volcano) override;
+  Result<std::string> LookupPod(std::string_view pod_namespace, std::string_view pod_name) override;
+  std::set<std::string, std::less<>> StaleTopologies() const override;
 
  private:
   struct Impl;

@@ -1,0 +1,424 @@
+// The operator's views of the extender: refusal summaries, explain, nodes. See explain.h.
+
+#include "explain.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "toposched/framework/allocation.h"
+
+namespace toposched::extender {
+namespace {
+
+using json = nlohmann::json;
+
+// The agent's node label naming the hardware class (kube::kTopologyClassLabel; the extender does
+// not depend on the Kubernetes layer).
+constexpr std::string_view kTopologyClassLabel = "toposched.io/topology-class";
+
+std::string Plural(int n, std::string_view noun) {
+  return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
+std::string GpuNoun(const PlacementRequest& r) { return r.vendor == GpuVendor::kAmd ? "AMD GPU" : "GPU"; }
+
+std::string DescribeRequest(const PlacementRequest& r) {
+  std::vector<std::string> parts;
+  if (r.gpus > 0) parts.push_back(Plural(r.gpus, GpuNoun(r)));
+  if (r.IsShared()) {
+    std::string s = Plural(r.shared.count, "vGPU");
+    if (r.shared.memory_mib > 0) s += " of " + std::to_string(r.shared.memory_mib) + " MiB";
+    if (r.shared.memory_percent > 0 && r.shared.memory_mib == 0) {
+      s += " of " + std::to_string(r.shared.memory_percent) + "% memory";
+    }
+    parts.push_back(s);
+  }
+  if (r.rdma_nics > 0) parts.push_back(Plural(r.rdma_nics, "RDMA NIC"));
+  if (r.max_gpu_nic_class) {
+    parts.push_back("GPU->NIC at most " + std::string(ToString(*r.max_gpu_nic_class)));
+  } else if (r.rdma_nics > 0 && (r.gpus > 0 || r.IsShared())) {
+    parts.push_back("GPU->NIC alignment preferred");
+  }
+  if (r.role != PodRole::kNone) {
+    parts.push_back(std::string(ToString(r.role)) + (r.pool.empty() ? "" : " of pool " + r.pool));
+  }
+  if (parts.empty()) return "no GPUs or RDMA NICs";
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+std::vector<std::string> GpuNames(const NodeTopology& t, const std::vector<int>& gpus) {
+  std::vector<std::string> out;
+  for (int g : gpus) {
+    if (g < 0 || g >= static_cast<int>(t.gpus.size())) continue;
+    out.push_back(std::to_string(t.gpus[static_cast<std::size_t>(g)].index) + " (" +
+                  t.gpus[static_cast<std::size_t>(g)].pci_bus_id + ")");
+  }
+  return out;
+}
+
+std::vector<std::string> NicNames(const NodeTopology& t, const std::vector<int>& nics) {
+  std::vector<std::string> out;
+  for (int n : nics) {
+    if (n >= 0 && n < static_cast<int>(t.nics.size())) out.push_back(t.nics[static_cast<std::size_t>(n)].DisplayName());
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& v, std::string_view sep = ", ") {
+  std::string out;
+  for (const std::string& s : v) out.append(out.empty() ? "" : sep).append(s);
+  return out;
+}
+
+// A node's devices as free/total counts (whole GPUs free of any pod, RDMA NICs no pod holds).
+struct DeviceCounts {
+  int gpus = 0, gpus_free = 0, gpus_shared = 0, gpus_unusable = 0, rdma = 0, rdma_free = 0;
+};
+
+DeviceCounts CountDevices(const state::NodeRecord& r) {
+  DeviceCounts c;
+  if (r.topology == nullptr) return c;
+  const NodeTopology& t = *r.topology;
+  c.gpus = static_cast<int>(t.gpus.size());
+  for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+    const int g = static_cast<int>(i);
+    if (!t.gpus[i].unusable.empty()) ++c.gpus_unusable;
+    if (framework::GpuShares(r.allocated, g).shares > 0) ++c.gpus_shared;
+  }
+  c.rdma = t.RdmaNicCount();
+  c.gpus_free = r.free_gpus;
+  c.rdma_free = r.free_rdma_nics;
+  return c;
+}
+
+}  // namespace
+
+framework::NodeInfo NodeInfoOf(const state::NodeRecord& record) {
+  framework::NodeInfo info;
+  info.name = record.name;
+  info.topology = record.topology;
+  info.topology_fingerprint = record.fingerprint;
+  info.allocated = record.allocated;
+  // No labels: no plugin's verdict may read them (NodeInfo::labels), and copying them for every
+  // class and pool-node group evaluated was a measurable part of a pool pod's prioritize.
+  info.schedulable = record.schedulable;
+  info.held = record.held();
+  return info;
+}
+
+std::string RefusalSummary(const PlacementRequest& r, const framework::NodeInfo& node,
+                           const framework::FilterResult& filtered, const PlacementOutcome* outcome) {
+  // DeviceFit checks these before any placement (plugins/device_fit): the node's state is the reason.
+  if (node.topology == nullptr) return std::string(kSummaryNoTopology);
+  if (!node.schedulable) return std::string(kSummaryCordoned);
+  if (node.held) return std::string(kSummaryHeld);
+  if (outcome != nullptr && !outcome->ok()) {
+    switch (outcome->failure) {
+      case FitFailure::kNotEnoughGpus:
+        return "fewer than " + std::to_string(r.gpus) + " free " + GpuNoun(r) + "s";
+      case FitFailure::kNotEnoughNics:
+        return "fewer than " + std::to_string(r.rdma_nics) + " free RDMA NICs";
+      case FitFailure::kAlignmentUnsatisfiable:
+        return "no " + Plural(r.gpus > 0 ? r.gpus : r.shared.count, "free " + GpuNoun(r)) + " within " +
+               std::string(ToString(r.max_gpu_nic_class.value_or(LinkClass::kSYS))) + " of free RDMA NICs (" +
+               std::string(kAlignmentAnnotation) + ")";
+      case FitFailure::kNotEnoughShareCapacity:
+        return "no " + Plural(r.shared.count, GpuNoun(r)) + " with room for the vGPU request";
+      case FitFailure::kRequestTooLarge:
+        return "fewer GPUs or RDMA NICs in all than the pod asks";
+      case FitFailure::kNone:
+        break;
+    }
+  }
+  if (!filtered.reason().empty()) return filtered.reason();
+  return filtered.ToString();
+}
+
+std::string SummarizeRefusals(std::size_t total_nodes, std::size_t fitting_nodes,
+                              std::vector<std::pair<std::string, std::size_t>> reasons, std::size_t max_groups) {
+  std::sort(reasons.begin(), reasons.end(),
+            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::string out = std::to_string(fitting_nodes) + "/" + std::to_string(total_nodes) + " nodes fit";
+  std::size_t other = 0;
+  for (std::size_t i = 0; i < reasons.size(); ++i) {
+    if (i >= max_groups) {
+      other += reasons[i].second;
+      continue;
+    }
+    out += (i == 0 ? ": " : "; ") + std::to_string(reasons[i].second) +
+           (reasons[i].second == 1 ? " node: " : " nodes: ") + reasons[i].first;
+  }
+  if (other > 0) out += "; " + std::to_string(other) + (other == 1 ? " node: " : " nodes: ") + "other reasons";
+  return out;
+}
+
+std::string_view RankName(int rank) {
+  switch (rank) {
+    case 0: return "NV";
+    case 1: return "PIX";
+    case 2: return "PXB";
+    case 3: return "PHB";
+    case 4: return "NODE";
+    case 5: return "SYS (same package)";
+    default: return "SYS";
+  }
+}
+
+std::string AlignmentNote(const Placement& p) {
+  if (p.pairs.empty() || p.best_possible_worst <= 0) return {};
+  if (p.cost.worst_gpu_nic <= p.best_possible_worst) return "the best this node allows";
+  return "the node allows " + std::string(RankName(p.best_possible_worst)) + "; its free devices did not";
+}
+
+Explanation Explain(const ExplainInput& in) {
+  Explanation e;
+  e.pod = in.pod_label;
+  e.request = DescribeRequest(in.request);
+  e.interested = in.request.gpus > 0 || in.request.IsShared() || in.request.rdma_nics > 0;
+  e.bound = in.allocation;
+  const state::Snapshot& snap = *in.snapshot;
+  if (e.bound) {
+    if (const state::NodeRecord* r = snap.Find(e.bound->node); r != nullptr && r->topology != nullptr) {
+      std::vector<int> gpus = e.bound->delta.exclusive_gpus;
+      for (const auto& [g, usage] : e.bound->delta.shares) gpus.push_back(g);
+      const std::vector<std::string> g = GpuNames(*r->topology, gpus), n = NicNames(*r->topology, e.bound->delta.nics);
+      if (!g.empty()) e.bound_devices = "GPUs " + Join(g);
+      if (!n.empty()) e.bound_devices += (e.bound_devices.empty() ? "" : "; ") + std::string("RDMA NICs ") + Join(n);
+    }
+  }
+  const framework::Framework& fw = *in.framework;
+  framework::CycleState cycle = fw.NewCycle(in.request);
+  cycle.set_explain(true);
+  if (in.request.role != PodRole::kNone && !in.request.pool.empty() && in.store != nullptr) {
+    cycle.SetCluster(state::MakeClusterView(*in.store, in.snapshot, fw.config().network, in.request.pool,
+                                            in.store->node_locations()));
+  }
+  std::vector<NodeExplanation> all;
+  all.reserve(snap.size());
+  std::map<std::string, std::size_t> by_reason;
+  for (const auto& record : snap.nodes()) {
+    NodeExplanation n;
+    n.name = record->name;
+    framework::NodeInfo info = NodeInfoOf(*record);
+    if (e.bound && e.bound->node == record->name) {
+      framework::RevertDelta(e.bound->delta, framework::ShapeOf(info.allocated), info.allocated);
+    }
+    ++e.total;
+    if (!e.interested) {
+      n.fits = true;
+      n.explanation = "the pod asks no GPUs or RDMA NICs: toposched passes every node";
+      ++e.fitting;
+      all.push_back(std::move(n));
+      continue;
+    }
+    const framework::FilterResult filtered = fw.RunFilter(cycle, info);
+    if (!filtered.ok()) {
+      n.code = filtered.code();
+      n.plugin = filtered.plugin();
+      n.reason = filtered.reason();
+      const PlacementOutcome* outcome = nullptr;
+      if (info.topology != nullptr && info.schedulable && !info.held) outcome = &cycle.Outcome(info);
+      n.summary = RefusalSummary(in.request, info, filtered, outcome);
+      if (info.topology == nullptr && in.stale_nodes.contains(record->name)) n.summary = std::string(kSummaryStale);
+      n.explanation = framework::ExplainNode(record->name, filtered, nullptr);
+      ++by_reason[n.summary];
+      all.push_back(std::move(n));
+      continue;
+    }
+    const framework::NodeScore score = fw.RunScore(cycle, info);
+    n.fits = true;
+    ++e.fitting;
+    n.score100 = score.total;
+    n.extender_score = framework::ToExtenderScore(score.total);
+    const PlacementOutcome& outcome = cycle.Outcome(info);
+    if (outcome.ok() && info.topology != nullptr) {
+      const Placement& p = *outcome.placement;
+      if (!p.pairs.empty()) n.worst_class = p.worst_class;
+      n.alignment = AlignmentNote(p);
+      n.gpus = GpuNames(*info.topology, p.gpus);
+      n.nics = NicNames(*info.topology, p.nics);
+    }
+    n.explanation = framework::ExplainNode(record->name, filtered, &score);
+    all.push_back(std::move(n));
+  }
+  std::stable_sort(all.begin(), all.end(), [](const NodeExplanation& a, const NodeExplanation& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits && a.score100 != b.score100) return a.score100 > b.score100;
+    return a.name < b.name;
+  });
+  if (!all.empty() && all.front().fits && e.interested) e.best = all.front().name;
+  e.reasons.assign(by_reason.begin(), by_reason.end());
+  e.summary = SummarizeRefusals(e.total, e.fitting, e.reasons);
+  std::sort(e.reasons.begin(), e.reasons.end(),
+            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  if (all.size() > in.limit) {
+    all.resize(in.limit);
+    e.truncated = true;
+  }
+  e.nodes = std::move(all);
+  return e;
+}
+
+std::string ToJson(const Explanation& e) {
+  json out = {{"pod", e.pod}, {"request", e.request}, {"interested", e.interested}, {"nodesTotal", e.total},
+              {"nodesFit", e.fitting}, {"summary", e.summary}, {"truncated", e.truncated}};
+  out["best"] = e.best.empty() ? json(nullptr) : json(e.best);
+  if (e.bound) {
+    out["boundTo"] = {{"node", e.bound->node}, {"devices", e.bound_devices}};
+    if (!e.bound->delta.nics.empty()) out["boundTo"]["worstClass"] = std::string(ToString(e.bound->worst_class));
+  } else {
+    out["boundTo"] = nullptr;
+  }
+  json reasons = json::array();
+  for (const auto& [reason, count] : e.reasons) reasons.push_back({{"reason", reason}, {"nodes", count}});
+  out["reasons"] = std::move(reasons);
+  json nodes = json::array();
+  for (const NodeExplanation& n : e.nodes) {
+    json j = {{"name", n.name}, {"fits", n.fits}, {"explanation", n.explanation}};
+    if (n.fits) {
+      j["score"] = n.score100;
+      j["extenderScore"] = n.extender_score;
+      j["worstClass"] = n.worst_class ? json(std::string(ToString(*n.worst_class))) : json(nullptr);
+      if (!n.alignment.empty()) j["alignment"] = n.alignment;
+      j["gpus"] = n.gpus;
+      j["nics"] = n.nics;
+    } else {
+      j["code"] = std::string(framework::ToString(n.code));
+      j["plugin"] = n.plugin;
+      j["reason"] = n.reason;
+      j["summary"] = n.summary;
+    }
+    nodes.push_back(std::move(j));
+  }
+  out["nodes"] = std::move(nodes);
+  return out.dump(2) + "\n";
+}
+
+std::string ToText(const Explanation& e) {
+  std::string out = "Pod " + e.pod + ": " + e.request + "\n";
+  if (e.bound) {
+    out += "Bound to " + e.bound->node + (e.bound_devices.empty() ? "" : ": " + e.bound_devices) + "\n";
+  }
+  out += e.summary + "\n";
+  if (!e.best.empty()) out += "Best node now: " + e.best + "\n";
+  out += "\n";
+  for (const NodeExplanation& n : e.nodes) {
+    if (n.fits) {
+      out += n.name + "  fits  score " + std::to_string(n.score100) + " (extender " +
+             std::to_string(n.extender_score) + "/10)";
+      if (n.worst_class) out += "  worst GPU->NIC " + std::string(ToString(*n.worst_class));
+      if (!n.alignment.empty()) out += " (" + n.alignment + ")";
+      out += "\n";
+      if (!n.gpus.empty()) out += "    GPUs " + Join(n.gpus) + "\n";
+      if (!n.nics.empty()) out += "    RDMA NICs " + Join(n.nics) + "\n";
+      out += "    " + n.explanation + "\n";
+    } else {
+      out += n.name + "  refused  " + n.summary + "\n    " + n.explanation + "\n";
+    }
+  }
+  if (e.truncated) out += "(more nodes not listed: raise ?limit=)\n";
+  return out;
+}
+
+namespace {
+
+struct NodeRow {
+  const state::NodeRecord* record;
+  DeviceCounts devices;
+  bool stale;
+  std::string topology_class;
+  std::string state;
+};
+
+std::vector<NodeRow> Rows(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale) {
+  std::vector<NodeRow> rows;
+  rows.reserve(snapshot.size());
+  for (const auto& r : snapshot.nodes()) {
+    NodeRow row{r.get(), CountDevices(*r), stale.contains(r->name), "", ""};
+    if (auto it = r->labels.find(std::string(kTopologyClassLabel)); it != r->labels.end()) row.topology_class = it->second;
+    if (row.stale && r->topology == nullptr) {
+      row.state = "stale";
+    } else if (r->topology == nullptr) {
+      row.state = "no-topology";
+    } else if (r->held()) {
+      row.state = "held";
+    } else if (!r->schedulable) {
+      row.state = "cordoned";
+    } else {
+      row.state = row.stale ? "stale (placing)" : "ok";
+    }
+    rows.push_back(std::move(row));
+  }
+  std::sort(rows.begin(), rows.end(), [](const NodeRow& a, const NodeRow& b) { return a.record->name < b.record->name; });
+  return rows;
+}
+
+}  // namespace
+
+std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes) {
+  json nodes = json::array();
+  DeviceCounts total;
+  for (const NodeRow& row : Rows(snapshot, stale_nodes)) {
+    const state::NodeRecord& r = *row.record;
+    const DeviceCounts& c = row.devices;
+    total.gpus += c.gpus;
+    total.gpus_free += c.gpus_free;
+    total.rdma += c.rdma;
+    total.rdma_free += c.rdma_free;
+    nodes.push_back({{"name", r.name},
+                     {"state", row.state},
+                     {"topology", r.topology != nullptr},
+                     {"stale", row.stale},
+                     {"schedulable", r.schedulable},
+                     {"heldPods", r.held_pods},
+                     {"class", row.topology_class},
+                     {"source", r.topology != nullptr ? std::string(ToString(r.topology->source)) : std::string()},
+                     {"topologyGeneration", r.topology_generation},
+                     {"gpus", {{"total", c.gpus}, {"free", c.gpus_free}, {"shared", c.gpus_shared},
+                               {"unusable", c.gpus_unusable}, {"allocated", c.gpus - c.gpus_free - c.gpus_unusable}}},
+                     {"rdmaNics", {{"total", c.rdma}, {"free", c.rdma_free}, {"allocated", c.rdma - c.rdma_free}}},
+                     {"pods", r.pods.size()}});
+  }
+  json out = {{"nodes", std::move(nodes)},
+              {"total", {{"nodes", snapshot.size()},
+                         {"gpus", total.gpus},
+                         {"gpusFree", total.gpus_free},
+                         {"rdmaNics", total.rdma},
+                         {"rdmaNicsFree", total.rdma_free},
+                         {"staleTopologies", stale_nodes.size()}}}};
+  return out.dump(2) + "\n";
+}
+
+std::string NodesText(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes) {
+  const std::vector<NodeRow> rows = Rows(snapshot, stale_nodes);
+  std::size_t name_width = 4, class_width = 5;
+  for (const NodeRow& row : rows) {
+    name_width = std::max(name_width, row.record->name.size());
+    class_width = std::max(class_width, row.topology_class.size());
+  }
+  std::string out;
+  char line[512];
+  auto cell = [](const std::string& s, std::size_t width) { return s + std::string(width + 2 - std::min(width, s.size()), ' '); };
+  out += cell("NODE", name_width) + cell("STATE", 15) + "GPUS(FREE/ALL)  SHARED  RDMA(FREE/ALL)  PODS  " +
+         cell("CLASS", class_width) + "\n";
+  for (const NodeRow& row : rows) {
+    const DeviceCounts& c = row.devices;
+    std::snprintf(line, sizeof line, "%-16s%-8d%-16s%-6zu", (std::to_string(c.gpus_free) + "/" + std::to_string(c.gpus)).c_str(),
+                  c.gpus_shared, (std::to_string(c.rdma_free) + "/" + std::to_string(c.rdma)).c_str(),
+                  row.record->pods.size());
+    out += cell(row.record->name, name_width) + cell(row.state, 15) + line + cell(row.topology_class, class_width);
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+  }
+  if (!stale_nodes.empty()) out += std::to_string(stale_nodes.size()) + " stale topologies\n";
+  return out;
+}
+
+}  // namespace toposched::extender
