@@ -28,6 +28,8 @@ TEST(InputFormatTest, Table) {
       {"json", "  {\"apiVersion\": \"toposched.io/v1alpha1\"}", InputFormat::kTopologyJson},
       {"empty", "", std::nullopt, "empty"},
       {"whitespace", " \n\t ", std::nullopt, "empty"},
+      {"BOM and whitespace", "\xEF\xBB\xBF \r\n", std::nullopt, "empty"},  // read past the end once (fuzzing)
+      {"BOM only", "\xEF\xBB\xBF", std::nullopt, "empty"},
       {"binary", std::string("\0\1\2\3garbage", 11), std::nullopt, "binary"},
       {"unknown root", "<html></html>", std::nullopt, "<html>"},
       {"unterminated comment", "<!-- never ends", std::nullopt, "root element"},
