@@ -8,6 +8,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libboost-dev libboost-program-options-dev
   nlohmann-json3-dev libsimdjson-dev libcpprest-dev libspdlog-dev libfmt-dev
+  # The subcommands' flags (src/cmd/flags.h): CLI11, header-only.
+  libcli11-dev
   libhwloc-dev hwloc-nox libyaml-cpp-dev libssl-dev libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # The chart tests' object checker (tests/chart/check.py). helm itself, and the e2e suite's

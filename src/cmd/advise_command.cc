@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flags.h"
 #include "plugins/registry.h"
 #include "toposched/framework/config.h"
 #include "toposched/pd/advise.h"
@@ -26,58 +27,6 @@ constexpr const char* kDefaultModel = "llama-3-70b";
 constexpr const char* kDefaultGpu = "h100-sxm";
 constexpr const char* kDefaultPrompt = "lognormal:2048,0.8";
 constexpr const char* kDefaultOutput = "lognormal:256,0.6";
-
-void PrintHelp() {
-  std::string models, gpus;
-  for (const pd::ModelSpec& m : pd::ModelPresets()) models += (models.empty() ? "" : ", ") + m.name;
-  for (const pd::GpuProfile& g : pd::GpuPresets()) gpus += (gpus.empty() ? "" : ", ") + g.name;
-  std::printf(
-      "usage: toposched advise [flags]\n\n"
-      "Estimates, for a model, a workload and a cluster, whether Prefill and Decode should be\n"
-      "co-located or disaggregated (and at which P:D ratio): the KV transfer per request along\n"
-      "each network path, its share of TTFT, the P99 TTFT and TPOT of each option and the\n"
-      "highest rate at which each meets the targets. An analytic estimate, not a measurement;\n"
-      "the output says where it is uncertain (docs/advise.md has every formula). With no flags\n"
-      "it runs an example: %s on 16 x %s, TP8, 2 rps, TTFT 2000 ms, TPOT 60 ms.\n\n"
-      "model:\n"
-      "  --model NAME            a preset (%s); default %s\n"
-      "  --layers N --kv-heads N --head-dim N --dtype-bytes N --params-b B\n"
-      "                          a custom shape, or overrides of the preset's fields\n"
-      "hardware:\n"
-      "  --gpu NAME              a preset (%s); default %s\n"
-      "  --mfu F --mbu F         prefill FLOPs / decode bandwidth utilisation (assumptions;\n"
-      "                          default 0.5 / 0.7)\n"
-      "  --gpus-per-instance N   tensor-parallel GPUs per instance (default 8)\n"
-      "  --gpus N                GPUs for this model, both phases together (default 16)\n"
-      "workload:\n"
-      "  --prompt SPEC           prompt tokens: fixed:N, uniform:A-B, lognormal:MEDIAN,SIGMA or\n"
-      "                          list:a,b,c (default %s)\n"
-      "  --output SPEC           output tokens, same forms (default %s)\n"
-      "  --rate RPS              requests per second, the whole service (default 2)\n"
-      "  --ttft-p99-ms MS        P99 time-to-first-token target (default 2000)\n"
-      "  --tpot-p99-ms MS        P99 time-per-output-token target (default 60)\n"
-      "cluster:\n"
-      "  --config FILE           scheduler YAML; its network: section sets tiers and path costs\n"
-      "  --topology-dir DIR      a cluster of one node per *.xml / *.json topology file: the paths\n"
-      "                          P and D can take and the NICs an instance gets come from it\n"
-      "                          (default: the simulator's embedded %d-node cluster)\n"
-      "output:\n"
-      "  --json                  JSON instead of the table\n"
-      "  --svg FILE              also write transfer time vs prompt length, one line per path\n",
-      kDefaultModel, kDefaultGpu, models.c_str(), kDefaultModel, gpus.c_str(), kDefaultGpu, kDefaultPrompt,
-      kDefaultOutput, sim::kDefaultNodes);
-}
-
-bool ParseDouble(const std::string& s, double min, double max, double& out) {
-  if (s.empty()) return false;
-  std::size_t used = 0;
-  try {
-    out = std::stod(s, &used);
-  } catch (const std::exception&) {
-    return false;
-  }
-  return used == s.size() && out >= min && out <= max;
-}
 
 Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
   std::ifstream in(path, std::ios::binary);
@@ -194,83 +143,53 @@ Result<ClusterPaths> DerivePaths(const sim::VirtualCluster& cluster, const pd::N
 int RunAdvise(const std::vector<std::string>& args) {
   std::string model_name, gpu_name = kDefaultGpu, prompt_spec = kDefaultPrompt, output_spec = kDefaultOutput;
   std::string config_path, topology_dir, svg_path;
-  double layers = 0, kv_heads = 0, head_dim = 0, dtype_bytes = 0, params_b = 0, mfu = 0, mbu = 0;
-  double per_instance = 8, gpus = 16, rate = 2, ttft = 2000, tpot = 60;
+  long long layers = 0, kv_heads = 0, head_dim = 0, dtype_bytes = 0, per_instance = 8, gpus = 16;
+  double params_b = 0, mfu = 0, mbu = 0, rate = 2, ttft = 2000, tpot = 60;
   bool json = false;
-  auto usage = [](const std::string& message) {
-    std::fprintf(stderr, "toposched advise: %s (see --help)\n", message.c_str());
-    return 2;
-  };
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
-      out = args[++i];
-      return true;
-    };
-    std::string bad_number;
-    auto number = [&](double min, double max, double& out, bool integer = false) {
-      std::string text;
-      if (!value(text)) return false;
-      if (!ParseDouble(text, min, max, out) ||
-          (integer && out != static_cast<double>(static_cast<long long>(out)))) {
-        bad_number = flag + ": '" + text + "' is not " + (integer ? "an integer" : "a number") + " in " +
-                     std::to_string(static_cast<long long>(min)) + ".." +
-                     std::to_string(static_cast<long long>(max));
-        return false;
-      }
-      return true;
-    };
-    bool ok = true;
-    if (flag == "--help" || flag == "-h") {
-      PrintHelp();
-      return 0;
-    } else if (flag == "--model") {
-      ok = value(model_name);
-    } else if (flag == "--layers") {
-      ok = number(1, 1000, layers, true);
-    } else if (flag == "--kv-heads") {
-      ok = number(1, 1024, kv_heads, true);
-    } else if (flag == "--head-dim") {
-      ok = number(1, 4096, head_dim, true);
-    } else if (flag == "--dtype-bytes") {
-      ok = number(1, 8, dtype_bytes, true);
-    } else if (flag == "--params-b") {
-      ok = number(0.001, 100000, params_b);
-    } else if (flag == "--gpu") {
-      ok = value(gpu_name);
-    } else if (flag == "--mfu") {
-      ok = number(0.01, 1, mfu);
-    } else if (flag == "--mbu") {
-      ok = number(0.01, 1, mbu);
-    } else if (flag == "--gpus-per-instance") {
-      ok = number(1, 1024, per_instance, true);
-    } else if (flag == "--gpus") {
-      ok = number(1, 1000000, gpus, true);
-    } else if (flag == "--prompt") {
-      ok = value(prompt_spec);
-    } else if (flag == "--output") {
-      ok = value(output_spec);
-    } else if (flag == "--rate") {
-      ok = number(0.000001, 1e6, rate);
-      if (ok && rate <= 0) ok = false;
-    } else if (flag == "--ttft-p99-ms") {
-      ok = number(0.001, 1e9, ttft);
-    } else if (flag == "--tpot-p99-ms") {
-      ok = number(0.001, 1e9, tpot);
-    } else if (flag == "--config") {
-      ok = value(config_path);
-    } else if (flag == "--topology-dir") {
-      ok = value(topology_dir);
-    } else if (flag == "--json") {
-      json = true;
-    } else if (flag == "--svg") {
-      ok = value(svg_path);
-    } else {
-      return usage("unknown flag '" + flag + "'");
-    }
-    if (!ok) return usage(bad_number.empty() ? flag + " needs a valid value" : bad_number);
-  }
+  std::string models, gpu_names;
+  for (const pd::ModelSpec& m : pd::ModelPresets()) models += (models.empty() ? "" : ", ") + m.name;
+  for (const pd::GpuProfile& g : pd::GpuPresets()) gpu_names += (gpu_names.empty() ? "" : ", ") + g.name;
+  FlagSet flags(
+      "advise", "toposched advise [flags]",
+      std::string("Estimates, for a model, a workload and a cluster, whether Prefill and Decode should be\n"
+                  "co-located or disaggregated (and at which P:D ratio): the KV transfer per request along\n"
+                  "each network path, its share of TTFT, the P99 TTFT and TPOT of each option and the\n"
+                  "highest rate at which each meets the targets. An analytic estimate, not a measurement;\n"
+                  "the output says where it is uncertain (docs/advise.md has every formula). With no flags\n"
+                  "it runs an example: ") +
+          kDefaultModel + " on 16 x " + kDefaultGpu + ", TP8, 2 rps, TTFT 2000 ms, TPOT 60 ms.");
+  flags.Group("model");
+  flags.Text("--model", model_name, "NAME", "a preset: " + models)->default_str(kDefaultModel);
+  const std::string custom_help = "a custom shape, or an override of the preset's field";
+  flags.Integer("--layers", layers, 1, 1000, "N", "layers: " + custom_help)->default_str("");
+  flags.Integer("--kv-heads", kv_heads, 1, 1024, "N", "KV heads: " + custom_help)->default_str("");
+  flags.Integer("--head-dim", head_dim, 1, 4096, "N", "head dimension: " + custom_help)->default_str("");
+  flags.Integer("--dtype-bytes", dtype_bytes, 1, 8, "N", "bytes per KV element: " + custom_help)->default_str("");
+  flags.Number("--params-b", params_b, 0.001, 100000, "B", "parameters, billions: " + custom_help)->default_str("");
+  flags.Group("hardware");
+  flags.Text("--gpu", gpu_name, "NAME", "a preset: " + gpu_names);
+  flags.Number("--mfu", mfu, 0.01, 1, "F", "prefill FLOPs utilisation (an assumption)")->default_str("0.5");
+  flags.Number("--mbu", mbu, 0.01, 1, "F", "decode bandwidth utilisation (an assumption)")->default_str("0.7");
+  flags.Integer("--gpus-per-instance", per_instance, 1, 1024, "N", "tensor-parallel GPUs per instance");
+  flags.Integer("--gpus", gpus, 1, 1000000, "N", "GPUs for this model, both phases together");
+  flags.Group("workload");
+  flags.Text("--prompt", prompt_spec, "SPEC",
+             "prompt tokens: fixed:N, uniform:A-B, lognormal:MEDIAN,SIGMA or\nlist:a,b,c");
+  flags.Text("--output", output_spec, "SPEC", "output tokens, same forms");
+  flags.Number("--rate", rate, 0.000001, 1e6, "RPS", "requests per second, the whole service");
+  flags.Number("--ttft-p99-ms", ttft, 0.001, 1e9, "MS", "P99 time-to-first-token target");
+  flags.Number("--tpot-p99-ms", tpot, 0.001, 1e9, "MS", "P99 time-per-output-token target");
+  flags.Group("cluster");
+  flags.Text("--config", config_path, "FILE", "scheduler YAML; its network: section sets tiers and path costs");
+  flags.Text("--topology-dir", topology_dir, "DIR",
+             "a cluster of one node per *.xml / *.json topology file: the paths\n"
+             "P and D can take and the NICs an instance gets come from it\n"
+             "(default: the simulator's embedded " + std::to_string(sim::kDefaultNodes) + "-node cluster)");
+  flags.Group("output");
+  flags.Switch("--json", json, "JSON instead of the table");
+  flags.Text("--svg", svg_path, "FILE", "also write transfer time vs prompt length, one line per path");
+  if (const auto exit_code = flags.Parse(args)) return *exit_code;
+  auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched advise: %s\n", message.c_str());
     return 1;

@@ -26,10 +26,10 @@ struct TopologyArgs {
   std::string nvml_library;
 };
 
-// Parses the flag at args[i] if it is one of TopologyArgs' flags, advancing i past its value.
-// Returns false if args[i] is not such a flag; sets *error when its value is missing.
-bool ParseTopologyFlag(const std::vector<std::string>& args, std::size_t& i, TopologyArgs& out,
-                       std::string* error);
+class FlagSet;
+// Declares TopologyArgs' flags (--input, --synthetic, --node-name, --sysfs-root, --nvml-library)
+// on `flags`, under their own group; `node_name_help` says what --node-name names.
+void AddTopologyFlags(FlagSet& flags, TopologyArgs& out, const std::string& node_name_help);
 
 }  // namespace toposched::cmd
 
@@ -42,17 +42,5 @@ namespace toposched::cmd {
 // --input together with --synthetic. --node-name overrides the node name of any source. For
 // live discovery, `nvml_note` (when set) receives what NVML contributed (DiscoveryOptions).
 Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_note = nullptr);
-
-inline constexpr const char* kTopologyFlagsHelp =
-    "  --input FILE        hwloc XML (v1/v2), NCCL/RCCL topology XML or NodeTopology JSON;\n"
-    "                      the format is detected from the content\n"
-    "  --synthetic PRESET  a generated machine (see `toposched topo --list-synthetic`)\n"
-    "  --node-name NAME    node name to record (default: from the source, else the host name)\n"
-    "  --sysfs-root DIR    host sysfs for live discovery (default /sys; in a pod, the host's /sys\n"
-    "                      mounted read-only)\n"
-    "  --nvml-library PATH NVML library read for NVLink, GPU UUIDs and memory on a live node\n"
-    "                      (default libnvidia-ml.so.1 from the host driver, or\n"
-    "                      $TOPOSCHED_NVML_LIBRARY; \"none\" disables it)\n"
-    "  without --input or --synthetic: discover this machine with hwloc\n";
 
 }  // namespace toposched::cmd

@@ -10,12 +10,13 @@
 #include <string>
 
 #include "commands.h"
+#include "flags.h"
+#include "place_inputs.h"
 #include "plugins/registry.h"
-#include "toposched/agent/discovery.h"
 #include "toposched/framework/config.h"
 #include "toposched/framework/framework.h"
-#include "toposched/placement/allocation_json.h"
 #include "toposched/placement/request.h"
+#include "toposched/topology/json_codec.h"
 
 namespace toposched::cmd {
 
@@ -23,31 +24,14 @@ namespace {
 
 constexpr std::size_t kMaxSmallFileBytes = 4u << 20;
 
-void PrintHelp() {
-  std::printf(
-      "usage: toposched place --topology FILE --request POD.json [--allocated ALLOC.json]\n"
-      "                       [--config CONFIG.yaml] [--format text|json]\n\n"
-      "Chooses the GPUs and RDMA NICs a pod gets on one node and explains the choice: the GPU->NIC\n"
-      "pairs with their link classes, the worst class, the sum of class ranks, the node score\n"
-      "(0-100) and how each plugin made it up. Exits 1 with the reason when nothing fits.\n\n"
-      "flags:\n"
-      "  --topology FILE     the node: hwloc XML, NCCL XML or NodeTopology JSON\n"
-      "  --request POD.json  a Kubernetes Pod object (JSON)\n"
-      "  --allocated FILE    what is already taken: {\"exclusiveGpus\": [0, \"0000:4e:00.0\"],\n"
-      "                      \"usedNics\": [\"mlx5_0\"], \"sharedGpus\": [{\"gpu\": 3, \"shares\": 1,\n"
-      "                      \"memoryMiB\": 8000, \"coresPercent\": 30}]}\n"
-      "  --config FILE       scheduler configuration YAML (docs/configuration.md)\n"
-      "  --format text|json  output format (default text)\n");
-}
-
-Result<std::string> ReadSmallFile(const std::string& path) {
+Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit = kMaxSmallFileBytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error(path + ": cannot open");
   std::string content;
   char buf[1 << 16];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > kMaxSmallFileBytes) return Error(path + ": larger than 4 MiB");
+    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 20) + " MiB");
   }
   return content;
 }
@@ -112,39 +96,40 @@ void PrintText(const NodeTopology& t, const Placement& p, const framework::NodeS
 }  // namespace
 
 int RunPlace(const std::vector<std::string>& args) {
-  std::string topology_path, request_path, allocated_path, config_path, format = "text";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
-      out = args[++i];
-      return true;
-    };
-    const std::string& flag = args[i];
-    bool ok = true;
-    if (flag == "--topology") ok = value(topology_path);
-    else if (flag == "--request") ok = value(request_path);
-    else if (flag == "--allocated") ok = value(allocated_path);
-    else if (flag == "--config") ok = value(config_path);
-    else if (flag == "--format") ok = value(format);
-    else if (flag == "--help" || flag == "-h") {
-      PrintHelp();
-      return 0;
-    } else {
-      std::fprintf(stderr, "toposched place: unknown flag '%s' (see --help)\n", flag.c_str());
-      return 2;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "toposched place: %s needs a value\n", flag.c_str());
-      return 2;
-    }
-  }
+  std::string topology_path, request_path, allocated_path, config_path, node_name, format = "text";
+  bool json = false;
+  FlagSet flags("place",
+                "toposched place --topology FILE --request POD [--allocated FILE] [--node NAME]\n"
+                "                       [--config CONFIG.yaml] [--format text|json]",
+                "Chooses the GPUs and RDMA NICs a pod gets on one node and explains the choice: the GPU->NIC\n"
+                "pairs with their link classes, the worst class, the sum of class ranks, the node score\n"
+                "(0-100) and how each plugin made it up. Exits 1 with the reason when nothing fits.\n"
+                "Files are JSON or YAML as kubectl prints them, so a live node can be asked directly:\n"
+                "  kubectl get ntopo NODE -o yaml > ntopo.yaml\n"
+                "  kubectl get node NODE -o yaml > alloc.yaml; echo --- >> alloc.yaml\n"
+                "  kubectl get pods -A --field-selector spec.nodeName=NODE -o yaml >> alloc.yaml\n"
+                "  toposched place --topology ntopo.yaml --allocated alloc.yaml --request pod.yaml");
+  flags.Group("inputs");
+  flags.Text("--topology", topology_path, "FILE",
+             "the node: hwloc XML, NCCL XML, NodeTopology JSON, or `kubectl get ntopo\n"
+             "-o yaml|json` output (one object or a List)");
+  flags.Text("--node", node_name, "NAME", "the NodeTopology to use when --topology holds several");
+  flags.Text("--request", request_path, "POD", "a Kubernetes Pod object (JSON or YAML)");
+  flags.Text("--allocated", allocated_path, "FILE",
+             "what is already taken on the node. Either the node's pods (and Node)\n"
+             "as kubectl prints them: each active pod's toposched.io/allocation or\n"
+             "HAMi device list counts, pods without one on the last free devices;\n"
+             "or {\"exclusiveGpus\": [0, \"0000:4e:00.0\"], \"usedNics\": [\"mlx5_0\"],\n"
+             "\"sharedGpus\": [{\"gpu\": 3, \"shares\": 1, \"memoryMiB\": 8000,\n"
+             "\"coresPercent\": 30}]}");
+  flags.Text("--config", config_path, "FILE", "scheduler configuration YAML (docs/configuration.md)");
+  flags.Group("output");
+  flags.Choice("--format", format, {"text", "json"}, "output format");
+  flags.Switch("--json", json, "the same as --format json");
+  if (const auto exit_code = flags.Parse(args)) return *exit_code;
+  if (json) format = "json";
   if (topology_path.empty() || request_path.empty()) {
-    std::fprintf(stderr, "toposched place: --topology and --request are required (see --help)\n");
-    return 2;
-  }
-  if (format != "text" && format != "json") {
-    std::fprintf(stderr, "toposched place: --format must be text or json, not '%s'\n", format.c_str());
-    return 2;
+    return flags.UsageError("--topology and --request are required");
   }
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched place: %s\n", message.c_str());
@@ -160,27 +145,34 @@ int RunPlace(const std::vector<std::string>& args) {
     if (!loaded.ok()) return fail(config_path + ": " + loaded.error().message());
     config = std::move(*loaded);
   }
-  auto topology = LoadTopologyFile(topology_path);
+  auto topology_text = ReadSmallFile(topology_path, kMaxTopologyJsonBytes);
+  if (!topology_text.ok()) return fail(topology_text.error().message());
+  auto topology = ReadPlaceTopology(topology_path, *topology_text, node_name);
   if (!topology.ok()) return fail(topology.error().message());
-  auto pod = ReadSmallFile(request_path);
-  if (!pod.ok()) return fail(pod.error().message());
+  auto pod_text = ReadSmallFile(request_path);
+  if (!pod_text.ok()) return fail(pod_text.error().message());
+  auto pod = ReadPodJson(*pod_text);
+  if (!pod.ok()) return fail(request_path + ": " + pod.error().message());
   auto request = ParsePodRequest(*pod, config.request);
   if (!request.ok()) return fail(request_path + ": " + request.error().message());
   if (request->gpus == 0 && request->rdma_nics == 0 && !request->IsShared()) {
     return fail(request_path + ": the pod requests no GPUs, shared GPUs or RDMA NICs; nothing to place");
   }
 
+  NodeAllocation allocated;
+  if (!allocated_path.empty()) {
+    auto text = ReadSmallFile(allocated_path, kMaxTopologyJsonBytes);
+    if (!text.ok()) return fail(text.error().message());
+    auto read = ReadPlaceAllocations(*text, *topology, config.request);
+    if (!read.ok()) return fail(allocated_path + ": " + read.error().message());
+    for (const std::string& note : read->notes) std::fprintf(stderr, "toposched place: %s\n", note.c_str());
+    allocated = std::move(read->allocated);
+  }
   framework::NodeInfo node;
   node.name = topology->node_name;
   node.topology = std::make_shared<const NodeTopology>(std::move(*topology));
+  node.allocated = std::move(allocated);
   const NodeTopology& t = *node.topology;
-  if (!allocated_path.empty()) {
-    auto text = ReadSmallFile(allocated_path);
-    if (!text.ok()) return fail(text.error().message());
-    auto allocated = DecodeAllocationJson(*text, t);
-    if (!allocated.ok()) return fail(allocated_path + ": " + allocated.error().message());
-    node.allocated = std::move(*allocated);
-  }
 
   auto fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return fail("configuration: " + fw.error().message());

@@ -7,12 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flags.h"
 #include "plugins/registry.h"
 #include "toposched/extender/service.h"
 #include "toposched/framework/config.h"
@@ -36,85 +37,137 @@
 namespace toposched::cmd {
 namespace {
 
-constexpr const char* kServeHelp = R"(usage: toposched serve (--kube | --cluster DIR) [flags]
+struct ServeFlags {
+  bool kube = false;
+  std::string kubeconfig, context;
+  bool leader_elect = true;
+  kube::LeaderOptions lease;
+  kube::KubeSourceOptions source;
+  std::string cluster, config, port_file;
+  server::ServerOptions http;
+  extender::ExtenderOptions extender;
+  server::LogFormat log_format = server::LogFormat::kText;
+  server::LogLevel log_level = server::LogLevel::kInfo;
+  std::chrono::milliseconds grace{10'000};
+};
 
-The scheduler extender: kube-scheduler's filter/prioritize/bind/preempt verbs and Volcano's
-extender-plugin verbs over HTTP, with /healthz, /readyz and /metrics (docs/extender.md).
+// Returns nullopt to go on, else the exit code (0 after --help).
+std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& f) {
+  using std::chrono::milliseconds;
+  constexpr milliseconds kDay = std::chrono::hours(24);
+  f.http.port = 8888;
+  f.source.stale_topology_age = std::chrono::minutes(15);
+  FlagSet flags("serve", "toposched serve (--kube | --cluster DIR) [flags]",
+                "The scheduler extender: kube-scheduler's filter/prioritize/bind/preempt verbs and Volcano's\n"
+                "extender-plugin verbs over HTTP, with /healthz, /readyz and /metrics (docs/extender.md).");
+  flags.Group("cluster state (one of)");
+  flags.Switch("--kube", f.kube, "the Kubernetes API server: in-cluster service account, or --kubeconfig");
+  flags.Text("--cluster", f.cluster, "DIR",
+             "file source: DIR/nodes/*.json node documents and the durable\n"
+             "DIR/allocations.journal (created if absent); binds append to it");
 
-cluster state (one of):
-  --kube                 the Kubernetes API server: in-cluster service account, or --kubeconfig
-  --cluster DIR          file source: DIR/nodes/*.json node documents and the durable
-                         DIR/allocations.journal (created if absent); binds append to it
-Kubernetes (with --kube; docs/operations.md):
-  --kubeconfig FILE      use this kubeconfig instead of the in-cluster service account
-  --context NAME         kubeconfig context (default: current-context)
-  --leader-elect BOOL    elect one leader among replicas with a Lease (default true)
-  --lease-namespace NS   the Lease's namespace (default: the service account's namespace)
-  --lease-name NAME      (default toposched-extender)
-  --identity ID          this replica's name in the Lease (default: $POD_NAME, else hostname)
-                         With $POD_NAMESPACE and $POD_NAME set, every synced replica is ready
-                         and the leader labels its pod toposched.io/leader=true (the Service
-                         selects it); without them only the leader is ready.
-  --lease-duration DUR --renew-deadline DUR --retry-period DUR   (defaults 15s, 10s, 2s)
-  --stale-topology-age DUR   a NodeTopology whose agent heartbeat is older is stale
-                         (default 15m; 0 = never stale)
-  --stale-topology-policy closed|open   stale: no new GPU pods there (closed, default), or
-                         keep using the last topology (open)
-  --hami-node-lock auto|true|false   take HAMi's node lock (hami.io/mutex.lock) when a bind
-                         hands NVIDIA GPUs to HAMi's device plugin: auto (default) on nodes
-                         that carry HAMi's registration annotation, true on every node
-scheduling:
-  --config FILE          scheduler config YAML (docs/configuration.md); default: every
-                         built-in plugin with its default weight
-  --reservation-ttl DUR  how long filter results wait for the pod's bind (default 120s)
-  --volcano-score-weight W  multiplier of the 0..100 score in Volcano replies (default 1)
-HTTP:
-  --address ADDR         listen address (default 0.0.0.0)
-  --port N               listen port (default 8888; 0 = any free port, see --port-file)
-  --port-file FILE       write the bound port to FILE once listening
-  --threads N            worker threads (default: the number of CPUs, at least 2)
-  --kube-prefix PATH     kube-scheduler urlPrefix path (default /scheduler)
-  --volcano-prefix PATH  Volcano extender.urlPrefix path (default /volcano)
-  --max-body-bytes N     request body limit (default 16777216; onSessionOpen: 512 MiB)
-  --read-timeout DUR     a request must arrive within this (default 10s)
-  --idle-timeout DUR     idle keep-alive connections close after this (default 90s)
-  --tls-cert FILE --tls-key FILE   serve HTTPS; the files are re-read when they change
-  --tls-client-ca FILE   mutual TLS: every verb needs a client certificate signed by this CA
-                         (kube-scheduler's tlsConfig certFile/keyFile); health and metrics
-                         stay open. Not with Volcano, whose client sends no certificate
-  --shutdown-grace DUR   on SIGTERM, how long in-flight requests may take (default 10s)
-logging:
-  --log-format text|json (default text)
-  --log-level trace|debug|info|warn|error (default info)
+  flags.Group("Kubernetes (with --kube; docs/operations.md)");
+  flags.Text("--kubeconfig", f.kubeconfig, "FILE",
+             "use this kubeconfig instead of the in-cluster service account\n"
+             "(token, client certificate or basic auth; exec credential plugins\n"
+             "such as EKS's, GKE's or OIDC's are refused: use a service account)");
+  flags.Text("--context", f.context, "NAME", "kubeconfig context (default: current-context)");
+  flags.Bool("--leader-elect", f.leader_elect, "elect one leader among replicas with a Lease");
+  flags.Text("--lease-namespace", f.lease.lease_namespace, "NS",
+             "the Lease's namespace (default: the service account's namespace)");
+  flags.Text("--lease-name", f.lease.lease_name, "NAME", "the Lease's name");
+  flags.Text("--identity", f.lease.identity, "ID",
+             "this replica's name in the Lease (default: $POD_NAME, else hostname).\n"
+             "With $POD_NAMESPACE and $POD_NAME set, every synced replica is ready\n"
+             "and the leader labels its pod toposched.io/leader=true (the Service\n"
+             "selects it); without them only the leader is ready.");
+  flags.Duration("--lease-duration", f.lease.lease_duration, milliseconds(1), kDay, "how long a Lease holds");
+  flags.Duration("--renew-deadline", f.lease.renew_deadline, milliseconds(1), kDay,
+                 "the leader gives up leading when it cannot renew within this");
+  flags.Duration("--retry-period", f.lease.retry_period, milliseconds(1), kDay, "between Lease attempts");
+  milliseconds stale_age = f.source.stale_topology_age;
+  flags.Duration("--stale-topology-age", stale_age, milliseconds(0), kDay * 365,
+                 "a NodeTopology whose agent heartbeat is older is stale (0 = never)");
+  std::string stale_policy = "closed";
+  flags.Choice("--stale-topology-policy", stale_policy, {"closed", "open"},
+               "stale: no new GPU pods there (closed), or keep using the last\ntopology (open)");
+  std::string hami_lock = "auto";
+  flags.Choice("--hami-node-lock", hami_lock, {"auto", "true", "false"},
+               "take HAMi's node lock (hami.io/mutex.lock) when a bind hands\n"
+               "NVIDIA GPUs to HAMi's device plugin: auto on nodes that carry\n"
+               "HAMi's registration annotation, true on every node");
 
-Durations: 500ms, 30s, 2m.
-)";
+  flags.Group("scheduling");
+  flags.Text("--config", f.config, "FILE",
+             "scheduler config YAML (docs/configuration.md); default: every\n"
+             "built-in plugin with its default weight");
+  flags.Duration("--reservation-ttl", f.extender.reservation_ttl, milliseconds(1), kDay,
+                 "how long filter results wait for the pod's bind");
+  long long volcano_weight = static_cast<long long>(f.extender.volcano_score_weight);
+  flags.Integer("--volcano-score-weight", volcano_weight, 0, 1000, "W",
+                "multiplier of the 0..100 score in Volcano replies");
 
-Result<std::chrono::milliseconds> ParseDuration(std::string_view flag, std::string_view s) {
-  auto bad = [&] {
-    return Error(std::string(flag) + " \"" + std::string(s) + "\": expected a duration like 500ms, 30s or 2m");
-  };
-  std::int64_t n = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (ec != std::errc() || n < 0) return bad();
-  const std::string_view unit(end, static_cast<std::size_t>(s.data() + s.size() - end));
-  std::int64_t ms = 0;
-  if (unit == "ms") ms = n;
-  else if (unit == "s") ms = n * 1000;
-  else if (unit == "m") ms = n * 60'000;
-  else return bad();
-  if (n > 24LL * 3600 * 1000) return bad();
-  return std::chrono::milliseconds(ms);
-}
+  flags.Group("HTTP");
+  flags.Text("--address", f.http.address, "ADDR", "listen address");
+  long long port = f.http.port;
+  flags.Integer("--port", port, 0, 65535, "N", "listen port (0 = any free port, see --port-file)");
+  flags.Text("--port-file", f.port_file, "FILE", "write the bound port to FILE once listening");
+  long long threads = 0;
+  flags.Integer("--threads", threads, 1, 256, "N", "worker threads")->default_str("the number of CPUs, at least 2");
+  flags.Text("--kube-prefix", f.extender.kube_prefix, "PATH", "kube-scheduler urlPrefix path");
+  flags.Text("--volcano-prefix", f.extender.volcano_prefix, "PATH", "Volcano extender.urlPrefix path");
+  std::int64_t max_body = static_cast<std::int64_t>(f.extender.max_body_bytes);
+  flags.Quantity("--max-body-bytes", max_body, 1024, std::int64_t{1} << 30,
+                 "request body limit, bytes or 16Mi-style (onSessionOpen: 512Mi)");
+  flags.Duration("--read-timeout", f.http.read_timeout, milliseconds(1), kDay, "a request must arrive within this");
+  flags.Duration("--idle-timeout", f.http.idle_timeout, milliseconds(1), kDay,
+                 "idle keep-alive connections close after this");
+  flags.Text("--tls-cert", f.http.tls.cert_file, "FILE",
+             "serve HTTPS with this certificate (with --tls-key); both files are\nre-read when they change");
+  flags.Text("--tls-key", f.http.tls.key_file, "FILE", "the certificate's private key");
+  flags.Text("--tls-client-ca", f.http.tls.client_ca_file, "FILE",
+             "mutual TLS: every verb needs a client certificate signed by this CA\n"
+             "(kube-scheduler's tlsConfig certFile/keyFile); health and metrics\n"
+             "stay open. Not with Volcano, whose client sends no certificate");
+  flags.Duration("--shutdown-grace", f.grace, milliseconds(0), kDay,
+                 "on SIGTERM, how long in-flight requests may take");
 
-Result<long> ParseInt(std::string_view flag, std::string_view s, long lo, long hi) {
-  long n = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (ec != std::errc() || end != s.data() + s.size() || n < lo || n > hi) {
-    return Error(std::string(flag) + " \"" + std::string(s) + "\": expected an integer in " + std::to_string(lo) +
-                 ".." + std::to_string(hi));
+  flags.Group("logging");
+  std::string log_format = "text", log_level = "info";
+  flags.Choice("--log-format", log_format, {"text", "json"}, "log line format");
+  flags.Choice("--log-level", log_level, {"trace", "debug", "info", "warn", "error", "off"},
+               "least severe level logged");
+  flags.Footer("Durations: 500ms, 30s, 5m, 1h, 1m30s. Quantities: 16777216, 512Ki, 16Mi, 1G.");
+  if (const auto exit_code = flags.Parse(args)) return exit_code;
+
+  f.source.stale_topology_age = std::chrono::duration_cast<std::chrono::seconds>(stale_age);
+  f.source.stale_policy =
+      stale_policy == "open" ? kube::StaleTopologyPolicy::kOpen : kube::StaleTopologyPolicy::kClosed;
+  f.source.hami_node_lock = hami_lock == "auto"   ? kube::HamiNodeLockMode::kAuto
+                            : hami_lock == "true" ? kube::HamiNodeLockMode::kOn
+                                                  : kube::HamiNodeLockMode::kOff;
+  f.extender.volcano_score_weight = static_cast<double>(volcano_weight);
+  f.http.port = static_cast<std::uint16_t>(port);
+  f.http.threads = threads > 0 ? static_cast<int>(threads)
+                               : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+  f.extender.max_body_bytes = static_cast<std::size_t>(max_body);
+  f.log_format = *server::ParseLogFormat(log_format);
+  f.log_level = *server::ParseLogLevel(log_level);
+
+  if (f.cluster.empty() == !f.kube) return flags.UsageError("give exactly one of --kube and --cluster DIR");
+  if (f.leader_elect && !(f.lease.renew_deadline < f.lease.lease_duration &&
+                          f.lease.retry_period < f.lease.renew_deadline)) {
+    return flags.UsageError("leader election needs retry-period < renew-deadline < lease-duration");
   }
-  return n;
+  if (f.http.tls.cert_file.empty() != f.http.tls.key_file.empty()) {
+    return flags.UsageError("--tls-cert and --tls-key go together");
+  }
+  f.http.tls_enabled = !f.http.tls.cert_file.empty();
+  if (!f.http.tls.client_ca_file.empty() && !f.http.tls_enabled) {
+    return flags.UsageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
+  }
+  f.extender.require_client_certificate = !f.http.tls.client_ca_file.empty();
+  return std::nullopt;
 }
 
 Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit) {
@@ -127,154 +180,6 @@ Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit) {
     if (text.size() > limit) return Error(path + ": larger than " + std::to_string(limit) + " bytes");
   }
   return text;
-}
-
-struct KubeFlags {
-  bool enabled = false;
-  std::string kubeconfig, context;
-  bool leader_elect = true;
-  kube::LeaderOptions lease;
-  kube::KubeSourceOptions source;
-};
-
-Result<bool> ParseBool(std::string_view flag, std::string_view v) {
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
-  return Error(std::string(flag) + " \"" + std::string(v) + "\": expected true or false");
-}
-
-struct ServeFlags {
-  KubeFlags kube;
-  std::string cluster, config, port_file;
-  server::ServerOptions http;
-  extender::ExtenderOptions extender;
-  server::LogFormat log_format = server::LogFormat::kText;
-  server::LogLevel log_level = server::LogLevel::kInfo;
-  std::chrono::milliseconds grace{10'000};
-};
-
-// Returns 0 to go on, else the exit code (help 0 is signalled by setting `help`).
-int ParseFlags(const std::vector<std::string>& args, ServeFlags& f, bool& help) {
-  f.http.port = 8888;
-  f.kube.source.stale_topology_age = std::chrono::minutes(15);
-  f.http.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      help = true;
-      return 0;
-    }
-    if (a == "--kube") {
-      f.kube.enabled = true;
-      continue;
-    }
-    if (i + 1 >= args.size()) {
-      std::fprintf(stderr, "toposched serve: %s: missing value or unknown flag\n%s", a.c_str(), kServeHelp);
-      return 2;
-    }
-    const std::string& v = args[++i];
-    auto fail = [&](const Error& e) {
-      std::fprintf(stderr, "toposched serve: %s\n", e.message().c_str());
-      return 2;
-    };
-    if (a == "--cluster") f.cluster = v;
-    else if (a == "--kubeconfig") f.kube.kubeconfig = v;
-    else if (a == "--context") f.kube.context = v;
-    else if (a == "--lease-namespace") f.kube.lease.lease_namespace = v;
-    else if (a == "--lease-name") f.kube.lease.lease_name = v;
-    else if (a == "--identity") f.kube.lease.identity = v;
-    else if (a == "--leader-elect") {
-      auto b = ParseBool(a, v);
-      if (!b.ok()) return fail(b.error());
-      f.kube.leader_elect = *b;
-    } else if (a == "--hami-node-lock") {
-      if (v == "auto") {
-        f.kube.source.hami_node_lock = kube::HamiNodeLockMode::kAuto;
-      } else {
-        auto b = ParseBool(a, v);
-        if (!b.ok()) return fail(Error("--hami-node-lock \"" + v + "\": expected auto, true or false"));
-        f.kube.source.hami_node_lock = *b ? kube::HamiNodeLockMode::kOn : kube::HamiNodeLockMode::kOff;
-      }
-    } else if (a == "--stale-topology-policy") {
-      if (v == "closed") f.kube.source.stale_policy = kube::StaleTopologyPolicy::kClosed;
-      else if (v == "open") f.kube.source.stale_policy = kube::StaleTopologyPolicy::kOpen;
-      else return fail(Error("--stale-topology-policy \"" + v + "\": expected closed or open"));
-    } else if (a == "--lease-duration" || a == "--renew-deadline" || a == "--retry-period" ||
-               a == "--stale-topology-age") {
-      auto d = ParseDuration(a, v);
-      if (!d.ok()) return fail(d.error());
-      if (a == "--lease-duration") f.kube.lease.lease_duration = *d;
-      if (a == "--renew-deadline") f.kube.lease.renew_deadline = *d;
-      if (a == "--retry-period") f.kube.lease.retry_period = *d;
-      if (a == "--stale-topology-age") {
-        f.kube.source.stale_topology_age = std::chrono::duration_cast<std::chrono::seconds>(*d);
-      }
-    }
-    else if (a == "--config") f.config = v;
-    else if (a == "--port-file") f.port_file = v;
-    else if (a == "--address") f.http.address = v;
-    else if (a == "--kube-prefix") f.extender.kube_prefix = v;
-    else if (a == "--volcano-prefix") f.extender.volcano_prefix = v;
-    else if (a == "--tls-cert") f.http.tls.cert_file = v;
-    else if (a == "--tls-key") f.http.tls.key_file = v;
-    else if (a == "--tls-client-ca") f.http.tls.client_ca_file = v;
-    else if (a == "--port") {
-      auto n = ParseInt(a, v, 0, 65535);
-      if (!n.ok()) return fail(n.error());
-      f.http.port = static_cast<std::uint16_t>(*n);
-    } else if (a == "--threads") {
-      auto n = ParseInt(a, v, 1, 256);
-      if (!n.ok()) return fail(n.error());
-      f.http.threads = static_cast<int>(*n);
-    } else if (a == "--max-body-bytes") {
-      auto n = ParseInt(a, v, 1024, 1L << 30);
-      if (!n.ok()) return fail(n.error());
-      f.extender.max_body_bytes = static_cast<std::size_t>(*n);
-    } else if (a == "--volcano-score-weight") {
-      auto n = ParseInt(a, v, 0, 1000);
-      if (!n.ok()) return fail(n.error());
-      f.extender.volcano_score_weight = static_cast<double>(*n);
-    } else if (a == "--reservation-ttl" || a == "--read-timeout" || a == "--idle-timeout" ||
-               a == "--shutdown-grace") {
-      auto d = ParseDuration(a, v);
-      if (!d.ok()) return fail(d.error());
-      if (a == "--reservation-ttl") f.extender.reservation_ttl = *d;
-      if (a == "--read-timeout") f.http.read_timeout = *d;
-      if (a == "--idle-timeout") f.http.idle_timeout = *d;
-      if (a == "--shutdown-grace") f.grace = *d;
-    } else if (a == "--log-format") {
-      auto lf = server::ParseLogFormat(v);
-      if (!lf.ok()) return fail(lf.error());
-      f.log_format = *lf;
-    } else if (a == "--log-level") {
-      auto ll = server::ParseLogLevel(v);
-      if (!ll.ok()) return fail(ll.error());
-      f.log_level = *ll;
-    } else {
-      std::fprintf(stderr, "toposched serve: unknown flag %s\n%s", a.c_str(), kServeHelp);
-      return 2;
-    }
-  }
-  if (f.cluster.empty() == !f.kube.enabled) {
-    std::fprintf(stderr, "toposched serve: give exactly one of --kube and --cluster DIR\n%s", kServeHelp);
-    return 2;
-  }
-  if (f.kube.leader_elect && !(f.kube.lease.renew_deadline < f.kube.lease.lease_duration &&
-                               f.kube.lease.retry_period < f.kube.lease.renew_deadline)) {
-    std::fprintf(stderr, "toposched serve: leader election needs retry-period < renew-deadline < lease-duration\n");
-    return 2;
-  }
-  if (f.http.tls.cert_file.empty() != f.http.tls.key_file.empty()) {
-    std::fprintf(stderr, "toposched serve: --tls-cert and --tls-key go together\n");
-    return 2;
-  }
-  f.http.tls_enabled = !f.http.tls.cert_file.empty();
-  if (!f.http.tls.client_ca_file.empty() && !f.http.tls_enabled) {
-    std::fprintf(stderr, "toposched serve: --tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)\n");
-    return 2;
-  }
-  f.extender.require_client_certificate = !f.http.tls.client_ca_file.empty();
-  return 0;
 }
 
 // $POD_NAME (the downward API), else the host name, plus a random suffix: two processes must
@@ -299,11 +204,7 @@ void Fatal(const std::string& message) { server::Log(server::LogLevel::kError, {
 
 int RunServe(const std::vector<std::string>& args) {
   ServeFlags flags;
-  bool help = false;
-  if (const int rc = ParseFlags(args, flags, help); rc != 0 || help) {
-    if (help) std::fputs(kServeHelp, stdout);
-    return rc;
-  }
+  if (const auto exit_code = ParseFlags(args, flags)) return *exit_code;
   server::ConfigureLogging(flags.log_format, flags.log_level);
 
   // Block the shutdown signals before any thread starts, so that only sigwait() below sees them.
@@ -322,9 +223,9 @@ int RunServe(const std::vector<std::string>& args) {
     if (!loaded.ok()) return Fatal(flags.config + ": " + loaded.error().message()), 1;
     config = std::move(loaded).value();
   }
-  flags.kube.source.pool_label = config.request.pool_label;
-  flags.kube.source.rdma_resources = config.request.rdma_resources;
-  flags.kube.source.network = config.network;
+  flags.source.pool_label = config.request.pool_label;
+  flags.source.rdma_resources = config.request.rdma_resources;
+  flags.source.network = config.network;
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 
@@ -336,27 +237,27 @@ int RunServe(const std::vector<std::string>& args) {
   std::unique_ptr<kube::LeaderElector> elector;
   std::unique_ptr<kube::KubeSource> kube_source;
   std::jthread elector_thread;
-  if (flags.kube.enabled) {
-    Result<kube::ClientConfig> client = flags.kube.kubeconfig.empty()
+  if (flags.kube) {
+    Result<kube::ClientConfig> client = flags.kubeconfig.empty()
                                             ? kube::InClusterConfig()
-                                            : kube::LoadKubeconfig(flags.kube.kubeconfig, flags.kube.context);
+                                            : kube::LoadKubeconfig(flags.kubeconfig, flags.context);
     if (!client.ok()) return Fatal(client.error().message()), 1;
     Result<std::unique_ptr<kube::Transport>> t = kube::MakeRestTransport(*client);
     if (!t.ok()) return Fatal(t.error().message()), 1;
     transport = std::move(t).value();
     api = std::make_unique<kube::Api>(*transport);
-    kube::LeaderOptions& lease = flags.kube.lease;
+    kube::LeaderOptions& lease = flags.lease;
     if (lease.lease_namespace.empty()) lease.lease_namespace = client->namespace_name;
     if (lease.identity.empty()) lease.identity = DefaultIdentity();
-    flags.kube.source.identity = lease.identity;
-    if (flags.kube.leader_elect) {
+    flags.source.identity = lease.identity;
+    if (flags.leader_elect) {
       // In a pod (the downward API sets both): followers report ready too and the leader labels
       // its pod toposched.io/leader=true, which the Service selects (docs/operations.md).
       const char* pod_namespace = std::getenv("POD_NAMESPACE");
       const char* pod_name = std::getenv("POD_NAME");
       if (pod_namespace != nullptr && *pod_namespace != '\0' && pod_name != nullptr && *pod_name != '\0') {
-        flags.kube.source.self_namespace = pod_namespace;
-        flags.kube.source.self_name = pod_name;
+        flags.source.self_namespace = pod_namespace;
+        flags.source.self_name = pod_name;
       }
       // The Lease gets its own Api: one attempt per renewal, bounded well inside the gap between
       // the renew deadline and the lease duration, so a hung API server cannot keep this replica
@@ -370,7 +271,7 @@ int RunServe(const std::vector<std::string>& args) {
         if (kube_source) kube_source->OnLeadership(leading);
       });
     }
-    kube_source = std::make_unique<kube::KubeSource>(*api, store, metrics, flags.kube.source, elector.get());
+    kube_source = std::make_unique<kube::KubeSource>(*api, store, metrics, flags.source, elector.get());
     store.SetPersistence(kube_source.get());
     kube_source->Start();
     if (elector) elector_thread = std::jthread([&elector](std::stop_token stop) { elector->Run(stop); });

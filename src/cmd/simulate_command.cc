@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flags.h"
 #include "plugins/registry.h"
 #include "toposched/framework/config.h"
 #include "toposched/simulate/simulator.h"
@@ -20,54 +21,6 @@ namespace toposched::cmd {
 namespace {
 
 namespace sim = toposched::simulate;
-
-void PrintHelp() {
-  std::printf(
-      "usage: toposched simulate [flags]\n\n"
-      "Runs a workload through the scheduler's filter -> score -> reserve code (in process, no\n"
-      "HTTP) on a virtual cluster and compares policies side by side: pods placed and pending,\n"
-      "the worst GPU->NIC class pods got, how many got the best class their node allowed, the\n"
-      "aligned 8-GPU slots left free at the end, shared-GPU packing, the KV-transfer paths of\n"
-      "Prefill->Decode pairs (and how often a P/D pod got the cheapest one), the per-leaf P:D\n"
-      "ratio error of each pool, and the decision time per pod. With no flags it runs the\n"
-      "embedded default: %d nodes of mixed real-world shapes and %d pods of an LLM serving mix\n"
-      "(prefill and decode in 8 pools). Placements and transfer times are simulated (estimated\n"
-      "with the config's network costs); decision times are measured.\n\n"
-      "policies:\n"
-      "  toposched     the framework with the builtin plugins (or --config): best score wins\n"
-      "  first-fit     lowest free GPUs and NICs, first node that fits (a device plugin)\n"
-      "  gpu-only      best GPU set by NVLink/PCIe, NICs first-fit (NVIDIA's GPU ranking)\n"
-      "  root-complex  GPUs and NICs under one PCIe root complex when possible (Koordinator\n"
-      "                SamePCIe, DRA pcieRoot)\n\n"
-      "flags:\n"
-      "  --nodes N             synthetic nodes of the default mix (default %d; 0 with\n"
-      "                        --topologies for files only)\n"
-      "  --shapes P=N,...      synthetic presets and counts instead of the default mix\n"
-      "                        (see `toposched topo --list-synthetic`)\n"
-      "  --topologies DIR      add a node for every *.xml / *.json topology file with GPUs\n"
-      "  --copies N            nodes per topology file (default 1)\n"
-      "  --workload FILE       workload JSON: {\"pods\": [{\"name\", \"arrival\", \"duration\",\n"
-      "                        \"kind\", \"pod\": <Pod>}]} instead of the generator\n"
-      "  --pods N              generated pods (default %d)\n"
-      "  --seed N              generator seed (default 1)\n"
-      "  --pd-pools N          Prefill/Decode pools the generator makes (default 8; 0: P/D pods\n"
-      "                        without pools, which the pool plugins ignore)\n"
-      "  --policies a,b,...    policies to compare (default: all, toposched first)\n"
-      "  --config FILE         scheduler configuration YAML for the toposched policy\n"
-      "  --json                print JSON instead of the table\n"
-      "  --svg FILE            also write a picture of the placements and class histograms\n"
-      "  --no-progress         never draw the progress bar\n\n"
-      "trace replay (the Alibaba GPU trace with FGD's protocol, see docs/placement.md):\n"
-      "  --trace DIR           replay DIR/openb_node_list_gpu_node.csv with each\n"
-      "                        DIR/openb_pod_list_<variant>.csv: tasks in creation order, tuned\n"
-      "                        to 130%% of GPU capacity, and report the GPU allocation ratio at\n"
-      "                        100%% and 130%% arrived per policy (toposched, fgd, best-fit,\n"
-      "                        first-fit, random), mean over the seeds\n"
-      "  --variants a,b,...    trace variants (default: every pod list in DIR)\n"
-      "  --seeds A-B|a,b,...   tuning seeds (default 42-51, as the FGD paper)\n"
-      "  --max-tasks N         replay only the first N tasks of each tuned workload\n",
-      sim::kDefaultNodes, sim::kDefaultPods, sim::kDefaultNodes, sim::kDefaultPods);
-}
 
 bool ParseInt(const std::string& s, long long min, long long max, long long& out) {
   if (s.empty()) return false;
@@ -210,72 +163,63 @@ int RunSimulate(const std::vector<std::string>& args) {
   std::string trace_dir, variants_arg, seeds_arg;
   long long max_tasks = 0;
   long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
-  bool json = false, no_progress = false, nodes_given = false;
-  auto usage = [](const std::string& message) {
-    std::fprintf(stderr, "toposched simulate: %s (see --help)\n", message.c_str());
-    return 2;
-  };
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
-      out = args[++i];
-      return true;
-    };
-    auto number = [&](long long min, long long max, long long& out) {
-      std::string text;
-      if (!value(text)) return false;
-      if (!ParseInt(text, min, max, out)) {
-        std::fprintf(stderr, "toposched simulate: %s: '%s' is not an integer in %lld..%lld\n", flag.c_str(),
-                     text.c_str(), min, max);
-        return false;
-      }
-      return true;
-    };
-    bool ok = true;
-    if (flag == "--help" || flag == "-h") {
-      PrintHelp();
-      return 0;
-    } else if (flag == "--topologies") {
-      ok = value(topologies);
-    } else if (flag == "--copies") {
-      ok = number(1, 10000, copies);
-    } else if (flag == "--workload") {
-      ok = value(workload_path);
-    } else if (flag == "--nodes") {
-      ok = number(0, 100000, nodes);
-      nodes_given = true;
-    } else if (flag == "--shapes") {
-      ok = value(shapes_arg);
-    } else if (flag == "--pods") {
-      ok = number(1, 10000000, pods);
-    } else if (flag == "--seed") {
-      ok = number(0, 4294967295LL, seed);
-    } else if (flag == "--pd-pools") {
-      ok = number(0, 1000, pd_pools);
-    } else if (flag == "--policies") {
-      ok = value(policies_arg);
-    } else if (flag == "--config") {
-      ok = value(config_path);
-    } else if (flag == "--json") {
-      json = true;
-    } else if (flag == "--svg") {
-      ok = value(svg_path);
-    } else if (flag == "--no-progress") {
-      no_progress = true;
-    } else if (flag == "--trace") {
-      ok = value(trace_dir);
-    } else if (flag == "--variants") {
-      ok = value(variants_arg);
-    } else if (flag == "--seeds") {
-      ok = value(seeds_arg);
-    } else if (flag == "--max-tasks") {
-      ok = number(1, 100000000, max_tasks);
-    } else {
-      return usage("unknown flag '" + flag + "'");
-    }
-    if (!ok) return usage(flag + " needs a valid value");
-  }
+  bool json = false, no_progress = false;
+  FlagSet flags(
+      "simulate", "toposched simulate [flags]",
+      "Runs a workload through the scheduler's filter -> score -> reserve code (in process, no\n"
+      "HTTP) on a virtual cluster and compares policies side by side: pods placed and pending,\n"
+      "the worst GPU->NIC class pods got, how many got the best class their node allowed, the\n"
+      "aligned 8-GPU slots left free at the end, shared-GPU packing, the KV-transfer paths of\n"
+      "Prefill->Decode pairs (and how often a P/D pod got the cheapest one), the per-leaf P:D\n"
+      "ratio error of each pool, and the decision time per pod. With no flags it runs the\n"
+      "embedded default: " + std::to_string(sim::kDefaultNodes) + " nodes of mixed real-world shapes and " +
+          std::to_string(sim::kDefaultPods) + " pods of an LLM serving mix\n"
+      "(prefill and decode in 8 pools). Placements and transfer times are simulated (estimated\n"
+      "with the config's network costs); decision times are measured.\n\n"
+      "policies:\n"
+      "  toposched     the framework with the builtin plugins (or --config): best score wins\n"
+      "  first-fit     lowest free GPUs and NICs, first node that fits (a device plugin)\n"
+      "  gpu-only      best GPU set by NVLink/PCIe, NICs first-fit (NVIDIA's GPU ranking)\n"
+      "  root-complex  GPUs and NICs under one PCIe root complex when possible (Koordinator\n"
+      "                SamePCIe, DRA pcieRoot)");
+  flags.Group("cluster");
+  auto* nodes_flag = flags.Integer("--nodes", nodes, 0, 100000, "N",
+                                   "synthetic nodes of the default mix (0 with --topologies for\nfiles only)");
+  flags.Text("--shapes", shapes_arg, "P=N,...",
+             "synthetic presets and counts instead of the default mix\n"
+             "(see `toposched topo --list-synthetic`)");
+  flags.Text("--topologies", topologies, "DIR", "add a node for every *.xml / *.json topology file with GPUs");
+  flags.Integer("--copies", copies, 1, 10000, "N", "nodes per topology file");
+  flags.Group("workload");
+  flags.Text("--workload", workload_path, "FILE",
+             "workload JSON: {\"pods\": [{\"name\", \"arrival\", \"duration\",\n"
+             "\"kind\", \"pod\": <Pod>}]} instead of the generator");
+  flags.Integer("--pods", pods, 1, 10000000, "N", "generated pods");
+  flags.Integer("--seed", seed, 0, 4294967295LL, "N", "generator seed");
+  flags.Integer("--pd-pools", pd_pools, 0, 1000, "N",
+                "Prefill/Decode pools the generator makes (0: P/D pods without\n"
+                "pools, which the pool plugins ignore)")
+      ->default_str("8");
+  flags.Group("policies and output");
+  flags.Text("--policies", policies_arg, "a,b,...", "policies to compare (default: all, toposched first)");
+  flags.Text("--config", config_path, "FILE", "scheduler configuration YAML for the toposched policy");
+  flags.Switch("--json", json, "print JSON instead of the table");
+  flags.Text("--svg", svg_path, "FILE", "also write a picture of the placements and class histograms");
+  flags.Switch("--no-progress", no_progress, "never draw the progress bar");
+  flags.Group("trace replay (the Alibaba GPU trace with FGD's protocol, see docs/placement.md)");
+  flags.Text("--trace", trace_dir, "DIR",
+             "replay DIR/openb_node_list_gpu_node.csv with each\n"
+             "DIR/openb_pod_list_<variant>.csv: tasks in creation order, tuned\n"
+             "to 130% of GPU capacity, and report the GPU allocation ratio at\n"
+             "100% and 130% arrived per policy (toposched, fgd, best-fit,\n"
+             "first-fit, random), mean over the seeds");
+  flags.Text("--variants", variants_arg, "a,b,...", "trace variants (default: every pod list in DIR)");
+  flags.Text("--seeds", seeds_arg, "A-B|a,b,...", "tuning seeds (default 42-51, as the FGD paper)");
+  flags.Integer("--max-tasks", max_tasks, 1, 100000000, "N", "replay only the first N tasks of each tuned workload")
+      ->default_str("");
+  if (const auto exit_code = flags.Parse(args)) return *exit_code;
+  const bool nodes_given = flags.Given(nodes_flag);
+  auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
   if (!trace_dir.empty()) {
     if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
         pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {

@@ -1,23 +1,21 @@
 #include "commands.h"
+#include "flags.h"
 
 namespace toposched::cmd {
 
-bool ParseTopologyFlag(const std::vector<std::string>& args, std::size_t& i, TopologyArgs& out,
-                       std::string* error) {
-  const std::string& flag = args[i];
-  std::string* target = nullptr;
-  if (flag == "--input") target = &out.input;
-  else if (flag == "--synthetic") target = &out.synthetic;
-  else if (flag == "--node-name") target = &out.node_name;
-  else if (flag == "--sysfs-root") target = &out.sysfs_root;
-  else if (flag == "--nvml-library") target = &out.nvml_library;
-  if (target == nullptr) return false;
-  if (i + 1 >= args.size() || args[i + 1].empty()) {
-    *error = flag + " needs a value";
-    return true;
-  }
-  *target = args[++i];
-  return true;
+void AddTopologyFlags(FlagSet& flags, TopologyArgs& out, const std::string& node_name_help) {
+  flags.Group("topology source (neither --input nor --synthetic: this machine, by hwloc)");
+  flags.Text("--input", out.input, "FILE",
+             "hwloc XML (v1/v2), NCCL/RCCL topology XML or NodeTopology JSON;\n"
+             "the format is detected from the content");
+  flags.Text("--synthetic", out.synthetic, "PRESET", "a generated machine (see `toposched topo --list-synthetic`)");
+  flags.Text("--node-name", out.node_name, "NAME", node_name_help);
+  flags.Text("--sysfs-root", out.sysfs_root, "DIR",
+             "host sysfs for live discovery (in a pod, the host's /sys mounted\nread-only)");
+  flags.Text("--nvml-library", out.nvml_library, "PATH",
+             "NVML library read for NVLink, GPU UUIDs and memory on a live node\n"
+             "(default libnvidia-ml.so.1 from the host driver, or\n"
+             "$TOPOSCHED_NVML_LIBRARY; \"none\" disables it)");
 }
 
 }  // namespace toposched::cmd

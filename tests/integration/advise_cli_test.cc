@@ -73,7 +73,7 @@ TEST(AdviseCli, BadFlagsSayWhat) {
            {"--prompt fixed:0", 2, "--prompt"},
            {"--rate abc", 2, "--rate"},
            {"--gpus 0", 2, "--gpus"},
-           {"--gpus", 2, "--gpus needs a valid value"},
+           {"--gpus", 2, "--gpus needs a value"},
            {"--layers 10", 2, "custom model needs"},
            {"--gpus 4", 1, "does not fit in 4 GPUs"},
            {"--config /nonexistent/x.yaml", 1, "cannot open"},

@@ -10,8 +10,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "testing/run_cli.h"
 #include "testing/shared_topologies.h"
@@ -131,7 +134,7 @@ TEST(CliTest, ErrorsAreClearAndNonZero) {
        "nvidia-smi topo -m"},
       {"missing file", "topo --input /nonexistent/topo.xml", 1, "/nonexistent/topo.xml: cannot open"},
       {"bad format flag", "topo --format yaml", 2, "--format must be text or json"},
-      {"unknown flag", "topo --frobnicate", 2, "unknown or incomplete flag"},
+      {"unknown flag", "topo --frobnicate", 2, "unknown flag '--frobnicate'"},
       {"missing value", "topo --input", 2, "--input needs a value"},
       {"both sources", "topo --input x --synthetic hgx-h100-8gpu", 1, "mutually exclusive"},
       {"unknown preset", "topo --synthetic nope", 1, "unknown synthetic preset"},
@@ -207,6 +210,76 @@ TEST(CliTest, PlaceTextAndFailures) {
                                        Example("hgx-h100-8gpu.nccl.xml"));
   EXPECT_EQ(bad_request.exit_code, 1);
   EXPECT_NE(bad_request.err.find("hgx-h100-8gpu.nccl.xml"), std::string::npos) << bad_request.err;
+}
+
+// `place` on what kubectl prints: NodeTopologies as a List in YAML (`kubectl get ntopo -o yaml`),
+// a Pod in YAML, and the node's pods as the allocation. An agent's document is wrapped the way
+// the API server returns it; the JSON goes into YAML documents behind a comment, which yaml-cpp
+// reads as flow-style YAML (strings quoted, as kubectl quotes them).
+TEST(CliTest, PlaceReadsKubectlYaml) {
+  const fs::path dir = fs::temp_directory_path() / ("toposched-place-yaml-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const CliRun agent = Toposched("agent --once --synthetic hgx-h100-8gpu --node-name gpu-a1");
+  ASSERT_EQ(agent.exit_code, 0) << agent.err;
+  nlohmann::json a1 = nlohmann::json::parse(agent.out), a2 = a1;
+  a2["metadata"]["name"] = "gpu-a2";
+  const nlohmann::json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", {a1, a2}}};
+  std::ofstream(dir / "ntopo.yaml") << "# kubectl get ntopo -o yaml\n" << list.dump() << "\n";
+  std::ofstream(dir / "pod.yaml") << "apiVersion: v1\nkind: Pod\nmetadata:\n  name: train\n  namespace: ml\n"
+                                     "spec:\n  containers:\n  - name: c\n    resources:\n      limits:\n"
+                                     "        nvidia.com/gpu: 4\n";
+  // Another scheduler's pod holds 4 GPUs of gpu-a1 (counted on the last four); one on gpu-a2
+  // does not count here.
+  std::ofstream(dir / "pods.yaml") << "apiVersion: v1\nkind: List\nitems:\n"
+                                      "- apiVersion: v1\n  kind: Pod\n  metadata: {name: other, namespace: ml, uid: u1}\n"
+                                      "  spec:\n    nodeName: gpu-a1\n    containers:\n    - name: c\n"
+                                      "      resources: {limits: {nvidia.com/gpu: \"4\"}}\n"
+                                      "  status: {phase: Running}\n"
+                                      "- apiVersion: v1\n  kind: Pod\n  metadata: {name: elsewhere, namespace: ml, uid: u2}\n"
+                                      "  spec:\n    nodeName: gpu-a2\n    containers:\n    - name: c\n"
+                                      "      resources: {limits: {nvidia.com/gpu: \"4\"}}\n"
+                                      "  status: {phase: Running}\n";
+  const std::string topology = " --topology " + Quote((dir / "ntopo.yaml").string());
+  const std::string request = " --request " + Quote((dir / "pod.yaml").string());
+
+  const CliRun ambiguous = Toposched("place" + topology + request);
+  EXPECT_EQ(ambiguous.exit_code, 1);
+  EXPECT_NE(ambiguous.err.find("2 NodeTopologies (gpu-a1, gpu-a2): pick one with --node NAME"), std::string::npos)
+      << ambiguous.err;
+
+  const CliRun run = Toposched("place" + topology + " --node gpu-a1" + request + " --allocated " +
+                               Quote((dir / "pods.yaml").string()) + " --format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("0 pods with allocation records on gpu-a1, 1 without (counted on the last free devices); "
+                         "1 on other nodes skipped"),
+            std::string::npos)
+      << run.err;
+  const auto out = nlohmann::json::parse(run.out);
+  EXPECT_EQ(out["node"], "gpu-a1");
+  ASSERT_EQ(out["gpus"].size(), 4u);
+  for (const auto& gpu : out["gpus"]) EXPECT_LT(gpu["index"].get<int>(), 4) << "GPUs 4-7 are the other pod's";
+  fs::remove_all(dir);
+}
+
+// Each subcommand's help is generated from its flags: every flag is listed once (the agent's
+// used to list --node-name twice), with its value name, and -h works too.
+TEST(CliTest, HelpListsEveryFlagOnce) {
+  for (const char* command : {"topo", "agent", "place", "simulate", "serve", "advise"}) {
+    SCOPED_TRACE(command);
+    const CliRun help = Toposched(std::string(command) + " --help");
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    EXPECT_EQ(help.out.rfind(std::string("usage: toposched ") + command, 0), 0u) << help.out;
+    std::vector<std::string> flags;
+    std::istringstream lines(help.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("  --", 0) == 0) flags.push_back(line.substr(2, line.find_first_of(" \t", 2) - 2));
+    }
+    EXPECT_GE(flags.size(), 3u) << help.out;
+    std::vector<std::string> sorted = flags;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << help.out;
+    EXPECT_EQ(Toposched(std::string(command) + " -h").out, help.out);
+  }
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ TEST(SimulateCli, MistakesExitWithTheRightCode) {
   const Case cases[] = {
       {"--nodes abc", 2, "--nodes: 'abc' is not an integer"},
       {"--frobnicate", 2, "unknown flag '--frobnicate'"},
-      {"--svg", 2, "--svg needs a valid value"},
+      {"--svg", 2, "--svg needs a value"},
       {"--nodes 4 --shapes pcie-4gpu=2", 2, "give one"},
       {"--shapes pcie-4gpu", 2, "expected PRESET=COUNT"},
       {"--nodes 0", 2, "no nodes"},
