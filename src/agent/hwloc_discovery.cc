@@ -467,6 +467,15 @@ Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   }
   Translator translator(topo->get(), nullptr);
   NodeTopology t = translator.Run(TopologySource::kHwlocXml);
+  // hwloc imports an XML that gives two NUMA nodes one os_index; the NodeTopology codec refuses
+  // such a document, so the agent would publish an object no extender can read (found by
+  // fuzz/hwloc_xml_fuzz.cc). numa_nodes is sorted by id.
+  for (std::size_t i = 1; i < t.numa_nodes.size(); ++i) {
+    if (t.numa_nodes[i].id == t.numa_nodes[i - 1].id) {
+      return Error("hwloc XML gives two NUMA nodes the os_index " + std::to_string(t.numa_nodes[i].id) +
+                   " (an inconsistent export)");
+    }
+  }
   if (hwloc_obj_t root = hwloc_get_root_obj(topo->get()); root != nullptr) {
     const std::string host = Info(root, "HostName");
     if (!host.empty()) t.node_name = ToKubernetesName(host);

@@ -336,5 +336,28 @@ TEST(HwlocDiscoveryTest, MalformedXmlIsAnErrorNotACrash) {
   }
 }
 
+// Two NUMA nodes with one os_index: hwloc imports it, the NodeTopology codec would refuse what the
+// agent published. Refused at the import, with the index (found by fuzz/hwloc_xml_fuzz.cc; the
+// same input is fuzz/corpus/hwloc_xml/regress-duplicate-numa-os-index.xml).
+TEST(HwlocDiscoveryTest, DuplicateNumaOsIndexIsRefused) {
+  const std::string xml = R"(<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE topology SYSTEM "hwloc2.dtd">
+<topology version="2.0">
+  <object type="Machine" os_index="0" cpuset="0x00000003" complete_cpuset="0x00000003" allowed_cpuset="0x00000003" nodeset="0x00000003" complete_nodeset="0x00000003" allowed_nodeset="0x00000003" gp_index="1">
+    <object type="Package" os_index="0" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="2">
+      <object type="NUMANode" os_index="3" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="3" local_memory="1073741824"/>
+      <object type="PU" os_index="0" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="4"/>
+    </object>
+    <object type="Package" os_index="1" cpuset="0x00000002" complete_cpuset="0x00000002" nodeset="0x00000002" complete_nodeset="0x00000002" gp_index="5">
+      <object type="NUMANode" os_index="3" cpuset="0x00000002" complete_cpuset="0x00000002" nodeset="0x00000002" complete_nodeset="0x00000002" gp_index="6" local_memory="1073741824"/>
+      <object type="PU" os_index="1" cpuset="0x00000002" complete_cpuset="0x00000002" nodeset="0x00000002" complete_nodeset="0x00000002" gp_index="7"/>
+    </object>
+  </object>
+</topology>)";
+  auto t = ParseHwlocXml(xml);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message().find("os_index 3"), std::string::npos) << t.error().message();
+}
+
 }  // namespace
 }  // namespace toposched
