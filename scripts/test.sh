@@ -12,6 +12,10 @@ BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_
 ctest --test-dir build --output-on-failure -j"$jobs"
 # The Helm chart rendered without helm, every object checked, deploy/ in sync (tests/chart/).
 TOPOSCHED_BIN=build/src/cmd/toposched tests/chart/run.sh
+# The documentation's commands: every local `toposched ...` command in README.md and docs/*.md
+# runs against this build (cluster-only ones are marked in the docs and skipped), every flag the
+# docs name is checked against --help; about a minute (scripts/docs-test.py).
+/usr/bin/python3 scripts/docs-test.py --bin build/src/cmd/toposched
 # The real peers (e2e/README.md): etcd, kube-apiserver, kube-scheduler, helm and kwok built from
 # the Go module proxy at pinned versions into ~/.cache/toposched-e2e (once; about 25 minutes on
 # 2 cores the first time, cached after), then the Go tests against this build's binary.
