@@ -507,7 +507,7 @@ TEST_F(KubeE2E, NoNodeFitsIsOneFailedSchedulingEventWhoseCountRises) {
     return out;
   };
   ASSERT_TRUE(WaitFor([&] { return failed().size() == 1 && failed()[0]["count"] == 2; }))
-      << server_.List("/api/v1/namespaces/default/events").dump();
+      << json(server_.List("/api/v1/namespaces/default/events")).dump();
   const json e = failed()[0];
   EXPECT_EQ(e["type"], "Warning");
   EXPECT_EQ(e["involvedObject"]["name"], "too-many-nics");
