@@ -6,6 +6,7 @@
 #include <cctype>
 #include <regex>
 
+#include "../common/json_errors.h"
 #include "toposched/agent/discovery.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/kube/objects.h"
@@ -18,6 +19,9 @@ namespace {
 using nlohmann::json;
 
 constexpr int kMaxYamlDepth = 256;
+// A node's pods as kubectl prints them run to some hundred thousand values; 16 MiB of "[],"
+// would otherwise become millions of nested values.
+constexpr std::size_t kMaxJsonValues = 4'000'000;
 
 // YAML 1.2 core schema for a plain scalar: null, bool, int, float, else a string. Quoted
 // scalars are strings ("8" stays "8": kubectl quotes what would otherwise read as a number).
@@ -143,6 +147,10 @@ Status CountForeignPod(const PlacementRequest& request, const NodeTopology& topo
 Result<std::vector<json>> ReadKubeObjects(std::string_view text) {
   std::vector<json> out;
   if (LooksLikeJson(text)) {
+    // Checked before parsing: "[[[[..." must not recurse the parser into a crash.
+    const json_errors::Shape shape = json_errors::ScanShape(text);
+    if (shape.max_depth > kMaxYamlDepth) return Error("nested deeper than " + std::to_string(kMaxYamlDepth) + " levels");
+    if (shape.values > kMaxJsonValues) return Error("more than " + std::to_string(kMaxJsonValues) + " values");
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) return Error("not valid JSON");
     if (Status s = Flatten(std::move(value), out); !s.ok()) return s.error();

@@ -82,6 +82,18 @@ TEST(ReadKubeObjects, ListsStreamsAndArraysFlatten) {
     SCOPED_TRACE(bad);
     EXPECT_FALSE(ReadKubeObjects(bad).ok());
   }
+  // Deep nesting is refused before any parser recurses (it crashed nlohmann's at 100,000).
+  const std::string deep_json = std::string(100'000, '[') + std::string(100'000, ']');
+  const auto deep = ReadKubeObjects(deep_json);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.error().message().find("nested deeper than 256 levels"), std::string::npos);
+  EXPECT_FALSE(ReadKubeObjects("# yaml\n" + std::string(10'000, '[') + std::string(10'000, ']')).ok());
+  const std::string deep_yaml = [] {
+    std::string out, indent;
+    for (int i = 0; i < 300; ++i, indent += " ") out += indent + "k:\n";
+    return out + indent + "v\n";
+  }();
+  EXPECT_FALSE(ReadKubeObjects(deep_yaml).ok());
 }
 
 TEST(ReadPlaceTopology, KubectlObjectsOneOrAList) {
