@@ -712,8 +712,8 @@ TEST_F(KubeE2E, WatchGoneForcesARelistThatMissesNothing) {
   EXPECT_TRUE(WaitFor([&] { return !r.store.FindPod(a["metadata"]["uid"].get<std::string>()).has_value(); }));
   EXPECT_TRUE(WaitFor([&] {
     const std::string m = r.Call("/metrics", "", "GET").second;
-    return m.find("toposched_kube_informer_gone{resource=\"pods\"} 0") == std::string::npos &&
-           m.find("toposched_kube_informer_gone{resource=\"pods\"}") != std::string::npos;
+    return m.find("toposched_kube_informer_gone_total{resource=\"pods\"} 0") == std::string::npos &&
+           m.find("toposched_kube_informer_gone_total{resource=\"pods\"}") != std::string::npos;
   }));
   std::string diff;
   EXPECT_TRUE(StoreMatchesApi(r, server_, &diff)) << diff;
