@@ -398,22 +398,18 @@ std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::strin
 
 std::string NodesText(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes) {
   const std::vector<NodeRow> rows = Rows(snapshot, stale_nodes);
-  std::size_t name_width = 4, class_width = 5;
-  for (const NodeRow& row : rows) {
-    name_width = std::max(name_width, row.record->name.size());
-    class_width = std::max(class_width, row.topology_class.size());
-  }
+  std::size_t name_width = 4;
+  for (const NodeRow& row : rows) name_width = std::max(name_width, row.record->name.size());
   std::string out;
   char line[512];
   auto cell = [](const std::string& s, std::size_t width) { return s + std::string(width + 2 - std::min(width, s.size()), ' '); };
-  out += cell("NODE", name_width) + cell("STATE", 15) + "GPUS(FREE/ALL)  SHARED  RDMA(FREE/ALL)  PODS  " +
-         cell("CLASS", class_width) + "\n";
+  out += cell("NODE", name_width) + cell("STATE", 15) + "GPUS(FREE/ALL)  SHARED  RDMA(FREE/ALL)  PODS  CLASS\n";
   for (const NodeRow& row : rows) {
     const DeviceCounts& c = row.devices;
     std::snprintf(line, sizeof line, "%-16s%-8d%-16s%-6zu", (std::to_string(c.gpus_free) + "/" + std::to_string(c.gpus)).c_str(),
                   c.gpus_shared, (std::to_string(c.rdma_free) + "/" + std::to_string(c.rdma)).c_str(),
                   row.record->pods.size());
-    out += cell(row.record->name, name_width) + cell(row.state, 15) + line + cell(row.topology_class, class_width);
+    out += cell(row.record->name, name_width) + cell(row.state, 15) + line + row.topology_class;
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += "\n";
   }
