@@ -48,7 +48,24 @@ build_peer() {
   version=$(version_of "$dir" "$module")
   dest="$cache/$name-$version"
   if [[ -f "$dest/.complete" ]]; then
-    echo "build-peers: $name $version: cached in $dest"
+    # A binary added to a peer after its version was cached (kubectl, issue 17) is built alone
+    # into the same directory; the others are not rebuilt.
+    local missing=()
+    for spec in "$@"; do [[ -x "$dest/${spec##*:}" ]] || missing+=("$spec"); done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+      echo "build-peers: $name $version: cached in $dest"
+      return 0
+    fi
+    for spec in "${missing[@]}"; do
+      pkg=${spec%%:*}; out=${spec##*:}
+      echo "build-peers: $name $version: cached, but without $out: building $pkg ..."
+      if ! (cd "$dir" && "$GO" build -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$dest/.$out.tmp" "$pkg"); then
+        rm -f "$dest/.$out.tmp"
+        echo "build-peers: $name $version: go build $pkg failed" >&2
+        return 1
+      fi
+      mv "$dest/.$out.tmp" "$dest/$out"
+    done
     return 0
   fi
   mkdir -p "$cache"
@@ -146,7 +163,8 @@ for p in "${peers[@]}"; do
     kube)
       v=$(version_of "$here/tools/kube" k8s.io/kubernetes)
       build_peer kube k8s.io/kubernetes "$(kube_ldflags "$v")" \
-        k8s.io/kubernetes/cmd/kube-apiserver:kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler:kube-scheduler ;;
+        k8s.io/kubernetes/cmd/kube-apiserver:kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler:kube-scheduler \
+        k8s.io/kubernetes/cmd/kubectl:kubectl ;;
     etcd)
       build_peer etcd go.etcd.io/etcd/server/v3 "-s -w" go.etcd.io/etcd/server/v3:etcd ;;
     helm)

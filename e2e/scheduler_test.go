@@ -242,6 +242,9 @@ func TestKubeScheduler(t *testing.T) {
 		{name: "decode-0", gpus: 1, labels: pd("decode"), fits: true},
 		{name: "decode-1", gpus: 1, labels: pd("decode"), fits: true},
 		{name: "too-big", gpus: 32, fits: false},
+		// Fits kube-scheduler's own filters (GPU nodes have a GPU), not toposched's: no node has
+		// 24 RDMA NICs. The filter that leaves it no node gives it a FailedScheduling summary.
+		{name: "nic-starved", gpus: 1, rdmaAnnot: "24", fits: false},
 		{name: "shared-0", gpus: 1, gpumem: 8000, gpucores: 30, node: "gpu-dgx2h", fits: true},
 		{name: "shared-1", gpus: 1, gpumem: 8000, gpucores: 30, node: "gpu-dgx2h", fits: true},
 		{name: "shared-2", gpus: 1, gpumem: 4000, gpucores: 50, node: "gpu-dgx2h", fits: true},
@@ -266,7 +269,10 @@ func TestKubeScheduler(t *testing.T) {
 		c.createPod(schedulerName, p)
 	}
 	c.waitBound(wave1, 3*time.Minute)
-	t.Logf("wave 1: %d pods bound in %s", len(wave1)-1, time.Since(start).Round(time.Millisecond))
+	t.Logf("wave 1: %d pods bound in %s", len(wave1)-2, time.Since(start).Round(time.Millisecond))
+	t.Run("EventsAndExplain", func(t *testing.T) {
+		c.checkEventsAndExplain(t, wave1[0], podSpec{name: "nic-starved", gpus: 1, rdmaAnnot: "24"})
+	})
 	// Between the waves nothing else is in flight: compare one more bind with toposched place.
 	t.Run("PlaceParity", func(t *testing.T) {
 		if probe, ok := c.checkPlaceParity(t, schedulerName, "gpu-oci-h100"); ok {

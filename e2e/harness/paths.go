@@ -79,7 +79,10 @@ func PinnedVersion(peer, module string) (string, error) {
 // Peers are the paths of the built peer binaries.
 type Peers struct {
 	Etcd, APIServer, Scheduler, Helm, Kwok string
-	KwokStages                             []string // kwok's stage YAML files (its --config)
+	// Kubectl is built with the kube peer (cmd/kubectl); "" where a cache from before it was
+	// added lacks it (e2e/build-peers.sh kube adds it).
+	Kubectl    string
+	KwokStages []string // kwok's stage YAML files (its --config)
 	// MonitoringCRDs are the Prometheus Operator's ServiceMonitor and PrometheusRule CRD files
 	// (the chart's monitoring objects are validated against them).
 	MonitoringCRDs []string
@@ -118,6 +121,9 @@ func FindPeers(t testing.TB) Peers {
 	p.Etcd = filepath.Join(dirs["etcd"], "etcd")
 	p.APIServer = filepath.Join(dirs["kube"], "kube-apiserver")
 	p.Scheduler = filepath.Join(dirs["kube"], "kube-scheduler")
+	if k := filepath.Join(dirs["kube"], "kubectl"); fileExists(k) {
+		p.Kubectl = k
+	}
 	p.Helm = filepath.Join(dirs["helm"], "helm")
 	p.Kwok = filepath.Join(dirs["kwok"], "kwok")
 	stages, _ := filepath.Glob(filepath.Join(dirs["kwok"], "stages", "*.yaml"))
@@ -149,4 +155,9 @@ func TopologiesDir(t testing.TB) string {
 		t.Skipf("real topology exports not found at %s (set TOPOSCHED_SHARED_TOPOLOGIES): skipping", d)
 	}
 	return d
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }
