@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <utility>
 
@@ -203,13 +204,25 @@ Explanation Explain(const ExplainInput& in) {
   std::vector<NodeExplanation> all;
   all.reserve(snap.size());
   std::map<std::string, std::size_t> by_reason;
+  // Nodes of one class (NodeRecord::class_key: hardware, allocation, schedulability) get one
+  // filter and score, as the verbs cache them per class; only the node's own name and device
+  // names differ. Not for a pool pod (its scores depend on where the node sits), a pod that names
+  // GPU UUIDs (which classes leave out), or the bound pod's own node (its devices counted free).
+  struct ClassResult {
+    framework::FilterResult filtered;
+    framework::NodeScore score;
+    std::optional<Placement> placement;
+    std::string summary;
+  };
+  std::unordered_map<std::uint64_t, ClassResult> by_class;
+  const bool per_class = !(in.request.role != PodRole::kNone && !in.request.pool.empty()) &&
+                         !in.request.NamesGpuUuids();
   for (const auto& record : snap.nodes()) {
     NodeExplanation n;
     n.name = record->name;
     framework::NodeInfo info = NodeInfoOf(*record);
-    if (e.bound && e.bound->node == record->name) {
-      framework::RevertDelta(e.bound->delta, framework::ShapeOf(info.allocated), info.allocated);
-    }
+    const bool own_node = e.bound && e.bound->node == record->name;
+    if (own_node) framework::RevertDelta(e.bound->delta, framework::ShapeOf(info.allocated), info.allocated);
     ++e.total;
     if (!e.interested) {
       n.fits = true;
@@ -218,34 +231,48 @@ Explanation Explain(const ExplainInput& in) {
       all.push_back(std::move(n));
       continue;
     }
-    const framework::FilterResult filtered = fw.RunFilter(cycle, info);
-    if (!filtered.ok()) {
-      n.code = filtered.code();
-      n.plugin = filtered.plugin();
-      n.reason = filtered.reason();
-      const PlacementOutcome* outcome = nullptr;
-      if (info.topology != nullptr && info.schedulable && !info.held) outcome = &cycle.Outcome(info);
-      n.summary = RefusalSummary(in.request, info, filtered, outcome);
+    const bool cacheable = per_class && !own_node;
+    ClassResult fresh;
+    const ClassResult* result = nullptr;
+    if (cacheable) {
+      if (const auto it = by_class.find(record->class_key); it != by_class.end()) result = &it->second;
+    }
+    if (result == nullptr) {
+      fresh.filtered = fw.RunFilter(cycle, info);
+      if (!fresh.filtered.ok()) {
+        const PlacementOutcome* outcome = nullptr;
+        if (info.topology != nullptr && info.schedulable && !info.held) outcome = &cycle.Outcome(info);
+        fresh.summary = RefusalSummary(in.request, info, fresh.filtered, outcome);
+      } else {
+        fresh.score = fw.RunScore(cycle, info);
+        if (const PlacementOutcome& outcome = cycle.Outcome(info); outcome.ok()) fresh.placement = *outcome.placement;
+      }
+      result = cacheable ? &(by_class[record->class_key] = std::move(fresh)) : &fresh;
+    }
+    const ClassResult& r = *result;
+    if (!r.filtered.ok()) {
+      n.code = r.filtered.code();
+      n.plugin = r.filtered.plugin();
+      n.reason = r.filtered.reason();
+      n.summary = r.summary;
       if (info.topology == nullptr && in.stale_nodes.contains(record->name)) n.summary = std::string(kSummaryStale);
-      n.explanation = framework::ExplainNode(record->name, filtered, nullptr);
+      n.explanation = framework::ExplainNode(record->name, r.filtered, nullptr);
       ++by_reason[n.summary];
       all.push_back(std::move(n));
       continue;
     }
-    const framework::NodeScore score = fw.RunScore(cycle, info);
     n.fits = true;
     ++e.fitting;
-    n.score100 = score.total;
-    n.extender_score = framework::ToExtenderScore(score.total);
-    const PlacementOutcome& outcome = cycle.Outcome(info);
-    if (outcome.ok() && info.topology != nullptr) {
-      const Placement& p = *outcome.placement;
+    n.score100 = r.score.total;
+    n.extender_score = framework::ToExtenderScore(r.score.total);
+    if (r.placement && info.topology != nullptr) {
+      const Placement& p = *r.placement;
       if (!p.pairs.empty()) n.worst_class = p.worst_class;
       n.alignment = AlignmentNote(p);
       n.gpus = GpuNames(*info.topology, p.gpus);
       n.nics = NicNames(*info.topology, p.nics);
     }
-    n.explanation = framework::ExplainNode(record->name, filtered, &score);
+    n.explanation = framework::ExplainNode(record->name, r.filtered, &r.score);
     all.push_back(std::move(n));
   }
   std::stable_sort(all.begin(), all.end(), [](const NodeExplanation& a, const NodeExplanation& b) {

@@ -919,6 +919,23 @@ TEST(ExtenderExplain, WithoutAnApiServerOnlyAPostedPodCanBeExplained) {
   EXPECT_EQ(h.Call("POST", "/explain", MakePod(kTraining8).dump()).status, 200);
 }
 
+// The default limit lists 500 nodes; the counts and the summary cover all 5,000.
+TEST(ExtenderExplain, FiveThousandNodesAreCountedAndTheFirst500Listed) {
+  Nodes nodes;
+  for (int i = 0; i < 5000; ++i) {
+    nodes.emplace_back("gpu-node-" + std::to_string(i), i % 10 == 0 ? "pcie-4gpu" : "hgx-h100-8gpu");
+  }
+  InProcess h(ExtenderOptions{}, nullptr, nodes);
+  const server::HttpResponse r = h.Call("POST", "/explain", MakePod(kTraining8).dump());
+  ASSERT_EQ(r.status, 200);
+  const json e = json::parse(r.body);
+  EXPECT_EQ(e["nodesTotal"], 5000);
+  EXPECT_EQ(e["nodesFit"], 4500);
+  EXPECT_EQ(e["nodes"].size(), 500u);
+  EXPECT_TRUE(e["truncated"]);
+  EXPECT_EQ(e["summary"], "4500/5000 nodes fit: 500 nodes: fewer GPUs or RDMA NICs in all than the pod asks");
+}
+
 TEST(ExtenderNodes, FreeAndAllocatedDevicesStaleAndClassPerNode) {
   NoFitCluster c;
   const server::HttpResponse r = c.h.Call("GET", "/nodes", "");
