@@ -49,24 +49,48 @@ bool GpusFit(const NodeState& node, const Shape& shape) {
 
 }  // namespace
 
-ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage) {
+ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage, Coverage by) {
   ShapeMix mix;
   if (pods.empty()) return mix;
   std::map<Shape, int> counts;
   for (const Shape& s : pods) ++counts[s];
   std::vector<std::pair<Shape, int>> sorted(counts.begin(), counts.end());
-  // Most frequent first; among equals the map's order (smaller shape first) stays.
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
-  const double total = static_cast<double>(pods.size());
-  const double want = std::clamp(coverage, 0.0, 1.0) * total;
-  double kept = 0;
-  for (const auto& [shape, count] : sorted) {
-    if (kept >= want && !mix.shapes.empty()) break;
-    mix.shapes.push_back({shape, static_cast<double>(count)});
-    kept += count;
+  coverage = std::clamp(coverage, 0.0, 1.0);
+  // The shortest prefix of `sorted` (in the order `before` gives) whose `amount` reaches
+  // `coverage` of the total; each shape in it marked kept.
+  std::map<Shape, bool> kept;
+  auto keep_prefix = [&](auto before, auto amount) {
+    std::stable_sort(sorted.begin(), sorted.end(), before);
+    double total = 0;
+    for (const auto& entry : sorted) total += amount(entry);
+    const double want = coverage * total;
+    double sum = 0;
+    bool any = false;
+    for (const auto& entry : sorted) {
+      if (sum >= want && any) break;
+      kept[entry.first] = true;
+      sum += amount(entry);
+      any = true;
+    }
+  };
+  auto pods_of = [](const std::pair<Shape, int>& e) { return static_cast<double>(e.second); };
+  auto demand_of = [](const std::pair<Shape, int>& e) {
+    return static_cast<double>(e.second) * e.first.gpus * e.first.milli;
+  };
+  if (by == Coverage::kPodsAndGpuDemand) {
+    keep_prefix([&](const auto& a, const auto& b) { return demand_of(a) > demand_of(b); }, demand_of);
   }
-  for (WeightedShape& w : mix.shapes) w.weight /= kept;
+  // Most frequent first; among equals the map's order (smaller shape first) stays. Sorted from
+  // the map's order again so that ties do not depend on the demand pass.
+  sorted.assign(counts.begin(), counts.end());
+  keep_prefix([](const auto& a, const auto& b) { return a.second > b.second; }, pods_of);
+  double total = 0;
+  for (const auto& [shape, count] : sorted) {
+    if (!kept.count(shape)) continue;
+    mix.shapes.push_back({shape, static_cast<double>(count)});
+    total += count;
+  }
+  for (WeightedShape& w : mix.shapes) w.weight /= total;
   return mix;
 }
 

@@ -33,6 +33,28 @@ TEST(PackingTest, TypicalShapesKeepTheMostFrequentUpToTheCoverage) {
   EXPECT_TRUE(TypicalShapes({}).shapes.empty());
 }
 
+TEST(PackingTest, TypicalShapesByGpuDemandKeepTheRareLargeShape) {
+  std::vector<Shape> pods;
+  for (int i = 0; i < 80; ++i) pods.push_back(Whole(1));
+  for (int i = 0; i < 16; ++i) pods.push_back(Share(500));
+  for (int i = 0; i < 4; ++i) pods.push_back(Whole(8));
+  // By pods (FGD): 1-GPU 80 % + shares 16 % reach 95 %; the 8-GPU shape (4 %) is dropped though
+  // it asks for 32 of the 120 GPUs.
+  const ShapeMix by_pods = TypicalShapes(pods, 0.95);
+  ASSERT_EQ(by_pods.shapes.size(), 2u);
+  // By demand too: 1-GPU (80 000 milli) and 8-GPU (32 000) reach 95 % of 120 000; the union
+  // keeps all three, weights by pods, most frequent first.
+  const ShapeMix both = TypicalShapes(pods, 0.95, Coverage::kPodsAndGpuDemand);
+  ASSERT_EQ(both.shapes.size(), 3u);
+  EXPECT_EQ(both.shapes[0].shape, Whole(1));
+  EXPECT_DOUBLE_EQ(both.shapes[0].weight, 0.80);
+  EXPECT_EQ(both.shapes[1].shape, Share(500));
+  EXPECT_EQ(both.shapes[2].shape, Whole(8));
+  EXPECT_DOUBLE_EQ(both.shapes[2].weight, 0.04);
+  // Nothing but CPU pods: no demand, the popularity cut alone.
+  EXPECT_EQ(TypicalShapes({Shape{}, Shape{}}, 0.95, Coverage::kPodsAndGpuDemand).shapes.size(), 1u);
+}
+
 TEST(PackingTest, FragmentationCountsWhatEachShapeCannotUse) {
   const ShapeMix mix{{{Share(500), 0.5}, {Whole(2), 0.5}}};
   // Share 500: fits, strands the 300 (and the 0): 150. Two whole GPUs: fit, strand 300: 150.

@@ -53,7 +53,13 @@ struct ShapeMix {
 // smaller shape first), the shortest prefix holding at least `coverage` of the pods, weights
 // renormalised to sum to 1. CPU-only pods are included, as in the FGD experiments
 // (isInvolvedCpuPods: true, podPopularityThreshold: 95). Empty input: an empty mix.
-ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage = 0.95);
+//
+// kPodsAndGpuDemand also keeps the shortest prefix, by GPU demand (pods x GPUs x milli), that
+// holds `coverage` of the workload's GPU demand: a rare large shape (5 % of pods asking 8 GPUs
+// each) holds a third of the demand, and packing that forgets it strands whole nodes. The
+// weights stay each shape's share of the kept pods.
+enum class Coverage : std::uint8_t { kPods, kPodsAndGpuDemand };
+ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage = 0.95, Coverage by = Coverage::kPods);
 
 // The shape of a placement request: whole GPUs, or one share of one GPU (cores as a fraction of
 // kMilli: HAMi's gpucores percent x 10; no cores asked: the share of the card's memory it asks,
