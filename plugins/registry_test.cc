@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -93,6 +94,25 @@ TEST(BuiltinRegistryTest, DocumentedExampleLoads) {
   EXPECT_EQ(c->plugins.size(), BuiltinRegistry().Names().size());
   EXPECT_EQ(c->network.tiers.size(), 4u);
   EXPECT_EQ(c->network.Cost(pd::PathKind::kSpine).bandwidth_gbps, 25);
+  EXPECT_EQ(c->capacity.plugin, "ExpectedFragmentation");
+  EXPECT_EQ(c->capacity.band, 5);
+}
+
+// Every config under examples/config loads and builds a framework.
+TEST(BuiltinRegistryTest, ExampleConfigsLoad) {
+  int seen = 0;
+  for (const auto& file : std::filesystem::directory_iterator(std::string(TOPOSCHED_SOURCE_DIR) + "/examples/config")) {
+    if (file.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(file.path().string());
+    std::ifstream in(file.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    Result<framework::SchedulerConfig> c = framework::LoadSchedulerConfigYaml(text.str(), BuiltinRegistry());
+    ASSERT_TRUE(c.ok()) << c.error().message();
+    EXPECT_TRUE(Framework::Create(*c, BuiltinRegistry()).ok());
+    ++seen;
+  }
+  EXPECT_GE(seen, 2);
 }
 
 // A tier named in a plugin's args must be a configured network tier: the config does not load

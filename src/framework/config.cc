@@ -105,7 +105,7 @@ class ConfigParser {
   Result<SchedulerConfig> Parse(const YAML::Node& root) {
     SchedulerConfig config = DefaultSchedulerConfig(registry_);
     if (root.IsNull()) return config;  // an empty document: every default
-    if (Status s = CheckMap(root, "", {"plugins", "engine", "request", "network"}); !s.ok()) {
+    if (Status s = CheckMap(root, "", {"plugins", "engine", "request", "network", "capacity"}); !s.ok()) {
       return s.error().WithContext("config");
     }
     if (const YAML::Node plugins = root["plugins"]) {
@@ -121,6 +121,9 @@ class ConfigParser {
     }
     if (const YAML::Node network = root["network"]) {
       if (Status s = ParseNetwork(network, config.network); !s.ok()) return s.error();
+    }
+    if (const YAML::Node capacity = root["capacity"]) {
+      if (Status s = ParseCapacity(capacity, config.capacity); !s.ok()) return s.error();
     }
     // Tiers named in plugin args against the network tiers (the defaults when not given).
     for (std::size_t i = 0; i < config.plugins.size(); ++i) {
@@ -195,6 +198,30 @@ class ConfigParser {
         return Error(At(key_path, it->first) + ": duplicate key");
     }
     return args;
+  }
+
+  Status ParseCapacity(const YAML::Node& node, CapacityConfig& capacity) {
+    if (Status s = CheckMap(node, "capacity", {"plugin", "band"}); !s.ok()) return s;
+    if (const YAML::Node plugin = node["plugin"]) {
+      Result<std::string> name = ParseString(plugin, "capacity.plugin");
+      if (!name.ok()) return name.error();
+      if (*name == "none") {
+        capacity.plugin.clear();
+      } else {
+        Result<std::unique_ptr<Plugin>> built = registry_.Create(*name, {});
+        if (!built.ok()) return Error(At("capacity.plugin", plugin) + ": " + built.error().message());
+        if (dynamic_cast<const ScorePlugin*>(built->get()) == nullptr) {
+          return Error(At("capacity.plugin", plugin) + ": " + *name + " has no Score");
+        }
+        capacity.plugin = *name;
+      }
+    }
+    if (const YAML::Node band = node["band"]) {
+      Result<int> b = ParseInt(band, "capacity.band", 0, kMaxScore);
+      if (!b.ok()) return b.error();
+      capacity.band = *b;
+    }
+    return Status::Ok();
   }
 
   Status ParseEngine(const YAML::Node& node, EngineOptions& engine) {

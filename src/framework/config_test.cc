@@ -89,7 +89,7 @@ TEST(ConfigTest, RejectsBadConfigWithThePath) {
   };
   const std::vector<Case> cases = {
       {"unknown top-level key", "plugin: []",
-       "plugin (line 1): unknown key (known: plugins, engine, request, network)"},
+       "plugin (line 1): unknown key (known: plugins, engine, request, network, capacity)"},
       {"duplicate top-level key", "engine: {}\nengine: {}", "engine (line 2): duplicate key"},
       {"document is a list", "- name: Fit", "document (line 1): expected a map"},
       {"document is a scalar", "hello", "expected a map"},
@@ -149,6 +149,35 @@ TEST(ConfigTest, RejectsBadConfigWithThePath) {
     Result<SchedulerConfig> config = LoadSchedulerConfigYaml(c.yaml, registry);
     ASSERT_FALSE(config.ok());
     EXPECT_NE(config.error().message().find(c.error), std::string::npos) << config.error().message();
+  }
+}
+
+TEST(ConfigTest, CapacitySection) {
+  const Registry registry = TestRegistry();
+  Result<SchedulerConfig> c = LoadSchedulerConfigYaml("engine: {}", registry);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->capacity, CapacityConfig{}) << "absent: off";
+  EXPECT_TRUE(c->capacity.plugin.empty());
+  c = LoadSchedulerConfigYaml("capacity: {plugin: Numa, band: 12}", registry);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->capacity.plugin, "Numa");
+  EXPECT_EQ(c->capacity.band, 12);
+  c = LoadSchedulerConfigYaml("capacity: {plugin: none}", registry);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_TRUE(c->capacity.plugin.empty());
+  struct Case {
+    const char* yaml;
+    const char* error;
+  };
+  for (const Case& bad : {Case{"capacity: {plugin: Gone}", "capacity.plugin"},
+                          Case{"capacity: {plugin: Fit}", "Fit has no Score"},
+                          Case{"capacity: {band: 101}", "capacity.band"},
+                          Case{"capacity: {band: -1}", "capacity.band"},
+                          Case{"capacity: {width: 3}", "unknown key"}}) {
+    SCOPED_TRACE(bad.yaml);
+    c = LoadSchedulerConfigYaml(bad.yaml, registry);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().message().find(bad.error), std::string::npos) << c.error().message();
   }
 }
 

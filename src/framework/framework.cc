@@ -19,6 +19,26 @@ int RoundedDivide(long long num, long long den) {
 
 }  // namespace
 
+void CapacityBand::Offer(const NodeScore& score) {
+  best_ = std::max(best_, score.capacity);
+}
+
+bool CapacityBand::In(const NodeScore& score) const {
+  return band_ < 0 || score.capacity < 0 || score.capacity >= best_ - band_;
+}
+
+bool CapacityBand::Ahead(const NodeScore& a, const NodeScore& b) const {
+  const bool ia = In(a), ib = In(b);
+  if (ia != ib) return ia;
+  if (a.total != b.total) return a.total > b.total;
+  return a.capacity > b.capacity;
+}
+
+int CapacityBand::ExtenderScore(const NodeScore& score) const {
+  if (!In(score)) return 0;
+  return std::max(1, ToExtenderScore(score.total));
+}
+
 int ToExtenderScore(int score100) {
   const int clamped = std::clamp(score100, kMinScore, kMaxScore);
   return RoundedDivide(static_cast<long long>(clamped) * kMaxExtenderScore, kMaxScore);
@@ -33,6 +53,10 @@ struct SharedMemo {
 struct Framework::Impl {
   SchedulerConfig config;
   std::vector<std::unique_ptr<Plugin>> owned;
+  // Capacity first: the capacity plugin (one of `scorers` when configured, else built here and
+  // owned) and its place in `scorers` (-1: not configured, scored on its own).
+  const ScorePlugin* capacity = nullptr;
+  int capacity_index = -1;
   std::vector<const FilterPlugin*> filters;
   std::vector<ScorePluginEntry> scorers;
   std::vector<const ReservePlugin*> reservers;
@@ -70,6 +94,22 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
     if (const auto* b = dynamic_cast<const BindPlugin*>(p)) impl->binders.push_back(b);
     impl->owned.push_back(std::move(*plugin));
   }
+  if (const std::string& name = config.capacity.plugin; !name.empty()) {
+    for (std::size_t i = 0; i < impl->scorers.size(); ++i) {
+      if (impl->scorers[i].plugin->Name() == name) {
+        impl->capacity = impl->scorers[i].plugin;
+        impl->capacity_index = static_cast<int>(i);
+      }
+    }
+    // Not listed: built with its default args, ranking only.
+    if (impl->capacity == nullptr) {
+      Result<std::unique_ptr<Plugin>> plugin = registry.Create(name, {});
+      if (!plugin.ok()) return plugin.error().WithContext("capacity.plugin");
+      impl->capacity = dynamic_cast<const ScorePlugin*>(plugin->get());
+      if (impl->capacity == nullptr) return Error("capacity.plugin: " + name + " has no Score");
+      impl->owned.push_back(std::move(*plugin));
+    }
+  }
   if (impl->filters.empty()) {
     return Error("plugins: no Filter plugin enabled (enable DeviceFit): nodes would never be checked");
   }
@@ -106,14 +146,31 @@ int WeightedTotal(long long weighted, long long weights) {
 
 NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node, ScoreSet set) const {
   NodeScore out;
-  for (const ScorePluginEntry& e : impl_->scorers) {
-    if (set != ScoreSet::kAll && e.plugin->ReadsCluster() != (set == ScoreSet::kClusterOnly)) continue;
-    // A weight-0 part counts for nothing: computed only when the caller wants it explained.
-    if (e.weight == 0 && !state.explain()) continue;
+  auto in_set = [set](const ScorePlugin* p) {
+    return set == ScoreSet::kAll || p->ReadsCluster() == (set == ScoreSet::kClusterOnly);
+  };
+  const ScorePlugin* capacity = impl_->capacity;
+  if (capacity != nullptr && impl_->capacity_index < 0 && in_set(capacity)) {
+    ScoreResult r = capacity->Score(state, node);
+    out.capacity = std::clamp(r.score, kMinScore, kMaxScore);
+    if (state.explain()) out.capacity_explanation = std::move(r.explanation);
+  }
+  for (std::size_t i = 0; i < impl_->scorers.size(); ++i) {
+    const ScorePluginEntry& e = impl_->scorers[i];
+    if (!in_set(e.plugin)) continue;
+    const bool is_capacity = static_cast<int>(i) == impl_->capacity_index;
+    // A weight-0 part counts for nothing: computed only when the caller wants it explained (or
+    // ranks by it: the capacity plugin).
+    if (e.weight == 0 && !state.explain() && !is_capacity) continue;
     ScoreResult r = e.plugin->Score(state, node);
     // A score off the scale is a plugin bug; clamp it so one plugin cannot outvote the others.
     const int clamped = std::clamp(r.score, kMinScore, kMaxScore);
     if (clamped != r.score && state.explain()) r.explanation += " (clamped from " + std::to_string(r.score) + ")";
+    if (is_capacity) {
+      out.capacity = clamped;
+      if (state.explain()) out.capacity_explanation = r.explanation;
+      if (e.weight == 0 && !state.explain()) continue;
+    }
     if (r.counted) {
       out.weighted += static_cast<long long>(e.weight) * clamped;
       out.weights += e.weight;
@@ -140,6 +197,14 @@ PluginStatus Framework::RunReserve(CycleState& state, NodeInfo& node) const {
 void Framework::RunUnreserve(CycleState& state, NodeInfo& node) const {
   const auto& reservers = impl_->reservers;
   for (std::size_t j = reservers.size(); j-- > 0;) reservers[j]->Unreserve(state, node);
+}
+
+int Framework::CapacityBandWidth() const {
+  return impl_->capacity == nullptr ? -1 : impl_->config.capacity.band;
+}
+
+std::string_view Framework::CapacityPluginName() const {
+  return impl_->capacity == nullptr ? std::string_view() : impl_->capacity->Name();
 }
 
 const SchedulerConfig& Framework::config() const {
@@ -180,6 +245,13 @@ std::string ExplainScore(const NodeScore& score) {
   for (const ScorePart& p : score.parts) {
     out += "; " + p.plugin + " " + std::to_string(p.score) + " x" + std::to_string(p.weight) +
            (p.counted ? ": " : " (not counted): ") + p.explanation;
+  }
+  if (score.capacity >= 0) {
+    out += "; capacity " + std::to_string(score.capacity) + " (ranks first)";
+    const bool shown = std::any_of(score.parts.begin(), score.parts.end(), [&](const ScorePart& p) {
+      return p.explanation == score.capacity_explanation;
+    });
+    if (!shown && !score.capacity_explanation.empty()) out += ": " + score.capacity_explanation;
   }
   return out;
 }

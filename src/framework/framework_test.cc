@@ -115,6 +115,90 @@ TEST(FrameworkTest, CreateRejectsBadConfigs) {
   }
 }
 
+// Capacity first (SchedulerConfig::capacity): the capacity plugin ranks whatever its weight;
+// nodes outside the band rank after every node inside it, whatever their totals.
+TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
+  NodeScore packs;  // fills a used node: capacity 60, alignment poor
+  packs.total = 40;
+  packs.capacity = 60;
+  NodeScore near;  // capacity 57: within 5 of the best
+  near.total = 70;
+  near.capacity = 57;
+  NodeScore strands;  // breaks a whole node: capacity 41, alignment perfect
+  strands.total = 100;
+  strands.capacity = 41;
+  CapacityBand band(5);
+  for (const NodeScore* s : {&packs, &near, &strands}) band.Offer(*s);
+  EXPECT_EQ(band.best(), 60);
+  EXPECT_TRUE(band.In(packs));
+  EXPECT_TRUE(band.In(near));
+  EXPECT_FALSE(band.In(strands));
+  EXPECT_TRUE(band.Ahead(near, packs)) << "inside the band the total decides";
+  EXPECT_TRUE(band.Ahead(packs, strands)) << "outside the band ranks last, whatever its total";
+  EXPECT_FALSE(band.Ahead(strands, near));
+  EXPECT_FALSE(band.Ahead(near, near));
+  // The extender's one number per node: in band 1..10, out of band 0.
+  EXPECT_EQ(band.ExtenderScore(near), 7);
+  EXPECT_EQ(band.ExtenderScore(strands), 0);
+  NodeScore poor;
+  poor.total = 2;
+  poor.capacity = 60;
+  EXPECT_EQ(band.ExtenderScore(poor), 1) << "an in-band node never ties an out-of-band one";
+  // Off (band < 0) or no capacity score: every node is in the band, the total alone decides.
+  CapacityBand off(-1);
+  off.Offer(packs);
+  EXPECT_TRUE(off.In(strands));
+  EXPECT_TRUE(off.Ahead(strands, packs));
+  NodeScore unscored;
+  unscored.total = 10;
+  EXPECT_TRUE(band.In(unscored));
+}
+
+TEST(FrameworkTest, TheCapacityPluginRanksAtWeightZeroAndWhenNotListed) {
+  Fixture fx;
+  // Listed at weight 0: scored for the rank, out of the total, not a part unless explaining.
+  SchedulerConfig config;
+  config.plugins = {{"Ok", 1, {}}, {"R1", 1, {}}, {"S60", 0, {}}, {"S100", 1, {}}};
+  config.capacity.plugin = "S60";
+  Result<Framework> f = Framework::Create(config, fx.registry);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  EXPECT_EQ(f->CapacityBandWidth(), kDefaultCapacityBand);  // the band defaults to 5
+  EXPECT_EQ(f->CapacityPluginName(), "S60");
+  CycleState quiet = f->NewCycle(RequestBuilder().Gpus(1).Build());
+  quiet.set_explain(false);
+  const NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
+  NodeScore s = f->RunScore(quiet, node);
+  EXPECT_EQ(s.capacity, 60);
+  EXPECT_EQ(s.total, 100);
+  EXPECT_EQ(s.parts.size(), 1u);
+  // Not listed at all: built from the registry, ranks, adds nothing to the total.
+  config.plugins = {{"Ok", 1, {}}, {"R1", 1, {}}, {"S100", 1, {}}};
+  config.capacity.plugin = "S51";
+  f = Framework::Create(config, fx.registry);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  CycleState explained = f->NewCycle(RequestBuilder().Gpus(1).Build());
+  s = f->RunScore(explained, node);
+  EXPECT_EQ(s.capacity, 51);
+  EXPECT_EQ(s.total, 100);
+  EXPECT_NE(ExplainScore(s).find("capacity 51 (ranks first): S51 says 51"), std::string::npos) << ExplainScore(s);
+  // Off: no capacity score.
+  config.capacity.plugin.clear();
+  f = Framework::Create(config, fx.registry);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->CapacityBandWidth(), -1);
+  CycleState off = f->NewCycle(RequestBuilder().Gpus(1).Build());
+  EXPECT_EQ(f->RunScore(off, node).capacity, -1);
+  // A named plugin the registry lacks, or one without Score, is an error; the default is off.
+  config.capacity.plugin = "Gone";
+  EXPECT_FALSE(Framework::Create(config, fx.registry).ok());
+  config.capacity.plugin = "Ok";
+  EXPECT_FALSE(Framework::Create(config, fx.registry).ok());
+  config.capacity = CapacityConfig{};
+  f = Framework::Create(config, fx.registry);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->CapacityBandWidth(), -1);
+}
+
 TEST(FrameworkTest, FilterStopsAtTheFirstFailureAndNamesIt) {
   Fixture fx;
   struct Case {

@@ -19,6 +19,9 @@
 //     poolLabel: toposched.io/pool
 //   network:                     # optional; Prefill/Decode network tiers and KV-transfer costs
 //     ...                        # every key: include/toposched/pd/network.h (NetworkConfig)
+//   capacity:                    # optional; capacity first (docs/placement.md "Capacity first")
+//     plugin: ExpectedFragmentation   # a Score plugin; absent or "none": off (the default)
+//     band: 5                    # 0..100 score points
 //
 // Unknown keys are errors at every level: a misspelt key must not silently mean "default".
 
@@ -46,12 +49,25 @@ struct PluginConfig {
   bool operator==(const PluginConfig&) const = default;
 };
 
+// Capacity first: among the nodes that fit, only those whose capacity plugin scores within
+// `band` points of the best one compete on the weighted total; the others rank after them.
+// The capacity plugin runs whether or not `plugins` lists it (listed at weight 0, or not listed:
+// it still ranks, and adds nothing to the total), so no weight can trade capacity away.
+// Off unless configured (docs/placement.md, "Capacity first", says why it is not the default).
+inline constexpr int kDefaultCapacityBand = 5;
+struct CapacityConfig {
+  std::string plugin;  // a Score plugin (ExpectedFragmentation); empty: off
+  int band = kDefaultCapacityBand;
+  bool operator==(const CapacityConfig&) const = default;
+};
+
 struct SchedulerConfig {
   // Run order of Filter and Reserve, and the order of score parts in explanations.
   std::vector<PluginConfig> plugins;
   EngineOptions engine;
   RequestConfig request;
   pd::NetworkConfig network;
+  CapacityConfig capacity;
 };
 
 // Every plugin of `registry`, in registration order, with its default weight and no args.

@@ -44,6 +44,31 @@ struct NodeScore {
   long long weighted = 0;  // sum(weight_i * score_i) over the counted parts
   long long weights = 0;   // sum(weight_i) over the counted parts
   std::vector<ScorePart> parts;  // config order
+  // The capacity plugin's score (SchedulerConfig::capacity), 0..100; -1 when capacity first is
+  // off or this ScoreSet does not hold the plugin.
+  int capacity = -1;
+  std::string capacity_explanation;  // the capacity plugin's explanation, when explaining
+};
+
+// Capacity first over the nodes that fit one pod: Offer every feasible node's score, then rank.
+// A node is in the band when its capacity score is within `band` of the best offered (or when
+// capacity first is off: band < 0, or the node has no capacity score). In-band nodes rank ahead
+// of the rest; then the higher total; then the higher capacity. The extender's wire has only
+// one number per node, so ExtenderScore maps in-band nodes to 1..10 and the rest to 0.
+class CapacityBand {
+ public:
+  explicit CapacityBand(int band) : band_(band) {}
+  void Offer(const NodeScore& score);
+  bool In(const NodeScore& score) const;
+  // Whether `a` ranks ahead of `b` (strict; equal nodes: false both ways).
+  bool Ahead(const NodeScore& a, const NodeScore& b) const;
+  int ExtenderScore(const NodeScore& score) const;
+  int best() const { return best_; }
+  int band() const { return band_; }
+
+ private:
+  int band_;
+  int best_ = -1;
 };
 
 // `total` of the parts whose sums these are (two RunScore calls over complementary ScoreSets
@@ -87,6 +112,10 @@ class Framework {
   void RunUnreserve(CycleState& state, NodeInfo& node) const;
 
   const SchedulerConfig& config() const;
+  // The capacity band to rank this framework's scores with (-1: capacity first is off).
+  int CapacityBandWidth() const;
+  // The capacity plugin's name; empty when off.
+  std::string_view CapacityPluginName() const;
   // Plugin names per extension point, in run order (for logs and /debug pages).
   std::vector<std::string_view> FilterPluginNames() const;
   std::vector<std::string_view> ScorePluginNames() const;

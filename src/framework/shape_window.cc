@@ -1,0 +1,45 @@
+#include "toposched/framework/shape_window.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace toposched::framework {
+
+ShapeWindow::ShapeWindow(std::size_t size, std::size_t refresh)
+    : size_(std::max<std::size_t>(size, 1)), refresh_(std::max<std::size_t>(refresh, 1)) {}
+
+void ShapeWindow::Observe(std::string_view uid, const packing::Shape& shape) {
+  if (uid.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string key(uid);
+  if (uids_.contains(key)) return;
+  uids_.insert(key);
+  pods_.emplace_back(std::move(key), shape);
+  if (pods_.size() > size_) {
+    uids_.erase(pods_.front().first);
+    pods_.pop_front();
+  }
+  if (++since_refresh_ >= refresh_ || pods_.size() <= refresh_) RecomputeLocked();
+}
+
+void ShapeWindow::RecomputeLocked() {
+  std::vector<packing::Shape> shapes;
+  shapes.reserve(pods_.size());
+  for (const auto& [uid, shape] : pods_) shapes.push_back(shape);
+  mix_ = std::make_shared<const packing::ShapeMix>(
+      packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand));
+  since_refresh_ = 0;
+}
+
+std::shared_ptr<const packing::ShapeMix> ShapeWindow::Mix() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mix_;
+}
+
+std::size_t ShapeWindow::pods() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pods_.size();
+}
+
+}  // namespace toposched::framework

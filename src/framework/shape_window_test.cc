@@ -1,0 +1,48 @@
+#include "toposched/framework/shape_window.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace toposched::framework {
+namespace {
+
+packing::Shape Gpus(int n) {
+  return packing::Shape{n, packing::kMilli, 0, {}};
+}
+
+TEST(ShapeWindowTest, CountsEachPodOnceAndForgetsTheOldest) {
+  ShapeWindow window(/*size=*/4, /*refresh=*/1);
+  EXPECT_EQ(window.Mix(), nullptr);
+  window.Observe("a", Gpus(1));
+  window.Observe("a", Gpus(1));  // the same pod asked about again
+  window.Observe("", Gpus(2));   // no UID: ignored
+  EXPECT_EQ(window.pods(), 1u);
+  ASSERT_NE(window.Mix(), nullptr);
+  ASSERT_EQ(window.Mix()->shapes.size(), 1u);
+  EXPECT_EQ(window.Mix()->shapes[0].shape, Gpus(1));
+  for (const char* uid : {"b", "c", "d", "e"}) window.Observe(uid, Gpus(8));
+  EXPECT_EQ(window.pods(), 4u);
+  // "a" left: only 8-GPU pods remain.
+  ASSERT_EQ(window.Mix()->shapes.size(), 1u);
+  EXPECT_EQ(window.Mix()->shapes[0].shape, Gpus(8));
+  window.Observe("a", Gpus(1));  // forgotten, so counted again
+  EXPECT_EQ(window.Mix()->shapes.size(), 2u);
+}
+
+TEST(ShapeWindowTest, KeepsARareShapeThatHoldsTheGpuDemand) {
+  ShapeWindow window(/*size=*/100, /*refresh=*/10);
+  for (int i = 0; i < 95; ++i) window.Observe("small-" + std::to_string(i), Gpus(1));
+  for (int i = 0; i < 5; ++i) window.Observe("large-" + std::to_string(i), Gpus(8));
+  const auto mix = window.Mix();
+  ASSERT_NE(mix, nullptr);
+  // 5 % of the pods, 30 % of the GPUs: FGD's popularity cut alone would drop it.
+  ASSERT_EQ(mix->shapes.size(), 2u);
+  EXPECT_EQ(mix->shapes[0].shape, Gpus(1));
+  EXPECT_DOUBLE_EQ(mix->shapes[0].weight, 0.95);
+  EXPECT_EQ(mix->shapes[1].shape, Gpus(8));
+  EXPECT_DOUBLE_EQ(mix->shapes[1].weight, 0.05);
+}
+
+}  // namespace
+}  // namespace toposched::framework
