@@ -17,7 +17,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "toposched/framework/framework.h"
 #include "toposched/framework/status.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/request.h"
 #include "toposched/server/metrics.h"
 #include "toposched/topology/node_topology.h"
@@ -30,18 +32,28 @@ struct ClassVerdict {
   std::string message;      // the failing plugin's status, as the reply's FailedNodes text
   std::string summary;      // RefusalSummary (explain.h): what a no-node summary counts nodes by
   int score100 = 0;         // framework total, 0..100 (0 when filtered out)
+  int capacity = -1;        // the capacity plugin's score (NodeScore::capacity); -1: none
   // The sums behind score100 (NodeScore::weighted, weights). A pool pod's class verdict holds
   // its node-only part (ScoreSet::kNodeOnly), to which each node's cluster part is added.
   long long score_weighted = 0, score_weights = 0;
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
   server::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
+  // The total and capacity, for framework::CapacityBand.
+  framework::NodeScore AsNodeScore() const {
+    framework::NodeScore s;
+    s.total = score100;
+    s.capacity = capacity;
+    return s;
+  }
 };
 
 struct PodEntry {
   std::string uid, pod_namespace, pod_name, resource_version;
   PlacementRequest request;
   bool interested = false;  // asks for GPUs or RDMA NICs; others pass every node untouched
+  // The typical pods when this pod was first seen (framework::ShapeWindow), for its cycles.
+  std::shared_ptr<const packing::ShapeMix> mix;
 
   std::shared_ptr<const ClassVerdict> FindVerdict(std::uint64_t class_key) const;
   // Keeps the first verdict stored for a class (concurrent callers may compute one twice).

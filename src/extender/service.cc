@@ -22,6 +22,7 @@
 #include "pod_cache.h"
 #include "toposched/extender/wire.h"
 #include "toposched/framework/allocation.h"
+#include "toposched/framework/shape_window.h"
 #include "toposched/server/logging.h"
 
 namespace toposched::extender {
@@ -380,6 +381,7 @@ struct ExtenderService::Impl {
     std::vector<NodeRef> passed;
     std::vector<NodeFailure> failed, unresolvable;
     std::vector<HostScore> scores;
+    std::vector<const ClassVerdict*> verdicts;
   };
   static Scratch& ThreadScratch() {
     thread_local Scratch scratch;
@@ -410,6 +412,12 @@ struct ExtenderService::Impl {
       server::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
                   warning);
       if (hooks != nullptr) hooks->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
+    }
+    // The pods this extender is asked about are the workload it packs for (capacity first):
+    // each pod's cycles use the mix as it stood when the pod was first seen.
+    if (entry->interested) {
+      shapes.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
+      entry->mix = shapes.Mix();
     }
     entry->request = std::move(request);
     return pods.Put(std::move(entry), now);
@@ -461,6 +469,7 @@ struct ExtenderService::Impl {
     if (!cycle) {
       cycle.emplace(framework.NewCycle(entry.request));
       cycle->set_explain(false);  // the verbs answer with numbers only
+      cycle->SetShapeMix(entry.mix);
       if (pool_scores) {
         if (positions == nullptr) positions = store.node_locations();
         const pd::NetworkConfig& network = framework.config().network;
@@ -478,6 +487,7 @@ struct ExtenderService::Impl {
         const framework::NodeScore score =
             framework.RunScore(*cycle, info, pool_pod ? framework::ScoreSet::kNodeOnly : framework::ScoreSet::kAll);
         v->score100 = score.total;
+        v->capacity = score.capacity;
         v->score_weighted = score.weighted;
         v->score_weights = score.weights;
         const PlacementOutcome& outcome = cycle->Outcome(info);
@@ -632,12 +642,22 @@ struct ExtenderService::Impl {
     const std::string pod = PodLabel(e.pod_namespace, e.pod_name, e.uid);
     resp.body.reserve(a.nodes.size() * 40 + 256);
     if (prioritize) {
+      // Capacity first (framework::CapacityBand): the nodes whose capacity score is far below
+      // the best fitting node's score 0, the others 1..10 by their totals.
       std::vector<HostScore>& scores = scratch.scores;
+      std::vector<const ClassVerdict*>& verdicts = scratch.verdicts;
       scores.clear();
+      verdicts.clear();
+      framework::CapacityBand band(framework.CapacityBandWidth());
       for (const NodeRef& n : nodes) {
         const std::size_t i = snap->IndexOf(n.name);
         const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict_at(i);
-        scores.push_back({n.name, v != nullptr && v->passes() ? framework::ToExtenderScore(v->score100) : 0});
+        if (v != nullptr && !v->passes()) v = nullptr;
+        if (v != nullptr) band.Offer(v->AsNodeScore());
+        verdicts.push_back(v);
+      }
+      for (std::size_t k = 0; k < nodes.size(); ++k) {
+        scores.push_back({nodes[k].name, verdicts[k] != nullptr ? band.ExtenderScore(verdicts[k]->AsNodeScore()) : 0});
       }
       WriteHostPriorityList(resp.body, scores);
       if (server::LogEnabled(LogLevel::kDebug)) {
@@ -973,15 +993,28 @@ struct ExtenderService::Impl {
     PodEntry& e = **entry;
     const auto snap = store.snapshot();
     std::optional<framework::CycleState> cycle;
+    // Capacity first, as for kube-scheduler: nodes outside the band score 0, the others at least
+    // one weight.
+    std::vector<std::shared_ptr<const ClassVerdict>> verdicts;
+    verdicts.reserve(args->node_names.size());
+    framework::CapacityBand band(framework.CapacityBandWidth());
     for (std::string_view n : args->node_names) {
-      double score = 0;
+      std::shared_ptr<const ClassVerdict> v;
       if (e.interested) {
         if (const state::NodeRecord* rec = snap->Find(n)) {
-          const auto v = Evaluate(e, cycle, *rec, /*scores=*/true, snap);
-          if (v->passes()) score = v->score100 * options.volcano_score_weight;
+          v = Evaluate(e, cycle, *rec, /*scores=*/true, snap);
+          if (!v->passes()) v = nullptr;
         }
       }
-      scores.push_back({n, score});
+      if (v != nullptr) band.Offer(v->AsNodeScore());
+      verdicts.push_back(std::move(v));
+    }
+    for (std::size_t k = 0; k < args->node_names.size(); ++k) {
+      double score = 0;
+      if (const auto& v = verdicts[k]; v != nullptr && band.In(v->AsNodeScore())) {
+        score = std::max(1, v->score100) * options.volcano_score_weight;
+      }
+      scores.push_back({args->node_names[k], score});
     }
     WriteVolcanoPrioritizeResult(resp.body, scores, "");
   }
@@ -1269,6 +1302,7 @@ struct ExtenderService::Impl {
   const ExtenderOptions options;
   const Clock clock;
   PodCache pods;
+  framework::ShapeWindow shapes;  // the pods asked about: the mix capacity first packs for
   server::Family<server::Counter>& requests;
   server::Family<server::Histogram>& latency;
   server::Family<server::Counter>& rejections;

@@ -53,9 +53,10 @@ using Nodes = std::vector<std::pair<std::string, std::string>>;
 class Harness {
  public:
   explicit Harness(const std::vector<std::pair<std::string, std::string>>& nodes, ExtenderOptions options = {},
-                   state::Persistence* persistence = nullptr)
+                   state::Persistence* persistence = nullptr,
+                   const framework::SchedulerConfig& config = plugins::DefaultSchedulerConfig())
       : registry_(plugins::BuiltinRegistry()),
-        framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry_).value()),
+        framework_(framework::Framework::Create(config, registry_).value()),
         store_(persistence, StoreOptionsFor(framework_.config())) {
     server::ConfigureLogging(server::LogFormat::kText, server::LogLevel::kError);
     std::map<std::string, std::shared_ptr<const NodeTopology>> presets;
@@ -209,6 +210,38 @@ TEST(ExtenderPrioritize, BareArrayOfHostScoresZeroToTenBetterAlignmentFirst) {
   }
   EXPECT_GT(score["hgx-a"], score["vm-b"]);
   EXPECT_EQ(score["ghost"], 0);
+}
+
+// Capacity first (config `capacity`): the extender learns the workload's shapes from the pods it
+// is asked about, and a node that the band leaves out scores 0, below every node inside it.
+TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen) {
+  auto prioritize = [](Harness& h) {
+    HttpClient c(h.port());
+    const PodSpec p4{.name = "p4", .uid = "uid-p4", .gpus = 4, .rdma = 4};
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p4), {"hgx-b"}));
+    EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p4, "hgx-b"))["Error"], "");
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"hgx-a", "hgx-b"}));  // seen, not bound
+    const PodSpec p1{.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1};
+    std::map<std::string, int> score;
+    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p1), {"hgx-a", "hgx-b"}))) {
+      score[hp["Host"]] = hp["Score"];
+    }
+    return score;
+  };
+  const Nodes nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}};
+  {
+    Harness plain(nodes);
+    std::map<std::string, int> score = prioritize(plain);
+    EXPECT_GE(score["hgx-a"], score["hgx-b"]) << "without capacity first the empty node is as good";
+  }
+  framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
+  config.capacity.plugin = "ExpectedFragmentation";
+  Harness h(nodes, {}, nullptr, config);
+  std::map<std::string, int> score = prioritize(h);
+  // hgx-a whole: one GPU taken there strands 7 for the 8-GPU shape seen (a third of the pods);
+  // hgx-b cannot host it any more: the band leaves hgx-a out.
+  EXPECT_EQ(score["hgx-a"], 0);
+  EXPECT_GE(score["hgx-b"], 1);
 }
 
 // A pool pod's prioritize is computed in parts: the node-only plugins once per node class, the

@@ -336,7 +336,7 @@ packing::ShapeMix WorkloadMix(const Workload& workload) {
   std::vector<packing::Shape> shapes;
   shapes.reserve(workload.pods.size());
   for (const WorkloadPod& pod : workload.pods) shapes.push_back(packing::ShapeOf(pod.request, pod.request.cpu_milli));
-  return packing::TypicalShapes(shapes);
+  return packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand);
 }
 
 Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload& workload,

@@ -27,18 +27,22 @@ class ToposchedPolicy : public Policy {
     // What the extender gives its cycles from the store: the pool-aware plugins read it.
     cycle.SetCluster(std::move(cluster));
     cycle.SetShapeMix(mix_);
-    // kube-scheduler keeps the feasible nodes and their totals, then takes the highest; ties go
-    // to the lowest index here (kube picks at random among ties; a fixed rule keeps runs
-    // reproducible).
+    // kube-scheduler keeps the feasible nodes and their totals, then takes the highest, capacity
+    // first (framework::CapacityBand); ties go to the lowest index here (kube picks at random
+    // among ties; a fixed rule keeps runs reproducible).
     candidates_.clear();
+    framework::CapacityBand band(framework_.CapacityBandWidth());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const VirtualNode& node = nodes[i];
       if (!node.schedulable) continue;
       if (!framework_.RunFilter(cycle, node).ok()) continue;
-      candidates_.push_back({framework_.RunScore(cycle, node).total, static_cast<int>(i)});
+      candidates_.push_back({framework_.RunScore(cycle, node), static_cast<int>(i)});
+      band.Offer(candidates_.back().score);
     }
-    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
-      return a.score != b.score ? a.score > b.score : a.index < b.index;
+    std::sort(candidates_.begin(), candidates_.end(), [&band](const Candidate& a, const Candidate& b) {
+      if (band.Ahead(a.score, b.score)) return true;
+      if (band.Ahead(b.score, a.score)) return false;
+      return a.index < b.index;
     });
     for (const Candidate& c : candidates_) {
       VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
@@ -61,7 +65,7 @@ class ToposchedPolicy : public Policy {
 
  private:
   struct Candidate {
-    int score = 0;
+    framework::NodeScore score;
     int index = 0;
   };
   framework::Framework framework_;

@@ -647,6 +647,7 @@ class ToposchedTracePolicy : public TracePolicy {
     auto& cache = cache_[request.ShapeKey() + "|" + std::to_string(task.cpu_milli)];
     cache.resize(s_.nodes.size());
     candidates_.clear();
+    framework::CapacityBand band(framework_.CapacityBandWidth());
     for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
       const NodeRuntime& rt = s_.nodes[i];
       if (!HostFits(s_.trace->nodes[i], rt, task)) continue;
@@ -655,12 +656,22 @@ class ToposchedTracePolicy : public TracePolicy {
         e.valid = true;
         e.version = rt.version;
         e.fits = framework_.RunFilter(cycle, infos_[i]).ok();
-        e.score = e.fits ? framework_.RunScore(cycle, infos_[i]).total : 0;
+        e.score = framework::NodeScore{};
+        if (e.fits) {
+          const framework::NodeScore s = framework_.RunScore(cycle, infos_[i]);
+          e.score.total = s.total;
+          e.score.capacity = s.capacity;
+        }
       }
-      if (e.fits) candidates_.push_back({e.score, static_cast<int>(i)});
+      if (e.fits) {
+        candidates_.push_back({e.score, static_cast<int>(i)});
+        band.Offer(e.score);
+      }
     }
-    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
-      return a.score != b.score ? a.score > b.score : a.index < b.index;
+    std::sort(candidates_.begin(), candidates_.end(), [&band](const Candidate& a, const Candidate& b) {
+      if (band.Ahead(a.score, b.score)) return true;
+      if (band.Ahead(b.score, a.score)) return false;
+      return a.index < b.index;
     });
     for (const Candidate& c : candidates_) {
       framework::NodeInfo& info = infos_[Idx(c.index)];
@@ -694,10 +705,10 @@ class ToposchedTracePolicy : public TracePolicy {
     bool valid = false;
     std::uint64_t version = 0;
     bool fits = false;
-    int score = 0;
+    framework::NodeScore score;  // total and capacity only
   };
   struct Candidate {
-    int score = 0;
+    framework::NodeScore score;
     int index = 0;
   };
 
@@ -760,11 +771,15 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
                         const TraceReplayOptions& options, const framework::SchedulerConfig& config) {
   const std::int64_t capacity = trace.GpuCapacityMilli();
   std::vector<TraceTask> tasks = TuneTasks(trace.tasks, capacity, options.tune_ratio, seed);
-  // FGD's typical pods come from the workload it schedules; toposched is given the same.
+  // FGD's typical pods come from the workload it schedules (the 95 % most frequent shapes);
+  // toposched's from the same workload, keeping also the shapes that hold the GPU demand (the
+  // simulator's WorkloadMix).
   std::vector<packing::Shape> shapes;
   shapes.reserve(tasks.size());
   for (const TraceTask& t : tasks) shapes.push_back(ShapeOfTask(t));
   const packing::ShapeMix mix = packing::TypicalShapes(shapes);
+  const packing::ShapeMix demand_mix =
+      packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand);
   if (options.max_tasks > 0 && tasks.size() > options.max_tasks) tasks.resize(options.max_tasks);
 
   ReplayState state;
@@ -780,7 +795,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
   std::unique_ptr<TracePolicy> p;
   ToposchedTracePolicy* toposched = nullptr;
   if (policy == kTracePolicyToposched) {
-    auto made = ToposchedTracePolicy::Make(state, config, mix);
+    auto made = ToposchedTracePolicy::Make(state, config, demand_mix);
     if (!made.ok()) return made.error();
     toposched = made->get();
     p = std::move(made).value();

@@ -153,6 +153,21 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
           << variant << ": " << plain->policies[i].policy << "\n" << table;
     }
     EXPECT_GT(plain->policies[1].mean_ratio_at[0], plain->policies[4].mean_ratio_at[0] + 0.01) << table;
+
+    // Capacity first (the plugin ranks before the total, at weight 0): above toposched without
+    // it and at least every blind baseline.
+    config = plugins::DefaultSchedulerConfig();
+    config.capacity.plugin = "ExpectedFragmentation";
+    options.config = config;
+    auto first = ReplayTrace(*trace, options);
+    ASSERT_TRUE(first.ok()) << first.error().message();
+    const double capacity_first = first->policies[0].mean_ratio_at[0];
+    const std::string all = FormatTraceTable({*plain, *packed, *first});
+    EXPECT_GT(capacity_first, plain->policies[0].mean_ratio_at[0]) << variant << "\n" << all;
+    for (std::size_t i = 2; i < plain->policies.size(); ++i) {
+      EXPECT_GE(capacity_first + 1e-9, plain->policies[i].mean_ratio_at[0])
+          << variant << ": " << plain->policies[i].policy << "\n" << all;
+    }
   }
 }
 
