@@ -70,6 +70,26 @@ class Table {
   std::ostringstream out_;
 };
 
+// `text` in lines of at most `max_chars` characters, broken at spaces (a word longer than a line
+// gets a line of its own).
+std::vector<std::string> Wrap(std::string_view text, std::size_t max_chars) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t end = std::min(text.find(' ', i), text.size());
+    const std::string_view word = text.substr(i, end - i);
+    if (!line.empty() && line.size() + 1 + word.size() > max_chars) {
+      lines.push_back(std::move(line));
+      line.clear();
+    }
+    if (!word.empty()) line += (line.empty() ? "" : " ") + std::string(word);
+    i = end + 1;
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(std::move(line));
+  return lines;
+}
+
 std::string Escape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -223,7 +243,9 @@ std::string FormatJson(const SimulationResult& r) {
 std::string RenderSvg(const SimulationResult& r) {
   // Layout: one panel per policy (a grid of nodes, each a box of GPU squares), then the class
   // histogram with one bar per policy and class. Sizes in px.
-  constexpr int kMargin = 20, kGpu = 6, kGap = 1, kNodePad = 2, kColumns = 30, kTitle = 22, kHeader = 84;
+  constexpr int kMargin = 20, kGpu = 6, kGap = 1, kNodePad = 2, kColumns = 30, kTitle = 22;
+  // Text is wrapped to the drawing's width at about 6 px per character of the 11 px font.
+  constexpr int kCharPx = 6, kLinePx = 15, kNoteLinePx = 13;
   int max_gpus = 1;
   for (const PolicyResult& p : r.policies) {
     for (const NodeState& n : p.nodes) max_gpus = std::max(max_gpus, static_cast<int>(n.gpus.size()));
@@ -240,8 +262,33 @@ std::string RenderSvg(const SimulationResult& r) {
   const int hist_h = 220;
   const bool pools = HasPools(r);
   const int width = std::max(2 * kMargin + panel_w, 900);
-  const int height = kMargin + kHeader + static_cast<int>(r.policies.size()) * panel_h + hist_h * (pools ? 2 : 1) +
-                     2 * kMargin;
+  const std::size_t max_chars = static_cast<std::size_t>((width - 2 * kMargin) / kCharPx);
+  std::vector<std::string> header_lines;
+  for (const std::string& line : {"cluster: " + r.cluster_description, "workload: " + r.workload_description,
+                                  std::string(kMeaning),
+                                  std::string("GPU squares: grey free, blue whole, orange shared (darker = more "
+                                              "memory held); green frame: aligned 8-GPU slot still free")}) {
+    for (std::string& l : Wrap(line, max_chars)) header_lines.push_back(std::move(l));
+  }
+  const int header = 22 + kLinePx * static_cast<int>(header_lines.size()) + 2;
+  // The Prefill/Decode figures per policy, under that histogram's title.
+  std::vector<std::string> pd_note;
+  if (pools) {
+    std::string line;
+    for (const PolicyResult& p : r.policies) {
+      const std::string entry = p.policy + ": cheapest " + Percent(p.pd.at_cheapest_share) + ", mean " +
+                                Millis(p.pd.transfer_mean_ms) + ", ratio error " +
+                                Printf("%.3f", p.pd.ratio_error_mean);
+      if (!line.empty() && line.size() + 2 + entry.size() > max_chars) {
+        pd_note.push_back(std::move(line));
+        line.clear();
+      }
+      line += (line.empty() ? "" : "; ") + entry;
+    }
+    if (!line.empty()) pd_note.push_back(std::move(line));
+  }
+  const int height = kMargin + header + static_cast<int>(r.policies.size()) * panel_h + hist_h * (pools ? 2 : 1) +
+                     kNoteLinePx * static_cast<int>(pd_note.size()) + 2 * kMargin;
 
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
@@ -249,21 +296,14 @@ std::string RenderSvg(const SimulationResult& r) {
   s << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
   s << "<text x=\"" << kMargin << "\" y=\"" << kMargin + 4 << "\" font-size=\"15\" font-weight=\"bold\">"
     << "toposched simulate</text>\n";
-  const std::string lines[] = {
-      "cluster: " + r.cluster_description,
-      "workload: " + r.workload_description,
-      std::string(kMeaning),
-      "GPU squares: grey free, blue whole, orange shared (darker = more memory held); green frame: aligned "
-      "8-GPU slot still free",
-  };
   int line_y = kMargin + 22;
-  for (const std::string& line : lines) {
+  for (const std::string& line : header_lines) {
     s << "<text x=\"" << kMargin << "\" y=\"" << line_y << "\" font-size=\"11\" fill=\"#555555\">"
       << Escape(line) << "</text>\n";
     line_y += 15;
   }
 
-  int y = kMargin + kHeader;
+  int y = kMargin + header;
   for (const PolicyResult& p : r.policies) {
     s << "<text x=\"" << kMargin << "\" y=\"" << y + 14 << "\" font-weight=\"bold\">" << Escape(p.policy)
       << "</text><text x=\"" << kMargin + 110 << "\" y=\"" << y + 14 << "\" fill=\"#555555\">placed "
@@ -306,19 +346,22 @@ std::string RenderSvg(const SimulationResult& r) {
   // Histograms: groups per bucket, one bar per policy. The worst GPU->NIC classes, then (with
   // pools) the KV paths of Prefill->Decode pairs.
   const int chart_h = hist_h - 70;
-  auto histogram = [&](int top, const std::string& title, const std::string& note, std::size_t buckets,
+  auto histogram = [&](int top, const std::string& title, const std::vector<std::string>& notes, std::size_t buckets,
                        const std::function<std::string(std::size_t)>& label,
                        const std::function<int(const PolicyResult&, std::size_t)>& count) {
     int max_count = 1;
     for (const PolicyResult& p : r.policies) {
       for (std::size_t b = 0; b < buckets; ++b) max_count = std::max(max_count, count(p, b));
     }
-    const int chart_top = top + 24;
+    const int chart_top = top + 24 + kNoteLinePx * static_cast<int>(notes.size());
     const int group_w = (width - 2 * kMargin) / static_cast<int>(buckets);
     const int bar_w = std::max(4, (group_w - 16) / std::max<int>(1, static_cast<int>(r.policies.size())));
     s << "<text x=\"" << kMargin << "\" y=\"" << top + 10 << "\" font-weight=\"bold\">" << Escape(title)
-      << "</text><text x=\"" << kMargin + 8 * static_cast<int>(title.size()) << "\" y=\"" << top + 10
-      << "\" font-size=\"11\" fill=\"#555555\">" << Escape(note) << "</text>\n";
+      << "</text>\n";
+    for (std::size_t n = 0; n < notes.size(); ++n) {
+      s << "<text x=\"" << kMargin << "\" y=\"" << top + 24 + kNoteLinePx * static_cast<int>(n)
+        << "\" font-size=\"11\" fill=\"#555555\">" << Escape(notes[n]) << "</text>\n";
+    }
     for (std::size_t b = 0; b < buckets; ++b) {
       const int gx = kMargin + static_cast<int>(b) * group_w;
       for (std::size_t k = 0; k < r.policies.size(); ++k) {
@@ -339,17 +382,12 @@ std::string RenderSvg(const SimulationResult& r) {
     return chart_top + chart_h;
   };
   int chart_bottom = histogram(
-      y, "worst GPU->NIC class of placed pods", "", kClassBuckets.size(),
+      y, "worst GPU->NIC class of placed pods", {}, kClassBuckets.size(),
       [](std::size_t b) { return std::string(kClassBuckets[b]); },
       [](const PolicyResult& p, std::size_t b) { return p.class_histogram[b]; });
   if (pools) {
-    std::string note;
-    for (const PolicyResult& p : r.policies) {
-      note += (note.empty() ? "" : "; ") + p.policy + ": cheapest " + Percent(p.pd.at_cheapest_share) + ", mean " +
-              Millis(p.pd.transfer_mean_ms) + ", ratio error " + Printf("%.3f", p.pd.ratio_error_mean);
-    }
     chart_bottom = histogram(
-        chart_bottom + 50, "Prefill->Decode pairs by KV path", "  " + note, pd::kPathKinds,
+        chart_bottom + 50, "Prefill->Decode pairs by KV path", pd_note, pd::kPathKinds,
         [](std::size_t b) { return std::string(pd::ToString(static_cast<pd::PathKind>(b))); },
         [](const PolicyResult& p, std::size_t b) { return p.pd.paths[b]; });
   }

@@ -352,6 +352,20 @@ TEST(Reports, TableJsonAndSvgCarryTheFigures) {
     ++titles;
   EXPECT_EQ(titles, 4u * 24u + 4u * kClassBuckets.size() + 4u * pd::kPathKinds);
   EXPECT_NE(svg.find("Prefill-&gt;Decode pairs by KV path"), std::string::npos);
+  // No line of text runs past the drawing: at about 6 px per character of the 11 px font no
+  // <text> holds more than (width - 2 margins) / 6 characters.
+  const std::size_t width = std::stoul(svg.substr(svg.find("width=\"") + 7));
+  for (std::size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at + 1)) {
+    const std::size_t open = svg.find('>', at) + 1;
+    const std::size_t close = svg.find("</text>", open);
+    std::string text = svg.substr(open, close - open);
+    for (const char* entity : {"&gt;", "&lt;", "&amp;", "&quot;"}) {
+      for (std::size_t e = text.find(entity); e != std::string::npos; e = text.find(entity)) {
+        text.replace(e, std::string(entity).size(), "x");
+      }
+    }
+    EXPECT_LE(text.size(), (width - 40u) / 6u) << text;
+  }
 }
 
 TEST(Reports, SvgEscapesNames) {
