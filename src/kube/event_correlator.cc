@@ -98,12 +98,13 @@ std::vector<EventCorrelator::Write> EventCorrelator::Due() const {
   return out;
 }
 
-void EventCorrelator::Written(std::uint64_t id, bool ok) {
+void EventCorrelator::Written(const Write& write, bool ok) {
   for (auto it = events_.begin(); it != events_.end(); ++it) {
-    if (it->second.id != id) continue;
+    if (it->second.id != write.id) continue;
     if (ok) {
       it->second.created = true;
-      it->second.written = it->second.count;
+      // The count that was sent: an occurrence observed during the write stays due.
+      it->second.written = std::max(it->second.written, write.count);
     } else {
       events_.erase(it);
     }

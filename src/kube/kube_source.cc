@@ -877,7 +877,7 @@ struct KubeSource::Impl {
                     "cannot write the " + w.reason + " event: " + r.error().message());
       }
       std::lock_guard lock(correlator_mu);
-      correlator.Written(w.id, r.ok());
+      correlator.Written(w, r.ok());
     }
   }
 

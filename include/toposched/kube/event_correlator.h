@@ -49,7 +49,7 @@ class EventCorrelator {
   // One Event object to write: created when `create`, else patched (count, lastTimestamp,
   // message) under `name`.
   struct Write {
-    std::uint64_t id = 0;  // for Written()
+    std::uint64_t id = 0;  // Written() finds the event by it
     bool create = true;
     std::string name;      // the Event's metadata.name (chosen at its first occurrence)
     std::string pod_namespace, pod_name, pod_uid, reason, message, type;
@@ -63,10 +63,10 @@ class EventCorrelator {
   bool Observe(const Occurrence& occurrence, TimePoint now);
   // The events whose count grew since their last write (creates first seen, patches after).
   std::vector<Write> Due() const;
-  // The outcome of writing Due()'s `id`: on success the count is written; a failed create or
-  // patch (the Event expired, the API server refused) is forgotten, so the next occurrence
-  // creates a new Event.
-  void Written(std::uint64_t id, bool ok);
+  // The outcome of writing one of Due()'s writes: on success its count is written (occurrences
+  // observed while it was being written stay due); a failed create or patch (the Event expired,
+  // the API server refused) is forgotten, so the next occurrence creates a new Event.
+  void Written(const Write& write, bool ok);
   // The pod was placed after all: its occurrences not yet written are dropped (an Event already
   // created stays, with the count it was written with).
   void DropUnwritten(std::string_view pod_uid);
