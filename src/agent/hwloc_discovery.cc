@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cerrno>
 #include <cstdlib>
@@ -450,10 +451,58 @@ void AddNvml(NodeTopology& t, const DiscoveryOptions& options) {
   if (options.nvml_note != nullptr) *options.nvml_note = note;
 }
 
+// Inputs that crash hwloc 2.9's XML import (Debian bookworm's libhwloc) instead of failing it,
+// found by fuzz/hwloc_xml_fuzz.cc and fixed upstream after that release; refused here first:
+//   - a <topology ...> tag without its closing '>' (the nolibxml importer dereferences
+//     strchr(buffer, '>') + 1; open-mpi/hwloc#787);
+//   - an <object> with a cpuset or nodeset but no complete_cpuset or complete_nodeset (the
+//     sibling reorder compares the missing bitmap; open-mpi/hwloc#783). hwloc's exporters, v1 and
+//     v2, write each pair together.
+Status CheckKnownHwlocImportCrashes(std::string_view xml) {
+  if (const std::size_t top = xml.find("<topology"); top != std::string_view::npos &&
+                                                      xml.find('>', top) == std::string_view::npos) {
+    return Error("hwloc XML: the <topology> tag is not closed (truncated file?)");
+  }
+  for (std::size_t at = xml.find("<object"); at != std::string_view::npos; at = xml.find("<object", at + 1)) {
+    bool cpuset = false, complete_cpuset = false, nodeset = false, complete_nodeset = false;
+    std::size_t i = at + 7;
+    // Attributes up to the tag's end: name = "value" or 'value'; '>' inside a value is text.
+    while (i < xml.size() && xml[i] != '>') {
+      if (xml[i] == '"' || xml[i] == '\'') {
+        const std::size_t close = xml.find(xml[i], i + 1);
+        if (close == std::string_view::npos) {
+          return Error("hwloc XML: an <object> attribute value is not closed (truncated file?)");
+        }
+        i = close + 1;
+        continue;
+      }
+      const std::size_t begin = i;
+      while (i < xml.size() && (std::isalnum(static_cast<unsigned char>(xml[i])) || xml[i] == '_')) ++i;
+      if (i == begin) {
+        ++i;
+        continue;
+      }
+      const std::string_view name = xml.substr(begin, i - begin);
+      cpuset |= name == "cpuset";
+      complete_cpuset |= name == "complete_cpuset";
+      nodeset |= name == "nodeset";
+      complete_nodeset |= name == "complete_nodeset";
+    }
+    if (i >= xml.size()) return Error("hwloc XML: an <object> tag is not closed (truncated file?)");
+    if ((cpuset && !complete_cpuset) || (nodeset && !complete_nodeset)) {
+      return Error(std::string("hwloc XML: an <object> has a ") + (cpuset && !complete_cpuset ? "cpuset" : "nodeset") +
+                   " but no " + (cpuset && !complete_cpuset ? "complete_cpuset" : "complete_nodeset") +
+                   " (hwloc's exporters write both; this hwloc crashes on such an object)");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   if (content.size() > kMaxTopologyFileBytes) return Error("hwloc XML larger than 64 MiB");
+  if (Status s = CheckKnownHwlocImportCrashes(content); !s.ok()) return s.error();
   auto topo = NewTopology();
   if (!topo.ok()) return topo.error();
   // hwloc's XML importers expect the buffer to be NUL-terminated and `size` to include it.

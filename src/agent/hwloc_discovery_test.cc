@@ -359,5 +359,41 @@ TEST(HwlocDiscoveryTest, DuplicateNumaOsIndexIsRefused) {
   EXPECT_NE(t.error().message().find("os_index 3"), std::string::npos) << t.error().message();
 }
 
+// Inputs on which hwloc 2.9's import crashes (found by fuzz/hwloc_xml_fuzz.cc; fixed upstream in
+// open-mpi/hwloc#787 and #783) are refused with an error before hwloc sees them.
+TEST(HwlocDiscoveryTest, InputsThatCrashThisHwlocAreRefusedFirst) {
+  struct Case {
+    std::string name, xml, error;
+  };
+  const std::string pu_ok =
+      R"(<object type="PU" os_index="0" cpuset="0x1" complete_cpuset="0x1" nodeset="0x1" complete_nodeset="0x1"/>)";
+  const std::vector<Case> cases = {
+      {"topology tag not closed", "<topology version=\"2.0\"", "<topology> tag is not closed"},
+      {"cpuset without complete_cpuset",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpusej=\"0x1\" nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
+       "has a cpuset but no complete_cpuset"},
+      {"nodeset without complete_nodeset",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\">" +
+           pu_ok + "</object></topology>",
+       "has a nodeset but no complete_nodeset"},
+      {"attribute value not closed", "<topology version=\"2.0\">\n<object type=\"PU", "attribute value is not closed"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto t = ParseHwlocXml(c.xml);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.error().message().find(c.error), std::string::npos) << t.error().message();
+  }
+  // A '>' inside an attribute value does not end the tag early.
+  const std::string named = "<topology version=\"2.0\">\n<object type=\"Machine\" name=\"a>b\" cpuset=\"0x1\" "
+                            "complete_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\">" + pu_ok +
+                            "</object></topology>";
+  auto t = ParseHwlocXml(named);
+  if (!t.ok()) {
+    EXPECT_EQ(t.error().message().find("complete_"), std::string::npos) << t.error().message();
+  }
+}
+
 }  // namespace
 }  // namespace toposched

@@ -128,7 +128,7 @@ TEST(CliTest, ErrorsAreClearAndNonZero) {
       {"empty file", "topo --input " + write("empty.xml", ""), 1, "empty.xml: the file is empty"},
       {"garbage", "topo --input " + write("garbage.bin", std::string("\x01\x02\x03\xff\xfe", 5)), 1, "binary data"},
       {"truncated", "topo --input " + write("cut.xml", "<topology version=\"2.0\"><object type=\"Machine\""), 1,
-       "cut.xml (hwloc XML): hwloc could not import"},
+       "cut.xml (hwloc XML): hwloc XML: an <object> tag is not closed (truncated file?)"},
       {"wrong root", "topo --input " + write("root.xml", "<svg></svg>"), 1, "unknown XML root element <svg>"},
       {"matrix file", "topo --input " + write("m.txt", "\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\t0-3\n"), 1,
        "nvidia-smi topo -m"},
