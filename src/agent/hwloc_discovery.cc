@@ -457,7 +457,10 @@ void AddNvml(NodeTopology& t, const DiscoveryOptions& options) {
 //     strchr(buffer, '>') + 1; open-mpi/hwloc#787);
 //   - an <object> with a cpuset or nodeset but no complete_cpuset or complete_nodeset (the
 //     sibling reorder compares the missing bitmap; open-mpi/hwloc#783). hwloc's exporters, v1 and
-//     v2, write each pair together.
+//     v2, write each pair together;
+//   - a bitmap attribute (cpuset, nodeset and their complete_/allowed_/online_ forms) that
+//     starts with ',' and goes on (",0x1": hwloc_bitmap_sscanf's assert aborts the process;
+//     hwloc never writes a leading comma).
 Status CheckKnownHwlocImportCrashes(std::string_view xml) {
   if (const std::size_t top = xml.find("<topology"); top != std::string_view::npos &&
                                                       xml.find('>', top) == std::string_view::npos) {
@@ -466,12 +469,18 @@ Status CheckKnownHwlocImportCrashes(std::string_view xml) {
   for (std::size_t at = xml.find("<object"); at != std::string_view::npos; at = xml.find("<object", at + 1)) {
     bool cpuset = false, complete_cpuset = false, nodeset = false, complete_nodeset = false;
     std::size_t i = at + 7;
+    std::string_view name;  // the attribute whose value comes next
     // Attributes up to the tag's end: name = "value" or 'value'; '>' inside a value is text.
     while (i < xml.size() && xml[i] != '>') {
       if (xml[i] == '"' || xml[i] == '\'') {
         const std::size_t close = xml.find(xml[i], i + 1);
         if (close == std::string_view::npos) {
           return Error("hwloc XML: an <object> attribute value is not closed (truncated file?)");
+        }
+        const std::string_view value = xml.substr(i + 1, close - i - 1);
+        if ((name.ends_with("cpuset") || name.ends_with("nodeset")) && value.size() > 1 && value.front() == ',') {
+          return Error("hwloc XML: the " + std::string(name) + " \"" + std::string(value.substr(0, 40)) +
+                       "\" starts with a comma (not an hwloc bitmap; this hwloc aborts on it)");
         }
         i = close + 1;
         continue;
@@ -482,7 +491,7 @@ Status CheckKnownHwlocImportCrashes(std::string_view xml) {
         ++i;
         continue;
       }
-      const std::string_view name = xml.substr(begin, i - begin);
+      name = xml.substr(begin, i - begin);
       cpuset |= name == "cpuset";
       complete_cpuset |= name == "complete_cpuset";
       nodeset |= name == "nodeset";

@@ -359,8 +359,9 @@ TEST(HwlocDiscoveryTest, DuplicateNumaOsIndexIsRefused) {
   EXPECT_NE(t.error().message().find("os_index 3"), std::string::npos) << t.error().message();
 }
 
-// Inputs on which hwloc 2.9's import crashes (found by fuzz/hwloc_xml_fuzz.cc; fixed upstream in
-// open-mpi/hwloc#787 and #783) are refused with an error before hwloc sees them.
+// Inputs on which hwloc 2.9's import crashes or aborts (found by fuzz/hwloc_xml_fuzz.cc; the first
+// two fixed upstream in open-mpi/hwloc#787 and #783) are refused with an error before hwloc sees
+// them.
 TEST(HwlocDiscoveryTest, InputsThatCrashThisHwlocAreRefusedFirst) {
   struct Case {
     std::string name, xml, error;
@@ -378,6 +379,10 @@ TEST(HwlocDiscoveryTest, InputsThatCrashThisHwlocAreRefusedFirst) {
            pu_ok + "</object></topology>",
        "has a nodeset but no complete_nodeset"},
       {"attribute value not closed", "<topology version=\"2.0\">\n<object type=\"PU", "attribute value is not closed"},
+      {"bitmap with a leading comma",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\",0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
+       "the cpuset \",0x1\" starts with a comma"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
