@@ -516,9 +516,12 @@ TEST_F(KubeE2E, NoNodeFitsIsOneFailedSchedulingEventWhoseCountRises) {
   EXPECT_EQ(e["message"], "0/3 nodes fit: 2 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: no "
                           "NodeTopology (is the toposched agent running there?)");
   EXPECT_NE(e["firstTimestamp"], nullptr);
-  EXPECT_NE(r.Call("/metrics", "", "GET").second.find(
-                "toposched_pod_events_total{reason=\"FailedScheduling\",result=\"patched\"} 1"),
-            std::string::npos);
+  // The flush counts the patch after the API server has it: wait for the counter too.
+  EXPECT_TRUE(WaitFor([&] {
+    return r.Call("/metrics", "", "GET")
+               .second.find("toposched_pod_events_total{reason=\"FailedScheduling\",result=\"patched\"} 1") !=
+           std::string::npos;
+  }));
 
   // The live explanation of the same pod, read by name from the API server.
   server_.Upsert(kPods, annotated);
