@@ -469,35 +469,33 @@ Status CheckKnownHwlocImportCrashes(std::string_view xml) {
   for (std::size_t at = xml.find("<object"); at != std::string_view::npos; at = xml.find("<object", at + 1)) {
     bool cpuset = false, complete_cpuset = false, nodeset = false, complete_nodeset = false;
     std::size_t i = at + 7;
-    std::string_view name;  // the attribute whose value comes next
-    // Attributes up to the tag's end: name = "value" or 'value'; '>' inside a value is text.
-    while (i < xml.size() && xml[i] != '>') {
-      if (xml[i] == '"' || xml[i] == '\'') {
-        const std::size_t close = xml.find(xml[i], i + 1);
-        if (close == std::string_view::npos) {
-          return Error("hwloc XML: an <object> attribute value is not closed (truncated file?)");
-        }
-        const std::string_view value = xml.substr(i + 1, close - i - 1);
-        if ((name.ends_with("cpuset") || name.ends_with("nodeset")) && value.size() > 1 && value.front() == ',') {
-          return Error("hwloc XML: the " + std::string(name) + " \"" + std::string(value.substr(0, 40)) +
-                       "\" starts with a comma (not an hwloc bitmap; this hwloc aborts on it)");
-        }
-        i = close + 1;
-        continue;
-      }
+    // The attributes as hwloc's own (nolibxml) importer reads them, in order: blanks, a name of
+    // [a-z_], '=', '"', the value, '"'; it stops at the first attribute not of that form and
+    // ignores the rest ('complete_cpuset=5"0x1"' leaves the object without its complete_cpuset).
+    while (true) {
+      while (i < xml.size() && (xml[i] == ' ' || xml[i] == '\t' || xml[i] == '\n')) ++i;
       const std::size_t begin = i;
-      while (i < xml.size() && (std::isalnum(static_cast<unsigned char>(xml[i])) || xml[i] == '_')) ++i;
-      if (i == begin) {
-        ++i;
-        continue;
+      while (i < xml.size() && ((xml[i] >= 'a' && xml[i] <= 'z') || xml[i] == '_')) ++i;
+      if (i == begin || i + 1 >= xml.size() || xml[i] != '=' || xml[i + 1] != '"') break;
+      const std::string_view name = xml.substr(begin, i - begin);
+      const std::size_t close = xml.find('"', i + 2);
+      if (close == std::string_view::npos) {
+        return Error("hwloc XML: an <object> attribute value is not closed (truncated file?)");
       }
-      name = xml.substr(begin, i - begin);
+      const std::string_view value = xml.substr(i + 2, close - i - 2);
+      if ((name.ends_with("cpuset") || name.ends_with("nodeset")) && value.size() > 1 && value.front() == ',') {
+        return Error("hwloc XML: the " + std::string(name) + " \"" + std::string(value.substr(0, 40)) +
+                     "\" starts with a comma (not an hwloc bitmap; this hwloc aborts on it)");
+      }
       cpuset |= name == "cpuset";
       complete_cpuset |= name == "complete_cpuset";
       nodeset |= name == "nodeset";
       complete_nodeset |= name == "complete_nodeset";
+      i = close + 1;
     }
-    if (i >= xml.size()) return Error("hwloc XML: an <object> tag is not closed (truncated file?)");
+    if (xml.find('>', i) == std::string_view::npos) {
+      return Error("hwloc XML: an <object> tag is not closed (truncated file?)");
+    }
     if ((cpuset && !complete_cpuset) || (nodeset && !complete_nodeset)) {
       return Error(std::string("hwloc XML: an <object> has a ") + (cpuset && !complete_cpuset ? "cpuset" : "nodeset") +
                    " but no " + (cpuset && !complete_cpuset ? "complete_cpuset" : "complete_nodeset") +

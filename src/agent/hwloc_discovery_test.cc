@@ -379,6 +379,10 @@ TEST(HwlocDiscoveryTest, InputsThatCrashThisHwlocAreRefusedFirst) {
            pu_ok + "</object></topology>",
        "has a nodeset but no complete_nodeset"},
       {"attribute value not closed", "<topology version=\"2.0\">\n<object type=\"PU", "attribute value is not closed"},
+      {"a malformed attribute hides the ones after it",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=5\"0x1\" nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
+       "has a cpuset but no complete_cpuset"},
       {"bitmap with a leading comma",
        "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\",0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "
        "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
