@@ -28,6 +28,7 @@
 
 #include "nvml_links.h"
 #include "toposched/agent/discovery.h"
+#include "toposched/topology/json_codec.h"
 
 namespace toposched {
 namespace {
@@ -535,6 +536,16 @@ Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   if (hwloc_obj_t root = hwloc_get_root_obj(topo->get()); root != nullptr) {
     const std::string host = Info(root, "HostName");
     if (!host.empty()) t.node_name = ToKubernetesName(host);
+  }
+  // What the agent publishes must decode. hwloc imports exports the NodeTopology codec refuses
+  // (two NUMA nodes with one os_index above; two PCI devices with one bus id), and an object no
+  // extender can read is worse than an error here (both found by fuzz/hwloc_xml_fuzz.cc).
+  // The node's name is the caller's to give (--node-name, the file's name): a stand-in here.
+  NodeTopology named = t;
+  if (named.node_name.empty()) named.node_name = "node";
+  if (Result<NodeTopology> back = DecodeTopologyJson(EncodeTopologyJson(named)); !back.ok()) {
+    return Error("hwloc XML gives a topology toposched cannot represent (an inconsistent export): " +
+                 back.error().message());
   }
   return t;
 }

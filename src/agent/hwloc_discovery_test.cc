@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -357,6 +359,20 @@ TEST(HwlocDiscoveryTest, DuplicateNumaOsIndexIsRefused) {
   auto t = ParseHwlocXml(xml);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.error().message().find("os_index 3"), std::string::npos) << t.error().message();
+}
+
+// An export that hwloc imports but that gives two PCI devices one bus id: the NodeTopology
+// codec would refuse what the agent publishes, so the import refuses it (found by
+// fuzz/hwloc_xml_fuzz.cc; the input is fuzz/corpus/hwloc_xml/regress-duplicate-pci-busid.xml).
+TEST(HwlocDiscoveryTest, ATopologyTheCodecWouldRefuseIsRefusedAtTheImport) {
+  std::ifstream in(std::string(TOPOSCHED_SOURCE_DIR) + "/fuzz/corpus/hwloc_xml/regress-duplicate-pci-busid.xml",
+                   std::ios::binary);
+  ASSERT_TRUE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto t = ParseHwlocXml(text.str());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message().find("duplicate pcie id"), std::string::npos) << t.error().message();
 }
 
 // Inputs on which hwloc 2.9's import crashes or aborts (found by fuzz/hwloc_xml_fuzz.cc; the first
