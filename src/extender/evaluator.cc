@@ -1,0 +1,272 @@
+// The evaluator: pod entries and per-class verdicts (evaluator.h has the caching rule).
+
+#include "evaluator.h"
+
+#include <cmath>
+#include <utility>
+
+#include "explain.h"
+#include "verbs.h"
+#include "toposched/server/logging.h"
+
+namespace toposched::extender {
+
+using server::LogLevel;
+
+bool Interested(const PlacementRequest& r) { return r.gpus > 0 || r.IsShared() || r.rdma_nics > 0; }
+
+bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
+
+PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config) {
+  PlacementRequest r;
+  r.pod_uid = std::string(task.uid);
+  r.pod_name = std::string(task.name);
+  r.pod_namespace = std::string(task.task_namespace);
+  auto units = [](double milli) { return static_cast<int>(std::llround(milli / 1000.0)); };
+  for (const ScalarResource& s : task.resreq.scalars) {
+    if (!(s.value > 0) || !std::isfinite(s.value)) continue;
+    if (s.name == "nvidia.com/gpu") {
+      r.gpus += units(s.value);
+    } else if (s.name == "amd.com/gpu") {
+      r.gpus += units(s.value);
+      r.vendor = GpuVendor::kAmd;
+    } else {
+      for (const std::string& rdma : config.rdma_resources) {
+        const bool prefix = !rdma.empty() && rdma.back() == '/';
+        if (prefix ? s.name.starts_with(rdma) : s.name == rdma) {
+          r.rdma_nics += units(s.value);
+          break;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store, server::Registry& metrics,
+                     const ExtenderOptions& options, Clock clock, BindHooks* hooks)
+    : framework_(framework),
+      store_(store),
+      hooks_(hooks),
+      clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
+      pods_(options.reservation_ttl, options.max_cached_pods),
+      rejections_(metrics.AddCounter("toposched_filter_rejections_total",
+                                     "Nodes filtered out, by the reason (plugin and code).", {"reason"})),
+      unknown_node_rejections_(&rejections_.With({"UnknownNode"})) {}
+
+Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const PodRef& pod) {
+  const auto now = clock_();
+  if (auto hit = pods_.Find(pod.uid, pod.resource_version, now)) return hit;
+  if (pod.raw.empty()) return Error("the request carries no Pod");
+  Result<PlacementRequest> parsed = ParsePodRequest(pod.raw, framework_.config().request);
+  if (!parsed.ok()) return parsed.error().WithContext("Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
+  return Store(std::move(parsed).value(), pod.uid, pod.resource_version, now);
+}
+
+Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const VolcanoTaskView& task) {
+  if (!task.pod.raw.empty()) {
+    PodRef pod = task.pod;
+    if (pod.uid.empty()) pod.uid = task.uid;
+    return EntryFor(pod);
+  }
+  const auto now = clock_();
+  if (auto hit = pods_.Find(task.uid, "", now)) return hit;
+  return Store(RequestFromResreq(task, framework_.config().request), task.uid, "", now);
+}
+
+std::shared_ptr<PodEntry> Evaluator::Remember(PlacementRequest request, std::string_view uid,
+                                              std::string_view resource_version) {
+  return Store(std::move(request), uid, resource_version, clock_());
+}
+
+std::shared_ptr<PodEntry> Evaluator::Find(std::string_view uid) { return pods_.Find(uid, "", clock_()); }
+
+void Evaluator::Forget(std::string_view uid) { pods_.Erase(uid); }
+
+std::size_t Evaluator::cached_pods() const { return pods_.size(); }
+
+std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string_view uid, std::string_view rv,
+                                           PodCache::TimePoint now) {
+  auto entry = std::make_shared<PodEntry>();
+  entry->uid = std::string(uid.empty() ? std::string_view(request.pod_uid) : uid);
+  entry->pod_namespace = request.pod_namespace;
+  entry->pod_name = request.pod_name;
+  entry->resource_version = std::string(rv);
+  entry->interested = Interested(request);
+  for (const std::string& warning : request.warnings) {
+    server::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
+                warning);
+    if (hooks_ != nullptr) hooks_->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
+  }
+  // The pods this extender is asked about are the workload it packs for (capacity first):
+  // each pod's cycles use the mix as it stood when the pod was first seen.
+  if (entry->interested) {
+    shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
+    entry->mix = shapes_.Mix();
+  }
+  entry->request = std::move(request);
+  return pods_.Put(std::move(entry), now);
+}
+
+std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::NodeRecord& record) {
+  if (!r.NamesGpuUuids()) return record.class_key;
+  return (record.class_key ^ std::hash<std::string_view>{}(record.name)) * 1099511628211ull;
+}
+
+std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
+    PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
+    const std::shared_ptr<const state::Snapshot>& snap, const std::vector<state::PodAllocation>* pool_pods,
+    std::shared_ptr<const std::map<std::string, pd::Location>> positions) {
+  const bool pool_pod = IsPoolPod(entry.request);
+  const bool pool_scores = pool_pod && want == Want::kScores;
+  const std::uint64_t verdict_key = VerdictKey(entry.request, record);
+  std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(verdict_key);
+  if (base != nullptr && !(pool_scores && base->passes())) return base;
+  if (!cycle) {
+    cycle.emplace(framework_.NewCycle(entry.request));
+    cycle->set_explain(false);  // the verbs answer with numbers only
+    cycle->SetShapeMix(entry.mix);
+    if (pool_scores) {
+      if (positions == nullptr) positions = store_.node_locations();
+      const pd::NetworkConfig& network = framework_.config().network;
+      cycle->SetCluster(pool_pods != nullptr
+                            ? state::MakeClusterView(snap, network, entry.request.pool, *pool_pods, positions)
+                            : state::MakeClusterView(store_, snap, network, entry.request.pool, positions));
+    }
+  }
+  const framework::NodeInfo info = NodeInfoOf(record);
+  if (base == nullptr) {
+    auto v = std::make_shared<ClassVerdict>();
+    const framework::FilterResult filtered = framework_.RunFilter(*cycle, info);
+    v->code = filtered.code();
+    if (filtered.ok()) {
+      const framework::NodeScore score =
+          framework_.RunScore(*cycle, info, pool_pod ? framework::ScoreSet::kNodeOnly : framework::ScoreSet::kAll);
+      v->score100 = score.total;
+      v->capacity = score.capacity;
+      v->score_weighted = score.weighted;
+      v->score_weights = score.weights;
+      const PlacementOutcome& outcome = cycle->Outcome(info);
+      if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
+    } else {
+      v->message = filtered.ToString();
+      // The engine's outcome is the cycle's (DeviceFit computed it); not for a node refused for
+      // its state, where no placement was tried.
+      const bool placed = info.topology != nullptr && info.schedulable && !info.held;
+      v->summary = RefusalSummary(entry.request, info, filtered, placed ? &cycle->Outcome(info) : nullptr);
+      std::string reason = filtered.plugin().empty() ? std::string("unknown") : filtered.plugin();
+      reason.append("/").append(framework::ToString(filtered.code()));
+      v->rejections = &rejections_.With({reason});
+    }
+    base = entry.StoreVerdict(verdict_key, std::move(v));
+    if (!(pool_scores && base->passes())) return base;
+  }
+  // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
+  auto v = std::make_shared<ClassVerdict>(*base);
+  const framework::NodeScore pool = framework_.RunScore(*cycle, info, framework::ScoreSet::kClusterOnly);
+  v->score_weighted += pool.weighted;
+  v->score_weights += pool.weights;
+  v->score100 = framework::WeightedTotal(v->score_weighted, v->score_weights);
+  return v;
+}
+
+namespace {
+
+struct Buffers {
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<const ClassVerdict>>> classes;
+  std::unordered_map<std::uint64_t, const ClassVerdict*> many;
+};
+Buffers& ThreadBuffers() {
+  thread_local Buffers buffers;
+  return buffers;
+}
+
+}  // namespace
+
+// Pool pods scored: a node's verdict depends on its class and on where it sits relative to the
+// pool's pods; a node holding pods of the pool is a key of its own (the same-node path, the
+// spread term). Its position is HyperNodes' where they place the node, else its tier labels, as
+// the cluster view locates it; of each tier's domain only whether a pod of the pool is in it
+// counts (the pool plugins score by the pool's pods per domain: paths to them, counts of them),
+// so nodes in two domains without pool pods share a result. The filter wants pass/fail only: a
+// pool pod is then filtered per class like any pod.
+NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_ptr<const state::Snapshot> snap,
+                           Want want)
+    : evaluator_(evaluator),
+      entry_(entry),
+      snap_(std::move(snap)),
+      class_keys_(snap_->class_keys()),
+      want_(want),
+      local_(ThreadBuffers().classes),
+      many_(ThreadBuffers().many),
+      pool_scoring_(IsPoolPod(entry.request) && want == Want::kScores),
+      per_node_(entry.request.NamesGpuUuids()) {
+  local_.clear();
+  many_.clear();
+  if (!pool_scoring_) return;
+  const pd::NetworkConfig& network = evaluator_.framework().config().network;
+  positions_resolved_ = state::PositionsResolvedFor(*snap_, network);
+  pool_domains_.resize(network.tiers.size());
+  pool_pods_ = evaluator_.store().PoolPods(entry.request.pool);
+  positions_ = evaluator_.store().node_locations();
+  if (positions_ != nullptr && positions_->empty()) positions_ = nullptr;
+  for (const state::PodAllocation& p : pool_pods_) {
+    pool_nodes_.insert(p.node);
+    const state::NodeRecord* record = snap_->Find(p.node);
+    if (record == nullptr) continue;
+    for (std::size_t t = 0; t < network.tiers.size(); ++t) {
+      if (const std::string_view d = DomainAt(*record, t); !d.empty()) pool_domains_[t].insert(d);
+    }
+  }
+}
+
+// Tier t's domain of `record`, pointing into the positions or the snapshot (both held here).
+std::string_view NodeVerdicts::DomainAt(const state::NodeRecord& record, std::size_t t) const {
+  if (positions_ != nullptr) {
+    if (const auto it = positions_->find(record.name); it != positions_->end()) {
+      return t < it->second.domains.size() ? std::string_view(it->second.domains[t]) : std::string_view();
+    }
+  }
+  if (positions_resolved_) return record.position.domains[t];
+  const pd::NetworkConfig& network = evaluator_.framework().config().network;
+  const auto label = record.labels.find(network.tiers[t].label);
+  return label == record.labels.end() ? std::string_view() : std::string_view(label->second);
+}
+
+std::uint64_t NodeVerdicts::KeyOf(std::size_t i) const {
+  constexpr std::uint64_t kOwn = std::uint64_t{1} << 63;  // keys of one node alone
+  if (per_node_) return kOwn | i;  // Evaluator::VerdictKey: every node on its own
+  if (!pool_scoring_) return class_keys_[i];
+  const state::NodeRecord& record = *snap_->nodes()[i];
+  // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
+  // label), so every node is its own key for this first pod.
+  if (pool_pods_.empty() || pool_nodes_.contains(record.name)) return kOwn | i;
+  std::uint64_t key = class_keys_[i];
+  for (std::size_t t = 0; t < pool_domains_.size(); ++t) {
+    std::string_view d = DomainAt(record, t);
+    if (!pool_domains_[t].contains(d)) d = {};  // no pod of the pool there: like no domain
+    key = (key ^ std::hash<std::string_view>{}(d)) * 1099511628211ull;
+  }
+  return key & ~kOwn;
+}
+
+const ClassVerdict* NodeVerdicts::At(std::size_t i) {
+  const std::uint64_t key = KeyOf(i);
+  if (local_.size() <= kLinearClasses) {
+    for (const auto& [k, v] : local_) {
+      if (k == key) return v.get();
+    }
+  } else if (auto it = many_.find(key); it != many_.end()) {
+    return it->second;
+  }
+  local_.emplace_back(key, evaluator_.Evaluate(entry_, cycle_, *snap_->nodes()[i], want_, snap_,
+                                               pool_scoring_ ? &pool_pods_ : nullptr, positions_));
+  if (local_.size() == kLinearClasses + 1) {
+    for (const auto& [k, v] : local_) many_.emplace(k, v.get());
+  } else if (local_.size() > kLinearClasses + 1) {
+    many_.emplace(key, local_.back().second.get());
+  }
+  return local_.back().second.get();
+}
+
+}  // namespace toposched::extender

@@ -1,0 +1,149 @@
+#pragma once
+// The transport-free core of the extender's verbs (private to the extender): a pod's cache
+// entry (its request, parsed once per resourceVersion) and its verdict on each node. The
+// adapters (kube_verbs.cc, volcano_verbs.cc) decode a request, ask the evaluator, and encode
+// its answers; the binder (binder.h) reads the same entries at bind.
+//
+// The caching rule: a pod's filter decision and its node-only scores (ScorePlugin::ReadsCluster
+// false) depend on the node's class alone (NodeRecord::class_key: hardware fingerprint,
+// allocation, schedulability), so they are computed once per class and kept on the pod's entry
+// (for an ordinary pod that is its whole score). A pod that names GPUs by UUID is decided node
+// by node (classes leave UUIDs out). A Prefill/Decode pool pod's scores add the pool plugins'
+// part, which depends on where the node sits relative to the pool: computed on every scoring
+// call, never cached; nodes that sit alike relative to the pool share one result per call.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "pod_cache.h"
+#include "toposched/extender/service.h"
+#include "toposched/extender/wire.h"
+#include "toposched/framework/framework.h"
+#include "toposched/framework/shape_window.h"
+#include "toposched/server/metrics.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::extender {
+
+// What a call wants of a verdict: the filter decision only (filter, Volcano predicate), or the
+// scores too (prioritize).
+enum class Want { kFilter, kScores };
+
+// A pod needs toposched's devices at all: others pass every node and bind with nothing.
+bool Interested(const PlacementRequest& r);
+// A pod of a Prefill/Decode pool (its scores depend on where the pool runs).
+bool IsPoolPod(const PlacementRequest& r);
+// A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
+// the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
+PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config);
+
+class Evaluator {
+ public:
+  using Clock = ExtenderService::Clock;
+
+  // `framework`, `store`, `metrics` and `hooks` (may be null) must outlive the evaluator.
+  Evaluator(const framework::Framework& framework, state::ClusterStore& store, server::Registry& metrics,
+            const ExtenderOptions& options, Clock clock, BindHooks* hooks);
+
+  // The pod's entry: a hit for the same UID and resourceVersion, else parsed and stored.
+  Result<std::shared_ptr<PodEntry>> EntryFor(const PodRef& pod);
+  // A Volcano task's entry: from its Pod when it carries one, else from its Resreq.
+  Result<std::shared_ptr<PodEntry>> EntryFor(const VolcanoTaskView& task);
+  // Stores an entry for a request read elsewhere (a bind's pod fetched from the API server).
+  std::shared_ptr<PodEntry> Remember(PlacementRequest request, std::string_view uid, std::string_view resource_version);
+  // The live entry for `uid` (any resourceVersion), or null.
+  std::shared_ptr<PodEntry> Find(std::string_view uid);
+  // The pod was bound: its reservation is consumed.
+  void Forget(std::string_view uid);
+  std::size_t cached_pods() const;
+
+  // The key a pod's verdict on `record` is cached under: the node's class, or, for a pod that
+  // names GPUs by UUID (which node classes leave out), the node itself.
+  static std::uint64_t VerdictKey(const PlacementRequest& r, const state::NodeRecord& record);
+
+  // The pod's verdict on one node (`record`, in `snap`). `cycle`: the call's cycle, created on
+  // first use. `pool_pods`/`positions`: a pool pod's pool members and HyperNode positions as
+  // the call fetched them (null: fetched here).
+  std::shared_ptr<const ClassVerdict> Evaluate(
+      PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
+      const std::shared_ptr<const state::Snapshot>& snap, const std::vector<state::PodAllocation>* pool_pods = nullptr,
+      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr);
+
+  // A name no NodeTopology exists for: counted, with the reason every reply gives.
+  void CountUnknownNode() { unknown_node_rejections_->Inc(); }
+  static constexpr std::string_view kUnknownNode =
+      "toposched has no NodeTopology for this node (is the agent running there?)";
+
+  const framework::Framework& framework() const { return framework_; }
+  state::ClusterStore& store() const { return store_; }
+  BindHooks* hooks() const { return hooks_; }
+  PodCache::TimePoint now() const { return clock_(); }
+
+ private:
+  std::shared_ptr<PodEntry> Store(PlacementRequest request, std::string_view uid, std::string_view rv,
+                                  PodCache::TimePoint now);
+
+  const framework::Framework& framework_;
+  state::ClusterStore& store_;
+  BindHooks* const hooks_;
+  const Clock clock_;
+  PodCache pods_;
+  framework::ShapeWindow shapes_;  // the pods asked about: the mix capacity first packs for
+  server::Family<server::Counter>& rejections_;
+  server::Counter* unknown_node_rejections_;
+};
+
+// One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which
+// name up to thousands of nodes): node i's verdict, evaluated once per key this call (the
+// node's class; for a pool pod's scores also its position relative to the pool). The hot path:
+// a key from the snapshot's contiguous class-key array and this call's verdicts in a short
+// vector (a cluster has a few classes; a linear scan beats hashing at that size). Buffers are
+// the thread's, reused between calls: one NodeVerdicts per thread at a time.
+class NodeVerdicts {
+ public:
+  NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_ptr<const state::Snapshot> snap, Want want);
+  NodeVerdicts(const NodeVerdicts&) = delete;
+  NodeVerdicts& operator=(const NodeVerdicts&) = delete;
+
+  // The verdict for the snapshot's node at `index` (Snapshot::IndexOf).
+  const ClassVerdict* At(std::size_t index);
+  // Distinct keys evaluated so far (for logs and tests).
+  std::size_t evaluated() const { return local_.size(); }
+  const state::Snapshot& snapshot() const { return *snap_; }
+
+ private:
+  std::uint64_t KeyOf(std::size_t index) const;
+  std::string_view DomainAt(const state::NodeRecord& record, std::size_t tier) const;
+
+  static constexpr std::size_t kLinearClasses = 24;
+  Evaluator& evaluator_;
+  PodEntry& entry_;
+  const std::shared_ptr<const state::Snapshot> snap_;
+  const std::span<const std::uint64_t> class_keys_;
+  const Want want_;
+  std::optional<framework::CycleState> cycle_;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<const ClassVerdict>>>& local_;
+  std::unordered_map<std::uint64_t, const ClassVerdict*>& many_;  // once a call sees more than kLinearClasses
+  // Pool pods scored: where the pool's pods are.
+  const bool pool_scoring_;
+  const bool per_node_;
+  bool positions_resolved_ = false;
+  std::unordered_set<std::string_view> pool_nodes_;
+  std::vector<state::PodAllocation> pool_pods_;
+  std::shared_ptr<const std::map<std::string, pd::Location>> positions_;
+  std::vector<std::unordered_set<std::string_view>> pool_domains_;  // per tier
+};
+
+}  // namespace toposched::extender

@@ -1,0 +1,228 @@
+// The evaluator's caching rule without HTTP: one verdict per node class and pod, kept across
+// calls for the same pod; a new resourceVersion starts afresh; a pod naming GPU UUIDs is decided
+// node by node; a pool pod's scores follow the pool from one call to the next.
+
+#include "evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "explain.h"
+#include "plugins/registry.h"
+#include "testing/k8s_payloads.h"
+#include "toposched/framework/allocation.h"
+#include "toposched/server/logging.h"
+#include "toposched/topology/synthetic.h"
+
+namespace toposched::extender {
+namespace {
+
+using testing::MakePod;
+using testing::PodSpec;
+
+std::shared_ptr<const NodeTopology> Preset(const std::string& name) {
+  Result<NodeTopology> t = GenerateSynthetic(SyntheticPreset(name).value());
+  EXPECT_TRUE(t.ok()) << name;
+  return std::make_shared<const NodeTopology>(std::move(t).value());
+}
+
+class EvaluatorTest : public ::testing::Test {
+ protected:
+  EvaluatorTest()
+      : registry_(plugins::BuiltinRegistry()),
+        framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry_).value()),
+        store_(nullptr, StoreOptionsFor(framework_.config())),
+        evaluator_(framework_, store_, metrics_, ExtenderOptions{}, nullptr, nullptr) {
+    server::ConfigureLogging(server::LogFormat::kText, server::LogLevel::kError);
+  }
+
+  void AddNode(const std::string& name, std::shared_ptr<const NodeTopology> topology,
+               std::map<std::string, std::string> labels = {}) {
+    ASSERT_TRUE(store_.UpsertNode({name, std::move(topology), std::move(labels), true}).ok());
+  }
+
+  // The pod's entry as a verb's decoder hands it over (the Pod's JSON inside the request).
+  std::shared_ptr<PodEntry> Entry(const PodSpec& spec) {
+    raw_.push_back(MakePod(spec).dump());
+    PodRef ref;
+    ref.uid = spec.uid;
+    ref.name = spec.name;
+    ref.pod_namespace = spec.ns;
+    ref.resource_version = spec.resource_version;
+    ref.raw = raw_.back();
+    Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(ref);
+    EXPECT_TRUE(entry.ok()) << entry.error().message();
+    return entry.ok() ? *entry : nullptr;
+  }
+
+  // Every node's verdict in one call, by name.
+  std::map<std::string, const ClassVerdict*> Verdicts(PodEntry& entry, Want want, std::size_t* evaluated = nullptr) {
+    NodeVerdicts verdicts(evaluator_, entry, store_.snapshot(), want);
+    std::map<std::string, const ClassVerdict*> out;
+    for (const auto& record : verdicts.snapshot().nodes()) {
+      out[record->name] = verdicts.At(verdicts.snapshot().IndexOf(record->name));
+    }
+    if (evaluated != nullptr) *evaluated = verdicts.evaluated();
+    return out;
+  }
+
+  // Records `spec` on `node` as bound, as the binder would (decided by the framework).
+  void Bind(const PodSpec& spec, const std::string& node) {
+    std::shared_ptr<PodEntry> entry = Entry(spec);
+    ASSERT_NE(entry, nullptr);
+    Result<state::BindResult> bound = store_.Bind(node, entry->uid, [&](const state::NodeRecord& record)
+                                                                        -> Result<state::PodAllocation> {
+      framework::CycleState cycle = framework_.NewCycle(entry->request);
+      const framework::NodeInfo info = NodeInfoOf(record);
+      if (!framework_.RunFilter(cycle, info).ok()) return Error("unfit");
+      state::PodAllocation a;
+      a.uid = entry->uid;
+      a.pod_namespace = entry->pod_namespace;
+      a.pod_name = entry->pod_name;
+      a.node = record.name;
+      a.topology_generation = record.topology_generation;
+      a.role = entry->request.role;
+      a.pool = entry->request.pool;
+      const Placement placement = *cycle.Outcome(info).placement;
+      a.delta = framework::DeltaOf(*record.topology, entry->request, placement);
+      a.worst_class = placement.worst_class;
+      return a;
+    });
+    ASSERT_TRUE(bound.ok()) << bound.error().message();
+  }
+
+  framework::Registry registry_;
+  framework::Framework framework_;
+  state::ClusterStore store_;
+  server::Registry metrics_;
+  Evaluator evaluator_;
+  std::vector<std::string> raw_;  // the request bodies the entries' views were read from
+};
+
+const PodSpec kTwoGpus{.name = "two", .uid = "uid-two", .gpus = 2, .rdma = 2};
+
+TEST_F(EvaluatorTest, NodesOfOneClassShareOneVerdictKeptAcrossCallsForThePod) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  AddNode("a", hgx);
+  AddNode("b", hgx);
+  AddNode("c", hgx);
+  AddNode("pcie", Preset("pcie-4gpu"));
+  std::shared_ptr<PodEntry> entry = Entry(kTwoGpus);
+  std::size_t evaluated = 0;
+  const auto first = Verdicts(*entry, Want::kScores, &evaluated);
+  EXPECT_EQ(evaluated, 2u);
+  EXPECT_EQ(entry->verdict_count(), 2u);
+  EXPECT_EQ(first.at("a"), first.at("b"));
+  EXPECT_EQ(first.at("a"), first.at("c"));
+  EXPECT_NE(first.at("a"), first.at("pcie"));
+  EXPECT_TRUE(first.at("a")->passes());
+
+  // The same pod (same UID and resourceVersion) in the next call: the cached verdicts.
+  std::shared_ptr<PodEntry> again = Entry(kTwoGpus);
+  EXPECT_EQ(again, entry);
+  const auto second = Verdicts(*again, Want::kFilter);
+  EXPECT_EQ(second.at("a"), first.at("a"));
+  EXPECT_EQ(second.at("pcie"), first.at("pcie"));
+  EXPECT_EQ(entry->verdict_count(), 2u);
+}
+
+TEST_F(EvaluatorTest, ANodeThatChangesLeavesItsClassAndIsEvaluatedAnew) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  AddNode("a", hgx);
+  AddNode("b", hgx);
+  std::shared_ptr<PodEntry> entry = Entry(kTwoGpus);
+  const auto before = Verdicts(*entry, Want::kScores);
+  Bind(PodSpec{.name = "other", .uid = "uid-other", .gpus = 6, .rdma = 0}, "b");
+  std::size_t evaluated = 0;
+  const auto after = Verdicts(*entry, Want::kScores, &evaluated);
+  EXPECT_EQ(evaluated, 2u);
+  EXPECT_EQ(after.at("a"), before.at("a"));  // unchanged node: the cached verdict
+  EXPECT_NE(after.at("b"), after.at("a"));
+  EXPECT_EQ(entry->verdict_count(), 2u);
+  // Two GPUs are left on b: it still fits, and a whole node scores differently from a full one.
+  EXPECT_TRUE(after.at("b")->passes());
+  Bind(PodSpec{.name = "third", .uid = "uid-third", .gpus = 1, .rdma = 0}, "b");
+  EXPECT_FALSE(Verdicts(*entry, Want::kFilter).at("b")->passes());
+}
+
+TEST_F(EvaluatorTest, ANewResourceVersionOfThePodIsParsedAfresh) {
+  AddNode("a", Preset("hgx-h100-8gpu"));
+  std::shared_ptr<PodEntry> v1 = Entry(kTwoGpus);
+  Verdicts(*v1, Want::kFilter);
+  PodSpec changed = kTwoGpus;
+  changed.resource_version = "2";
+  changed.gpus = 8;
+  changed.rdma = 8;
+  std::shared_ptr<PodEntry> v2 = Entry(changed);
+  ASSERT_NE(v2, v1);
+  EXPECT_EQ(v2->request.gpus, 8);
+  EXPECT_EQ(v2->verdict_count(), 0u);
+  EXPECT_EQ(evaluator_.Find(kTwoGpus.uid), v2);
+  EXPECT_EQ(evaluator_.cached_pods(), 1u);
+}
+
+TEST_F(EvaluatorTest, APodNamingGpuUuidsIsDecidedNodeByNode) {
+  const auto with_uuids = [](const std::string& prefix) {
+    auto t = std::make_shared<NodeTopology>(*Preset("inference-4gpu"));
+    for (std::size_t g = 0; g < t->gpus.size(); ++g) t->gpus[g].uuid = prefix + "-" + std::to_string(g);
+    return std::shared_ptr<const NodeTopology>(std::move(t));
+  };
+  AddNode("a", with_uuids("GPU-aaaa"));
+  AddNode("b", with_uuids("GPU-bbbb"));
+  std::shared_ptr<PodEntry> plain = Entry(PodSpec{.name = "plain", .uid = "uid-plain", .gpus = 1});
+  std::size_t evaluated = 0;
+  Verdicts(*plain, Want::kFilter, &evaluated);
+  EXPECT_EQ(evaluated, 1u);  // one class: UUIDs are not part of it
+
+  std::shared_ptr<PodEntry> named = Entry(PodSpec{.name = "named",
+                                                  .uid = "uid-named",
+                                                  .gpus = 1,
+                                                  .annotations = {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}},
+                                                  .extra_limits = {{"nvidia.com/gpumem", "4000"}}});
+  const auto v = Verdicts(*named, Want::kFilter, &evaluated);
+  EXPECT_EQ(evaluated, 2u);
+  EXPECT_FALSE(v.at("a")->passes());
+  EXPECT_TRUE(v.at("b")->passes());
+}
+
+TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  for (int i = 0; i < 8; ++i) {
+    AddNode("n" + std::to_string(i), hgx,
+            {{"toposched.io/leaf", "l" + std::to_string(i / 4)}, {"toposched.io/spine", "s0"}});
+  }
+  const auto pool_pod = [](const std::string& name, const char* role) {
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 2,
+                   .rdma = 2,
+                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+  };
+  Bind(pool_pod("prefill-0", "prefill"), "n0");
+  std::shared_ptr<PodEntry> decode = Entry(pool_pod("decode-0", "decode"));
+  std::size_t evaluated = 0;
+  const auto before = Verdicts(*decode, Want::kScores, &evaluated);
+  // n0 (holds the prefill) is its own key; leaf l0's other nodes share one, leaf l1's another.
+  EXPECT_EQ(evaluated, 3u);
+  const int near = before.at("n1")->score100, far = before.at("n5")->score100;
+  EXPECT_GT(near, far) << "the leaf holding the prefill instance is the cheaper KV path";
+  // The filter decision stays one per class: n0 (two GPUs taken) and the whole nodes.
+  Verdicts(*decode, Want::kFilter, &evaluated);
+  EXPECT_EQ(evaluated, 2u);
+
+  // A prefill instance in leaf l1 too: the next call sees it, although nothing about the nodes'
+  // classes changed.
+  Bind(pool_pod("prefill-1", "prefill"), "n4");
+  const auto after = Verdicts(*decode, Want::kScores);
+  EXPECT_EQ(after.at("n1")->score100, after.at("n5")->score100);
+  EXPECT_GT(after.at("n5")->score100, far);
+}
+
+}  // namespace
+}  // namespace toposched::extender

@@ -1,0 +1,202 @@
+// kube-scheduler's verbs: filter, prioritize, bind, preempt (adapters.h).
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "adapters.h"
+#include "explain.h"
+#include "verbs.h"
+#include "toposched/framework/allocation.h"
+#include "toposched/server/logging.h"
+
+namespace toposched::extender {
+namespace {
+
+using framework::Code;
+using server::HttpResponse;
+using server::LogLevel;
+
+// Per-thread reply buffers, kept between calls so that a 5,000-node call allocates nothing in
+// steady state. Only views into the current request live here.
+struct Scratch {
+  std::vector<NodeRef> passed;
+  std::vector<NodeFailure> failed, unresolvable;
+  std::vector<HostScore> scores;
+  std::vector<const ClassVerdict*> verdicts;
+};
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Want want) {
+  const bool prioritize = want == Want::kScores;
+  const Verb verb = prioritize ? Verb::kPrioritize : Verb::kFilter;
+  Result<ExtenderArgsView> args = ThreadReader().ReadExtenderArgs(body);
+  if (!args.ok()) return BadRequest(resp, verb, args.error());
+  const ExtenderArgsView& a = *args;
+  const std::vector<NodeRef>& nodes = a.nodes;
+  const bool nodes_mode = a.nodes_given && !a.node_names_given;
+
+  Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(a.pod);
+  if (!entry.ok()) {
+    server::Log(LogLevel::kWarn, {VerbName(verb), PodLabel(a.pod.pod_namespace, a.pod.name, a.pod.uid), ""},
+                entry.error().message());
+    if (prioritize) {
+      // Prioritize has no error field; kube-scheduler ignores prioritize failures anyway.
+      WriteError(resp, verb, 400, entry.error().message());
+    } else {
+      WriteFilterResult(resp.body, nodes_mode, {}, {}, {}, entry.error().message());
+    }
+    return;
+  }
+  PodEntry& e = **entry;
+  if (!e.interested) {
+    // Not ours (no GPUs or RDMA NICs): every node passes, every score is equal.
+    if (prioritize) {
+      std::vector<HostScore> scores;
+      scores.reserve(nodes.size());
+      for (const NodeRef& n : nodes) scores.push_back({n.name, 0});
+      WriteHostPriorityList(resp.body, scores);
+    } else {
+      WriteFilterResult(resp.body, nodes_mode, nodes, {}, {}, "");
+    }
+    return;
+  }
+
+  NodeVerdicts verdict(evaluator_, e, evaluator_.store().snapshot(), want);
+  const state::Snapshot& snap = verdict.snapshot();
+  const std::string pod = PodLabel(e.pod_namespace, e.pod_name, e.uid);
+  Scratch& scratch = ThreadScratch();
+  resp.body.reserve(a.nodes.size() * 40 + 256);
+  if (prioritize) {
+    // Capacity first (framework::CapacityBand): the nodes whose capacity score is far below
+    // the best fitting node's score 0, the others 1..10 by their totals.
+    std::vector<HostScore>& scores = scratch.scores;
+    std::vector<const ClassVerdict*>& verdicts = scratch.verdicts;
+    scores.clear();
+    verdicts.clear();
+    framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
+    for (const NodeRef& n : nodes) {
+      const std::size_t i = snap.IndexOf(n.name);
+      const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict.At(i);
+      if (v != nullptr && !v->passes()) v = nullptr;
+      if (v != nullptr) band.Offer(v->AsNodeScore());
+      verdicts.push_back(v);
+    }
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      scores.push_back({nodes[k].name, verdicts[k] != nullptr ? band.ExtenderScore(verdicts[k]->AsNodeScore()) : 0});
+    }
+    WriteHostPriorityList(resp.body, scores);
+    if (server::LogEnabled(LogLevel::kDebug)) {
+      server::Log(LogLevel::kDebug, {"prioritize", pod, ""},
+                  "scored " + std::to_string(nodes.size()) + " nodes in " + std::to_string(verdict.evaluated()) +
+                      " classes");
+    }
+    return;
+  }
+
+  std::vector<NodeRef>& passed = scratch.passed;
+  std::vector<NodeFailure>& failed = scratch.failed;
+  std::vector<NodeFailure>& unresolvable = scratch.unresolvable;
+  passed.clear();
+  failed.clear();
+  unresolvable.clear();
+  std::string error;
+  for (const NodeRef& n : nodes) {
+    const std::size_t i = snap.IndexOf(n.name);
+    if (i == state::Snapshot::npos) {
+      unresolvable.push_back({n.name, Evaluator::kUnknownNode});
+      evaluator_.CountUnknownNode();
+      continue;
+    }
+    const ClassVerdict* v = verdict.At(i);
+    if (v->passes()) {
+      passed.push_back(n);
+      continue;
+    }
+    if (v->rejections != nullptr) v->rejections->Inc();
+    switch (v->code) {
+      case Code::kUnschedulableAndUnresolvable: unresolvable.push_back({n.name, v->message}); break;
+      case Code::kError: error = v->message; [[fallthrough]];
+      default: failed.push_back({n.name, v->message}); break;
+    }
+  }
+  if (!error.empty()) {
+    // kube-scheduler's contract: a plugin error fails the whole call (the pod is retried).
+    server::Log(LogLevel::kError, {"filter", pod, ""}, error);
+    WriteFilterResult(resp.body, nodes_mode, {}, {}, {}, error);
+    return;
+  }
+  WriteFilterResult(resp.body, nodes_mode, passed, failed, unresolvable, "");
+  BindHooks* hooks = evaluator_.hooks();
+  if (passed.empty() && !nodes.empty() && hooks != nullptr) {
+    // No node fits: the pod's owner gets the reasons counted (a FailedScheduling event). Off the
+    // hot path: only calls that leave no node pay for the second pass (verdicts are cached).
+    const std::set<std::string, std::less<>> stale = hooks->StaleTopologies();
+    std::vector<std::pair<std::string, std::size_t>> reasons;
+    auto count = [&](std::string_view summary) {
+      for (auto& [text, n] : reasons) {
+        if (text == summary) return void(++n);
+      }
+      reasons.emplace_back(std::string(summary), 1);
+    };
+    for (const NodeRef& n : nodes) {
+      const std::size_t i = snap.IndexOf(n.name);
+      const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict.At(i);
+      std::string_view summary = v == nullptr ? kSummaryNoTopology : std::string_view(v->summary);
+      if (summary == kSummaryNoTopology && stale.contains(n.name)) summary = kSummaryStale;
+      count(summary);
+    }
+    hooks->PodUnschedulable(e.pod_namespace, e.pod_name, e.uid, SummarizeRefusals(nodes.size(), 0, std::move(reasons)));
+  }
+  if (server::LogEnabled(LogLevel::kDebug)) {
+    server::Log(LogLevel::kDebug, {"filter", pod, ""},
+                std::to_string(passed.size()) + " of " + std::to_string(nodes.size()) + " nodes fit (" +
+                    std::to_string(verdict.evaluated()) + " node classes evaluated)");
+  }
+}
+
+void KubeVerbs::Bind(std::string_view body, HttpResponse& resp) {
+  Result<BindingArgs> args = ThreadReader().ReadBindingArgs(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kBind, args.error());
+  WriteBindingResult(resp.body, binder_.Bind(*args));
+}
+
+void KubeVerbs::Preempt(std::string_view body, HttpResponse& resp) {
+  Result<PreemptionArgsView> args = ThreadReader().ReadPreemptionArgs(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kPreempt, args.error());
+  Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(args->pod);
+  if (!entry.ok()) return BadRequest(resp, Verb::kPreempt, entry.error());
+  const PodEntry& e = **entry;
+  const framework::Framework& framework = evaluator_.framework();
+  state::ClusterStore& store = evaluator_.store();
+  const auto snap = store.snapshot();
+  std::vector<NodeVictimsOut> keep;
+  keep.reserve(args->nodes.size());
+  for (const NodeVictimsView& nv : args->nodes) {
+    if (nv.uids.empty()) continue;  // kube-scheduler rejects nodes without victims
+    if (!e.interested) {
+      keep.push_back({nv.node, nv.uids, nv.num_pdb_violations});
+      continue;
+    }
+    const state::NodeRecord* rec = snap->Find(nv.node);
+    if (rec == nullptr) continue;
+    // The node as it would be without the victims' devices.
+    framework::NodeInfo info = NodeInfoOf(*rec);
+    for (std::string_view uid : nv.uids) {
+      std::optional<state::PodAllocation> victim = store.FindPod(uid);
+      if (!victim || victim->node != rec->name) continue;
+      framework::RevertDelta(victim->delta, framework::ShapeOf(info.allocated), info.allocated);
+    }
+    framework::CycleState cycle = framework.NewCycle(e.request);
+    if (framework.RunFilter(cycle, info).ok()) keep.push_back({nv.node, nv.uids, nv.num_pdb_violations});
+  }
+  WritePreemptionResult(resp.body, keep);
+}
+
+}  // namespace toposched::extender

@@ -1,0 +1,151 @@
+// Volcano's verbs: predicate, prioritize, allocate, deallocate, preemptable, reclaimable and the
+// session events (adapters.h).
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "adapters.h"
+#include "verbs.h"
+#include "toposched/server/logging.h"
+
+namespace toposched::extender {
+namespace {
+
+using framework::Code;
+using server::HttpResponse;
+using server::LogLevel;
+
+// Volcano's vote values (pkg/scheduler/plugins/util/util.go) and predicate status codes
+// (pkg/scheduler/api/types.go).
+constexpr int kVoteAbstain = 0;
+constexpr int kVotePermit = 1;
+constexpr int kVolcanoError = 1;
+constexpr int kVolcanoUnschedulable = 2;
+constexpr int kVolcanoUnresolvable = 3;
+
+}  // namespace
+
+void VolcanoVerbs::Predicate(std::string_view body, HttpResponse& resp) {
+  Result<VolcanoPredicateArgs> args = ThreadReader().ReadVolcanoPredicate(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kVPredicate, args.error());
+  Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(args->task);
+  if (!entry.ok()) {
+    WriteVolcanoPredicateResult(resp.body, entry.error().message(), kVolcanoError);
+    return;
+  }
+  PodEntry& e = **entry;
+  if (!e.interested) {
+    WriteVolcanoPredicateResult(resp.body, "", 0);
+    return;
+  }
+  const auto snap = evaluator_.store().snapshot();
+  const state::NodeRecord* rec = snap->Find(args->node_name);
+  if (rec == nullptr) {
+    evaluator_.CountUnknownNode();
+    WriteVolcanoPredicateResult(resp.body, Evaluator::kUnknownNode, kVolcanoUnresolvable);
+    return;
+  }
+  std::optional<framework::CycleState> cycle;
+  const auto v = evaluator_.Evaluate(e, cycle, *rec, Want::kFilter, snap);
+  if (v->passes()) {
+    binder_.NoteVolcanoPass();
+    WriteVolcanoPredicateResult(resp.body, "", 0);
+    return;
+  }
+  if (v->rejections != nullptr) v->rejections->Inc();
+  const int code = v->code == Code::kUnschedulableAndUnresolvable ? kVolcanoUnresolvable
+                   : v->code == Code::kError                      ? kVolcanoError
+                                                                  : kVolcanoUnschedulable;
+  WriteVolcanoPredicateResult(resp.body, v->message, code);
+}
+
+void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
+  Result<VolcanoPrioritizeArgs> args = ThreadReader().ReadVolcanoPrioritize(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kVPrioritize, args.error());
+  Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(args->task);
+  std::vector<VolcanoNodeScore> scores;
+  scores.reserve(args->node_names.size());
+  if (!entry.ok()) {
+    // An error here leaves the task without a node this pass (Volcano's PrioritizeNodes):
+    // score every node 0 instead and say why in the log.
+    server::Log(LogLevel::kWarn, {"volcano/prioritize", args->task.uid, ""}, entry.error().message());
+    for (std::string_view n : args->node_names) scores.push_back({n, 0});
+    WriteVolcanoPrioritizeResult(resp.body, scores, "");
+    return;
+  }
+  PodEntry& e = **entry;
+  const auto snap = evaluator_.store().snapshot();
+  std::optional<framework::CycleState> cycle;
+  // Capacity first, as for kube-scheduler: nodes outside the band score 0, the others at least
+  // one weight.
+  std::vector<std::shared_ptr<const ClassVerdict>> verdicts;
+  verdicts.reserve(args->node_names.size());
+  framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
+  for (std::string_view n : args->node_names) {
+    std::shared_ptr<const ClassVerdict> v;
+    if (e.interested) {
+      if (const state::NodeRecord* rec = snap->Find(n)) {
+        v = evaluator_.Evaluate(e, cycle, *rec, Want::kScores, snap);
+        if (!v->passes()) v = nullptr;
+      }
+    }
+    if (v != nullptr) band.Offer(v->AsNodeScore());
+    verdicts.push_back(std::move(v));
+  }
+  for (std::size_t k = 0; k < args->node_names.size(); ++k) {
+    double score = 0;
+    if (const auto& v = verdicts[k]; v != nullptr && band.In(v->AsNodeScore())) {
+      score = std::max(1, v->score100) * score_weight_;
+    }
+    scores.push_back({args->node_names[k], score});
+  }
+  WriteVolcanoPrioritizeResult(resp.body, scores, "");
+}
+
+void VolcanoVerbs::Allocate(std::string_view body, HttpResponse& resp) {
+  Result<VolcanoEventArgs> args = ThreadReader().ReadVolcanoEvent(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kVAllocate, args.error());
+  WriteVolcanoEventResult(resp.body, binder_.Allocate(args->task));
+}
+
+void VolcanoVerbs::Deallocate(std::string_view body, HttpResponse& resp) {
+  Result<VolcanoEventArgs> args = ThreadReader().ReadVolcanoEvent(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kVDeallocate, args.error());
+  WriteVolcanoEventResult(resp.body, binder_.Deallocate(args->task.uid));
+}
+
+void VolcanoVerbs::Evictable(std::string_view body, HttpResponse& resp, Verb verb) {
+  Result<VolcanoEvictArgs> args = ThreadReader().ReadVolcanoEvict(body);
+  if (!args.ok()) return BadRequest(resp, verb, args.error());
+  Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(args->evictor);
+  if (!entry.ok() || !(*entry)->interested) {
+    // Not a device request (or unreadable): no opinion on whom to evict.
+    WriteVolcanoEvictResult(resp.body, kVoteAbstain, {});
+    return;
+  }
+  // Evicting a pod helps a device request only if it holds devices toposched tracks.
+  std::vector<std::string_view> victims;
+  for (const VolcanoTaskView& t : args->evictees) {
+    const std::optional<state::PodAllocation> held = evaluator_.store().FindPod(t.uid);
+    if (!held) continue;
+    const framework::AllocationDelta& d = held->delta;
+    if (!d.exclusive_gpus.empty() || !d.shares.empty() || !d.nics.empty()) victims.push_back(t.raw);
+  }
+  WriteVolcanoEvictResult(resp.body, victims.empty() ? kVoteAbstain : kVotePermit, victims);
+}
+
+void VolcanoVerbs::SessionOpen(std::string_view body, HttpResponse& resp) {
+  Result<VolcanoSessionArgs> args = ThreadReader().ReadVolcanoSession(body);
+  if (!args.ok()) return BadRequest(resp, Verb::kVSessionOpen, args.error());
+  if (server::LogEnabled(LogLevel::kDebug)) {
+    server::Log(LogLevel::kDebug, {"volcano/onSessionOpen", "", ""},
+                "session: " + std::to_string(args->jobs) + " jobs, " + std::to_string(args->nodes) + " nodes, " +
+                    std::to_string(args->queues) + " queues");
+  }
+  resp.body = "{}";
+}
+
+void VolcanoVerbs::SessionClose(HttpResponse& resp) { resp.body = "{}"; }
+
+}  // namespace toposched::extender
