@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -132,6 +133,42 @@ TEST(ExtenderFilter, NodeNamesModeSortsNodesIntoPassedFailedAndUnresolvable) {
   EXPECT_TRUE(r["FailedAndUnresolvableNodes"].contains("pcie-c")) << r.dump();
   EXPECT_TRUE(r["FailedAndUnresolvableNodes"].contains("ghost")) << r.dump();
   EXPECT_EQ(r["FailedNodes"].size() + r["FailedAndUnresolvableNodes"].size() + r["NodeNames"].size(), 4u);
+}
+
+// Names are looked up with the order of the thread's last call as a guess (kube-scheduler keeps
+// its node order between calls): any other order, a subset, repeats and unknown names must be
+// answered exactly as a plain lookup would.
+TEST(ExtenderFilter, EveryOrderOfNamesIsAnsweredRight) {
+  Nodes nodes;
+  std::vector<std::string> names;
+  for (int i = 0; i < 12; ++i) {
+    names.push_back("n" + std::to_string(i));
+    nodes.emplace_back(names.back(), i % 3 == 0 ? "pcie-4gpu" : "hgx-h100-8gpu");
+  }
+  Harness h(nodes);
+  HttpClient c(h.port());
+  std::mt19937 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    std::vector<std::string> ask = names;
+    std::shuffle(ask.begin(), ask.end(), rng);
+    ask.resize(1 + rng() % ask.size());
+    if (round % 4 == 1) ask.push_back("ghost-" + std::to_string(round));
+    if (round % 5 == 2) ask.push_back(ask.front());
+    const PodSpec pod{.name = "p", .uid = "uid-p" + std::to_string(round), .gpus = 8, .rdma = 8};
+    const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pod), ask));
+    std::vector<std::string> want_pass;
+    for (const std::string& n : ask) {
+      if (!n.starts_with("ghost") && std::stoi(n.substr(1)) % 3 != 0) want_pass.push_back(n);
+    }
+    EXPECT_EQ(r["NodeNames"], json(want_pass)) << round;
+    const json p = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), ask));
+    ASSERT_EQ(p.size(), ask.size());
+    for (std::size_t k = 0; k < ask.size(); ++k) {
+      EXPECT_EQ(p[k]["Host"], ask[k]);
+      const bool fits = std::find(want_pass.begin(), want_pass.end(), ask[k]) != want_pass.end();
+      EXPECT_EQ(p[k]["Score"].get<int>() > 0, fits) << ask[k];
+    }
+  }
 }
 
 TEST(ExtenderFilter, NodesModeEchoesTheFullNodeObjectsThatPass) {

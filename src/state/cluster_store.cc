@@ -263,6 +263,12 @@ std::size_t Snapshot::IndexOf(std::string_view name) const {
   return index_ ? index_->Find(name) : npos;
 }
 
+std::size_t Snapshot::IndexOf(std::string_view name, std::size_t hint) const {
+  if (index_ == nullptr) return npos;
+  if (hint < nodes_.size() && index_->NameAt(hint) == name) return hint;
+  return index_->Find(name);
+}
+
 const std::vector<std::string>& Snapshot::tier_labels() const {
   static const std::vector<std::string> kNone;
   return tier_labels_ != nullptr ? *tier_labels_ : kNone;

@@ -48,6 +48,22 @@ TEST(ClusterStoreTest, UpsertedNodesAreSortedAndFoundByName) {
   EXPECT_EQ(Snapshot().Find("gpu-a"), nullptr);  // an empty snapshot has no index
 }
 
+// A hint is only a guess: the right one answers, a wrong or out-of-range one falls back to the
+// lookup, an unknown name is npos whatever the hint.
+TEST(ClusterStoreTest, IndexOfWithAHintAnswersLikeTheLookup) {
+  ClusterStore store(nullptr);
+  for (const char* name : {"gpu-c", "gpu-a", "gpu-b"}) ASSERT_TRUE(store.UpsertNode(Node(name)).ok());
+  const auto snapshot = store.snapshot();
+  for (std::size_t hint : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, Snapshot::npos}) {
+    EXPECT_EQ(snapshot->IndexOf("gpu-a", hint), 0u) << hint;
+    EXPECT_EQ(snapshot->IndexOf("gpu-b", hint), 1u) << hint;
+    EXPECT_EQ(snapshot->IndexOf("gpu-c", hint), 2u) << hint;
+    EXPECT_EQ(snapshot->IndexOf("gpu-", hint), Snapshot::npos) << hint;
+    EXPECT_EQ(snapshot->IndexOf("gpu-d", hint), Snapshot::npos) << hint;
+  }
+  EXPECT_EQ(Snapshot().IndexOf("gpu-a", 0), Snapshot::npos);
+}
+
 TEST(ClusterStoreTest, ReplacingANodeKeepsTheIndexAndTheOrder) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
