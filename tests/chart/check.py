@@ -24,6 +24,14 @@ namespace=<ns>" at its top says what was rendered. For every object:
     pd/network.h), the KubeSchedulerConfiguration's extender entry, volcano-scheduler.conf's
     extender arguments; every flag in the containers' args is in `toposched <cmd> --help`
     (when --toposched names a built binary);
+  - TLS (--tls CASE=EXPECT, one per case: off, generated-mtls, own-tls or own-mtls): what the
+    case must render, and that it is wired: every file --tls-cert/--tls-key/--tls-client-ca and
+    the scheduler's tlsConfig caFile/certFile/keyFile name is a key of a mounted Secret, every
+    Secret volume names a rendered Secret or one the values file names, never --tls-client-ca in
+    volcano mode; the Secrets the chart generates are kubernetes.io/tls with tls.crt, tls.key
+    and ca.crt, and (openssl, when on PATH) each certificate chains to that ca.crt for its
+    purpose (server: the Service's names; client: client auth) and matches its key; the
+    scheduler carries checksum/tls exactly when they are generated;
   - monitoring (tests/chart/monitoring.py): every PromQL expression of the PrometheusRule and of
     the Grafana dashboard names only metrics the C++ code registers, with their real labels,
     counters through rate()/increase() and gauges not; the dashboard JSON parses and has a panel
@@ -34,6 +42,7 @@ namespace=<ns>" at its top says what was rendered. For every object:
 Exits 1 after printing every failure.
 """
 import argparse
+import base64
 import json
 import os
 import re
@@ -307,6 +316,14 @@ def check_kube_extender(e, where, ctx):
         fail(where, f"enableHTTPS must be {ctx['tls']} to match extender.tls.enabled")
     if ctx["tls"] and "tlsConfig" not in e:
         fail(where, "TLS on but no tlsConfig")
+    tls_config = e.get("tlsConfig") or {}
+    if ctx["tls"] and not ctx["insecure"] and not tls_config.get("caFile"):
+        fail(where, "TLS verified against a CA but no tlsConfig.caFile")
+    if ctx["tls"] and tls_config.get("serverName") not in (None, f"{ctx['fullname']}-extender.{ctx['namespace']}.svc"):
+        fail(where, f"tlsConfig.serverName {tls_config.get('serverName')!r} is not the extender Service's name")
+    if bool(tls_config.get("certFile") and tls_config.get("keyFile")) != ctx["mtls"]:
+        fail(where, f"tlsConfig certFile/keyFile {'missing' if ctx['mtls'] else 'set'}, "
+                    f"but the extender {'requires' if ctx['mtls'] else 'does not require'} a client certificate")
     if e.get("ignorable") is not False or e.get("bindVerb") != "bind":
         fail(where, "the binding extender must not be ignorable")
     if not GO_DURATION.match(str(e.get("httpTimeout", ""))):
@@ -379,8 +396,11 @@ def check_case(path, notes_path, schemas, toposched, opts):
     fullname = ext_deploy["metadata"]["name"][:-len("-extender")]
     args = ext_deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     tls = "--tls-cert" in args
+    values_doc = (yaml.safe_load(open(values, encoding="utf-8")) if values else None) or {}
+    tls_values = ((values_doc.get("extender") or {}).get("tls") or {})
     service = next((o for o in by_kind.get("Service", []) if o["metadata"]["name"] == f"{fullname}-extender"), None)
     ctx = {"fullname": fullname, "namespace": namespace, "tls": tls, "scheme": "https" if tls else "http",
+           "mtls": "--tls-client-ca" in args, "insecure": tls_values.get("insecureSkipVerify") is True,
            "service_port": service["spec"]["ports"][0]["port"] if service else None}
 
     names = set()
@@ -551,6 +571,7 @@ def check_case(path, notes_path, schemas, toposched, opts):
         check_kube_scheduler_config(cm["data"]["scheduler-config.yaml"], f"{case}: scheduler-config.yaml", ctx)
     if volcano_cm is not None:
         check_volcano_conf(volcano_cm["data"]["volcano-scheduler.conf"], f"{case}: volcano-scheduler.conf", ctx)
+    check_tls(case, mode, by_kind, ext_deploy, sched, config_maps, tls_values, ctx, opts)
     alerts, panels = check_monitoring(by_kind, case, opts)
     if alerts or panels:
         print(f"check.py: {case}: {alerts} alerts, {panels} dashboard panels checked against "
@@ -566,6 +587,152 @@ def check_case(path, notes_path, schemas, toposched, opts):
             else:
                 check_kube_extender(docs[0]["extenders"][0], f"{case}: NOTES.txt extenders[0]", ctx)
     return len(objs)
+
+
+# ---- TLS between the scheduler and the extender --------------------------------------------------
+
+TLS_EXPECTATIONS = {"off", "generated-mtls", "own-tls", "own-mtls"}
+TLS_SECRET_KEYS = {"tls.crt", "tls.key", "ca.crt"}
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)$")
+
+
+def mounted_secret_files(template, container):
+    """{absolute file path: (Secret name, key)} for the Secret volumes a container mounts."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes.get(mount["name"], {}).get("secret")
+        if not secret:
+            continue
+        items = secret.get("items") or [{"key": k, "path": k} for k in sorted(TLS_SECRET_KEYS)]
+        for item in items:
+            files[mount["mountPath"].rstrip("/") + "/" + item["path"]] = (secret["secretName"], item["key"])
+    return files
+
+
+def flag_value(args, flag):
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def openssl(args, where, data=None):
+    r = subprocess.run(["openssl"] + args, capture_output=True, text=True, timeout=30, input=data)
+    if r.returncode != 0:
+        fail(where, f"openssl {' '.join(args[:2])}: {(r.stdout + r.stderr).strip()[:300]}")
+    return r.stdout
+
+
+def check_generated_certificates(secrets, server_name, client_name, ctx, where):
+    """The generated certificates chain to their ca.crt for their purpose, name what they must,
+    and match their keys (openssl; skipped, saying so, without it)."""
+    if not shutil.which("openssl"):
+        print(f"check.py: {where}: SKIPPED the certificate checks: no openssl on PATH")
+        return
+    work = tempfile.mkdtemp(prefix="toposched-tls-")
+    try:
+        def write(name, key):
+            path = os.path.join(work, f"{name}-{key}")
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(secrets[name]["data"][key]))
+            return path
+        host = f"{ctx['fullname']}-extender.{ctx['namespace']}.svc"
+        for name, purpose in ((server_name, "sslserver"), (client_name, "sslclient")):
+            if name not in secrets:
+                continue
+            crt, key, ca = write(name, "tls.crt"), write(name, "tls.key"), write(name, "ca.crt")
+            w = f"{where} Secret/{name}"
+            openssl(["verify", "-purpose", purpose, "-CAfile", ca, crt], w)
+            if purpose == "sslserver":
+                # The names the scheduler may call it by: serverName (.svc), and the short forms.
+                text = openssl(["x509", "-in", crt, "-noout", "-ext", "subjectAltName"], w)
+                for san in (host, f"{ctx['fullname']}-extender", f"{ctx['fullname']}-extender.{ctx['namespace']}"):
+                    if f"DNS:{san}" not in text:
+                        fail(w, f"the server certificate does not name {san} ({text.strip()})")
+            if openssl(["x509", "-in", crt, "-noout", "-pubkey"], w) != openssl(["pkey", "-in", key, "-pubout"], w):
+                fail(w, "tls.key is not the key of tls.crt")
+        if server_name in secrets and client_name in secrets and \
+                secrets[server_name]["data"]["ca.crt"] != secrets[client_name]["data"]["ca.crt"]:
+            fail(where, "the generated server and client Secrets hold different CAs")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_tls(case, mode, by_kind, ext_deploy, sched, config_maps, tls_values, ctx, opts):
+    where = f"{case}: TLS"
+    expect = opts.tls.get(case)
+    if expect is None:
+        fail(where, "no --tls expectation for this case (tests/chart/run.sh)")
+    args = ext_deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    fullname, generated_server, generated_client = ctx["fullname"], f"{ctx['fullname']}-extender-tls", \
+        f"{ctx['fullname']}-scheduler-client-tls"
+    secrets = {o["metadata"]["name"]: o for o in by_kind.get("Secret", [])}
+    got = ("off" if not ctx["tls"] else ("generated" if generated_server in secrets else "own") +
+           ("-mtls" if ctx["mtls"] else "-tls"))
+    if expect is not None and got != expect:
+        fail(where, f"renders {got}, expected {expect}")
+    if mode == "volcano" and ctx["mtls"]:
+        fail(where, "--tls-client-ca in volcano mode: Volcano's extender client sends no certificate")
+    if ctx["tls"] != ("--tls-key" in args) or (ctx["mtls"] and not ctx["tls"]):
+        fail(where, "--tls-cert, --tls-key and --tls-client-ca do not go together")
+
+    # Generated Secrets: exactly these, complete, annotated, and their certificates sound.
+    expected_secrets = set()
+    if got.startswith("generated"):
+        expected_secrets = {generated_server} | ({generated_client} if ctx["mtls"] else set())
+    if set(secrets) != expected_secrets:
+        fail(where, f"Secrets rendered {sorted(secrets)}, expected {sorted(expected_secrets)}")
+    for name, secret in secrets.items():
+        w = f"{where} Secret/{name}"
+        if secret.get("type") != "kubernetes.io/tls" or set(secret.get("data") or {}) != TLS_SECRET_KEYS:
+            fail(w, f"must be kubernetes.io/tls with exactly {sorted(TLS_SECRET_KEYS)}")
+            continue
+        ann = secret["metadata"].get("annotations") or {}
+        not_after, renew_after = ann.get("toposched.io/tls-not-after", ""), ann.get("toposched.io/tls-renew-after", "")
+        if not (RFC3339.match(not_after) and RFC3339.match(renew_after)) or not renew_after < not_after:
+            fail(w, f"toposched.io/tls-not-after {not_after!r} and tls-renew-after {renew_after!r}: "
+                    "RFC 3339 times, renewal first")
+    if expected_secrets and set(secrets) == expected_secrets:
+        check_generated_certificates(secrets, generated_server, generated_client, ctx, where)
+
+    # Every Secret volume names a rendered Secret or one the values file names.
+    named = {tls_values.get("secretName"), tls_values.get("clientSecretName")} - {None, ""}
+    for o, template in pod_templates([ext_deploy] + ([sched] if sched else [])):
+        for v in template["spec"].get("volumes", []):
+            name = (v.get("secret") or {}).get("secretName")
+            if name and name not in secrets and name not in named:
+                fail(where, f"{o['metadata']['name']} mounts Secret {name}: neither rendered nor named in the values")
+
+    # The extender's files are keys of the Secret it mounts.
+    ext_files = mounted_secret_files(ext_deploy["spec"]["template"], ext_deploy["spec"]["template"]["spec"]["containers"][0])
+    served = {}
+    for flag, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"), ("--tls-client-ca", "ca.crt")):
+        path = flag_value(args, flag)
+        if path is None:
+            continue
+        if ext_files.get(path, (None, None))[1] != key:
+            fail(where, f"extender {flag} {path} is not key {key} of a mounted Secret ({ext_files})")
+        served[key] = ext_files.get(path, (None, None))[0]
+
+    # The secondary scheduler's tlsConfig files: the CA of the extender's Secret, the client pair.
+    if sched is not None:
+        container = sched["spec"]["template"]["spec"]["containers"][0]
+        files = mounted_secret_files(sched["spec"]["template"], container)
+        cfg = yaml.safe_load(config_maps[f"{fullname}-scheduler-config"]["data"]["scheduler-config.yaml"])
+        tls_config = (cfg.get("extenders") or [{}])[0].get("tlsConfig") or {}
+        for field, key in (("caFile", "ca.crt"), ("certFile", "tls.crt"), ("keyFile", "tls.key")):
+            path = tls_config.get(field)
+            if path is None:
+                continue
+            secret, got_key = files.get(path, (None, None))
+            if got_key != key:
+                fail(where, f"scheduler tlsConfig.{field} {path} is not key {key} of a mounted Secret ({files})")
+            elif field == "caFile" and secret != served.get("tls.crt"):
+                fail(where, f"scheduler tlsConfig.caFile comes from Secret {secret}, the extender serves {served.get('tls.crt')}'s")
+            elif field != "caFile" and expected_secrets and secret != generated_client:
+                fail(where, f"scheduler tlsConfig.{field} comes from Secret {secret}, not the generated {generated_client}")
+        annotations = sched["spec"]["template"]["metadata"].get("annotations") or {}
+        if ("checksum/tls" in annotations) != bool(expected_secrets):
+            fail(where, "the scheduler must carry checksum/tls exactly when the chart generates the certificates "
+                        "(kube-scheduler reads caFile once)")
 
 
 # ---- monitoring ------------------------------------------------------------------------------
@@ -722,8 +889,14 @@ def main():
     parser.add_argument("--promtool", default="", help="promtool binary; empty = the promtool checks are skipped")
     parser.add_argument("--rule-tests", action="append", default=[], metavar="CASE=FILE",
                         help="promtool unit tests of CASE's PrometheusRule")
+    parser.add_argument("--tls", action="append", default=[], metavar="CASE=EXPECT",
+                        help="what CASE must render between scheduler and extender: " + ", ".join(sorted(TLS_EXPECTATIONS)))
     parser.add_argument("cases", nargs="+")
     opts = parser.parse_args()
+    opts.tls = dict(arg.split("=", 1) for arg in opts.tls)
+    for case, expect in opts.tls.items():
+        if expect not in TLS_EXPECTATIONS:
+            parser.error(f"--tls {case}={expect}: not one of {sorted(TLS_EXPECTATIONS)}")
     opts.metrics = monitoring.exported_metrics(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     if not opts.metrics:
         fail("metrics", "no metric registrations found in src/ and plugins/")

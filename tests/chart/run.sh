@@ -5,7 +5,10 @@
 #     (`helm template`; NOTES.txt through `helm install --dry-run=client`);
 #  2. check every rendered object (tests/chart/check.py): YAML, metadata, labels and selectors,
 #     the Kubernetes JSON schemas in ../shared/k8s-schemas (strict), RBAC == the API calls the
-#     code makes, the scheduler/extender payloads, flags against `toposched --help`, the alerts'
+#     code makes, the scheduler/extender payloads, what each case renders between scheduler and
+#     extender (the table `tls` below: the default is mutual TLS with generated certificates;
+#     the Secrets, mounts and files wired, the certificates checked with openssl), flags
+#     against `toposched --help`, the alerts'
 #     and the dashboard's PromQL against the metrics the code registers
 #     (tests/chart/monitoring.py, itself tested by monitoring_test.py), `promtool check rules`
 #     and the alert unit tests tests/chart/alerts_test.yaml (promtool v3.16.0 from the Go module
@@ -39,6 +42,16 @@ notes() {
   "$helm" install "$release" charts/toposched -n toposched-system --dry-run=client "$@" | sed -n '/^NOTES:$/,$p' | sed 1d
 }
 
+# What each case must render between scheduler and extender (check.py --tls): off, generated-mtls
+# (the chart's CA and certificates, mutual TLS), own-tls or own-mtls (the Secrets the values
+# name). A values file without a line here fails the run.
+declare -A tls=(
+  [defaults]=generated-mtls [secondary-values]=generated-mtls [pd-cluster-values]=generated-mtls
+  [monitoring-values]=generated-mtls [none-mtls-values]=generated-mtls
+  [secondary-http-values]=off [none-values]=off [volcano-values]=off
+  [tls-values]=own-tls [none-tls-values]=own-tls [volcano-tls-values]=own-tls [mtls-values]=own-mtls
+)
+
 # case name, release name, values files
 cases=("defaults toposched")
 for f in charts/toposched/ci/*.yaml; do
@@ -49,8 +62,11 @@ for f in charts/toposched/ci/*.yaml; do
 done
 
 args=()
+tls_args=()
 for c in "${cases[@]}"; do
   read -r name release values <<<"$c"
+  [ -n "${tls[$name]:-}" ] || die "case $name: no TLS expectation in tests/chart/run.sh's table 'tls'"
+  tls_args+=(--tls "$name=${tls[$name]}")
   flags=()
   [ -n "${values:-}" ] && flags+=(-f "$values")
   mode=$(sed -n 's/^schedulerMode: *\([a-z]*\).*/\1/p' charts/toposched/values.yaml ${values:-} | tail -1)
@@ -68,16 +84,34 @@ if render toposched -f "$work/bad.yaml" >/dev/null 2>"$work/bad.err"; then
   die "schedulerMode kube rendered; it must fail"
 fi
 grep -q 'schedulerMode must be' "$work/bad.err" || die "bad schedulerMode: unclear error: $(cat "$work/bad.err")"
-printf 'extender: {tls: {enabled: true}}\n' >"$work/bad-tls.yaml"
-if render toposched -f "$work/bad-tls.yaml" >/dev/null 2>&1; then
-  die "TLS without extender.tls.secretName rendered; it must fail"
-fi
-# Mutual TLS cannot work with Volcano (its client sends no certificate): refused, with the reason.
-printf 'schedulerMode: volcano\nextender: {tls: {enabled: true, secretName: s, clientAuth: true}}\n' >"$work/bad-mtls.yaml"
-if render toposched -f "$work/bad-mtls.yaml" >/dev/null 2>"$work/bad-mtls.err"; then
-  die "clientAuth in volcano mode rendered; it must fail"
-fi
-grep -q "Volcano's extender client sends no client certificate" "$work/bad-mtls.err" || die "clientAuth with volcano: unclear error"
+# TLS values that must refuse to render, each with its reason (values, then the error's words).
+refuse() {
+  local values=$1 reason=$2
+  printf '%b' "$values" >"$work/bad-tls.yaml"
+  if render toposched -f "$work/bad-tls.yaml" >/dev/null 2>"$work/bad-tls.err"; then
+    die "these values rendered; they must fail ($reason): $values"
+  fi
+  grep -qF "$reason" "$work/bad-tls.err" || die "values $values: unclear error, expected '$reason': $(cat "$work/bad-tls.err")"
+}
+# Mutual TLS cannot work with Volcano (its client sends no certificate).
+refuse 'schedulerMode: volcano\nextender: {tls: {enabled: true, secretName: s, clientAuth: true}}\n' \
+  "Volcano's extender client sends no client certificate"
+# Volcano trusts only its image's system store: no generated CA.
+refuse 'schedulerMode: volcano\nextender: {tls: {enabled: true}}\n' "Volcano's extender client trusts only the system store"
+# A client certificate of yours cannot be signed by a CA the chart generates.
+refuse 'extender: {tls: {clientSecretName: c}}\n' "extender.tls.clientSecretName needs extender.tls.secretName"
+# Your own server Secret and mutual TLS: the client Secret is yours too.
+refuse 'extender: {tls: {secretName: s, clientAuth: true}}\n' "extender.tls.clientSecretName is required"
+refuse 'extender: {tls: {enabled: yes-please}}\n' "extender.tls.enabled must be auto, true or false"
+refuse 'extender: {tls: {clientAuth: maybe}}\n' "extender.tls.clientAuth must be auto, true or false"
+refuse 'extender: {tls: {generatedValidityDays: 0}}\n' "extender.tls.generatedValidityDays must be at least 1"
+
+# Without a cluster (helm template), every render generates new certificates: nothing is baked
+# into the chart, and two installs never share a key.
+key_of() { sed -n '/name: toposched-extender-tls$/,/^---/s/^  tls.key: //p' "$1"; }
+render toposched >"$work/again.yaml" 2>&1 || die "rendering the defaults again: $(cat "$work/again.yaml")"
+[ -n "$(key_of "$work/defaults.yaml")" ] || die "the defaults render no key in Secret toposched-extender-tls"
+[ "$(key_of "$work/defaults.yaml")" != "$(key_of "$work/again.yaml")" ] || die "two renders generated the same key"
 
 # Monitoring switches: a disabled alert is left out, the dashboard carries the sidecar's label.
 printf 'prometheusRule: {enabled: true, disabled: [ToposchedSlowFilter]}\ngrafanaDashboard: {enabled: true}\n' >"$work/mon.yaml"
@@ -94,7 +128,7 @@ python3 tests/chart/monitoring_test.py >"$work/monitoring_test.out" 2>&1 || {
   die "tests/chart/monitoring_test.py (the PromQL checker)"
 }
 python3 tests/chart/check.py --schemas "$schemas" --toposched "$toposched" --promtool "$promtool" \
-  --rule-tests monitoring-values=tests/chart/alerts_test.yaml \
+  --rule-tests monitoring-values=tests/chart/alerts_test.yaml "${tls_args[@]}" \
   --examples deploy/examples/*.yaml -- "${args[@]}" || die "object checks (above)"
 
 echo "chart tests: checked in ${SECONDS}s"

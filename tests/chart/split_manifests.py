@@ -8,6 +8,7 @@ below says which deploy/ file each template goes to, in apply order. A template 
 not know is an error, so a new template cannot silently miss the plain manifests.
 """
 import os
+import re
 import sys
 
 import yaml
@@ -26,7 +27,16 @@ FILES = {
         "The second kube-scheduler (scheduler name `toposched`) that calls the extender, with its RBAC.",
         ["scheduler-rbac.yaml", "scheduler-configmap.yaml", "scheduler-deployment.yaml"]),
 }
-IGNORED = {"volcano-configmap.yaml"}  # rendered in volcano mode only; its payload goes to volcano/
+IGNORED = {
+    "volcano-configmap.yaml",  # rendered in volcano mode only; its payload goes to volcano/
+    # The certificates the chart generates (extender.tls.secretName empty): a CA, certificates
+    # and keys in git would be one shared, public key pair for every user. The plain manifests
+    # reference the Secrets by name; deploy/README.md says how to create them.
+    "extender-tls-secrets.yaml",
+}
+# The scheduler's annotation hashing the generated certificates (it restarts the scheduler when
+# `helm upgrade` renews them): different on every render, and about Secrets deploy/ leaves out.
+GENERATED_TLS_CHECKSUM = re.compile(r"^ *checksum/tls: [0-9a-f]{64}\n", re.M)
 
 
 def documents(path):
@@ -37,7 +47,7 @@ def documents(path):
     out = []
     for chunk in text.split("---\n# Source: ")[1:]:
         source, _, body = chunk.partition("\n")
-        out.append((source.rsplit("/", 1)[-1], body.rstrip("\n") + "\n"))
+        out.append((source.rsplit("/", 1)[-1], GENERATED_TLS_CHECKSUM.sub("", body.rstrip("\n") + "\n")))
     return out
 
 
