@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,11 +85,17 @@ type cluster struct {
 	extSA    string
 	schedSA  string
 	extDep   *appsv1.Deployment
+	schedDep *appsv1.Deployment // schedulerMode secondary
 	agentDS  *appsv1.DaemonSet
 	extSvc   *corev1.Service
 	cms      map[string]*corev1.ConfigMap
 	replicas map[string]*replica // by pod name
 	proxy    *harness.ServiceProxy
+	// tls is the chart's TLS between the scheduler and the extender, read from the Secrets its
+	// Deployments mount (nil when the extender serves plain HTTP); replicaHTTP verifies the
+	// replicas with its CA and presents no client certificate, as the kubelet's probes do.
+	tls         *harness.ProxyTLS
+	replicaHTTP *http.Client
 	// verbPaths are the URL paths of the verbs the chart's KubeSchedulerConfiguration names.
 	verbPaths []string
 }
@@ -121,6 +132,7 @@ func newCluster(t *testing.T, name string, helmArgs ...string) *cluster {
 		case "extender":
 			c.extDep = &deps.Items[i]
 		case "scheduler":
+			c.schedDep = &deps.Items[i]
 			c.schedSA = deps.Items[i].Spec.Template.Spec.ServiceAccountName
 		}
 	}
@@ -155,7 +167,212 @@ func newCluster(t *testing.T, name string, helmArgs ...string) *cluster {
 	}
 	c.extSA = c.extDep.Spec.Template.Spec.ServiceAccountName
 	c.agentSA = c.agentDS.Spec.Template.Spec.ServiceAccountName
+	c.tls = c.chartTLS()
+	c.replicaHTTP = &http.Client{Timeout: 3 * time.Second}
+	if c.tls != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(c.tls.CA) {
+			t.Fatal("the extender's ca.crt holds no certificate")
+		}
+		c.replicaHTTP.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: c.tls.ServerName}}
+	}
 	return c
+}
+
+// podFile is the content of a file as the container sees it: a key of a ConfigMap or Secret
+// volume it mounts (items honoured), read from the API server.
+func (c *cluster) podFile(spec corev1.PodSpec, ct corev1.Container, path string) ([]byte, error) {
+	for _, vm := range ct.VolumeMounts {
+		rel, ok := strings.CutPrefix(path, strings.TrimSuffix(vm.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		files, err := c.volumeFiles(spec, vm.Name)
+		if err != nil {
+			return nil, err
+		}
+		if b, ok := files[rel]; ok {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%s: no key %s in volume %s", path, rel, vm.Name)
+	}
+	return nil, fmt.Errorf("%s is under no volume mount of container %s", path, ct.Name)
+}
+
+// volumeFiles is what the kubelet writes for a ConfigMap or Secret volume: file path -> content.
+func (c *cluster) volumeFiles(spec corev1.PodSpec, name string) (map[string][]byte, error) {
+	ctx := context.Background()
+	for _, v := range spec.Volumes {
+		if v.Name != name {
+			continue
+		}
+		data := map[string][]byte{}
+		var items []corev1.KeyToPath
+		switch {
+		case v.ConfigMap != nil:
+			cm, err := c.cp.Admin.CoreV1().ConfigMaps(c.ns).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: ConfigMap %s: %w", name, v.ConfigMap.Name, err)
+			}
+			for k, val := range cm.Data {
+				data[k] = []byte(val)
+			}
+			items = v.ConfigMap.Items
+		case v.Secret != nil:
+			sec, err := c.cp.Admin.CoreV1().Secrets(c.ns).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: Secret %s: %w", name, v.Secret.SecretName, err)
+			}
+			data = sec.Data
+			items = v.Secret.Items
+		default:
+			return nil, nil // emptyDir, hostPath: nothing the chart wrote
+		}
+		if len(items) == 0 {
+			return data, nil
+		}
+		files := map[string][]byte{}
+		for _, it := range items {
+			b, ok := data[it.Key]
+			if !ok {
+				return nil, fmt.Errorf("volume %s: no key %s", name, it.Key)
+			}
+			files[it.Path] = b
+		}
+		return files, nil
+	}
+	return nil, fmt.Errorf("no volume %s", name)
+}
+
+// materialize writes every ConfigMap and Secret volume the container mounts to
+// c.out/mounts/<pod>/<mountPath>, as the kubelet would, and returns mountPath -> local directory.
+func (c *cluster) materialize(pod string, spec corev1.PodSpec, ct corev1.Container) map[string]string {
+	t := c.t
+	mounts := map[string]string{}
+	for _, vm := range ct.VolumeMounts {
+		files, err := c.volumeFiles(spec, vm.Name)
+		if err != nil {
+			t.Fatalf("pod %s: %v", pod, err)
+		}
+		if files == nil {
+			continue
+		}
+		dir := filepath.Join(c.out, "mounts", pod, strings.TrimPrefix(vm.MountPath, "/"))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for k, val := range files {
+			if err := os.WriteFile(filepath.Join(dir, k), val, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mounts[vm.MountPath] = dir
+	}
+	return mounts
+}
+
+// localPath maps a path inside the container to the materialized copy ("" when no mount has it).
+func localPath(mounts map[string]string, path string) string {
+	for mp, dir := range mounts {
+		if rel, ok := strings.CutPrefix(path, strings.TrimSuffix(mp, "/")+"/"); ok {
+			return filepath.Join(dir, rel)
+		}
+	}
+	return ""
+}
+
+// chartTLS reads the chart's TLS as the pods get it: the extender's --tls-cert/--tls-key and the
+// ca.crt beside them, the scheduler's tlsConfig certFile/keyFile and serverName (nil when the
+// extender serves plain HTTP).
+func (c *cluster) chartTLS() *harness.ProxyTLS {
+	t := c.t
+	spec := c.extDep.Spec.Template.Spec
+	ct := spec.Containers[0]
+	flag := func(name string) string {
+		for i, a := range ct.Args {
+			if a == name && i+1 < len(ct.Args) {
+				return ct.Args[i+1]
+			}
+		}
+		return ""
+	}
+	certPath := flag("--tls-cert")
+	if certPath == "" {
+		return nil
+	}
+	read := func(spec corev1.PodSpec, ct corev1.Container, path string) []byte {
+		b, err := c.podFile(spec, ct, path)
+		if err != nil {
+			t.Fatalf("the chart's TLS: %v", err)
+		}
+		return b
+	}
+	p := &harness.ProxyTLS{
+		ServerCert: read(spec, ct, certPath),
+		ServerKey:  read(spec, ct, flag("--tls-key")),
+		CA:         read(spec, ct, filepath.Join(filepath.Dir(certPath), "ca.crt")),
+		ServerName: c.extSvc.Name + "." + c.ns + ".svc",
+	}
+	if caPath := flag("--tls-client-ca"); caPath != "" && !bytes.Equal(read(spec, ct, caPath), p.CA) {
+		t.Fatalf("the extender's --tls-client-ca %s is not the ca.crt of its serving Secret", caPath)
+	}
+	if c.schedDep == nil {
+		return p
+	}
+	ext := c.chartExtender()
+	tc, _ := ext["tlsConfig"].(map[string]any)
+	if name, _ := tc["serverName"].(string); name != "" {
+		p.ServerName = name
+	}
+	sspec := c.schedDep.Spec.Template.Spec
+	if certFile, _ := tc["certFile"].(string); certFile != "" {
+		keyFile, _ := tc["keyFile"].(string)
+		p.ClientCert, p.ClientKey = read(sspec, sspec.Containers[0], certFile), read(sspec, sspec.Containers[0], keyFile)
+	}
+	return p
+}
+
+// chartExtender is the extenders[0] entry of the chart's KubeSchedulerConfiguration.
+func (c *cluster) chartExtender() map[string]any {
+	t := c.t
+	var text string
+	for _, cm := range c.cms {
+		if v, ok := cm.Data["scheduler-config.yaml"]; ok {
+			text = v
+		}
+	}
+	if text == "" {
+		t.Fatal("the chart installed no ConfigMap with scheduler-config.yaml")
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(text), &cfg); err != nil {
+		t.Fatalf("scheduler-config.yaml: %v", err)
+	}
+	exts, _ := cfg["extenders"].([]any)
+	if len(exts) != 1 {
+		t.Fatalf("scheduler-config.yaml: want one extender, got %d", len(exts))
+	}
+	return exts[0].(map[string]any)
+}
+
+// replicaURL is the URL of path on a replica's local port, in the scheme the chart serves.
+func (c *cluster) replicaURL(port int, path string) string {
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, port, path)
+}
+
+// replicaGet GETs path from a replica as a probe would (no client certificate).
+func (c *cluster) replicaGet(port int, path string) (int, string, error) {
+	resp, err := c.replicaHTTP.Get(c.replicaURL(port, path))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	return resp.StatusCode, string(b), err
 }
 
 // addNodes creates a CPU-only system node (for the extender's pods) and one GPU node per
@@ -321,28 +538,9 @@ func (c *cluster) startReplica(name string) *replica {
 	}
 	spec := c.extDep.Spec.Template.Spec
 	ct := spec.Containers[0]
-	mounts := map[string]string{} // mountPath -> local dir
-	for _, vm := range ct.VolumeMounts {
-		for _, v := range spec.Volumes {
-			if v.Name != vm.Name || v.ConfigMap == nil {
-				continue
-			}
-			cm := c.cms[v.ConfigMap.Name]
-			if cm == nil {
-				t.Fatalf("extender mounts ConfigMap %s, which the chart did not install", v.ConfigMap.Name)
-			}
-			dir := filepath.Join(c.out, "mounts", name, strings.TrimPrefix(vm.MountPath, "/"))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			for k, val := range cm.Data {
-				if err := os.WriteFile(filepath.Join(dir, k), []byte(val), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			mounts[vm.MountPath] = dir
-		}
-	}
+	// The ConfigMap and the TLS Secret the chart mounts (the kubelet refuses to start a pod
+	// whose volume's ConfigMap or Secret does not exist; so does materialize).
+	mounts := c.materialize(name, spec, ct)
 	env := []string{"POD_NAME=" + name, "POD_NAMESPACE=" + c.ns}
 	for _, e := range ct.Env {
 		if e.ValueFrom == nil {
@@ -357,10 +555,8 @@ func (c *cluster) startReplica(name string) *replica {
 			i++ // replaced below by a free local port
 			continue
 		}
-		for mp, dir := range mounts {
-			if strings.HasPrefix(a, mp+"/") {
-				a = dir + strings.TrimPrefix(a, mp)
-			}
+		if local := localPath(mounts, a); local != "" {
+			a = local
 		}
 		args = append(args, a)
 	}
@@ -400,7 +596,7 @@ func (c *cluster) waitReady(r *replica, timeout time.Duration) {
 		if ok, err := r.proc.Exited(); ok {
 			return false, harness.Permanent(fmt.Errorf("exited: %v", err))
 		}
-		code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", r.port))
+		code, body, err := c.replicaGet(r.port, "/readyz")
 		if err != nil {
 			return false, err
 		}
@@ -413,7 +609,7 @@ func (c *cluster) waitReady(r *replica, timeout time.Duration) {
 
 // startProxy starts the stand-in for the extender's Service.
 func (c *cluster) startProxy() {
-	p, err := harness.NewServiceProxy(c.cp.Admin, c.ns, c.extSvc.Spec.Selector)
+	p, err := harness.NewServiceProxy(c.cp.Admin, c.ns, c.extSvc.Spec.Selector, c.tls)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -556,7 +752,8 @@ func (c *cluster) checkPrinterColumns() {
 }
 
 // schedulerConfig takes the chart's KubeSchedulerConfiguration, points the extender's
-// urlPrefix at the Service stand-in and the client at the scheduler ServiceAccount's kubeconfig.
+// urlPrefix at the Service stand-in, its tlsConfig files at local copies of what the scheduler
+// Deployment mounts, and the client at the scheduler ServiceAccount's kubeconfig.
 func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string) {
 	t := c.t
 	var text string
@@ -584,6 +781,22 @@ func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string
 		t.Fatalf("urlPrefix %q", prefix)
 	}
 	ext["urlPrefix"] = c.proxy.URL + prefix[i+3+j:]
+	if tc, ok := ext["tlsConfig"].(map[string]any); ok {
+		if c.schedDep == nil {
+			t.Fatal("scheduler-config.yaml has a tlsConfig but the chart installed no scheduler Deployment")
+		}
+		spec := c.schedDep.Spec.Template.Spec
+		mounts := c.materialize("kube-scheduler", spec, spec.Containers[0])
+		for _, k := range []string{"caFile", "certFile", "keyFile"} {
+			if v, ok := tc[k].(string); ok {
+				local := localPath(mounts, v)
+				if local == "" {
+					t.Fatalf("tlsConfig.%s %s is under no volume the scheduler Deployment mounts", k, v)
+				}
+				tc[k] = local
+			}
+		}
+	}
 	c.verbPaths = nil
 	for _, k := range []string{"filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"} {
 		if v, ok := ext[k].(string); ok && v != "" {

@@ -124,7 +124,7 @@ func (c *cluster) checkEventsAndExplain(t *testing.T, bound, unfit podSpec) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: c.proxy, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
+	go func() { _ = srv.Serve(c.proxy.Listener(l)) }() // HTTPS with the chart's TLS, as the extender serves
 	t.Cleanup(func() { _ = srv.Close() })
 	port := int32(l.Addr().(*net.TCPAddr).Port)
 	leaders := c.leaderPods()
@@ -182,7 +182,11 @@ func (c *cluster) checkEventsAndExplain(t *testing.T, bound, unfit podSpec) {
 		t.Log("no kubectl in the kube peer's cache (e2e/build-peers.sh kube builds it): the plugin's calls are made with client-go instead")
 		client := harness.ClientFor(t, kubeconfig)
 		run = func(args ...string) (string, error) {
-			path := fmt.Sprintf("/api/v1/namespaces/%s/services/http:%s:%s/proxy/", c.ns, svc, portName)
+			scheme := "http" // the chart names the port after the scheme
+			if portName == "https" {
+				scheme = "https"
+			}
+			path := fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%s:%s/proxy/", c.ns, scheme, svc, portName)
 			format := "text"
 			for i, a := range args {
 				if a == "-o" && i+1 < len(args) {

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"toposched.io/e2e/harness"
@@ -144,13 +146,28 @@ func TestHelm(t *testing.T) {
 		}
 	}
 	assertRelease(t, helm, release, 1)
+	// The default is mutual TLS with certificates the chart generates (issue 15).
+	serverSecret, clientSecret := release+"-extender-tls", release+"-scheduler-client-tls"
+	svcHost := release + "-extender." + helmNamespace + ".svc"
+	installed := checkGeneratedSecrets(t, generatedSecrets(t, cp), serverSecret, clientSecret, svcHost)
+	checksum := schedulerTLSChecksum(t, cp)
+	if checksum == "" {
+		t.Errorf("the scheduler Deployment has no checksum/tls annotation (it restarts kube-scheduler when the certificates change)")
+	}
 
-	// 4. upgrade: a changed value must reach the objects.
+	// 4. upgrade: a changed value must reach the objects; the certificates stay (lookup).
 	if _, err := helm.Run(ctx, 3*time.Minute, "upgrade", release, chart, "--namespace", helmNamespace,
 		"--set", "extender.replicas=3", "--set", "kubeScheduler.weight=7", "--timeout", "2m"); err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
 	assertRelease(t, helm, release, 2)
+	upgraded := checkGeneratedSecrets(t, generatedSecrets(t, cp), serverSecret, clientSecret, svcHost)
+	if d := sameSecretData(installed, upgraded); d != "" {
+		t.Errorf("helm upgrade replaced the generated certificates (%s); it must reuse them until their renewal time", d)
+	}
+	if got := schedulerTLSChecksum(t, cp); got != checksum {
+		t.Errorf("after upgrade: checksum/tls %q, was %q: the scheduler would restart for nothing", got, checksum)
+	}
 	deps, err := cp.Admin.AppsV1().Deployments(helmNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +198,34 @@ func TestHelm(t *testing.T) {
 		t.Errorf("after upgrade: the scheduler ConfigMap does not carry weight: 7")
 	}
 
+	// 4b. renewal: once toposched.io/tls-renew-after has passed, the next upgrade makes a new CA
+	// and certificates (never one certificate alone: the CA's key is not kept) and changes the
+	// scheduler's checksum/tls. The annotation is moved into the past here; the test's field
+	// manager then owns it, so helm must force the conflict (a renewal helm itself scheduled
+	// needs no flag).
+	past, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		"toposched.io/tls-renew-after": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}}})
+	if _, err := cp.Admin.CoreV1().Secrets(helmNamespace).Patch(ctx, serverSecret, types.MergePatchType, past,
+		metav1.PatchOptions{FieldManager: "toposched-e2e"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helm.Run(ctx, 3*time.Minute, "upgrade", release, chart, "--namespace", helmNamespace, "--reuse-values",
+		"--force-conflicts", "--timeout", "2m"); err != nil {
+		t.Fatalf("upgrade after the renewal time: %v", err)
+	}
+	assertRelease(t, helm, release, 3)
+	renewed := checkGeneratedSecrets(t, generatedSecrets(t, cp), serverSecret, clientSecret, svcHost)
+	for _, key := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		for _, name := range []string{serverSecret, clientSecret} {
+			if string(renewed[name][key]) == string(upgraded[name][key]) {
+				t.Errorf("after the renewal time, helm upgrade kept %s %s", name, key)
+			}
+		}
+	}
+	if got := schedulerTLSChecksum(t, cp); got == checksum || got == "" {
+		t.Errorf("after renewal: checksum/tls %q, was %q: kube-scheduler (which reads caFile once) would keep the old CA", got, checksum)
+	}
+
 	// 5. uninstall: every object of the release is gone; the CRD (crds/) stays, as helm documents.
 	if _, err := helm.Run(ctx, 3*time.Minute, "uninstall", release, "--namespace", helmNamespace, "--timeout", "2m"); err != nil {
 		t.Fatalf("uninstall: %v", err)
@@ -205,6 +250,36 @@ func TestHelm(t *testing.T) {
 	} else if strings.TrimSpace(o) != "[]" {
 		t.Errorf("after uninstall: helm list = %s", o)
 	}
+}
+
+// generatedSecrets are the Secrets in the release namespace, by name.
+func generatedSecrets(t *testing.T, cp *harness.ControlPlane) map[string]*corev1.Secret {
+	t.Helper()
+	list, err := cp.Admin.CoreV1().Secrets(helmNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*corev1.Secret{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out
+}
+
+// schedulerTLSChecksum is the scheduler Deployment's checksum/tls pod annotation ("" = none).
+func schedulerTLSChecksum(t *testing.T, cp *harness.ControlPlane) string {
+	t.Helper()
+	deps, err := cp.Admin.AppsV1().Deployments(helmNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps.Items {
+		if d.Labels["app.kubernetes.io/component"] == "scheduler" {
+			return d.Spec.Template.Annotations["checksum/tls"]
+		}
+	}
+	t.Error("no scheduler Deployment")
+	return ""
 }
 
 // waitEstablished waits until the API server reports the CRD Established.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -157,17 +155,6 @@ func (c *cluster) waitBound(specs []podSpec, timeout time.Duration) {
 	}
 }
 
-func httpGet(url string) (int, string, error) {
-	cl := &http.Client{Timeout: 3 * time.Second}
-	resp, err := cl.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, string(b), nil
-}
-
 // TestKubeScheduler: the real kube-scheduler with the chart's KubeSchedulerConfiguration calls
 // two toposched replicas (leader-elected, chart ServiceAccounts and RBAC) over kwok nodes whose
 // hardware is real topology exports; the leader is killed with SIGKILL mid-run.
@@ -225,6 +212,9 @@ func TestKubeScheduler(t *testing.T) {
 		t.Fatalf("no single leader: %v\n--- %s:\n%s\n--- %s:\n%s", err, podA, ra.proc.Tail(3000), podB, rb.proc.Tail(3000))
 	}
 	t.Logf("leader: %s (lease holder %s)", leader, c.leaseHolder())
+	if !t.Run("MutualTLS", func(t *testing.T) { c.checkMutualTLS(t, leader) }) {
+		t.Fatal("the chart's TLS is not what the scheduler run below needs (subtest MutualTLS)")
+	}
 
 	c.cp.EnsureNamespace(t, workloadNS)
 	schedulerName := c.startScheduler()
@@ -361,12 +351,18 @@ func TestKubeScheduler(t *testing.T) {
 	// Every verb the chart's configuration names was called and answered 200 (a verb
 	// toposched does not serve answers 404 and fails here, besides stalling the pods).
 	answered := c.proxy.Answered()
+	withCert := c.proxy.WithClientCertificate()
 	for _, path := range c.verbPaths {
 		if answered[path][200] == 0 {
 			t.Errorf("verb %s named by the chart's KubeSchedulerConfiguration: never answered 200 (answers: %v)", path, answered[path])
 		}
+		// Mutual TLS (the chart's default): kube-scheduler reached the verbs with the chart's
+		// client certificate, which the replica requires (checkMutualTLS: 403 without).
+		if c.tls != nil && len(c.tls.ClientCert) > 0 && withCert[path] < answered[path][200] {
+			t.Errorf("verb %s: %d calls answered 200, only %d presented a verified client certificate", path, answered[path][200], withCert[path])
+		}
 	}
-	t.Logf("extender calls by path and status: %v", answered)
+	t.Logf("extender calls by path and status: %v; with a verified client certificate: %v", answered, withCert)
 
 	all := append(append([]podSpec{}, wave1...), wave2...)
 	all = append(all, urgent)
@@ -787,35 +783,14 @@ func (c *cluster) checkPlaceParity(t *testing.T, schedulerName, nodeName string)
 	return probe, created
 }
 
-func httpGetAll(url string) (int, string, error) {
-	cl := &http.Client{Timeout: 3 * time.Second}
-	resp, err := cl.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	return resp.StatusCode, string(b), err
-}
-
 // metricSum scrapes a replica's /metrics and sums the samples of one metric (all label sets);
 // found is false when the metric is absent.
-func metricSum(port int, name string) (sum float64, found bool, err error) {
-	code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+func (c *cluster) metricSum(port int, name string) (sum float64, found bool, err error) {
+	code, body, err := c.replicaGet(port, "/metrics")
 	if err != nil || code != 200 {
 		return 0, false, fmt.Errorf("/metrics: %d %v", code, err)
 	}
-	cl := &http.Client{Timeout: 3 * time.Second}
-	resp, err := cl.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	if err != nil {
-		return 0, false, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return 0, false, err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, "# TYPE "+name+" ") {
 			// Registered. toposched prints no sample for an unlabelled metric never set
 			// (client_golang would print 0); that reads as 0 here.
@@ -849,11 +824,11 @@ func (c *cluster) assertReplicaState(leader string) {
 		if ok, _ := r.proc.Exited(); ok {
 			continue
 		}
-		if code, body, err := httpGetAll(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.port)); err == nil && code == 200 {
+		if code, body, err := c.replicaGet(r.port, "/metrics"); err == nil && code == 200 {
 			_ = os.WriteFile(filepath.Join(c.out, name+".metrics"), []byte(body), 0o644)
 		}
 		for _, m := range []string{"toposched_kube_held_allocations", "toposched_kube_held_nodes", "toposched_kube_restore_errors_total"} {
-			v, found, err := metricSum(r.port, m)
+			v, found, err := c.metricSum(r.port, m)
 			if err != nil || !found {
 				t.Errorf("%s: metric %s: found=%v %v", name, m, found, err)
 				continue
@@ -862,7 +837,7 @@ func (c *cluster) assertReplicaState(leader string) {
 				t.Errorf("%s: %s = %v, want 0 (see its log: %s)", name, m, v, r.proc.LogPath)
 			}
 		}
-		v, found, err := metricSum(r.port, "toposched_kube_leader")
+		v, found, err := c.metricSum(r.port, "toposched_kube_leader")
 		want := 0.0
 		if name == leader {
 			want = 1

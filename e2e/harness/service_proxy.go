@@ -3,6 +3,8 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,22 +29,44 @@ import (
 // includes toposched.io/leader="true", that is the leader. It also records what the scheduler
 // and the extender said to each other: the nodes each filter call passed per pod, and every
 // bind and its answer.
+//
+// With TLS (the chart's default) it has to read the calls to record them, so it ends the
+// caller's TLS and opens its own to the replica, and stays faithful to the chart's TLS on both
+// legs: it serves the extender's own certificate (the caller verifies it for the Service's name,
+// as kube-scheduler's tlsConfig.serverName asks), asks for a client certificate and verifies one
+// that comes against the extender's CA (as the extender does: a certificate that does not verify
+// ends the handshake, none at all is let through), and presents the chart's client certificate to
+// the replica only for a caller that presented a verified one. A caller without a certificate
+// reaches the replica without one, so the replica's own check (403 for a verb) is what answers it.
 type ServiceProxy struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Selector  labels.Selector
 
-	mu        sync.Mutex
-	ports     map[string]int // pod name -> local port
-	passed    map[string]map[string]bool
-	binds     []BindRecord
-	preempts  []PreemptRecord
-	answered  map[string]map[int]int // URL path -> HTTP status -> calls
-	multi     []string               // times the selector matched more than one running endpoint
-	noTarget  int
-	server    *http.Server
-	transport *http.Transport
-	URL       string
+	mu         sync.Mutex
+	ports      map[string]int // pod name -> local port
+	passed     map[string]map[string]bool
+	binds      []BindRecord
+	preempts   []PreemptRecord
+	answered   map[string]map[int]int // URL path -> HTTP status -> calls
+	withCert   map[string]int         // URL path -> calls whose caller presented a verified client certificate
+	multi      []string               // times the selector matched more than one running endpoint
+	noTarget   int
+	server     *http.Server
+	tls        *ProxyTLS
+	serverTLS  *tls.Config
+	transport  *http.Transport // to the replicas; with TLS, presents no client certificate
+	clientAuth *http.Transport // with TLS: presents ProxyTLS.Client (nil without one)
+	scheme     string
+	URL        string
+}
+
+// ProxyTLS is the chart's TLS material as the extender's Secrets hold it (PEM).
+type ProxyTLS struct {
+	ServerCert, ServerKey []byte // the extender's serving pair (--tls-cert, --tls-key)
+	CA                    []byte // ca.crt: verifies the replicas, and callers that present a certificate
+	ServerName            string // the name the replicas' certificate is verified for
+	ClientCert, ClientKey []byte // the scheduler's client pair (mutual TLS); empty without
 }
 
 // BindRecord is one bind call through the proxy.
@@ -61,21 +85,57 @@ type PreemptRecord struct {
 	Kept    map[string][]string // node -> victim pod UIDs
 }
 
-// NewServiceProxy listens on 127.0.0.1 (a free port) and serves until Close.
-func NewServiceProxy(client kubernetes.Interface, ns string, selector map[string]string) (*ServiceProxy, error) {
+// NewServiceProxy listens on 127.0.0.1 (a free port) and serves until Close; plain HTTP when
+// t is nil, else HTTPS as the type's comment says.
+func NewServiceProxy(client kubernetes.Interface, ns string, selector map[string]string, t *ProxyTLS) (*ServiceProxy, error) {
 	p := &ServiceProxy{
 		Client: client, Namespace: ns, Selector: labels.SelectorFromSet(selector),
 		ports: map[string]int{}, passed: map[string]map[string]bool{}, answered: map[string]map[int]int{},
+		withCert:  map[string]int{},
 		transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
+		scheme:    "http", tls: t,
+	}
+	if t != nil {
+		serving, err := tls.X509KeyPair(t.ServerCert, t.ServerKey)
+		if err != nil {
+			return nil, fmt.Errorf("the extender's serving pair: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(t.CA) {
+			return nil, errors.New("ca.crt holds no certificate")
+		}
+		p.serverTLS = &tls.Config{Certificates: []tls.Certificate{serving}, ClientCAs: pool,
+			ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+		upstream := &tls.Config{RootCAs: pool, ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+		p.transport.TLSClientConfig = upstream
+		if len(t.ClientCert) > 0 {
+			pair, err := tls.X509KeyPair(t.ClientCert, t.ClientKey)
+			if err != nil {
+				return nil, fmt.Errorf("the scheduler's client pair: %w", err)
+			}
+			withCert := upstream.Clone()
+			withCert.Certificates = []tls.Certificate{pair}
+			p.clientAuth = &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second, TLSClientConfig: withCert}
+		}
+		p.scheme = "https"
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p.URL = "http://" + l.Addr().String()
+	p.URL = p.scheme + "://" + l.Addr().String()
 	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go p.server.Serve(l)
+	go p.server.Serve(p.Listener(l))
 	return p, nil
+}
+
+// Listener wraps l as the proxy's own port is wrapped (TLS, when the proxy has it), for a second
+// address that serves the same Handler.
+func (p *ServiceProxy) Listener(l net.Listener) net.Listener {
+	if p.serverTLS == nil {
+		return l
+	}
+	return tls.NewListener(l, p.serverTLS)
 }
 
 // SetEndpoint maps a pod name to the local port of the process that stands for it (0 = none).
@@ -88,6 +148,9 @@ func (p *ServiceProxy) SetEndpoint(pod string, port int) {
 		p.ports[pod] = port
 	}
 	p.transport.CloseIdleConnections()
+	if p.clientAuth != nil {
+		p.clientAuth.CloseIdleConnections()
+	}
 }
 
 // Close stops the proxy.
@@ -146,13 +209,22 @@ func (p *ServiceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, fmt.Sprintf("http://127.0.0.1:%d%s", port, r.URL.RequestURI()), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, fmt.Sprintf("%s://127.0.0.1:%d%s", p.scheme, port, r.URL.RequestURI()), bytes.NewReader(body))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	req.Header = r.Header.Clone()
-	resp, err := p.transport.RoundTrip(req)
+	transport, verified := p.transport, r.TLS != nil && len(r.TLS.VerifiedChains) > 0
+	if verified && p.clientAuth != nil {
+		transport = p.clientAuth
+	}
+	if verified {
+		p.mu.Lock()
+		p.withCert[r.URL.Path]++
+		p.mu.Unlock()
+	}
+	resp, err := transport.RoundTrip(req)
 	if err != nil {
 		p.recordLost(r.URL.Path, body, target, err)
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -291,6 +363,18 @@ func (p *ServiceProxy) Answered() map[string]map[int]int {
 		for code, n := range m {
 			out[path][code] = n
 		}
+	}
+	return out
+}
+
+// WithClientCertificate returns, per URL path, how many calls came from a caller that presented
+// a client certificate the extender's CA verifies.
+func (p *ServiceProxy) WithClientCertificate() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for path, n := range p.withCert {
+		out[path] = n
 	}
 	return out
 }
