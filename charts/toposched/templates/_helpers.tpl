@@ -175,7 +175,8 @@ genSignedCert serves for the server and for the client certificate.
 {{- $ns := .Release.Namespace -}}
 {{- $ext := include "toposched.extenderName" . -}}
 {{- $withClient := include "toposched.clientAuth" . -}}
-{{- $days := int .Values.extender.tls.generatedValidityDays -}}
+{{- /* dig: a release upgraded with --reuse-values keeps the old chart's defaults, without the key. */ -}}
+{{- $days := int (dig "generatedValidityDays" 3650 .Values.extender.tls) -}}
 {{- if lt $days 1 -}}
 {{- fail "extender.tls.generatedValidityDays must be at least 1" -}}
 {{- end -}}
