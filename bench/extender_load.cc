@@ -10,11 +10,13 @@
 // third of them partly allocated, so the filter sees several node classes.
 //
 // usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
-//                                [--shared-topologies]
+//                                [--shared-topologies] [--kube-order]
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -140,11 +142,52 @@ std::vector<std::string> Names(int n) {
   return v;
 }
 
+// --kube-order: each call's names in the order the real kube-scheduler sends them, not one fixed
+// order. Its node tree lists one zone's nodes in the order they were added (the informer's first
+// LIST: by name); findNodesThatPassFilters starts where the last cycle stopped and its 16
+// workers take chunks of about sqrt(n) nodes, appending each node that passes as they go
+// (pkg/scheduler/schedule_one.go, util/parallelize), so the workers' runs interleave.
+bool g_kube_order = false;
+
+std::vector<std::string> KubeOrder(std::vector<std::string> names, std::uint64_t seed) {
+  std::sort(names.begin(), names.end());
+  std::mt19937_64 rng(seed);
+  std::rotate(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(rng() % names.size()), names.end());
+  const std::size_t n = names.size();
+  std::size_t chunk = static_cast<std::size_t>(std::sqrt(static_cast<double>(n)));
+  chunk = std::max<std::size_t>(1, std::min(chunk, n / 16 + 1));
+  struct Worker {
+    std::size_t at = 0, end = 0;
+  };
+  std::vector<Worker> workers;
+  std::size_t next_chunk = 0;
+  auto take = [&](Worker& w) {
+    if (next_chunk >= n) return false;
+    w.at = next_chunk;
+    w.end = std::min(n, next_chunk + chunk);
+    next_chunk = w.end;
+    return true;
+  };
+  for (int i = 0; i < 16; ++i) {
+    Worker w;
+    if (take(w)) workers.push_back(w);
+  }
+  std::vector<std::string> out;
+  out.reserve(n);
+  while (!workers.empty()) {
+    const std::size_t k = rng() % workers.size();
+    Worker& w = workers[k];
+    out.push_back(std::move(names[w.at++]));
+    if (w.at == w.end && !take(w)) workers.erase(workers.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  return out;
+}
+
 // pool: a decode pod of the pool "chat" (AddPool).
 std::string PodBody(int i, const std::vector<std::string>& names, bool pool = false) {
   PodSpec p{.name = "bench-" + std::to_string(i), .ns = "llm", .uid = "bench-uid-" + std::to_string(i), .gpus = 2, .rdma = 2};
   if (pool) p.labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}};
-  return testing::ExtenderArgs(testing::MakePod(p), names);
+  return testing::ExtenderArgs(testing::MakePod(p), g_kube_order ? KubeOrder(names, static_cast<std::uint64_t>(i)) : names);
 }
 
 // The floor: parse the body with the same reader and write a reply naming every node.
@@ -348,6 +391,10 @@ int main(int argc, char** argv) {
       uuids = false;
       continue;
     }
+    if (a == "--kube-order") {
+      g_kube_order = true;
+      continue;
+    }
     if (i + 1 >= argc) break;
     if (a == "--iterations") iterations = std::atoi(argv[i + 1]);
     if (a == "--seconds") seconds = std::atof(argv[i + 1]);
@@ -360,6 +407,7 @@ int main(int argc, char** argv) {
               w.store.snapshot()->size(), w.store.pod_count(), std::thread::hardware_concurrency(),
               every_label ? "every label (--every-label)" : "no labels (as serve)",
               uuids ? "each node its own topology with its GPU UUIDs" : "one topology per node type (--shared-topologies)");
+  if (g_kube_order) std::printf("names: each call in kube-scheduler's order (--kube-order)\n");
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);

@@ -25,45 +25,11 @@ struct Scratch {
   std::vector<NodeFailure> failed, unresolvable;
   std::vector<HostScore> scores;
   std::vector<const ClassVerdict*> verdicts;
+  std::vector<std::uint32_t> passed_at;  // snapshot positions of `passed`
 };
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
   return scratch;
-}
-
-// kube-scheduler sends node names in its node tree's order, the same from one call to the next
-// (with percentageOfNodesToScore, a window of it that rotates), and prioritize gets the nodes its
-// filter passed, in that order. This thread's last call of the verb, kept as "which node followed
-// which", lets most names be found with one comparison (Snapshot::IndexOf with a hint) instead of
-// a hash lookup. Only a guess: every hint is checked, so any order is still answered right.
-class NameOrder {
- public:
-  void Begin(const state::Snapshot& snap) {
-    if (next_.size() != snap.size()) {
-      next_.assign(snap.size(), state::Snapshot::npos);
-      first_ = state::Snapshot::npos;
-    }
-    snap_ = &snap;
-    prev_ = state::Snapshot::npos;
-  }
-  std::size_t IndexOf(std::string_view name) {
-    const std::size_t hint = prev_ == state::Snapshot::npos ? first_ : next_[prev_];
-    const std::size_t i = snap_->IndexOf(name, hint);
-    if (i == state::Snapshot::npos) return i;
-    (prev_ == state::Snapshot::npos ? first_ : next_[prev_]) = i;
-    prev_ = i;
-    return i;
-  }
-
- private:
-  const state::Snapshot* snap_ = nullptr;
-  std::vector<std::size_t> next_;  // per node index: the index that followed it
-  std::size_t first_ = state::Snapshot::npos;
-  std::size_t prev_ = state::Snapshot::npos;
-};
-NameOrder& ThreadNameOrder(Want want) {
-  thread_local NameOrder filter, prioritize;
-  return want == Want::kScores ? prioritize : filter;
 }
 
 }  // namespace
@@ -105,8 +71,6 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
 
   NodeVerdicts verdict(evaluator_, e, evaluator_.store().snapshot(), want);
   const state::Snapshot& snap = verdict.snapshot();
-  NameOrder& order = ThreadNameOrder(want);
-  order.Begin(snap);
   const std::string pod = PodLabel(e.pod_namespace, e.pod_name, e.uid);
   Scratch& scratch = ThreadScratch();
   resp.body.reserve(a.nodes.size() * 40 + 256);
@@ -118,8 +82,16 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     scores.clear();
     verdicts.clear();
     framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
+    // The nodes our filter passed, in its reply's order: one comparison per name instead of a
+    // lookup (a hint advances only when it names the node, so extra or missing names cost one
+    // lookup each).
+    const std::shared_ptr<const std::vector<std::uint32_t>> hints = e.passed_order();
+    std::size_t next_hint = 0;
     for (const NodeRef& n : nodes) {
-      const std::size_t i = order.IndexOf(n.name);
+      std::size_t hint = state::Snapshot::npos;
+      if (hints != nullptr && next_hint < hints->size()) hint = (*hints)[next_hint];
+      const std::size_t i = snap.IndexOf(n.name, hint);
+      if (i == hint && i != state::Snapshot::npos) ++next_hint;
       const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict.At(i);
       if (v != nullptr && !v->passes()) v = nullptr;
       if (v != nullptr) band.Offer(v->AsNodeScore());
@@ -140,12 +112,14 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
   std::vector<NodeRef>& passed = scratch.passed;
   std::vector<NodeFailure>& failed = scratch.failed;
   std::vector<NodeFailure>& unresolvable = scratch.unresolvable;
+  std::vector<std::uint32_t>& passed_at = scratch.passed_at;
   passed.clear();
   failed.clear();
   unresolvable.clear();
+  passed_at.clear();
   std::string error;
   for (const NodeRef& n : nodes) {
-    const std::size_t i = order.IndexOf(n.name);
+    const std::size_t i = snap.IndexOf(n.name);
     if (i == state::Snapshot::npos) {
       unresolvable.push_back({n.name, Evaluator::kUnknownNode});
       evaluator_.CountUnknownNode();
@@ -154,6 +128,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     const ClassVerdict* v = verdict.At(i);
     if (v->passes()) {
       passed.push_back(n);
+      passed_at.push_back(static_cast<std::uint32_t>(i));
       continue;
     }
     if (v->rejections != nullptr) v->rejections->Inc();
@@ -170,6 +145,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     return;
   }
   WriteFilterResult(resp.body, nodes_mode, passed, failed, unresolvable, "");
+  e.set_passed_order(std::make_shared<const std::vector<std::uint32_t>>(passed_at));
   BindHooks* hooks = evaluator_.hooks();
   if (passed.empty() && !nodes.empty() && hooks != nullptr) {
     // No node fits: the pod's owner gets the reasons counted (a FailedScheduling event). Off the

@@ -1,5 +1,7 @@
 #include "pod_cache.h"
 
+#include <utility>
+
 #include <algorithm>
 #include <vector>
 
@@ -15,6 +17,16 @@ std::shared_ptr<const ClassVerdict> PodEntry::StoreVerdict(std::uint64_t class_k
                                                            std::shared_ptr<const ClassVerdict> v) {
   std::lock_guard lock(mu_);
   return verdicts_.try_emplace(class_key, std::move(v)).first->second;
+}
+
+std::shared_ptr<const std::vector<std::uint32_t>> PodEntry::passed_order() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return passed_order_;
+}
+
+void PodEntry::set_passed_order(std::shared_ptr<const std::vector<std::uint32_t>> order) {
+  std::lock_guard<std::mutex> lock(mu_);
+  passed_order_ = std::move(order);
 }
 
 std::size_t PodEntry::verdict_count() const {

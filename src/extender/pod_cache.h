@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "toposched/framework/framework.h"
 #include "toposched/framework/status.h"
@@ -59,11 +60,18 @@ struct PodEntry {
   // Keeps the first verdict stored for a class (concurrent callers may compute one twice).
   std::shared_ptr<const ClassVerdict> StoreVerdict(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v);
   std::size_t verdict_count() const;
+  // The nodes this pod's last filter passed, as snapshot positions in the reply's order (null:
+  // none yet). kube-scheduler's prioritize names exactly those nodes in that order (schedule_one.go
+  // findNodesThatPassExtenders keeps the extender's NodeNames order), so prioritize uses them as
+  // its lookup hints (Snapshot::IndexOf with a hint), each checked.
+  std::shared_ptr<const std::vector<std::uint32_t>> passed_order() const;
+  void set_passed_order(std::shared_ptr<const std::vector<std::uint32_t>> order);
 
  private:
   friend class PodCache;
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, std::shared_ptr<const ClassVerdict>> verdicts_;
+  std::shared_ptr<const std::vector<std::uint32_t>> passed_order_;
   std::chrono::steady_clock::time_point expires_;
 };
 

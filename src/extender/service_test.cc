@@ -135,8 +135,8 @@ TEST(ExtenderFilter, NodeNamesModeSortsNodesIntoPassedFailedAndUnresolvable) {
   EXPECT_EQ(r["FailedNodes"].size() + r["FailedAndUnresolvableNodes"].size() + r["NodeNames"].size(), 4u);
 }
 
-// Names are looked up with the order of the thread's last call as a guess (kube-scheduler keeps
-// its node order between calls): any other order, a subset, repeats and unknown names must be
+// Prioritize looks names up with the filter's passed nodes as hints (kube-scheduler's prioritize
+// names them in that order): any other order, a subset, repeats and unknown names must be
 // answered exactly as a plain lookup would.
 TEST(ExtenderFilter, EveryOrderOfNamesIsAnsweredRight) {
   Nodes nodes;

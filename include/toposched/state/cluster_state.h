@@ -109,9 +109,9 @@ class Snapshot {
   // lookup touches two small contiguous tables instead of map nodes and records.
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   std::size_t IndexOf(std::string_view name) const;
-  // IndexOf, trying `hint` first: one comparison when the caller guessed the position (a name
-  // list in the order of the caller's last one, NameOrder in the extender); a wrong or
-  // out-of-range hint only costs the lookup.
+  // IndexOf, trying `hint` first: one comparison when the caller knows the likely position (the
+  // extender's prioritize: the nodes its filter passed, in order); a wrong or out-of-range hint
+  // only costs the lookup.
   std::size_t IndexOf(std::string_view name, std::size_t hint) const;
   std::span<const std::uint64_t> class_keys() const { return class_keys_; }  // = nodes()[i]->class_key
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
