@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "nvml_links.h"
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/agent/discovery.h"
 #include "toposched/topology/json_codec.h"
 
@@ -561,6 +562,7 @@ Result<NodeTopology> DiscoverLive(const DiscoveryOptions& options) {
   Translator translator(topo->get(), &options);
   NodeTopology t = translator.Run(TopologySource::kHwloc);
   AddNvml(t, options);
+  FillKnownGpuMemory(t);  // without NVML: estimated from the model or PCI id (gpu_memory.h)
   t.node_name = options.node_name;
   if (const char* env = std::getenv("NODE_NAME"); t.node_name.empty() && env != nullptr) {
     t.node_name = env;  // the DaemonSet passes spec.nodeName through the downward API

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "toposched/agent/discovery.h"
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/input_format.h"
 #include "toposched/topology/json_codec.h"
 #include "toposched/topology/nccl_xml.h"
@@ -47,6 +48,9 @@ Result<NodeTopology> LoadTopologyFile(const std::string& path) {
     }
   }
   if (!topology.ok()) return topology.error().WithContext(path + " (" + std::string(ToString(*format)) + ")");
+  // NCCL files and hwloc exports without NVML carry no card memory: estimated from the model's
+  // name or PCI id where that fixes it (gpu_memory.h), so shared requests can be placed.
+  FillKnownGpuMemory(*topology);
   topology->source_detail = std::filesystem::path(path).filename().string();
   // NCCL files and some hwloc exports carry no host name: name the topology after the file.
   // The name keeps everything but the extension and a format marker (".nccl", ".hwloc2"):

@@ -13,6 +13,7 @@
 
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/json_codec.h"
 
 namespace toposched {
@@ -54,6 +55,35 @@ TEST_F(LoadFileTest, EverySharedTopologyLoadsWithItsDetectedFormat) {
   }
   EXPECT_EQ(hwloc, 23);
   EXPECT_EQ(nccl, 17);
+}
+
+// Issue 16: NCCL files carry no card memory; cards whose PCI id fixes it get the estimate
+// (gpu_memory.h), so shared pods can be placed there. The estimate stays below what every real
+// export that does record memory says for a card of that size.
+TEST_F(LoadFileTest, CardMemoryIsEstimatedBelowEveryMeasuredFigure) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  const auto dir = testing::SharedTopologiesDir();
+  auto h100 = LoadTopologyFile((dir / "nebius__h100-vm_8xH100_8xCX7-VF.nccl.xml").string());
+  ASSERT_TRUE(h100.ok()) << h100.error().message();
+  ASSERT_EQ(h100->gpus.size(), 8u);
+  for (const Gpu& g : h100->gpus) EXPECT_EQ(g.memory_mib, EstimatedUsableMib(80));
+  auto mi250 = LoadTopologyFile((dir / "rccl__mi250_8xgfx90a_8nics.nccl.xml").string());
+  ASSERT_TRUE(mi250.ok()) << mi250.error().message();
+  for (const Gpu& g : mi250->gpus) EXPECT_EQ(g.memory_mib, EstimatedUsableMib(64));
+  int measured = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".xml") continue;
+    auto t = LoadTopologyFile(entry.path().string());
+    ASSERT_TRUE(t.ok()) << entry.path();
+    for (const Gpu& g : t->gpus) {
+      const std::uint64_t nominal = NominalGpuMemoryGib(g.vendor_id, g.device_id, g.model);
+      if (nominal == 0 || g.memory_mib == EstimatedUsableMib(nominal)) continue;  // unknown, or estimated
+      ++measured;
+      EXPECT_LE(EstimatedUsableMib(nominal), g.memory_mib) << entry.path().filename() << " " << g.model;
+      EXPECT_GE(EstimatedUsableMib(nominal) * 100, g.memory_mib * 85) << entry.path().filename() << " " << g.model;
+    }
+  }
+  EXPECT_GE(measured, 20);  // V100, P100, MI50, MI250X cards whose exports record memory
 }
 
 // Issue 16: node names taken from file names stay distinct (the three OCI files all became

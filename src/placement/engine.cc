@@ -52,7 +52,8 @@
 // distinct GPUs that are of the request's vendor, not held whole, below
 // options.max_shares_per_gpu vGPUs, pass the type/UUID filters (case-insensitive substring of
 // the model; exact UUID), have the memory free (memory_mib, else memory_percent of the card
-// rounded up; a card of unknown memory size fits no memory request; no memory asked, no check)
+// rounded up; a card of unknown memory size takes a memory request only when it holds no vGPU,
+// and no vGPU joins one that asked memory there; no memory asked, no check)
 // and the cores free (of kFullGpuCores). numa_bind puts all c on one NUMA node (GPUs of unknown
 // NUMA node do not qualify). Each qualifying GPU gets the key (1) the fragmentation rule: GPUs
 // whose switch group is already broken, or that have none, before GPUs of intact groups; (2) the
@@ -522,7 +523,10 @@ ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, cons
   }
   if (std::any_of(s.avoid_uuids.begin(), s.avoid_uuids.end(), is_uuid)) return ShareVerdict::kFiltered;
   const std::int64_t need = MemoryNeed(g, s);
-  if (need < 0) return ShareVerdict::kMemoryUnknown;
+  // A card whose memory no source gives: a vGPU that asks memory takes it alone, and nothing
+  // joins a vGPU that asked memory there (HAMi enforces each pod's own limit; only the sum is
+  // unknown). So such cards are shared by count, never over-committed by more than one pod.
+  if (g.memory_mib == 0 && (need < 0 ? used.shares > 0 : used.memory_mib > 0)) return ShareVerdict::kMemoryUnknown;
   if (need > 0 && static_cast<std::int64_t>(g.memory_mib) - used.memory_mib < need)
     return ShareVerdict::kMemory;
   if (s.cores > 0 && kFullGpuCores - used.cores < s.cores) return ShareVerdict::kCores;
@@ -580,7 +584,7 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
       {ShareVerdict::kExclusive, "held whole"},
       {ShareVerdict::kShareLimit, "at the vGPU limit"},
       {ShareVerdict::kFiltered, "excluded by the type/UUID filters"},
-      {ShareVerdict::kMemoryUnknown, "of unknown memory size"},
+      {ShareVerdict::kMemoryUnknown, "of unknown memory size and already shared"},
       {ShareVerdict::kUnusable, "unusable (unhealthy or in MIG mode, per HAMi's registration)"},
       {ShareVerdict::kMemory, "short of memory"},
       {ShareVerdict::kCores, "short of cores"},

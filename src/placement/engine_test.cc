@@ -479,17 +479,37 @@ TEST(PlacementEngineTest, SharedFailures) {
   }
 }
 
-TEST(PlacementEngineTest, UnknownMemoryFitsNoMemoryRequest) {
+// A card whose memory no source gives is shared by count: a vGPU that asks memory takes it alone
+// and nothing joins one that asked memory there; compute-only vGPUs share it as usual.
+TEST(PlacementEngineTest, UnknownMemoryTakesAMemoryRequestOnlyAlone) {
   NodeTopology t = Preset("inference-4gpu");
   for (Gpu& g : t.gpus) g.memory_mib = 0;
-  EXPECT_EQ(PlaceOnNode(t, {}, Shared(1, 1000)).failure, FitFailure::kNotEnoughShareCapacity);
+  EXPECT_TRUE(PlaceOnNode(t, {}, Shared(1, 1000)).ok());
   PlacementRequest percent = Shared(1, 0);
   percent.shared.memory_percent = 10;
-  EXPECT_EQ(PlaceOnNode(t, {}, percent).failure, FitFailure::kNotEnoughShareCapacity);
-  // Compute only: no memory to judge.
+  EXPECT_TRUE(PlaceOnNode(t, {}, percent).ok());
   PlacementRequest compute = Shared(1, 0);
   compute.shared.cores = 2500;
   EXPECT_TRUE(PlaceOnNode(t, {}, compute).ok());
+
+  // Every card holds a compute-only vGPU: a memory request finds none alone.
+  NodeAllocation computing;
+  computing.gpu_shares.assign(t.gpus.size(), GpuShareUsage{.shares = 1, .memory_mib = 0, .cores = 2500});
+  const PlacementOutcome refused = PlaceOnNode(t, computing, Shared(1, 1000));
+  EXPECT_EQ(refused.failure, FitFailure::kNotEnoughShareCapacity);
+  EXPECT_NE(refused.detail.find("4 of unknown memory size and already shared"), std::string::npos) << refused.detail;
+  EXPECT_TRUE(PlaceOnNode(t, computing, compute).ok());
+
+  // Every card holds a vGPU that asked memory: nothing joins, not even compute only.
+  NodeAllocation remembering;
+  remembering.gpu_shares.assign(t.gpus.size(), GpuShareUsage{.shares = 1, .memory_mib = 1000, .cores = 0});
+  EXPECT_EQ(PlaceOnNode(t, remembering, compute).failure, FitFailure::kNotEnoughShareCapacity);
+  EXPECT_EQ(PlaceOnNode(t, remembering, percent).failure, FitFailure::kNotEnoughShareCapacity);
+  // One card left alone takes it.
+  remembering.gpu_shares[2] = {};
+  const PlacementOutcome alone = PlaceOnNode(t, remembering, Shared(1, 1000));
+  ASSERT_TRUE(alone.ok()) << alone.detail;
+  EXPECT_EQ(alone.placement->gpus, std::vector<int>{2});
 }
 
 // ---- The engine against the reference --------------------------------------------------------

@@ -1080,8 +1080,18 @@ TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
   ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-gfd")->topology->gpus[0].memory_mib == 81920; }));
   EXPECT_EQ(r.store.snapshot()->Find("a100-0")->topology->gpus[0].memory_mib, 0u);
   const json pod = GpuPod(server_, "small", 1, 0, {{"nvidia.com/gpumem", "8000"}});
-  const Scheduled s = Schedule(r, pod, {"a100-0", "a100-gfd"});
+  const Scheduled s = Schedule(r, pod, {"a100-gfd"});
   EXPECT_EQ(s.node, "a100-gfd") << s.error;
+  // Without the label (and no PCI id in this NCCL file) the cards' memory stays unknown: each
+  // takes one memory-asking vGPU alone, so eight fit and the ninth is refused with the reason.
+  for (int i = 0; i < 8; ++i) {
+    const Scheduled alone = Schedule(r, GpuPod(server_, "alone-" + std::to_string(i), 1, 0, {{"nvidia.com/gpumem", "8000"}}),
+                                     {"a100-0"});
+    EXPECT_EQ(alone.node, "a100-0") << i << ": " << alone.error;
+  }
+  const Scheduled ninth = Schedule(r, GpuPod(server_, "ninth", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
+  EXPECT_TRUE(ninth.node.empty());
+  EXPECT_NE(ninth.error.find("unknown memory size and already shared"), std::string::npos) << ninth.error;
 }
 
 // The rule's stand-ins give way to a real record: after a restart the informer lists the other
