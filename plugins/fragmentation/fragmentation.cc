@@ -28,7 +28,7 @@ GroupCount CountIntactGroups(const NodeTopology& t, const NodeAllocation& alloca
     const int s = t.SwitchOf(gpu.parent);
     if (s < 0) continue;
     Group& g = groups[s];
-    if (!framework::GpuFree(allocated, gpu.index)) g.intact_before = false;
+    if (!GpuFree(allocated, gpu.index)) g.intact_before = false;
     if (Contains(placement.gpus, gpu.index)) g.touched = true;
   }
   // RDMA NICs are the first RdmaNicCount() entries of `nics`.
@@ -38,7 +38,7 @@ GroupCount CountIntactGroups(const NodeTopology& t, const NodeAllocation& alloca
     const int s = t.SwitchOf(t.nics[static_cast<std::size_t>(n)].parent);
     if (s < 0) continue;
     Group& g = groups[s];
-    if (framework::NicUsed(allocated, n)) g.intact_before = false;
+    if (NicUsed(allocated, n)) g.intact_before = false;
     if (Contains(placement.nics, n)) g.touched = true;
   }
   GroupCount count;

@@ -13,7 +13,7 @@ framework::ScoreResult RdmaAffinity::Score(framework::CycleState& state, const f
   const int total = node.topology->RdmaNicCount();
   if (total == 0) return {framework::kMaxScore, "no RDMA NICs on this node -> 100"};
   int used = 0;
-  for (int n = 0; n < total; ++n) used += framework::NicUsed(node.allocated, n) ? 1 : 0;
+  for (int n = 0; n < total; ++n) used += NicUsed(node.allocated, n) ? 1 : 0;
   const int score = (200 * used + total) / (2 * total);  // round half up of 100*used/total
   return {score, "pod asks no RDMA NIC; " + std::to_string(total - used) + " of " + std::to_string(total) +
                      " RDMA NICs free here -> round(100*" + std::to_string(used) + "/" + std::to_string(total) +

@@ -14,8 +14,8 @@ NodeUsage UsageOf(const NodeTopology& t, const NodeAllocation& allocated) {
   std::int64_t mem_used = 0, mem_total = 0, cores_used = 0;
   for (const Gpu& gpu : t.gpus) {
     ++u.gpus;
-    const bool whole = framework::GpuExclusive(allocated, gpu.index);
-    const GpuShareUsage shares = framework::GpuShares(allocated, gpu.index);
+    const bool whole = GpuExclusive(allocated, gpu.index);
+    const GpuShareUsage shares = GpuShares(allocated, gpu.index);
     if (whole || shares.shares > 0) ++u.gpus_in_use;
     const auto mem = static_cast<std::int64_t>(gpu.memory_mib);
     mem_total += mem;

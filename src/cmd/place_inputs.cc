@@ -128,11 +128,11 @@ Status CountForeignPod(const PlacementRequest& request, const NodeTopology& topo
   for (int g = static_cast<int>(topology.gpus.size()) - 1;
        g >= 0 && static_cast<int>(delta.exclusive_gpus.size()) < request.gpus; --g) {
     const Gpu& gpu = topology.gpus[static_cast<std::size_t>(g)];
-    if (gpu.vendor == request.vendor && framework::GpuFree(allocated, g)) delta.exclusive_gpus.push_back(g);
+    if (gpu.vendor == request.vendor && GpuFree(allocated, g)) delta.exclusive_gpus.push_back(g);
   }
   for (int n = static_cast<int>(topology.nics.size()) - 1;
        n >= 0 && static_cast<int>(delta.nics.size()) < request.rdma_nics; --n) {
-    if (topology.nics[static_cast<std::size_t>(n)].rdma && !framework::NicUsed(allocated, n)) delta.nics.push_back(n);
+    if (topology.nics[static_cast<std::size_t>(n)].rdma && !NicUsed(allocated, n)) delta.nics.push_back(n);
   }
   if (static_cast<int>(delta.exclusive_gpus.size()) < request.gpus ||
       static_cast<int>(delta.nics.size()) < request.rdma_nics) {

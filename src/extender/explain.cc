@@ -91,7 +91,7 @@ DeviceCounts CountDevices(const state::NodeRecord& r) {
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     const int g = static_cast<int>(i);
     if (!t.gpus[i].unusable.empty()) ++c.gpus_unusable;
-    if (framework::GpuShares(r.allocated, g).shares > 0) ++c.gpus_shared;
+    if (GpuShares(r.allocated, g).shares > 0) ++c.gpus_shared;
   }
   c.rdma = t.RdmaNicCount();
   c.gpus_free = r.free_gpus;

@@ -21,28 +21,6 @@ std::size_t Index(int i) {
 
 }  // namespace
 
-std::int64_t ShareMemoryMib(const Gpu& gpu, const SharedGpuRequest& shared) {
-  if (shared.memory_mib > 0) return shared.memory_mib;
-  return (static_cast<std::int64_t>(gpu.memory_mib) * shared.memory_percent + 99) / 100;
-}
-
-bool GpuExclusive(const NodeAllocation& a, int gpu) {
-  return gpu >= 0 && Index(gpu) < a.gpu_exclusive.size() && a.gpu_exclusive[Index(gpu)];
-}
-
-bool NicUsed(const NodeAllocation& a, int nic) {
-  return nic >= 0 && Index(nic) < a.nic_used.size() && a.nic_used[Index(nic)];
-}
-
-GpuShareUsage GpuShares(const NodeAllocation& a, int gpu) {
-  if (gpu < 0 || Index(gpu) >= a.gpu_shares.size()) return {};
-  return a.gpu_shares[Index(gpu)];
-}
-
-bool GpuFree(const NodeAllocation& a, int gpu) {
-  return !GpuExclusive(a, gpu) && GpuShares(a, gpu).shares == 0;
-}
-
 AllocationDelta DeltaOf(const NodeTopology& topology, const PlacementRequest& request,
                         const Placement& placement) {
   AllocationDelta delta;

@@ -663,7 +663,7 @@ struct KubeSource::Impl {
       allocation.topology_generation = record->topology_generation;
       int want_nvidia = nvidia, want_amd = amd, want_rdma = rdma;
       for (int g = static_cast<int>(t.gpus.size()) - 1; g >= 0; --g) {
-        if (!framework::GpuFree(record->allocated, g)) continue;
+        if (!GpuFree(record->allocated, g)) continue;
         int& want = t.gpus[static_cast<std::size_t>(g)].vendor == GpuVendor::kAmd ? want_amd : want_nvidia;
         if (want > 0) {
           --want;
@@ -671,7 +671,7 @@ struct KubeSource::Impl {
         }
       }
       for (int n = static_cast<int>(t.nics.size()) - 1; n >= 0 && want_rdma > 0; --n) {
-        if (!t.nics[static_cast<std::size_t>(n)].rdma || framework::NicUsed(record->allocated, n)) continue;
+        if (!t.nics[static_cast<std::size_t>(n)].rdma || NicUsed(record->allocated, n)) continue;
         --want_rdma;
         allocation.delta.nics.insert(allocation.delta.nics.begin(), n);
       }

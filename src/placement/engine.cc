@@ -250,23 +250,6 @@ std::string Join(const std::vector<std::string>& parts) {
   return out;
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// Memory a vGPU takes on `gpu`: 0 when none is asked, -1 when it cannot be judged.
-std::int64_t MemoryNeed(const Gpu& gpu, const SharedGpuRequest& s) {
-  if (s.memory_mib > 0) return gpu.memory_mib == 0 ? -1 : s.memory_mib;
-  if (s.memory_percent > 0) {
-    if (gpu.memory_mib == 0) return -1;
-    const auto total = static_cast<std::int64_t>(gpu.memory_mib);
-    return (total * s.memory_percent + 99) / 100;
-  }
-  return 0;
-}
-
 std::string CoresText(std::int64_t cores) {
   std::string out = std::to_string(cores / 100);
   if (cores % 100 != 0) {
@@ -277,26 +260,6 @@ std::string CoresText(std::int64_t cores) {
 }
 
 }  // namespace
-
-bool GpuExclusive(const NodeAllocation& a, int gpu) {
-  return gpu >= 0 && Idx(gpu) < a.gpu_exclusive.size() && a.gpu_exclusive[Idx(gpu)];
-}
-
-GpuShareUsage GpuShares(const NodeAllocation& a, int gpu) {
-  return gpu >= 0 && Idx(gpu) < a.gpu_shares.size() ? a.gpu_shares[Idx(gpu)] : GpuShareUsage{};
-}
-
-bool NicUsed(const NodeAllocation& a, int nic) {
-  return nic >= 0 && Idx(nic) < a.nic_used.size() && a.nic_used[Idx(nic)];
-}
-
-bool GpuWhollyFree(const NodeAllocation& a, int gpu) {
-  return !GpuExclusive(a, gpu) && GpuShares(a, gpu).shares <= 0;
-}
-
-bool NicFree(const NodeTopology& t, const NodeAllocation& a, int nic) {
-  return nic >= 0 && Idx(nic) < t.nics.size() && t.nics[Idx(nic)].rdma && !NicUsed(a, nic);
-}
 
 LinkClass GpuNicClass(const NodeTopology& t, int gpu, int nic) {
   return LinkAt(t.gpu_nic, gpu, nic).cls;
@@ -500,38 +463,6 @@ PlacementOutcome AlignmentFailure(const NodeTopology& t, const PlacementRequest&
     o.detail += " (" + GpuName(worst_pair->gpu) + " to " + t.nics[Idx(worst_pair->nic)].DisplayName() + ")";
   }
   return o;
-}
-
-ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
-                            const EngineOptions& o, int gpu) {
-  const Gpu& g = t.gpus[Idx(gpu)];
-  const SharedGpuRequest& s = r.shared;
-  if (g.vendor != r.vendor) return ShareVerdict::kWrongVendor;
-  if (!g.unusable.empty()) return ShareVerdict::kUnusable;
-  if (GpuExclusive(a, gpu)) return ShareVerdict::kExclusive;
-  const GpuShareUsage used = GpuShares(a, gpu);
-  if (used.shares >= o.max_shares_per_gpu) return ShareVerdict::kShareLimit;
-  const std::string model = Lower(g.model);
-  auto model_has = [&](const std::string& type) { return model.find(Lower(type)) != std::string::npos; };
-  if (!s.use_types.empty() && std::none_of(s.use_types.begin(), s.use_types.end(), model_has)) {
-    return ShareVerdict::kFiltered;
-  }
-  if (std::any_of(s.avoid_types.begin(), s.avoid_types.end(), model_has)) return ShareVerdict::kFiltered;
-  auto is_uuid = [&](const std::string& u) { return u == g.uuid; };
-  if (!s.use_uuids.empty() && std::none_of(s.use_uuids.begin(), s.use_uuids.end(), is_uuid)) {
-    return ShareVerdict::kFiltered;
-  }
-  if (std::any_of(s.avoid_uuids.begin(), s.avoid_uuids.end(), is_uuid)) return ShareVerdict::kFiltered;
-  const std::int64_t need = MemoryNeed(g, s);
-  // A card whose memory no source gives: a vGPU that asks memory takes it alone, and nothing
-  // joins a vGPU that asked memory there (HAMi enforces each pod's own limit; only the sum is
-  // unknown). So such cards are shared by count, never over-committed by more than one pod.
-  if (g.memory_mib == 0 && (need < 0 ? used.shares > 0 : used.memory_mib > 0)) return ShareVerdict::kMemoryUnknown;
-  if (need > 0 && static_cast<std::int64_t>(g.memory_mib) - used.memory_mib < need)
-    return ShareVerdict::kMemory;
-  if (s.cores > 0 && kFullGpuCores - used.cores < s.cores) return ShareVerdict::kCores;
-  if (s.numa_bind && g.numa < 0) return ShareVerdict::kNumaUnknown;
-  return ShareVerdict::kFits;
 }
 
 ShareKey SharedKey(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "toposched/placement/device_rules.h"
 #include "toposched/placement/placement.h"
 
 namespace toposched::placement_internal {
@@ -16,14 +17,13 @@ namespace toposched::placement_internal {
 // Rank of a missing or forbidden GPU->NIC edge: larger than every LinkRank.
 inline constexpr int kNoEdge = 100;
 
-// Allocation lookups that treat vectors shorter than the topology as "nothing allocated".
-bool GpuExclusive(const NodeAllocation& a, int gpu);
-GpuShareUsage GpuShares(const NodeAllocation& a, int gpu);
-bool NicUsed(const NodeAllocation& a, int nic);
-// Not exclusive and no vGPU on it (shares == 0).
-bool GpuWhollyFree(const NodeAllocation& a, int gpu);
-// RDMA NICs are the first RdmaNicCount() entries of `nics`.
-bool NicFree(const NodeTopology& t, const NodeAllocation& a, int nic);
+// "Free" and "fits" are the device rules' (device_rules.h), shared with every other caller.
+using ::toposched::GpuExclusive;
+using ::toposched::GpuShares;
+using ::toposched::NicUsed;
+using ::toposched::ShareVerdict;
+inline bool GpuWhollyFree(const NodeAllocation& a, int gpu) { return GpuFree(a, gpu); }
+inline bool NicFree(const NodeTopology& t, const NodeAllocation& a, int nic) { return RdmaNicFree(t, a, nic); }
 
 LinkClass GpuNicClass(const NodeTopology& t, int gpu, int nic);  // SYS when the matrix lacks the cell
 int GpuNicRank(const NodeTopology& t, int gpu, int nic);
@@ -66,21 +66,11 @@ Placement DescribeWhole(const NodeTopology& t, const SwitchGroups& groups, const
 PlacementOutcome AlignmentFailure(const NodeTopology& t, const PlacementRequest& r,
                                   const Placement& unbounded);
 
-// Shared (vGPU) requests.
-enum class ShareVerdict : std::uint8_t {
-  kFits,
-  kWrongVendor,
-  kExclusive,
-  kShareLimit,
-  kFiltered,
-  kMemoryUnknown,
-  kMemory,
-  kCores,
-  kNumaUnknown,
-  kUnusable,  // Gpu::unusable: unhealthy or in MIG mode
-};
-ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
-                            const EngineOptions& o, int gpu);
+// Shared (vGPU) requests: device_rules.h's JudgeSharedGpu with the engine's share limit.
+inline ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                                   const EngineOptions& o, int gpu) {
+  return ::toposched::JudgeSharedGpu(t, a, r, o.max_shares_per_gpu, gpu);
+}
 // Sort key of an eligible GPU, smaller first: (opens an intact switch group, policy key, index).
 struct ShareKey {
   int opens_group = 0;          // 0: its group is already broken (or it has none); 1: intact

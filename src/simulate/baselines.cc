@@ -13,54 +13,24 @@
 
 #include "simulate_internal.h"
 #include "toposched/framework/allocation.h"
+#include "toposched/placement/device_rules.h"
 #include "toposched/simulate/simulator.h"
 
 namespace toposched::simulate {
 namespace {
 
-using framework::GpuExclusive;
-using framework::GpuFree;
-using framework::GpuShares;
-using framework::NicUsed;
 
 std::size_t Index(int i) {
   return static_cast<std::size_t>(i);
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-bool ContainsAnyType(const std::string& model, const std::vector<std::string>& types) {
-  const std::string m = Lower(model);
-  return std::any_of(types.begin(), types.end(),
-                     [&](const std::string& t) { return m.find(Lower(t)) != std::string::npos; });
-}
-
-bool Listed(const std::string& uuid, const std::vector<std::string>& uuids) {
-  return std::find(uuids.begin(), uuids.end(), uuid) != uuids.end();
-}
-
-// Whether one more vGPU of `shared` fits on GPU `g` (HAMi's per-card checks: count, memory,
-// cores, type and UUID filters).
+// Whether one more vGPU of the request fits on GPU `g`: the device rules every policy shares
+// (HAMi's per-card checks: count, memory, cores, type and UUID filters; health; the
+// unknown-memory rule). numa-bind is FirstSharedGpus' own.
 bool ShareFits(const NodeTopology& t, const NodeAllocation& a, int g, const PlacementRequest& r,
                const EngineOptions& options) {
-  const Gpu& gpu = t.gpus[Index(g)];
-  const SharedGpuRequest& s = r.shared;
-  if (gpu.vendor != r.vendor || GpuExclusive(a, g)) return false;
-  if (!s.use_types.empty() && !ContainsAnyType(gpu.model, s.use_types)) return false;
-  if (!s.avoid_types.empty() && ContainsAnyType(gpu.model, s.avoid_types)) return false;
-  if (!s.use_uuids.empty() && !Listed(gpu.uuid, s.use_uuids)) return false;
-  if (!s.avoid_uuids.empty() && Listed(gpu.uuid, s.avoid_uuids)) return false;
-  const GpuShareUsage used = GpuShares(a, g);
-  if (used.shares + 1 > options.max_shares_per_gpu) return false;
-  if (used.cores + s.cores > kFullGpuCores) return false;
-  const std::int64_t memory = framework::ShareMemoryMib(gpu, s);
-  if (gpu.memory_mib > 0 && used.memory_mib + memory > static_cast<std::int64_t>(gpu.memory_mib))
-    return false;
-  return true;
+  const ShareVerdict v = JudgeSharedGpu(t, a, r, options.max_shares_per_gpu, g);
+  return v == ShareVerdict::kFits || v == ShareVerdict::kNumaUnknown;
 }
 
 // Shared pods in every baseline: the first GPUs with capacity (all on one NUMA node when the

@@ -208,8 +208,8 @@ TEST(BaselinePolicy, TakesTheFirstNodeThatFitsAndClaimsIt) {
     ASSERT_TRUE(d.ok()) << d.error().message();
     ASSERT_TRUE(d->has_value());
     EXPECT_EQ((*d)->node, 1);
-    for (int g : (*d)->placement.gpus) EXPECT_TRUE(framework::GpuExclusive(copy[1].allocated, g));
-    for (int n : (*d)->placement.nics) EXPECT_TRUE(framework::NicUsed(copy[1].allocated, n));
+    for (int g : (*d)->placement.gpus) EXPECT_TRUE(GpuExclusive(copy[1].allocated, g));
+    for (int n : (*d)->placement.nics) EXPECT_TRUE(NicUsed(copy[1].allocated, n));
     // Nothing fits 9 GPUs: pending, nothing claimed.
     const NodeAllocation before = copy[1].allocated;
     auto none = (*policy)->Schedule(Whole(9, 0), copy, nullptr);

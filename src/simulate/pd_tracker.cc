@@ -38,12 +38,12 @@ bool CouldHost(const VirtualNode& node, const PlacementRequest& r) {
   int gpus = 0;
   for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
     if (t.gpus[Index(g)].vendor != r.vendor) continue;
-    if (r.IsShared() ? !framework::GpuExclusive(node.allocated, g) : framework::GpuFree(node.allocated, g)) ++gpus;
+    if (r.IsShared() ? !GpuExclusive(node.allocated, g) : GpuFree(node.allocated, g)) ++gpus;
   }
   if (gpus < (r.IsShared() ? r.shared.count : r.gpus)) return false;
   int nics = 0;
   for (int n = 0; n < static_cast<int>(t.nics.size()); ++n) {
-    if (t.nics[Index(n)].rdma && !framework::NicUsed(node.allocated, n)) ++nics;
+    if (t.nics[Index(n)].rdma && !NicUsed(node.allocated, n)) ++nics;
   }
   return nics >= r.rdma_nics;
 }
@@ -52,9 +52,9 @@ std::pair<int, int> FreeDevices(const VirtualNode& node) {
   int gpus = 0, nics = 0;
   if (node.topology == nullptr) return {0, 0};
   const NodeTopology& t = *node.topology;
-  for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) gpus += framework::GpuFree(node.allocated, g) ? 1 : 0;
+  for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) gpus += GpuFree(node.allocated, g) ? 1 : 0;
   for (int n = 0; n < static_cast<int>(t.nics.size()); ++n) {
-    if (t.nics[Index(n)].rdma && !framework::NicUsed(node.allocated, n)) ++nics;
+    if (t.nics[Index(n)].rdma && !NicUsed(node.allocated, n)) ++nics;
   }
   return {gpus, nics};
 }

@@ -90,9 +90,9 @@ Status CheckAllocations(const std::vector<VirtualNode>& nodes,
     const NodeTopology& t = *nodes[i].topology;
     const NodeAllocation& have = nodes[i].allocated;
     for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
-      const GpuShareUsage s = framework::GpuShares(have, g);
-      if (framework::GpuExclusive(have, g) != framework::GpuExclusive(rebuilt[i], g) ||
-          s != framework::GpuShares(rebuilt[i], g)) {
+      const GpuShareUsage s = GpuShares(have, g);
+      if (GpuExclusive(have, g) != GpuExclusive(rebuilt[i], g) ||
+          s != GpuShares(rebuilt[i], g)) {
         return Error(nodes[i].name + ": GPU" + std::to_string(g) +
                      " allocation differs from the running pods'");
       }
@@ -103,7 +103,7 @@ Status CheckAllocations(const std::vector<VirtualNode>& nodes,
       }
     }
     for (int n = 0; n < static_cast<int>(t.nics.size()); ++n) {
-      if (framework::NicUsed(have, n) != framework::NicUsed(rebuilt[i], n)) {
+      if (NicUsed(have, n) != NicUsed(rebuilt[i], n)) {
         return Error(nodes[i].name + ": NIC " + t.nics[Index(n)].DisplayName() +
                      " allocation differs from the running pods'");
       }
@@ -149,8 +149,8 @@ void Summarize(const std::vector<VirtualNode>& nodes, BestClassOracle& oracle, P
       state.shape = it->second;
     for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
       GpuState gs;
-      gs.exclusive = framework::GpuExclusive(node.allocated, g);
-      const GpuShareUsage s = framework::GpuShares(node.allocated, g);
+      gs.exclusive = GpuExclusive(node.allocated, g);
+      const GpuShareUsage s = GpuShares(node.allocated, g);
       gs.shares = s.shares;
       const std::uint64_t memory = t.gpus[Index(g)].memory_mib;
       if (memory > 0) gs.memory_used = static_cast<double>(s.memory_mib) / static_cast<double>(memory);
@@ -164,7 +164,7 @@ void Summarize(const std::vector<VirtualNode>& nodes, BestClassOracle& oracle, P
     for (int n = 0; n < static_cast<int>(t.nics.size()); ++n) {
       if (!t.nics[Index(n)].rdma) continue;
       ++state.nics;
-      if (framework::NicUsed(node.allocated, n)) ++state.nics_used;
+      if (NicUsed(node.allocated, n)) ++state.nics_used;
     }
     if (t.gpus.size() >= 8) ++out.eight_gpu_nodes;
     state.aligned_slot_free = AlignedSlotFree(node, oracle, memo, options);

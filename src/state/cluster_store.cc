@@ -79,11 +79,11 @@ Status CheckDelta(const framework::AllocationDelta& d, int max_shares_per_gpu) {
 Status CheckCapacity(const NodeTopology& t, const NodeAllocation& after, const framework::AllocationDelta& d,
                      int max_shares_per_gpu) {
   for (int g : d.exclusive_gpus) {
-    if (framework::GpuShares(after, g).shares != 0) return Error(GpuName(g) + " is held whole and shared");
+    if (GpuShares(after, g).shares != 0) return Error(GpuName(g) + " is held whole and shared");
   }
   for (const auto& [g, add] : d.shares) {
-    const GpuShareUsage u = framework::GpuShares(after, g);
-    if (framework::GpuExclusive(after, g)) return Error(GpuName(g) + " is held whole and shared");
+    const GpuShareUsage u = GpuShares(after, g);
+    if (GpuExclusive(after, g)) return Error(GpuName(g) + " is held whole and shared");
     if (u.shares > max_shares_per_gpu) {
       return Error(GpuName(g) + " would carry " + std::to_string(u.shares) + " shares, over its limit of " +
                    std::to_string(max_shares_per_gpu));
@@ -123,8 +123,8 @@ std::string MisfitsOf(const NodeRecord& record, int max_shares_per_gpu) {
   auto add = [&out](const std::string& what) { out += (out.empty() ? "" : "; ") + what; };
   for (std::size_t g = 0; g < std::max(a.gpu_exclusive.size(), a.gpu_shares.size()); ++g) {
     const int gi = static_cast<int>(g);
-    const GpuShareUsage u = framework::GpuShares(a, gi);
-    if (framework::GpuFree(a, gi)) continue;
+    const GpuShareUsage u = GpuShares(a, gi);
+    if (GpuFree(a, gi)) continue;
     if (g >= gpus) {
       add(GpuName(gi) + " is allocated but gone");
       continue;
@@ -166,11 +166,11 @@ std::uint64_t ComputeClassKey(const NodeRecord& r, const std::vector<std::string
   const NodeAllocation& a = r.allocated;
   for (std::size_t g = 0; g < std::max(a.gpu_exclusive.size(), a.gpu_shares.size()); ++g) {
     const int gi = static_cast<int>(g);
-    if (framework::GpuExclusive(a, gi)) {
+    if (GpuExclusive(a, gi)) {
       h.Byte('x');
       h.U64(g);
     }
-    const GpuShareUsage u = framework::GpuShares(a, gi);
+    const GpuShareUsage u = GpuShares(a, gi);
     if (!(u == GpuShareUsage{})) {
       h.Byte('s');
       h.U64(g);
@@ -295,12 +295,12 @@ struct ClusterStore::Impl {
     record.free_gpus = record.free_rdma_nics = 0;
     if (record.topology == nullptr || record.held()) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
-      if (framework::GpuFree(record.allocated, static_cast<int>(g)) && record.topology->gpus[g].unusable.empty()) {
+      if (GpuFree(record.allocated, static_cast<int>(g)) && record.topology->gpus[g].unusable.empty()) {
         ++record.free_gpus;
       }
     }
     for (std::size_t n = 0; n < record.topology->nics.size(); ++n) {
-      if (record.topology->nics[n].rdma && !framework::NicUsed(record.allocated, static_cast<int>(n))) {
+      if (record.topology->nics[n].rdma && !NicUsed(record.allocated, static_cast<int>(n))) {
         ++record.free_rdma_nics;
       }
     }
@@ -767,14 +767,14 @@ Status ClusterStore::Hold(PodAllocation allocation) {
   const int nics = base.topology ? static_cast<int>(base.topology->nics.size()) : 0;
   std::set<int> seen_gpus, seen_nics;
   auto take_gpu = [&](int g) {
-    if (g >= 0 && g < gpus && seen_gpus.insert(g).second && framework::GpuFree(base.allocated, g)) {
+    if (g >= 0 && g < gpus && seen_gpus.insert(g).second && GpuFree(base.allocated, g)) {
       held.exclusive_gpus.push_back(g);
     }
   };
   for (int g : allocation.delta.exclusive_gpus) take_gpu(g);
   for (const auto& [g, usage] : allocation.delta.shares) take_gpu(g);
   for (int n : allocation.delta.nics) {
-    if (n >= 0 && n < nics && seen_nics.insert(n).second && !framework::NicUsed(base.allocated, n)) {
+    if (n >= 0 && n < nics && seen_nics.insert(n).second && !NicUsed(base.allocated, n)) {
       held.nics.push_back(n);
     }
   }

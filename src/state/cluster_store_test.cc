@@ -99,7 +99,7 @@ TEST(ClusterStoreTest, UpsertNodesPublishesOneSnapshot) {
   EXPECT_EQ(b->topology, PresetTopology(std::string(kInference)));
   EXPECT_EQ(b->topology_generation, 2);
   EXPECT_EQ(b->pods, std::vector<std::string>{"u1"});  // allocations kept
-  EXPECT_TRUE(framework::GpuExclusive(b->allocated, 0));
+  EXPECT_TRUE(GpuExclusive(b->allocated, 0));
   EXPECT_EQ(after->Find("gpu-a")->topology_generation, 1);
   EXPECT_EQ(after->Find("gpu-a")->topology_fingerprint, after->Find("gpu-c")->topology_fingerprint);
   // Replacing only (no new names) keeps the name index.
@@ -264,7 +264,7 @@ TEST(ClusterStoreTest, AnOldSnapshotKeepsItsContentAfterABind) {
   const auto after = store.snapshot();
   EXPECT_EQ(after->version(), 2u);
   EXPECT_NE(after->Find("gpu-a"), old_record);
-  EXPECT_TRUE(framework::GpuExclusive(after->Find("gpu-a")->allocated, 1));
+  EXPECT_TRUE(GpuExclusive(after->Find("gpu-a")->allocated, 1));
 }
 
 TEST(ClusterStoreTest, BindPublishesPersistsAndIndexesThePod) {
@@ -297,10 +297,10 @@ TEST(ClusterStoreTest, BindPublishesPersistsAndIndexesThePod) {
   const NodeRecord* r = store.snapshot()->Find("gpu-a");
   EXPECT_EQ(r->allocation_version, 1u);
   EXPECT_EQ(r->pods, std::vector<std::string>{"uid-1"});
-  EXPECT_TRUE(framework::GpuExclusive(r->allocated, 2));
-  EXPECT_TRUE(framework::GpuExclusive(r->allocated, 3));
-  EXPECT_FALSE(framework::GpuExclusive(r->allocated, 0));
-  EXPECT_TRUE(framework::NicUsed(r->allocated, 1));
+  EXPECT_TRUE(GpuExclusive(r->allocated, 2));
+  EXPECT_TRUE(GpuExclusive(r->allocated, 3));
+  EXPECT_FALSE(GpuExclusive(r->allocated, 0));
+  EXPECT_TRUE(NicUsed(r->allocated, 1));
   EXPECT_EQ(store.snapshot()->Find("gpu-b")->allocation_version, 0u);
   EXPECT_EQ(store.FindPod("uid-1"), bound->allocation);
   EXPECT_EQ(store.pod_count(), 1u);
@@ -309,7 +309,7 @@ TEST(ClusterStoreTest, BindPublishesPersistsAndIndexesThePod) {
 
   // The next decision sees the first pod's devices.
   const auto second = store.Bind("gpu-a", "uid-2", [](const NodeRecord& rec) -> Result<PodAllocation> {
-    if (!framework::GpuExclusive(rec.allocated, 2)) return Error("decide saw a stale record");
+    if (!GpuExclusive(rec.allocated, 2)) return Error("decide saw a stale record");
     PodAllocation a;
     a.delta = Whole({4});
     return a;
@@ -485,10 +485,10 @@ TEST(ClusterStoreTest, SharesWithinCapacityStackOnOneGpu) {
   // 3 x 15000 = 45000 <= 46068 MiB; 3 x 3000 = 9000 <= 10000 cores.
   for (const char* uid : {"s1", "s2", "s3"})
     ASSERT_TRUE(store.Bind("gpu-a", uid, Take(Share(1, 15000, 3000))).ok());
-  EXPECT_EQ(framework::GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
+  EXPECT_EQ(GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
             (GpuShareUsage{3, 45000, 9000}));
   ASSERT_TRUE(store.Release("s2").ok());
-  EXPECT_EQ(framework::GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
+  EXPECT_EQ(GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
             (GpuShareUsage{2, 30000, 6000}));
 }
 
@@ -535,9 +535,9 @@ TEST(ClusterStoreTest, ReleaseGivesTheDevicesBack) {
   const NodeRecord* r = store.snapshot()->Find("gpu-a");
   EXPECT_EQ(r->allocation_version, 3u);  // bind, bind, release
   EXPECT_EQ(r->pods, std::vector<std::string>{"u2"});
-  EXPECT_FALSE(framework::GpuExclusive(r->allocated, 0));
-  EXPECT_FALSE(framework::NicUsed(r->allocated, 0));
-  EXPECT_EQ(framework::GpuShares(r->allocated, 2), (GpuShareUsage{1, 8000, 2500}));
+  EXPECT_FALSE(GpuExclusive(r->allocated, 0));
+  EXPECT_FALSE(NicUsed(r->allocated, 0));
+  EXPECT_EQ(GpuShares(r->allocated, 2), (GpuShareUsage{1, 8000, 2500}));
   EXPECT_FALSE(store.FindPod("u1").has_value());
   EXPECT_EQ(store.pod_count(), 1u);
 
@@ -565,7 +565,7 @@ TEST(ClusterStoreTest, ReleaseWithoutPersistingForPodsAlreadyGone) {
   ASSERT_TRUE(released->has_value());
   EXPECT_TRUE(persistence.releases().empty());
   EXPECT_FALSE(store.FindPod("u1").has_value());
-  EXPECT_FALSE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 0));
+  EXPECT_FALSE(GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 0));
 }
 
 TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
@@ -578,7 +578,7 @@ TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
   ASSERT_TRUE(store.Restore(a).ok());
   EXPECT_EQ(store.FindPod("u1"), a);
   const auto after_first = store.snapshot();
-  EXPECT_TRUE(framework::GpuExclusive(after_first->Find("gpu-a")->allocated, 0));
+  EXPECT_TRUE(GpuExclusive(after_first->Find("gpu-a")->allocated, 0));
   // Again: a no-op.
   const Status again = store.Restore(a);
   EXPECT_TRUE(again.ok()) << again.error().message();
@@ -633,9 +633,9 @@ TEST(ClusterStoreTest, AHeldPodKeepsItsDevicesAndItsNodeUntilItIsGoneOrReadable)
   EXPECT_EQ(a->free_gpus, 0) << "a held node offers nothing to pool views";
   EXPECT_EQ(a->free_rdma_nics, 0);
   // The free named devices are taken whole; GPU0 and mlx5_0 stay "ok"'s alone (no oversubscription).
-  EXPECT_TRUE(framework::GpuExclusive(a->allocated, 1));
-  EXPECT_TRUE(framework::GpuExclusive(a->allocated, 3));
-  EXPECT_TRUE(framework::NicUsed(a->allocated, 1));
+  EXPECT_TRUE(GpuExclusive(a->allocated, 1));
+  EXPECT_TRUE(GpuExclusive(a->allocated, 3));
+  EXPECT_TRUE(NicUsed(a->allocated, 1));
   EXPECT_EQ(store.FindPod("bad")->delta, Whole({1, 3}, {1}));
   EXPECT_NE(a->class_key, store.snapshot()->Find("gpu-b")->class_key);
   EXPECT_FALSE(snapshot->Find("gpu-b")->held());
@@ -656,8 +656,8 @@ TEST(ClusterStoreTest, AHeldPodKeepsItsDevicesAndItsNodeUntilItIsGoneOrReadable)
   ASSERT_TRUE(store.Restore(Allocation("bad", "gpu-a", Whole({2}))).ok());
   EXPECT_FALSE(store.snapshot()->Find("gpu-a")->held());
   EXPECT_TRUE(store.FindPod("bad")->hold.empty());
-  EXPECT_FALSE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 1));
-  EXPECT_TRUE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 2));
+  EXPECT_FALSE(GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 1));
+  EXPECT_TRUE(GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 2));
 
   // A readable record that does not fit (GPU0 is "ok"'s) leaves an existing hold as it was.
   held.delta = Whole({4});
@@ -671,7 +671,7 @@ TEST(ClusterStoreTest, AHeldPodKeepsItsDevicesAndItsNodeUntilItIsGoneOrReadable)
   const auto released = store.Release("bad", /*persist=*/false);
   ASSERT_TRUE(released.ok());
   EXPECT_FALSE(store.snapshot()->Find("gpu-a")->held());
-  EXPECT_FALSE(framework::GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 4));
+  EXPECT_FALSE(GpuExclusive(store.snapshot()->Find("gpu-a")->allocated, 4));
   EXPECT_TRUE(persistence.releases().empty());
   PodAllocation elsewhere = Allocation("x", "gpu-z", Whole({0}));
   elsewhere.hold = "unreadable";
@@ -697,7 +697,7 @@ TEST(ClusterStoreTest, UpsertKeepsAllocationsAndReportsThoseThatNoLongerFit) {
   const NodeRecord* r = store.snapshot()->Find("gpu-a");
   EXPECT_EQ(r->topology, PresetTopology(std::string(kInference)));  // updated anyway
   EXPECT_EQ(r->topology_generation, 2);
-  EXPECT_TRUE(framework::GpuExclusive(r->allocated, 7));  // kept
+  EXPECT_TRUE(GpuExclusive(r->allocated, 7));  // kept
   EXPECT_EQ(store.pod_count(), 2u);
   // Releasing the misfit works; what remains fits.
   ASSERT_TRUE(store.Release("u1").ok());
@@ -759,14 +759,14 @@ ClusterStore::Decide FirstFree(int whole_gpus, int shares, bool reckless, std::u
       return a;
     }
     for (int g = 0; g < gpus && static_cast<int>(a.delta.exclusive_gpus.size()) < whole_gpus; ++g) {
-      if (framework::GpuFree(r.allocated, g)) a.delta.exclusive_gpus.push_back(g);
+      if (GpuFree(r.allocated, g)) a.delta.exclusive_gpus.push_back(g);
     }
     for (int n = 0; n < rdma && static_cast<int>(a.delta.nics.size()) < whole_gpus; ++n) {
-      if (!framework::NicUsed(r.allocated, n)) a.delta.nics.push_back(n);
+      if (!NicUsed(r.allocated, n)) a.delta.nics.push_back(n);
     }
     for (int g = 0; g < gpus && static_cast<int>(a.delta.shares.size()) < shares; ++g) {
-      const GpuShareUsage u = framework::GpuShares(r.allocated, g);
-      if (!framework::GpuExclusive(r.allocated, g) && u.shares < max_shares &&
+      const GpuShareUsage u = GpuShares(r.allocated, g);
+      if (!GpuExclusive(r.allocated, g) && u.shares < max_shares &&
           u.memory_mib + 30000 <= static_cast<std::int64_t>(t.gpus[static_cast<std::size_t>(g)].memory_mib) &&
           u.cores + 4000 <= kFullGpuCores) {
         a.delta.shares.emplace_back(g, GpuShareUsage{1, 30000, 4000});

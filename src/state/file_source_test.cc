@@ -529,12 +529,12 @@ TEST(FileSourceTest, AFailedAppendIsCutBackAndTheBindFails) {
         auto decide = [i](const NodeRecord& r) -> Result<PodAllocation> {
           PodAllocation a;
           for (int g = 0; g < 8; ++g) {
-            const GpuShareUsage u = framework::GpuShares(r.allocated, g);
-            if (i % 2 == 0 && framework::GpuFree(r.allocated, g)) {
+            const GpuShareUsage u = GpuShares(r.allocated, g);
+            if (i % 2 == 0 && GpuFree(r.allocated, g)) {
               a.delta.exclusive_gpus.push_back(g);
               return a;
             }
-            if (i % 2 == 1 && !framework::GpuExclusive(r.allocated, g) && u.shares < 4) {
+            if (i % 2 == 1 && !GpuExclusive(r.allocated, g) && u.shares < 4) {
               a.delta.shares.emplace_back(g, GpuShareUsage{1, 10000, 2000});
               return a;
             }

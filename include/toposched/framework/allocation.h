@@ -8,16 +8,12 @@
 #include <vector>
 
 #include "toposched/common/status.h"
+#include "toposched/placement/device_rules.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched::framework {
-
-// Memory one vGPU of `shared` takes on `gpu`: memory_mib when set, else memory_percent of the
-// card rounded up, as the engine checks it (0 when the card's memory is unknown: the engine
-// places no memory request on such a card).
-std::int64_t ShareMemoryMib(const Gpu& gpu, const SharedGpuRequest& shared);
 
 // What one placement adds to a NodeAllocation.
 struct AllocationDelta {
@@ -48,12 +44,5 @@ Status ApplyDelta(const NodeTopology& topology, const AllocationDelta& delta, No
 // shrinks each vector back to its length in `before` when what lies past it is all default
 // (something reserved in between keeps its entries). Apply then Revert gives back an equal value.
 void RevertDelta(const AllocationDelta& delta, const AllocationShape& before, NodeAllocation& allocated);
-
-// Queries tolerating short or empty vectors (an index past the end is free).
-bool GpuExclusive(const NodeAllocation& allocated, int gpu);
-bool NicUsed(const NodeAllocation& allocated, int nic);
-GpuShareUsage GpuShares(const NodeAllocation& allocated, int gpu);
-// Neither exclusive nor carrying shares.
-bool GpuFree(const NodeAllocation& allocated, int gpu);
 
 }  // namespace toposched::framework

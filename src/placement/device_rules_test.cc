@@ -1,0 +1,61 @@
+// The device rules every caller shares: what a vGPU needs and records of a card, and why one
+// more does or does not fit.
+
+#include "toposched/placement/device_rules.h"
+
+#include <gtest/gtest.h>
+
+namespace toposched {
+namespace {
+
+TEST(DeviceRules, ShareMemoryNeedAndWhatAVgpuRecords) {
+  Gpu known;
+  known.memory_mib = 40000;
+  Gpu unknown;
+  SharedGpuRequest mib{.count = 1, .memory_mib = 8000};
+  SharedGpuRequest percent{.count = 1, .memory_percent = 25};
+  SharedGpuRequest compute{.count = 1, .cores = 3000};
+  EXPECT_EQ(ShareMemoryNeed(known, mib), 8000);
+  EXPECT_EQ(ShareMemoryNeed(known, percent), 10000);
+  EXPECT_EQ(ShareMemoryNeed(known, compute), 0);
+  EXPECT_EQ(ShareMemoryNeed(unknown, mib), std::nullopt);
+  EXPECT_EQ(ShareMemoryNeed(unknown, percent), std::nullopt);
+  EXPECT_EQ(ShareMemoryNeed(unknown, compute), 0);
+  EXPECT_EQ(ShareMemoryMib(unknown, mib), 8000);  // what it asked, recorded
+  EXPECT_EQ(ShareMemoryMib(unknown, percent), 0);
+  EXPECT_EQ(ShareMemoryMib(known, percent), 10000);
+}
+
+TEST(DeviceRules, OneMoreVgpuFitsOrSaysWhyNot) {
+  NodeTopology t;
+  t.gpus.resize(2);
+  t.gpus[0].memory_mib = 16000;
+  t.gpus[0].model = "Tesla T4";
+  t.gpus[1].memory_mib = 16000;
+  t.gpus[1].unusable = "unhealthy";
+  PlacementRequest r;
+  r.shared = {.count = 1, .memory_mib = 8000, .cores = 5000};
+  NodeAllocation a;
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 0), ShareVerdict::kFits);
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 1), ShareVerdict::kUnusable);
+  a.gpu_shares = {GpuShareUsage{.shares = 1, .memory_mib = 9000, .cores = 0}};
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 0), ShareVerdict::kMemory);
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 1, 0), ShareVerdict::kShareLimit);
+  a.gpu_shares = {GpuShareUsage{.shares = 1, .memory_mib = 1000, .cores = 6000}};
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 0), ShareVerdict::kCores);
+  r.shared.use_types = {"a100"};
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 0), ShareVerdict::kFiltered);
+  a.gpu_exclusive = {true};
+  r.shared.use_types.clear();
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 0), ShareVerdict::kExclusive);
+  r.vendor = GpuVendor::kAmd;
+  EXPECT_EQ(JudgeSharedGpu(t, a, r, 10, 0), ShareVerdict::kWrongVendor);
+  // Past the allocation's vectors: nothing allocated.
+  EXPECT_FALSE(GpuExclusive(a, 5));
+  EXPECT_TRUE(GpuFree(a, 5));
+  EXPECT_FALSE(NicUsed(a, 0));
+  EXPECT_FALSE(RdmaNicFree(t, a, 0));  // no such NIC
+}
+
+}  // namespace
+}  // namespace toposched
