@@ -30,7 +30,7 @@
 #include "testing/http_client.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/extender/service.h"
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/server/http_server.h"
 #include "toposched/state/cluster_state.h"
@@ -225,7 +225,7 @@ struct World {
   framework::Framework framework =
       framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry()).value();
   state::ClusterStore store;
-  server::Registry metrics;
+  metrics::Registry metrics;
   std::unique_ptr<extender::ExtenderService> service;
 };
 

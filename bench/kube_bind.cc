@@ -30,7 +30,7 @@
 #include "toposched/kube/objects.h"
 #include "toposched/kube/source.h"
 #include "toposched/kube/transport.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
 
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   kube::Api api(*transport);
   const framework::Registry registry = plugins::BuiltinRegistry();
   const framework::Framework fw = framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
-  server::Registry metrics;
+  metrics::Registry metrics;
   state::ClusterStore store(nullptr);
   kube::KubeSource source(api, store, metrics, {}, nullptr);
   store.SetPersistence(&source);

@@ -20,8 +20,8 @@
 #include "plugins/registry.h"
 #include "toposched/extender/service.h"
 #include "toposched/framework/framework.h"
-#include "toposched/server/logging.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/logging.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
 
@@ -82,7 +82,7 @@ StoreState Capture(const state::ClusterStore& store) {
 
 // The service logs a warning per bad request: off, or a million inputs write gigabytes.
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  toposched::server::ConfigureLogging(toposched::server::LogFormat::kText, toposched::server::LogLevel::kOff);
+  toposched::metrics::ConfigureLogging(toposched::metrics::LogFormat::kText, toposched::metrics::LogLevel::kOff);
   return 0;
 }
 
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!store.UpsertNode({name, hgx, {{"toposched.io/leaf", "leaf-1"}}, true}).ok()) std::abort();
   }
   if (!store.UpsertNode({"infer-0", Inference(), {}, true}).ok()) std::abort();
-  toposched::server::Registry metrics;
+  toposched::metrics::Registry metrics;
   toposched::extender::ExtenderService service(fw, store, metrics, toposched::extender::ExtenderOptions{});
 
   std::string_view input = toposched::fuzz::AsText(data, size);

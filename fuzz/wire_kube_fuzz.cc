@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "fuzz_check.h"
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 
 using toposched::fuzz::Touch;
 

@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 jobs=$(nproc)
+# The folders include one another only along docs/architecture.md's dependency graph.
+/usr/bin/python3 scripts/check-deps.py
 
 BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=ON -DTOPOSCHED_SANITIZE=OFF
 ctest --test-dir build --output-on-failure -j"$jobs"

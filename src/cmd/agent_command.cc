@@ -19,7 +19,7 @@
 #include "toposched/kube/agent.h"
 #include "toposched/kube/api.h"
 #include "toposched/kube/transport.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 #include "toposched/topology/json_codec.h"
 
 namespace toposched::cmd {
@@ -47,10 +47,10 @@ Status WriteFileAtomically(const std::string& path, const std::string& content) 
 
 // The DaemonSet mode: publish until SIGTERM/SIGINT.
 int PublishLoop(const TopologyArgs& source, kube::AgentOptions publish, const std::string& kubeconfig,
-                const std::string& context, server::LogFormat log_format, server::LogLevel log_level) {
-  server::ConfigureLogging(log_format, log_level);
+                const std::string& context, metrics::LogFormat log_format, metrics::LogLevel log_level) {
+  metrics::ConfigureLogging(log_format, log_level);
   auto fatal = [](const std::string& message) {
-    server::Log(server::LogLevel::kError, {"agent", "", ""}, message);
+    metrics::Log(metrics::LogLevel::kError, {"agent", "", ""}, message);
     return 1;
   };
   if (publish.node_name.empty()) {
@@ -79,17 +79,17 @@ int PublishLoop(const TopologyArgs& source, kube::AgentOptions publish, const st
     std::string nvml_note;
     Result<NodeTopology> topology = ObtainTopology(source, &nvml_note);
     if (!nvml_note.empty() && nvml_note != *last_nvml_note) {
-      server::Log(server::LogLevel::kInfo, {"agent", "", node_name}, "nvml: " + nvml_note);
+      metrics::Log(metrics::LogLevel::kInfo, {"agent", "", node_name}, "nvml: " + nvml_note);
       *last_nvml_note = nvml_note;
     }
     return topology;
   });
-  server::Log(server::LogLevel::kInfo, {"agent", "", publish.node_name},
+  metrics::Log(metrics::LogLevel::kInfo, {"agent", "", publish.node_name},
               "publishing NodeTopology to " + client->server);
   std::jthread loop([&publisher](std::stop_token stop) { publisher.Run(stop); });
   int sig = 0;
   sigwait(&signals, &sig);
-  server::Log(server::LogLevel::kInfo, {"agent", "", publish.node_name}, "stopping");
+  metrics::Log(metrics::LogLevel::kInfo, {"agent", "", publish.node_name}, "stopping");
   loop.request_stop();
   loop.join();
   return 0;
@@ -137,14 +137,14 @@ int RunAgent(const std::vector<std::string>& args) {
   // overrides $NODE_NAME.
   if (!source.node_name.empty()) publish.node_name = source.node_name;
   // One log format in both modes, on stderr (with --once, stdout may carry the JSON).
-  const server::LogFormat format = *server::ParseLogFormat(log_format);
-  const server::LogLevel level = *server::ParseLogLevel(log_level);
+  const metrics::LogFormat format = *metrics::ParseLogFormat(log_format);
+  const metrics::LogLevel level = *metrics::ParseLogLevel(log_level);
   if (!once) return PublishLoop(source, publish, kubeconfig, context, format, level);
-  server::ConfigureLogging(format, level);
+  metrics::ConfigureLogging(format, level);
   std::string nvml_note;
   auto topology = ObtainTopology(source, &nvml_note);
   if (!topology.ok()) {
-    server::Log(server::LogLevel::kError, {"agent", "", source.node_name},
+    metrics::Log(metrics::LogLevel::kError, {"agent", "", source.node_name},
                 "discovery failed: " + topology.error().message());
     return 1;
   }
@@ -152,12 +152,12 @@ int RunAgent(const std::vector<std::string>& args) {
   if (output.empty()) {
     std::fputs(json.c_str(), stdout);
   } else if (Status written = WriteFileAtomically(output, json); !written.ok()) {
-    server::Log(server::LogLevel::kError, {"agent", "", topology->node_name},
+    metrics::Log(metrics::LogLevel::kError, {"agent", "", topology->node_name},
                 "write failed: " + written.error().message());
     return 1;
   }
   // nvml= only when live discovery tried NVML: says whether NVLink came from it, or why not.
-  server::Log(server::LogLevel::kInfo, {"agent", "", topology->node_name},
+  metrics::Log(metrics::LogLevel::kInfo, {"agent", "", topology->node_name},
               "discovered: source=" + std::string(ToString(topology->source)) +
                   " gpus=" + std::to_string(topology->gpus.size()) +
                   " rdma_nics=" + std::to_string(topology->RdmaNicCount()) +

@@ -30,8 +30,8 @@
 #include "toposched/kube/source.h"
 #include "toposched/kube/transport.h"
 #include "toposched/server/http_server.h"
-#include "toposched/server/logging.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/logging.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::cmd {
@@ -46,8 +46,8 @@ struct ServeFlags {
   std::string cluster, config, port_file;
   server::ServerOptions http;
   extender::ExtenderOptions extender;
-  server::LogFormat log_format = server::LogFormat::kText;
-  server::LogLevel log_level = server::LogLevel::kInfo;
+  metrics::LogFormat log_format = metrics::LogFormat::kText;
+  metrics::LogLevel log_level = metrics::LogLevel::kInfo;
   std::chrono::milliseconds grace{10'000};
 };
 
@@ -151,8 +151,8 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   f.http.threads = threads > 0 ? static_cast<int>(threads)
                                : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
   f.extender.max_body_bytes = static_cast<std::size_t>(max_body);
-  f.log_format = *server::ParseLogFormat(log_format);
-  f.log_level = *server::ParseLogLevel(log_level);
+  f.log_format = *metrics::ParseLogFormat(log_format);
+  f.log_level = *metrics::ParseLogLevel(log_level);
 
   if (f.cluster.empty() == !f.kube) return flags.UsageError("give exactly one of --kube and --cluster DIR");
   if (f.leader_elect && !(f.lease.renew_deadline < f.lease.lease_duration &&
@@ -198,14 +198,14 @@ std::string DefaultIdentity() {
   return base + suffix;
 }
 
-void Fatal(const std::string& message) { server::Log(server::LogLevel::kError, {"startup", "", ""}, message); }
+void Fatal(const std::string& message) { metrics::Log(metrics::LogLevel::kError, {"startup", "", ""}, message); }
 
 }  // namespace
 
 int RunServe(const std::vector<std::string>& args) {
   ServeFlags flags;
   if (const auto exit_code = ParseFlags(args, flags)) return *exit_code;
-  server::ConfigureLogging(flags.log_format, flags.log_level);
+  metrics::ConfigureLogging(flags.log_format, flags.log_level);
 
   // Block the shutdown signals before any thread starts, so that only sigwait() below sees them.
   sigset_t signals;
@@ -229,7 +229,7 @@ int RunServe(const std::vector<std::string>& args) {
   Result<framework::Framework> fw = framework::Framework::Create(config, registry);
   if (!fw.ok()) return Fatal("scheduler config: " + fw.error().message()), 1;
 
-  server::Registry metrics;
+  metrics::Registry metrics;
   state::ClusterStore store(nullptr, extender::StoreOptionsFor(config));
   std::unique_ptr<state::FileSource> file_source;
   std::unique_ptr<kube::Transport> transport;
@@ -275,7 +275,7 @@ int RunServe(const std::vector<std::string>& args) {
     store.SetPersistence(kube_source.get());
     kube_source->Start();
     if (elector) elector_thread = std::jthread([&elector](std::stop_token stop) { elector->Run(stop); });
-    server::Log(server::LogLevel::kInfo, {"startup", "", ""},
+    metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
                 "Kubernetes API " + client->server + (elector ? ", leader election on Lease " + lease.lease_namespace +
                                                                  "/" + lease.lease_name + " as " + lease.identity
                                                            : ", no leader election") +
@@ -287,9 +287,9 @@ int RunServe(const std::vector<std::string>& args) {
     store.SetPersistence(file_source.get());
     if (Status loaded = file_source->Load(store); !loaded.ok()) return Fatal(loaded.error().message()), 1;
     for (const std::string& w : file_source->warnings()) {
-      server::Log(server::LogLevel::kWarn, {"startup", "", ""}, w);
+      metrics::Log(metrics::LogLevel::kWarn, {"startup", "", ""}, w);
     }
-    server::Log(server::LogLevel::kInfo, {"startup", "", ""},
+    metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
                 "cluster " + flags.cluster + ": " + std::to_string(store.snapshot()->size()) + " nodes, " +
                     std::to_string(store.pod_count()) + " pods with allocations");
   }
@@ -331,14 +331,14 @@ int RunServe(const std::vector<std::string>& args) {
       return 1;
     }
   }
-  server::Log(server::LogLevel::kInfo, {"startup", "", ""},
+  metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
               std::string(flags.http.tls_enabled ? "serving https" : "serving http") + " on " + flags.http.address +
                   ":" + std::to_string(srv.port()) + " (kube " + flags.extender.kube_prefix + ", volcano " +
                   flags.extender.volcano_prefix + ", " + std::to_string(flags.http.threads) + " threads)");
 
   int sig = 0;
   sigwait(&signals, &sig);
-  server::Log(server::LogLevel::kInfo, {"shutdown", "", ""},
+  metrics::Log(metrics::LogLevel::kInfo, {"shutdown", "", ""},
               std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
                   ": finishing in-flight requests");
   srv.Shutdown(flags.grace);
@@ -348,7 +348,7 @@ int RunServe(const std::vector<std::string>& args) {
     elector_thread.join();
   }
   if (kube_source) kube_source->Stop();
-  server::Log(server::LogLevel::kInfo, {"shutdown", "", ""}, "stopped");
+  metrics::Log(metrics::LogLevel::kInfo, {"shutdown", "", ""}, "stopped");
   return 0;
 }
 

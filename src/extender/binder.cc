@@ -10,13 +10,13 @@
 #include "explain.h"
 #include "verbs.h"
 #include "toposched/framework/allocation.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
 
-using server::LogLevel;
+using metrics::LogLevel;
 
-Binder::Binder(Evaluator& evaluator, server::Registry& reg)
+Binder::Binder(Evaluator& evaluator, metrics::Registry& reg)
     : evaluator_(evaluator),
       store_(evaluator.store()),
       hooks_(evaluator.hooks()),
@@ -90,19 +90,19 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     std::string metric = "error";
     if (msg.starts_with(state::kConflictTag)) metric = "conflict";
     else if (msg.starts_with("unfit: ")) metric = "unfit";
-    server::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
+    metrics::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
     return {msg, metric, ""};
   }
   evaluator_.Forget(entry->uid);  // the reservation is consumed
   if (bound->kind == state::BindKind::kAlreadyBound) {
-    server::Log(LogLevel::kInfo, {verb, pod, node}, "already bound here (retried bind): nothing to do");
+    metrics::Log(LogLevel::kInfo, {verb, pod, node}, "already bound here (retried bind): nothing to do");
     return {"", "already_bound", ""};
   }
   if (entry->interested) {
     reservations_.With({confirmed ? "confirmed" : "changed"}).Inc();
     placements_.With({ToString(bound->allocation.worst_class)}).Inc();
   }
-  if (server::LogEnabled(LogLevel::kInfo)) {
+  if (metrics::LogEnabled(LogLevel::kInfo)) {
     const framework::AllocationDelta& d = bound->allocation.delta;
     std::string what = "bound: gpus [";
     std::vector<int> shared;
@@ -114,7 +114,7 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     what += "]";
     if (entry->interested) what += " worst " + std::string(ToString(bound->allocation.worst_class));
     if (!alignment.empty()) what += " (" + alignment + ")";
-    server::Log(LogLevel::kInfo, {verb, pod, node}, what);
+    metrics::Log(LogLevel::kInfo, {verb, pod, node}, what);
   }
   return {"", "bound", std::move(alignment)};
 }
@@ -128,7 +128,7 @@ std::string Binder::Complete(const state::PodAllocation& allocation) {
   if (auto released = store_.Release(allocation.uid); !released.ok()) {
     error += "; and releasing the allocation failed: " + released.error().message();
   }
-  server::Log(LogLevel::kWarn, {"bind", pod, allocation.node}, error);
+  metrics::Log(LogLevel::kWarn, {"bind", pod, allocation.node}, error);
   return error;
 }
 
@@ -139,7 +139,7 @@ std::string Binder::MoveIfNeverBound(std::string_view uid, std::string_view node
   // scheduler gave up on that node, a Volcano session allocated it and never bound it): the pod
   // is not running anywhere, so it moves.
   if (auto released = store_.Release(uid); !released.ok()) return released.error().message();
-  server::Log(LogLevel::kInfo, {verb, PodLabel(existing->pod_namespace, existing->pod_name, uid), existing->node},
+  metrics::Log(LogLevel::kInfo, {verb, PodLabel(existing->pod_namespace, existing->pod_name, uid), existing->node},
               "released an allocation that was never bound; allocating on " + std::string(node));
   return "";
 }
@@ -179,7 +179,7 @@ std::string Binder::Bind(const BindingArgs& b) {
         reservations_.With({"refetched"}).Inc();
         entry = evaluator_.Remember(std::move(parsed).value(), b.pod_uid, "");
       } else {
-        server::Log(LogLevel::kWarn, {"bind", pod, b.node}, "cannot read the pod: " + json.error().message());
+        metrics::Log(LogLevel::kWarn, {"bind", pod, b.node}, "cannot read the pod: " + json.error().message());
       }
     }
   }
@@ -189,7 +189,7 @@ std::string Binder::Bind(const BindingArgs& b) {
     const std::string msg = "no filter result cached for pod " + std::string(b.pod_namespace) + "/" +
                             std::string(b.pod_name) + " (uid " + std::string(b.pod_uid) +
                             "): it expired or the extender restarted; the scheduler will retry the pod";
-    server::Log(LogLevel::kWarn, {"bind", pod, b.node}, msg);
+    metrics::Log(LogLevel::kWarn, {"bind", pod, b.node}, msg);
     return msg;
   }
   Outcome out = Commit(entry, b.node, "bind");
@@ -239,7 +239,7 @@ std::string Binder::Deallocate(std::string_view task_uid) {
     // Running (a session evicts it; if the statement is discarded it keeps running), or not
     // provably unbound: its devices stay until the pod is gone.
     volcano_events_.With({"deallocate_kept"}).Inc();
-    server::Log(LogLevel::kInfo, {"volcano/deallocate", uid, existing->node},
+    metrics::Log(LogLevel::kInfo, {"volcano/deallocate", uid, existing->node},
                 "the pod is bound (or cannot be shown unbound): its devices stay until it is gone");
     return "";
   }
@@ -247,7 +247,7 @@ std::string Binder::Deallocate(std::string_view task_uid) {
   if (!released.ok()) return released.error().message();
   if (released->has_value()) {
     volcano_events_.With({"deallocate_released"}).Inc();
-    server::Log(LogLevel::kInfo, {"volcano/deallocate", uid, (*released)->node}, "released (never bound)");
+    metrics::Log(LogLevel::kInfo, {"volcano/deallocate", uid, (*released)->node}, "released (never bound)");
   }
   return "";
 }
@@ -260,7 +260,7 @@ void Binder::NoteVolcanoPass() {
   if (now - first < std::chrono::duration_cast<PodCache::TimePoint::duration>(std::chrono::minutes(1)).count()) return;
   if (volcano_allocate_missing_.exchange(true)) return;
   volcano_missing_.With({}).Set(1);
-  server::Log(LogLevel::kWarn, {"volcano/predicate", "", ""},
+  metrics::Log(LogLevel::kWarn, {"volcano/predicate", "", ""},
               "Volcano passes GPU tasks through predicate but has not called allocate for a minute: Volcano "
               "before v1.13 ignores extender.allocateFuncVerb, and its binds then leave toposched no record of "
               "the devices (upgrade Volcano to v1.13 or newer; docs/install.md)");

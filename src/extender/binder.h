@@ -15,8 +15,8 @@
 
 #include "evaluator.h"
 #include "toposched/extender/service.h"
-#include "toposched/extender/wire.h"
-#include "toposched/server/metrics.h"
+#include "toposched/wire/wire.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::extender {
@@ -24,7 +24,7 @@ namespace toposched::extender {
 class Binder {
  public:
   // `evaluator` (its entries, store, hooks and clock) must outlive the binder.
-  Binder(Evaluator& evaluator, server::Registry& metrics);
+  Binder(Evaluator& evaluator, metrics::Registry& metrics);
 
   // kube-scheduler's bind: the pod's devices on b.node, then its Binding. "" = bound.
   std::string Bind(const BindingArgs& b);
@@ -69,11 +69,11 @@ class Binder {
   Evaluator& evaluator_;
   state::ClusterStore& store_;
   BindHooks* const hooks_;
-  server::Family<server::Counter>& placements_;
-  server::Family<server::Counter>& reservations_;
-  server::Family<server::Counter>& binds_;
-  server::Family<server::Counter>& volcano_events_;
-  server::Family<server::Gauge>& volcano_missing_;
+  metrics::Family<metrics::Counter>& placements_;
+  metrics::Family<metrics::Counter>& reservations_;
+  metrics::Family<metrics::Counter>& binds_;
+  metrics::Family<metrics::Counter>& volcano_events_;
+  metrics::Family<metrics::Gauge>& volcano_missing_;
   std::atomic<std::uint64_t> volcano_allocates_{0};
   std::atomic<std::int64_t> volcano_first_pass_{0};  // clock ticks of the first passing predicate
   std::atomic<bool> volcano_allocate_missing_{false};

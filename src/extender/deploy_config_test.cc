@@ -49,7 +49,7 @@ class Routes {
  private:
   framework::Framework framework_;
   state::ClusterStore store_;
-  server::Registry metrics_;
+  metrics::Registry metrics_;
   ExtenderService service_;
 };
 

@@ -7,11 +7,11 @@
 
 #include "explain.h"
 #include "verbs.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
 
-using server::LogLevel;
+using metrics::LogLevel;
 
 bool Interested(const PlacementRequest& r) { return r.gpus > 0 || r.IsShared() || r.rdma_nics > 0; }
 
@@ -43,7 +43,7 @@ PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestCon
   return r;
 }
 
-Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store, server::Registry& metrics,
+Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store, metrics::Registry& metrics,
                      const ExtenderOptions& options, Clock clock, BindHooks* hooks)
     : framework_(framework),
       store_(store),
@@ -94,7 +94,7 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   entry->resource_version = std::string(rv);
   entry->interested = Interested(request);
   for (const std::string& warning : request.warnings) {
-    server::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
+    metrics::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
                 warning);
     if (hooks_ != nullptr) hooks_->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
   }

@@ -29,10 +29,10 @@
 
 #include "pod_cache.h"
 #include "toposched/extender/service.h"
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 #include "toposched/framework/framework.h"
 #include "toposched/framework/shape_window.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::extender {
@@ -54,7 +54,7 @@ class Evaluator {
   using Clock = ExtenderService::Clock;
 
   // `framework`, `store`, `metrics` and `hooks` (may be null) must outlive the evaluator.
-  Evaluator(const framework::Framework& framework, state::ClusterStore& store, server::Registry& metrics,
+  Evaluator(const framework::Framework& framework, state::ClusterStore& store, metrics::Registry& metrics,
             const ExtenderOptions& options, Clock clock, BindHooks* hooks);
 
   // The pod's entry: a hit for the same UID and resourceVersion, else parsed and stored.
@@ -101,8 +101,8 @@ class Evaluator {
   const Clock clock_;
   PodCache pods_;
   framework::ShapeWindow shapes_;  // the pods asked about: the mix capacity first packs for
-  server::Family<server::Counter>& rejections_;
-  server::Counter* unknown_node_rejections_;
+  metrics::Family<metrics::Counter>& rejections_;
+  metrics::Counter* unknown_node_rejections_;
 };
 
 // One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which

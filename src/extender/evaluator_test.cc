@@ -17,7 +17,7 @@
 #include "plugins/registry.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/framework/allocation.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 #include "toposched/topology/synthetic.h"
 
 namespace toposched::extender {
@@ -39,7 +39,7 @@ class EvaluatorTest : public ::testing::Test {
         framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry_).value()),
         store_(nullptr, StoreOptionsFor(framework_.config())),
         evaluator_(framework_, store_, metrics_, ExtenderOptions{}, nullptr, nullptr) {
-    server::ConfigureLogging(server::LogFormat::kText, server::LogLevel::kError);
+    metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kError);
   }
 
   void AddNode(const std::string& name, std::shared_ptr<const NodeTopology> topology,
@@ -100,7 +100,7 @@ class EvaluatorTest : public ::testing::Test {
   framework::Registry registry_;
   framework::Framework framework_;
   state::ClusterStore store_;
-  server::Registry metrics_;
+  metrics::Registry metrics_;
   Evaluator evaluator_;
   std::vector<std::string> raw_;  // the request bodies the entries' views were read from
 };

@@ -9,14 +9,14 @@
 #include "explain.h"
 #include "verbs.h"
 #include "toposched/framework/allocation.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
 namespace {
 
 using framework::Code;
 using server::HttpResponse;
-using server::LogLevel;
+using metrics::LogLevel;
 
 // Per-thread reply buffers, kept between calls so that a 5,000-node call allocates nothing in
 // steady state. Only views into the current request live here.
@@ -45,7 +45,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
 
   Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(a.pod);
   if (!entry.ok()) {
-    server::Log(LogLevel::kWarn, {VerbName(verb), PodLabel(a.pod.pod_namespace, a.pod.name, a.pod.uid), ""},
+    metrics::Log(LogLevel::kWarn, {VerbName(verb), PodLabel(a.pod.pod_namespace, a.pod.name, a.pod.uid), ""},
                 entry.error().message());
     if (prioritize) {
       // Prioritize has no error field; kube-scheduler ignores prioritize failures anyway.
@@ -101,8 +101,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       scores.push_back({nodes[k].name, verdicts[k] != nullptr ? band.ExtenderScore(verdicts[k]->AsNodeScore()) : 0});
     }
     WriteHostPriorityList(resp.body, scores);
-    if (server::LogEnabled(LogLevel::kDebug)) {
-      server::Log(LogLevel::kDebug, {"prioritize", pod, ""},
+    if (metrics::LogEnabled(LogLevel::kDebug)) {
+      metrics::Log(LogLevel::kDebug, {"prioritize", pod, ""},
                   "scored " + std::to_string(nodes.size()) + " nodes in " + std::to_string(verdict.evaluated()) +
                       " classes");
     }
@@ -140,7 +140,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
   }
   if (!error.empty()) {
     // kube-scheduler's contract: a plugin error fails the whole call (the pod is retried).
-    server::Log(LogLevel::kError, {"filter", pod, ""}, error);
+    metrics::Log(LogLevel::kError, {"filter", pod, ""}, error);
     WriteFilterResult(resp.body, nodes_mode, {}, {}, {}, error);
     return;
   }
@@ -167,8 +167,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     }
     hooks->PodUnschedulable(e.pod_namespace, e.pod_name, e.uid, SummarizeRefusals(nodes.size(), 0, std::move(reasons)));
   }
-  if (server::LogEnabled(LogLevel::kDebug)) {
-    server::Log(LogLevel::kDebug, {"filter", pod, ""},
+  if (metrics::LogEnabled(LogLevel::kDebug)) {
+    metrics::Log(LogLevel::kDebug, {"filter", pod, ""},
                 std::to_string(passed.size()) + " of " + std::to_string(nodes.size()) + " nodes fit (" +
                     std::to_string(verdict.evaluated()) + " node classes evaluated)");
   }

@@ -22,7 +22,7 @@
 #include "toposched/framework/status.h"
 #include "toposched/placement/packing.h"
 #include "toposched/placement/request.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched::extender {
@@ -38,7 +38,7 @@ struct ClassVerdict {
   // its node-only part (ScoreSet::kNodeOnly), to which each node's cluster part is added.
   long long score_weighted = 0, score_weights = 0;
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
-  server::Counter* rejections = nullptr;  // the filter-rejection series for this reason
+  metrics::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
   // The total and capacity, for framework::CapacityBand.
   framework::NodeScore AsNodeScore() const {

@@ -20,15 +20,15 @@
 #include "evaluator.h"
 #include "explain.h"
 #include "verbs.h"
-#include "toposched/extender/wire.h"
-#include "toposched/server/logging.h"
+#include "toposched/wire/wire.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
 namespace {
 
 using server::HttpRequest;
 using server::HttpResponse;
-using server::LogLevel;
+using metrics::LogLevel;
 
 bool IsJsonContentType(std::string_view ct) {
   const std::size_t semi = ct.find(';');
@@ -54,7 +54,7 @@ state::StoreOptions StoreOptionsFor(const framework::SchedulerConfig& config) {
 }
 
 struct ExtenderService::Impl {
-  Impl(const framework::Framework& fw, state::ClusterStore& st, server::Registry& reg, ExtenderOptions opts,
+  Impl(const framework::Framework& fw, state::ClusterStore& st, metrics::Registry& reg, ExtenderOptions opts,
        Clock clk, BindHooks* h)
       : store(st),
         hooks(h),
@@ -68,7 +68,7 @@ struct ExtenderService::Impl {
                                 {"verb", "code"})),
         latency(reg.AddHistogram("toposched_request_duration_seconds",
                                  "Time from a request's arrival to its reply, by verb.", {"verb"},
-                                 server::LatencyBuckets())),
+                                 metrics::LatencyBuckets())),
         state_nodes(reg.AddGauge("toposched_state_nodes", "Nodes in the cluster state.")),
         state_pods(reg.AddGauge("toposched_state_pods", "Pods holding an allocation in the cluster state.")),
         cached_pods_gauge(reg.AddGauge("toposched_cached_pods",
@@ -148,7 +148,7 @@ struct ExtenderService::Impl {
       Dispatch(*verb, req, resp);
     } catch (const std::exception& e) {
       // The edge: nothing below should throw; a bug must not take the server down.
-      server::Log(LogLevel::kError, {VerbName(*verb), "", ""}, std::string("internal error: ") + e.what());
+      metrics::Log(LogLevel::kError, {VerbName(*verb), "", ""}, std::string("internal error: ") + e.what());
       WriteError(resp, *verb, 500, std::string("internal error: ") + e.what());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -375,26 +375,26 @@ struct ExtenderService::Impl {
 
   state::ClusterStore& store;
   BindHooks* const hooks;
-  server::Registry& registry;
+  metrics::Registry& registry;
   const ExtenderOptions options;
   Evaluator evaluator;
   Binder binder;
   KubeVerbs kube;
   VolcanoVerbs volcano;
-  server::Family<server::Counter>& requests;
-  server::Family<server::Histogram>& latency;
-  server::Family<server::Gauge>& state_nodes;
-  server::Family<server::Gauge>& state_pods;
-  server::Family<server::Gauge>& cached_pods_gauge;
-  server::Family<server::Gauge>& state_synced;
-  server::Histogram* verb_latency[kVerbCount] = {};
-  server::Counter* ok_requests[kVerbCount] = {};
+  metrics::Family<metrics::Counter>& requests;
+  metrics::Family<metrics::Histogram>& latency;
+  metrics::Family<metrics::Gauge>& state_nodes;
+  metrics::Family<metrics::Gauge>& state_pods;
+  metrics::Family<metrics::Gauge>& cached_pods_gauge;
+  metrics::Family<metrics::Gauge>& state_synced;
+  metrics::Histogram* verb_latency[kVerbCount] = {};
+  metrics::Counter* ok_requests[kVerbCount] = {};
   std::function<void()> scrape_hook;
   std::atomic<bool> explaining{false};  // one explain at a time (each walks every node)
 };
 
 ExtenderService::ExtenderService(const framework::Framework& framework, state::ClusterStore& store,
-                                 server::Registry& metrics, ExtenderOptions options, Clock clock,
+                                 metrics::Registry& metrics, ExtenderOptions options, Clock clock,
                                  BindHooks* hooks)
     : impl_(std::make_unique<Impl>(framework, store, metrics, std::move(options), std::move(clock), hooks)) {}
 

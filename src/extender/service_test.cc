@@ -26,8 +26,8 @@
 #include "toposched/framework/allocation.h"
 #include "toposched/placement/request.h"
 #include "toposched/server/http_server.h"
-#include "toposched/server/logging.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/logging.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
 
@@ -59,7 +59,7 @@ class Harness {
       : registry_(plugins::BuiltinRegistry()),
         framework_(framework::Framework::Create(config, registry_).value()),
         store_(persistence, StoreOptionsFor(framework_.config())) {
-    server::ConfigureLogging(server::LogFormat::kText, server::LogLevel::kError);
+    metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kError);
     std::map<std::string, std::shared_ptr<const NodeTopology>> presets;
     for (const auto& [name, preset] : nodes) {
       auto& t = presets[preset];
@@ -91,7 +91,7 @@ class Harness {
   framework::Registry registry_;
   framework::Framework framework_;
   state::ClusterStore store_;
-  server::Registry metrics_;
+  metrics::Registry metrics_;
   std::unique_ptr<ExtenderService> service_;
   std::unique_ptr<server::HttpServer> server_;
 };
@@ -719,7 +719,7 @@ struct InProcess {
   framework::Registry registry;
   framework::Framework fw;
   state::ClusterStore store;
-  server::Registry metrics;
+  metrics::Registry metrics;
   std::chrono::steady_clock::time_point now{std::chrono::hours(1)};
   std::unique_ptr<ExtenderService> service;
 };

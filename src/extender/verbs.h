@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "toposched/common/status.h"
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 #include "toposched/server/http_server.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
 
@@ -71,7 +71,7 @@ inline void WriteError(server::HttpResponse& resp, Verb verb, int status, std::s
 // protocol violation, not a scheduling answer), with the reason in the usual error key.
 inline void BadRequest(server::HttpResponse& resp, Verb verb, const Error& error) {
   WriteError(resp, verb, 400, error.message());
-  server::Log(server::LogLevel::kWarn, {VerbName(verb), "", ""}, "bad request: " + error.message());
+  metrics::Log(metrics::LogLevel::kWarn, {VerbName(verb), "", ""}, "bad request: " + error.message());
 }
 
 // The request reader of this thread (its parser buffers are reused between calls).

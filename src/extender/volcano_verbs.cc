@@ -7,14 +7,14 @@
 
 #include "adapters.h"
 #include "verbs.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
 namespace {
 
 using framework::Code;
 using server::HttpResponse;
-using server::LogLevel;
+using metrics::LogLevel;
 
 // Volcano's vote values (pkg/scheduler/plugins/util/util.go) and predicate status codes
 // (pkg/scheduler/api/types.go).
@@ -69,7 +69,7 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   if (!entry.ok()) {
     // An error here leaves the task without a node this pass (Volcano's PrioritizeNodes):
     // score every node 0 instead and say why in the log.
-    server::Log(LogLevel::kWarn, {"volcano/prioritize", args->task.uid, ""}, entry.error().message());
+    metrics::Log(LogLevel::kWarn, {"volcano/prioritize", args->task.uid, ""}, entry.error().message());
     for (std::string_view n : args->node_names) scores.push_back({n, 0});
     WriteVolcanoPrioritizeResult(resp.body, scores, "");
     return;
@@ -138,8 +138,8 @@ void VolcanoVerbs::Evictable(std::string_view body, HttpResponse& resp, Verb ver
 void VolcanoVerbs::SessionOpen(std::string_view body, HttpResponse& resp) {
   Result<VolcanoSessionArgs> args = ThreadReader().ReadVolcanoSession(body);
   if (!args.ok()) return BadRequest(resp, Verb::kVSessionOpen, args.error());
-  if (server::LogEnabled(LogLevel::kDebug)) {
-    server::Log(LogLevel::kDebug, {"volcano/onSessionOpen", "", ""},
+  if (metrics::LogEnabled(LogLevel::kDebug)) {
+    metrics::Log(LogLevel::kDebug, {"volcano/onSessionOpen", "", ""},
                 "session: " + std::to_string(args->jobs) + " jobs, " + std::to_string(args->nodes) + " nodes, " +
                     std::to_string(args->queues) + " queues");
   }

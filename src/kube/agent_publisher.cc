@@ -12,14 +12,14 @@
 #include "json_util.h"
 #include "toposched/kube/objects.h"
 #include "toposched/kube/time.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::kube {
 
 namespace {
 
 using nlohmann::json;
-using server::LogLevel;
+using metrics::LogLevel;
 
 constexpr std::string_view kVerb = "agent";
 
@@ -152,12 +152,12 @@ void AgentPublisher::Run(std::stop_token stop) {
       backoff.Reset();
       const LogLevel level =
           *r == PublishOutcome::kCreated || *r == PublishOutcome::kUpdated ? LogLevel::kInfo : LogLevel::kDebug;
-      if (server::LogEnabled(level)) {
-        server::Log(level, {kVerb, "", options_.node_name}, "NodeTopology " + std::string(ToString(*r)));
+      if (metrics::LogEnabled(level)) {
+        metrics::Log(level, {kVerb, "", options_.node_name}, "NodeTopology " + std::string(ToString(*r)));
       }
     } else {
       wait = std::max(std::chrono::milliseconds(100), backoff.Next());
-      server::Log(LogLevel::kWarn, {kVerb, "", options_.node_name},
+      metrics::Log(LogLevel::kWarn, {kVerb, "", options_.node_name},
                   "publishing failed (retrying): " + r.error().message());
     }
     options_.sleep(wait, stop);

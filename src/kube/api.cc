@@ -5,7 +5,7 @@
 #include <thread>
 #include <utility>
 
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::kube {
 namespace {
@@ -222,8 +222,8 @@ Result<Response> Api::Send(const Request& request, bool retry) {
   for (int attempt = 0; attempt < attempts; ++attempt) {
     if (attempt > 0) {
       const auto delay = asked ? std::min(*asked, options_.max_retry_after) : backoff.Next();
-      if (server::LogEnabled(server::LogLevel::kDebug)) {
-        server::Log(server::LogLevel::kDebug, {"kube/api", "-", "-"},
+      if (metrics::LogEnabled(metrics::LogLevel::kDebug)) {
+        metrics::Log(metrics::LogLevel::kDebug, {"kube/api", "-", "-"},
                     "retrying in " + std::to_string(delay.count()) + "ms" + (asked ? " (Retry-After)" : "") +
                         " after: " + last->message());
       }

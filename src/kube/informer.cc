@@ -5,12 +5,12 @@
 #include <random>
 #include <utility>
 
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::kube {
 namespace {
 
-using server::LogLevel;
+using metrics::LogLevel;
 
 // A watch that fails this many times in a row from the same resourceVersion (without
 // delivering anything) is given up for a relist: the version may be unusable in ways the
@@ -47,7 +47,7 @@ Informer::Informer(Api& api, InformerOptions options, InformerHandler handler)
 void Informer::Run(std::stop_token stop) {
   const std::string verb =
       "informer/" + (options_.name.empty() ? options_.collection_path : options_.name);
-  const server::LogFields fields{verb, "-", "-"};
+  const metrics::LogFields fields{verb, "-", "-"};
   Backoff backoff(options_.backoff_base, options_.backoff_max, options_.jitter_seed);
   std::mt19937_64 rng(options_.jitter_seed != 0 ? options_.jitter_seed + 1 : std::random_device{}());
   const int min_timeout = std::max(1, options_.watch_timeout_seconds);
@@ -65,7 +65,7 @@ void Informer::Run(std::stop_token stop) {
       ++counters_.errors;
     }
     const auto delay = backoff.Next();
-    server::Log(LogLevel::kWarn, fields,
+    metrics::Log(LogLevel::kWarn, fields,
                 what + " (retry in " + std::to_string(delay.count()) + "ms): " + error.message());
     options_.sleep(delay, stop);
   };
@@ -93,7 +93,7 @@ void Informer::Run(std::stop_token stop) {
         synced_.store(true, std::memory_order_release);
       }
       sync_cv_.notify_all();
-      server::Log(LogLevel::kInfo, fields,
+      metrics::Log(LogLevel::kInfo, fields,
                   std::string(first ? "synced: " : "relisted: ") + std::to_string(count) +
                       " objects at resourceVersion " + rv);
       backoff.Reset();
@@ -162,7 +162,7 @@ void Informer::Run(std::stop_token stop) {
         const std::lock_guard lock(mu_);
         ++counters_.gone;
       }
-      server::Log(LogLevel::kInfo, fields,
+      metrics::Log(LogLevel::kInfo, fields,
                   "resourceVersion " + rv + " expired, relisting: " + result.error().message());
       need_list = true;
       continue;

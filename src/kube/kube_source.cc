@@ -21,14 +21,14 @@
 #include "json_util.h"
 #include "toposched/kube/objects.h"
 #include "toposched/kube/time.h"
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::kube {
 
 namespace {
 
 using nlohmann::json;
-using server::LogLevel;
+using metrics::LogLevel;
 using SystemClock = std::chrono::system_clock;
 using SteadyClock = std::chrono::steady_clock;
 
@@ -90,7 +90,7 @@ std::function<void(Arg)> Guarded(std::string_view resource, Fn fn) {
     try {
       fn(std::forward<Arg>(arg));
     } catch (const std::exception& e) {
-      server::Log(LogLevel::kError, {kVerb, "", ""},
+      metrics::Log(LogLevel::kError, {kVerb, "", ""},
                   std::string(resource) + " event not applied (internal error): " + e.what());
     }
   };
@@ -99,7 +99,7 @@ std::function<void(Arg)> Guarded(std::string_view resource, Fn fn) {
 }  // namespace
 
 struct KubeSource::Impl {
-  Impl(Api& a, state::ClusterStore& s, server::Registry& reg, KubeSourceOptions o, LeaderElector* l)
+  Impl(Api& a, state::ClusterStore& s, metrics::Registry& reg, KubeSourceOptions o, LeaderElector* l)
       : api(a),
         store(s),
         options(std::move(o)),
@@ -151,7 +151,7 @@ struct KubeSource::Impl {
     // Series without labels exist (at 0) from the start, as Prometheus' own clients expose them:
     // rate(), increase() and alerts on them need a sample before the first change.
     restore_errors.With({});
-    for (server::Family<server::Gauge>* g : {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge,
+    for (metrics::Family<metrics::Gauge>* g : {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge,
                                              &foreign_gauge, &stale_gauge}) {
       g->With({}).Set(0);
     }
@@ -162,21 +162,21 @@ struct KubeSource::Impl {
   KubeSourceOptions options;
   LeaderElector* leader;
 
-  server::Family<server::Gauge>& leader_gauge;
-  server::Family<server::Gauge>& synced_gauge;
-  server::Family<server::Counter>& restore_errors;
-  server::Family<server::Counter>& bindings;
-  server::Family<server::Counter>& annotation_writes;
-  server::Family<server::Histogram>& bind_to_ready;
-  server::Family<server::Gauge>& held_pods_gauge;
-  server::Family<server::Gauge>& held_nodes_gauge;
-  server::Family<server::Gauge>& foreign_gauge;
-  server::Family<server::Gauge>& stale_gauge;
-  server::Family<server::Counter>& informer_lists;
-  server::Family<server::Counter>& informer_gone;
-  server::Family<server::Counter>& informer_errors;
-  server::Family<server::Counter>& informer_events;
-  server::Family<server::Counter>& pod_events;
+  metrics::Family<metrics::Gauge>& leader_gauge;
+  metrics::Family<metrics::Gauge>& synced_gauge;
+  metrics::Family<metrics::Counter>& restore_errors;
+  metrics::Family<metrics::Counter>& bindings;
+  metrics::Family<metrics::Counter>& annotation_writes;
+  metrics::Family<metrics::Histogram>& bind_to_ready;
+  metrics::Family<metrics::Gauge>& held_pods_gauge;
+  metrics::Family<metrics::Gauge>& held_nodes_gauge;
+  metrics::Family<metrics::Gauge>& foreign_gauge;
+  metrics::Family<metrics::Gauge>& stale_gauge;
+  metrics::Family<metrics::Counter>& informer_lists;
+  metrics::Family<metrics::Counter>& informer_gone;
+  metrics::Family<metrics::Counter>& informer_errors;
+  metrics::Family<metrics::Counter>& informer_events;
+  metrics::Family<metrics::Counter>& pod_events;
 
   std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
   std::unique_ptr<Informer> hypernode_informer;  // only with options.network.hyper_nodes
@@ -291,7 +291,7 @@ struct KubeSource::Impl {
       applied_inputs.erase(name);
       if (store.snapshot()->Find(name) != nullptr) {
         store.RemoveNode(name);
-        server::Log(LogLevel::kInfo, {kVerb, "", name}, "node removed from the state");
+        metrics::Log(LogLevel::kInfo, {kVerb, "", name}, "node removed from the state");
         NodeSetChanged();
       }
       return;
@@ -318,7 +318,7 @@ struct KubeSource::Impl {
           ApplyHamiRegister(*registered, *copy);
           spec.topology = std::move(copy);
         } else {
-          server::Log(LogLevel::kWarn, {kVerb, "", name},
+          metrics::Log(LogLevel::kWarn, {kVerb, "", name},
                       std::string(kHamiNodeRegister) + " ignored: " + registered.error().message());
         }
       }
@@ -349,7 +349,7 @@ struct KubeSource::Impl {
       return;
     }
     if (Status s = store.UpsertNode(std::move(spec)); !s.ok()) {
-      server::Log(LogLevel::kWarn, {kVerb, "", name}, s.error().message());
+      metrics::Log(LogLevel::kWarn, {kVerb, "", name}, s.error().message());
     }
     if (moved) NodeSetChanged();
     RetryPending(name);
@@ -373,7 +373,7 @@ struct KubeSource::Impl {
     std::vector<std::string> names;
     for (const state::NodeSpec& spec : specs) names.push_back(spec.name);
     if (Status s = store.UpsertNodes(std::move(specs)); !s.ok()) {
-      server::Log(LogLevel::kWarn, {kVerb, "", ""}, s.error().message());
+      metrics::Log(LogLevel::kWarn, {kVerb, "", ""}, s.error().message());
     }
     if (std::exchange(batch_moved, false)) NodeSetChanged();
     for (const std::string& name : names) RetryPending(name);
@@ -382,7 +382,7 @@ struct KubeSource::Impl {
   void ApplyNode(const json& object) {
     Result<NodeView> node = ReadNode(object);
     if (!node.ok()) {
-      server::Log(LogLevel::kWarn, {kVerb, "", ""}, "Node ignored: " + node.error().message());
+      metrics::Log(LogLevel::kWarn, {kVerb, "", ""}, "Node ignored: " + node.error().message());
       return;
     }
     const std::string name = node->name;
@@ -394,7 +394,7 @@ struct KubeSource::Impl {
     Result<NodeTopologyView> topo = ReadNodeTopology(object);
     if (!topo.ok()) {
       // A bad object must not take the node's previous topology with it: keep what we had.
-      server::Log(LogLevel::kWarn, {kVerb, "", StringAt(object, "/metadata/name")},
+      metrics::Log(LogLevel::kWarn, {kVerb, "", StringAt(object, "/metadata/name")},
                   "NodeTopology ignored: " + topo.error().message());
       return;
     }
@@ -433,14 +433,14 @@ struct KubeSource::Impl {
     } publish{*this};
     if (is_stale) {
       stale.insert(name);
-      server::Log(LogLevel::kWarn, {kVerb, "", name},
+      metrics::Log(LogLevel::kWarn, {kVerb, "", name},
                   std::string("NodeTopology heartbeat older than the stale age: ") +
                       (options.stale_policy == StaleTopologyPolicy::kClosed
                            ? "no new GPU pods on this node until its agent reports again"
                            : "still placing on its last topology (stale policy open)"));
     } else {
       stale.erase(name);
-      server::Log(LogLevel::kInfo, {kVerb, "", name}, "NodeTopology fresh again");
+      metrics::Log(LogLevel::kInfo, {kVerb, "", name}, "NodeTopology fresh again");
     }
     stale_gauge.With({}).Set(static_cast<double>(stale.size()));
     return true;
@@ -604,7 +604,7 @@ struct KubeSource::Impl {
       if (bound && bound->hold.empty() && bound->node == node) {
         // Bound by this replica while the informer read the pod: the store's allocation is what
         // was decided and written; it stays.
-        server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+        metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
                     "allocation annotation differs from the bound allocation, which stays: " + s.error().message());
         return;
       }
@@ -612,7 +612,7 @@ struct KubeSource::Impl {
       return;
     }
     if (was_held != held.end()) {
-      server::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+      metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
                   "allocation readable again: restored, node hold lifted for this pod");
       held.erase(was_held);
       UpdateHeldGauges();
@@ -686,7 +686,7 @@ struct KubeSource::Impl {
       if (store.Restore(allocation).ok()) {
         foreign[pod.uid] = pod;
         foreign_gauge.With({}).Set(static_cast<double>(foreign.size()));
-        server::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), pod.node_name},
+        metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), pod.node_name},
                     "pod of another scheduler counted: " + std::to_string(nvidia + amd) + " GPUs, " +
                         std::to_string(rdma) + " RDMA NICs (which ones the kubelet chose is not known)");
         return;
@@ -754,7 +754,7 @@ struct KubeSource::Impl {
       if (!pod.ok() || StringAt(*pod, "/metadata/uid") != a.uid || !StringAt(*pod, "/spec/nodeName").empty()) continue;
       Result<std::optional<state::PodAllocation>> released = store.Release(a.uid);  // undoes the annotations
       if (!released.ok() || !released->has_value()) continue;
-      server::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
+      metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
                   "released: allocated but never bound for " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.unbound_allocation_ttl).count()) +
                       " s (a tentative allocation nobody completed)");
@@ -770,7 +770,7 @@ struct KubeSource::Impl {
     if (Status s = store.Hold(std::move(allocation)); !s.ok()) {
       // Only an unknown node refuses a hold: retried when the node comes (it holds nothing now).
       pending[pod.uid] = pod;
-      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+      metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
                   "allocation cannot be held yet: " + s.error().message());
       return;
     }
@@ -781,7 +781,7 @@ struct KubeSource::Impl {
       h.node = node;
       h.reason = reason;
       h.reported = false;
-      server::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+      metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
                   reason + "; its devices stay held and node " + node +
                       " takes no new device placements until the pod is deleted or the annotation fixed");
     }
@@ -873,7 +873,7 @@ struct KubeSource::Impl {
       }
       pod_events.With({w.reason, r.ok() ? (w.create ? "created" : "patched") : "failed"}).Inc();
       if (!r.ok()) {
-        server::Log(LogLevel::kWarn, {kVerb, PodLabel(w.pod_namespace, w.pod_name), ""},
+        metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(w.pod_namespace, w.pod_name), ""},
                     "cannot write the " + w.reason + " event: " + r.error().message());
       }
       std::lock_guard lock(correlator_mu);
@@ -940,7 +940,7 @@ struct KubeSource::Impl {
     Result<std::optional<state::PodAllocation>> released = store.Release(uid, /*persist=*/false);
     if (released.ok() && released->has_value()) {
       const state::PodAllocation& a = **released;
-      server::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
+      metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
                   "released (" + std::string(why) + ")");
     }
     std::lock_guard lock(bind_mu);
@@ -959,7 +959,7 @@ struct KubeSource::Impl {
       for (const json& object : objects) {
         Result<PodView> pod = ReadPod(object);
         if (!pod.ok()) {
-          server::Log(LogLevel::kWarn, {kVerb, "", ""}, "Pod ignored: " + pod.error().message());
+          metrics::Log(LogLevel::kWarn, {kVerb, "", ""}, "Pod ignored: " + pod.error().message());
           continue;
         }
         seen.insert(pod->uid);
@@ -1018,7 +1018,7 @@ struct KubeSource::Impl {
       std::lock_guard lock(mu);
       Result<PodView> pod = ReadPod(object);
       if (!pod.ok()) {
-        server::Log(LogLevel::kWarn, {kVerb, "", ""}, "Pod ignored: " + pod.error().message());
+        metrics::Log(LogLevel::kWarn, {kVerb, "", ""}, "Pod ignored: " + pod.error().message());
         return;
       }
       ApplyPod(*pod, events);
@@ -1048,7 +1048,7 @@ struct KubeSource::Impl {
       Result<json> r = api.Create(EventCollection(e.pod_namespace), event);
       pod_events.With({e.reason, r.ok() ? "created" : "failed"}).Inc();
       if (!r.ok()) {
-        server::Log(LogLevel::kWarn, {kVerb, PodLabel(e.pod_namespace, e.pod_name), e.node},
+        metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(e.pod_namespace, e.pod_name), e.node},
                     "cannot write the " + e.reason + " event: " + r.error().message());
       }
     }
@@ -1094,7 +1094,7 @@ struct KubeSource::Impl {
       list.resource_version = "";  // most recent: a quorum read, newer than any watch cache
       Result<ObjectList> all = api.List(CorePath("pods"), list);
       if (!all.ok()) {
-        server::Log(LogLevel::kWarn, {kVerb, "", ""},
+        metrics::Log(LogLevel::kWarn, {kVerb, "", ""},
                     "leader resync failed, retrying: " + all.error().message());
         std::unique_lock lock(leader_mu);
         resync_requested = true;
@@ -1104,7 +1104,7 @@ struct KubeSource::Impl {
       ReplacePods(std::move(all->items));
       if (leader == nullptr || leader->leading()) {
         leader_ready.store(true, std::memory_order_release);
-        server::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: state resynced from the API server, serving binds");
+        metrics::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: state resynced from the API server, serving binds");
         PostHoldEvents();
         if (LabelsLeader()) LabelSelf(stop);
       }
@@ -1129,12 +1129,12 @@ struct KubeSource::Impl {
       Status s = LabelSelfOnce();
       if (s.ok()) {
         labelled.store(true, std::memory_order_release);
-        server::Log(LogLevel::kInfo, {kVerb, "", ""},
+        metrics::Log(LogLevel::kInfo, {kVerb, "", ""},
                     "leader: labelled pod " + options.self_namespace + "/" + options.self_name + " " +
                         options.leader_label + "=true; the Service routes here");
         return;
       }
-      server::Log(LogLevel::kWarn, {kVerb, "", ""}, "leader label not set, retrying: " + s.error().message());
+      metrics::Log(LogLevel::kWarn, {kVerb, "", ""}, "leader label not set, retrying: " + s.error().message());
       std::unique_lock lock(leader_mu);
       leader_cv.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
     }
@@ -1150,7 +1150,7 @@ struct KubeSource::Impl {
       if (name.empty() || name == options.self_name) continue;
       Result<json> patched = api.Patch(PodPath(options.self_namespace, name), PatchType::kMerge, LeaderLabelPatch(false));
       if (!patched.ok() && !IsNotFound(patched.error())) return patched.error();
-      server::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: took the stale leader label off pod " + name);
+      metrics::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: took the stale leader label off pod " + name);
     }
     Result<json> patched =
         api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge, LeaderLabelPatch(true));
@@ -1164,7 +1164,7 @@ struct KubeSource::Impl {
     Result<json> patched =
         api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge, LeaderLabelPatch(false));
     if (!patched.ok()) {
-      server::Log(LogLevel::kWarn, {kVerb, "", ""},
+      metrics::Log(LogLevel::kWarn, {kVerb, "", ""},
                   "could not take the leader label off this pod (the next leader will): " + patched.error().message());
     }
   }
@@ -1202,7 +1202,7 @@ struct KubeSource::Impl {
       return true;
     });
     if (!r.ok() && !IsNotFound(r.error())) {
-      server::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node}, "cannot release the node lock: " + r.error().message());
+      metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node}, "cannot release the node lock: " + r.error().message());
     }
   }
 
@@ -1234,16 +1234,16 @@ struct KubeSource::Impl {
     std::vector<std::string> warnings;
     Result<std::map<std::string, pd::Location>> resolved =
         pd::ResolveHyperNodes(options.network, list.dump(), labels, &warnings);
-    for (const std::string& w : warnings) server::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""}, w);
+    for (const std::string& w : warnings) metrics::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""}, w);
     if (!resolved.ok()) {
-      server::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""},
+      metrics::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""},
                   "HyperNodes not applied, node positions unchanged: " + resolved.error().message());
       return;
     }
     const std::size_t placed = resolved->size();
     if (const auto current = store.node_locations(); current != nullptr && *current == *resolved) return;
     store.SetNodeLocations(std::make_shared<const std::map<std::string, pd::Location>>(std::move(resolved).value()));
-    server::Log(LogLevel::kInfo, {"informer/hypernodes", "", ""},
+    metrics::Log(LogLevel::kInfo, {"informer/hypernodes", "", ""},
                 std::to_string(hypernodes.size()) + " HyperNodes place " + std::to_string(placed) + " nodes");
   }
 
@@ -1260,7 +1260,7 @@ struct KubeSource::Impl {
   }
 };
 
-KubeSource::KubeSource(Api& api, state::ClusterStore& store, server::Registry& metrics, KubeSourceOptions options,
+KubeSource::KubeSource(Api& api, state::ClusterStore& store, metrics::Registry& metrics, KubeSourceOptions options,
                        LeaderElector* leader)
     : impl_(std::make_unique<Impl>(api, store, metrics, std::move(options), leader)) {
   Impl& d = *impl_;
@@ -1384,7 +1384,7 @@ void KubeSource::OnLeadership(bool leading) {
   Impl& d = *impl_;
   d.leader_ready.store(false, std::memory_order_release);
   d.leader_gauge.With({}).Set(leading ? 1.0 : 0.0);
-  server::Log(LogLevel::kInfo, {kVerb, "", ""},
+  metrics::Log(LogLevel::kInfo, {kVerb, "", ""},
               leading ? "became the leader: resyncing pods before serving binds"
                       : (d.LabelsLeader() ? "not the leader: binds are refused, the leader label comes off"
                                           : "not the leader: binds are refused, /readyz reports not ready"));

@@ -5,13 +5,13 @@
 #include <random>
 #include <utility>
 
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 namespace toposched::kube {
 namespace {
 
 using nlohmann::json;
-using server::LogLevel;
+using metrics::LogLevel;
 using Clock = std::chrono::steady_clock;
 
 void SleepUnlessStopped(std::chrono::milliseconds duration, std::stop_token stop) {
@@ -63,9 +63,9 @@ LeaderElector::LeaderElector(Api& api, LeaderOptions options, std::function<void
 }
 
 void LeaderElector::Run(std::stop_token stop) {
-  const server::LogFields fields{"leader", "-", "-"};
+  const metrics::LogFields fields{"leader", "-", "-"};
   if (options_.identity.empty()) {
-    server::Log(LogLevel::kError, fields, "leader election needs an identity; not taking part");
+    metrics::Log(LogLevel::kError, fields, "leader election needs an identity; not taking part");
     return;
   }
   const std::string lease_path = LeasePath(options_.lease_namespace, options_.lease_name);
@@ -84,13 +84,13 @@ void LeaderElector::Run(std::stop_token stop) {
   const auto set_holder = [&](const std::string& holder) {
     const std::lock_guard lock(mu_);
     if (holder_ != holder && !leading() && holder != options_.identity) {
-      server::Log(LogLevel::kInfo, fields,
+      metrics::Log(LogLevel::kInfo, fields,
                   holder.empty() ? std::string("the lease is free") : "the leader is " + holder);
     }
     holder_ = holder;
   };
   const auto failed = [&](const std::string& what) {
-    if (!last_failed) server::Log(LogLevel::kWarn, fields, what);
+    if (!last_failed) metrics::Log(LogLevel::kWarn, fields, what);
     last_failed = true;
     return Attempt::kFailed;
   };
@@ -180,9 +180,9 @@ void LeaderElector::Run(std::stop_token stop) {
     auto released = api_.Replace(lease_path, lease);
     if (released) {
       set_holder("");
-      server::Log(LogLevel::kInfo, fields, "released the lease");
+      metrics::Log(LogLevel::kInfo, fields, "released the lease");
     } else {
-      server::Log(LogLevel::kWarn, fields, "releasing the lease: " + released.error().message());
+      metrics::Log(LogLevel::kWarn, fields, "releasing the lease: " + released.error().message());
     }
   };
 
@@ -199,7 +199,7 @@ void LeaderElector::Run(std::stop_token stop) {
       if (attempt == Attempt::kHeld) {
         // Leadership counts from before the write: the others saw it no earlier than that.
         last_renew = attempt_start;
-        server::Log(LogLevel::kInfo, fields, "became the leader (" + options_.identity + ")");
+        metrics::Log(LogLevel::kInfo, fields, "became the leader (" + options_.identity + ")");
         set_leading(true);
         options_.sleep(options_.retry_period, stop);
       } else {
@@ -213,10 +213,10 @@ void LeaderElector::Run(std::stop_token stop) {
       last_renew = attempt_start;
     } else if (attempt == Attempt::kHeldByOther) {
       // Someone took the Lease over (we could not renew in time): stop at once.
-      server::Log(LogLevel::kWarn, fields, "lost leadership: the lease is held by " + observed.holder);
+      metrics::Log(LogLevel::kWarn, fields, "lost leadership: the lease is held by " + observed.holder);
       set_leading(false);
     } else if (options_.now() - last_renew >= options_.renew_deadline) {
-      server::Log(LogLevel::kWarn, fields, "lost leadership: no renewal within the renew deadline");
+      metrics::Log(LogLevel::kWarn, fields, "lost leadership: no renewal within the renew deadline");
       set_leading(false);
     }
     options_.sleep(options_.retry_period, stop);

@@ -1,4 +1,4 @@
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -10,7 +10,7 @@
 #include <ctime>
 #include <memory>
 
-namespace toposched::server {
+namespace toposched::metrics {
 namespace {
 
 // The format Log() writes; set once by ConfigureLogging, read on every line.
@@ -262,4 +262,4 @@ std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel
   return out;
 }
 
-}  // namespace toposched::server
+}  // namespace toposched::metrics

@@ -1,4 +1,4 @@
-#include "toposched/server/logging.h"
+#include "toposched/metrics/logging.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace toposched::server {
+namespace toposched::metrics {
 namespace {
 
 constexpr std::string_view kTs = "2026-12-02T14:30:01.123Z";
@@ -277,4 +277,4 @@ TEST(Log, TextFormatAndOff) {
 }
 
 }  // namespace
-}  // namespace toposched::server
+}  // namespace toposched::metrics

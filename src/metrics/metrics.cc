@@ -1,4 +1,4 @@
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace toposched::server {
+namespace toposched::metrics {
 namespace {
 
 bool IsAsciiLetter(char c) {
@@ -383,4 +383,4 @@ std::string Registry::Render() const {
   return out;
 }
 
-}  // namespace toposched::server
+}  // namespace toposched::metrics

@@ -1,4 +1,4 @@
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace toposched::server {
+namespace toposched::metrics {
 namespace {
 
 TEST(RegistryRender, SmallRegistryExactText) {
@@ -313,4 +313,4 @@ TEST(Concurrency, EightThreadsGiveExactTotals) {
 }
 
 }  // namespace
-}  // namespace toposched::server
+}  // namespace toposched::metrics

@@ -12,8 +12,8 @@
 
 #include "toposched/server/http_server.h"
 #include "http_framing.h"
-#include "toposched/extender/wire.h"
-#include "toposched/server/logging.h"
+#include "toposched/common/json_string.h"
+#include "toposched/metrics/logging.h"
 
 #include <sys/stat.h>
 
@@ -43,6 +43,9 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 namespace toposched::server {
+
+using metrics::Log;
+using metrics::LogLevel;
 namespace {
 
 namespace asio = boost::asio;
@@ -81,7 +84,7 @@ HttpResponse ErrorResponse(int status, std::string_view message) {
   response.status = status;
   response.content_type = "application/json";
   response.body = "{\"Error\":";
-  extender::AppendJsonString(response.body, message);  // valid JSON whatever bytes `message` has
+  AppendJsonString(response.body, message);  // valid JSON whatever bytes `message` has
   response.body += '}';
   return response;
 }

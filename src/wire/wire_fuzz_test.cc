@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "testing/fuzz_driver.h"
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 namespace {

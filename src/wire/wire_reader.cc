@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 namespace {

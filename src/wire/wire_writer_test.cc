@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "toposched/extender/wire.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 namespace {

@@ -37,7 +37,7 @@
 #include "toposched/kube/objects.h"
 #include "toposched/kube/source.h"
 #include "toposched/kube/transport.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
 
@@ -140,7 +140,7 @@ struct Replica {
   std::unique_ptr<kube::Api> lease_api;
   framework::Registry registry;
   framework::Framework framework;
-  server::Registry metrics;
+  metrics::Registry metrics;
   state::ClusterStore store;
   std::unique_ptr<kube::LeaderElector> elector;
   std::unique_ptr<kube::KubeSource> source;

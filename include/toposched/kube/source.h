@@ -13,10 +13,10 @@
 #include <string>
 #include <string_view>
 
-#include "toposched/extender/service.h"
+#include "toposched/extender/bind_hooks.h"
 #include "toposched/kube/api.h"
 #include "toposched/kube/leader.h"
-#include "toposched/server/metrics.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/pd/network.h"
 #include "toposched/state/cluster_state.h"
 
@@ -77,7 +77,7 @@ class KubeSource : public state::Persistence, public extender::BindHooks {
  public:
   // `api`, `store`, `metrics` and `leader` (null: no election, this replica always leads) must
   // outlive the source. The store must use this source as its Persistence.
-  KubeSource(Api& api, state::ClusterStore& store, server::Registry& metrics, KubeSourceOptions options,
+  KubeSource(Api& api, state::ClusterStore& store, metrics::Registry& metrics, KubeSourceOptions options,
              LeaderElector* leader = nullptr);
   ~KubeSource() override;  // Stop()
 

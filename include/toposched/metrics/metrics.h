@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace toposched::server {
+namespace toposched::metrics {
 
 class Counter {
  public:
@@ -117,4 +117,4 @@ extern template class Family<Counter>;
 extern template class Family<Gauge>;
 extern template class Family<Histogram>;
 
-}  // namespace toposched::server
+}  // namespace toposched::metrics

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "toposched/common/json_string.h"
 #include "toposched/common/status.h"
 
 namespace toposched::extender {
@@ -130,9 +131,6 @@ class WireReader {
 
 // ---- writers (append to `out`) ----
 
-// A JSON string literal: quoted, with ", \ and control characters escaped (UTF-8 passes
-// through; invalid UTF-8 bytes are replaced by U+FFFD so the reply is always valid JSON).
-void AppendJsonString(std::string& out, std::string_view s);
 
 struct NodeFailure {
   std::string_view node;

@@ -11,7 +11,7 @@
 
 #include "toposched/common/status.h"
 
-namespace toposched::server {
+namespace toposched::metrics {
 
 enum class LogFormat { kText, kJson };
 Result<LogFormat> ParseLogFormat(std::string_view text);  // "text" | "json"
@@ -37,4 +37,4 @@ void Log(LogLevel level, const LogFields& fields, std::string_view message);
 std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel level,
                           const LogFields& fields, std::string_view message);
 
-}  // namespace toposched::server
+}  // namespace toposched::metrics

@@ -1,0 +1,69 @@
+#pragma once
+// What a bind means beyond the cluster state when an API server is the store: the interface the
+// Kubernetes source (src/kube) implements for the extender. Kept apart from service.h so that
+// its implementers depend on the cluster state alone, not on the HTTP server.
+
+#include <functional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "toposched/common/status.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::extender {
+
+// BindHooks::LookupPod's error for a pod that does not exist (GET /explain answers 404).
+inline constexpr std::string_view kPodNotFoundTag = "pod not found: ";
+
+// What a bind means beyond the cluster state when an API server is the store (the kube
+// source, src/kube/kube_source.cc). Without hooks (the file source) a bind is complete once
+// persisted, every replica may change state, and readiness is "state loaded".
+class BindHooks {
+ public:
+  virtual ~BindHooks() = default;
+  // Only the leader changes state (bind, Volcano allocate/deallocate); the others answer those
+  // verbs with an in-band error (the scheduler retries, by then against the leader).
+  virtual bool MayChangeState() const = 0;
+  // /readyz: true when this replica should get traffic; otherwise `why` says what is missing.
+  virtual bool Ready(std::string* why) const = 0;
+  // The Pod (JSON) for a bind that has no cached filter result: the extender restarted, or
+  // the reservation expired, between kube-scheduler's filter and its bind.
+  virtual Result<std::string> FetchPod(std::string_view pod_namespace, std::string_view pod_name,
+                                       std::string_view pod_uid) = 0;
+  // After the store committed (and persisted) the allocation, and also for a retried bind
+  // that finds the pod already allocated on the node: creates the Binding (idempotent). On
+  // an error the service releases the allocation (persistence undoes what it wrote) and
+  // answers the error.
+  virtual Status CompleteBind(const state::PodAllocation& allocation) = 0;
+  // A bind to another node than the one a pod's allocation is on: true when the old one was
+  // never completed (the pod has no node yet), so the service may release it and bind anew.
+  virtual bool MayRebind(const state::PodAllocation& previous) = 0;
+  // Something in a pod's request was ignored (PlacementRequest::warnings): the source tells the
+  // pod's owner (the Kubernetes source: a Warning event, once per pod and message). Must not
+  // block: filter calls make it.
+  virtual void PodWarning(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/,
+                          std::string_view /*pod_uid*/, std::string_view /*reason*/, std::string_view /*message*/) {}
+  // A filter call left the pod no node: `summary` counts the nodes by reason ("0/15 nodes fit:
+  // 12 nodes: fewer than 4 free GPUs; 3 nodes: stale topology (...)"). The Kubernetes source
+  // writes it as a FailedScheduling Warning event, deduplicated and rate-limited as client-go's
+  // event correlator does. Called on every such call; must not block.
+  virtual void PodUnschedulable(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/,
+                                std::string_view /*pod_uid*/, std::string_view /*summary*/) {}
+  // A pod got its devices: after kube-scheduler's bind created the Binding, or after Volcano's
+  // allocate recorded them (`volcano`: Volcano creates the Binding itself, later). `alignment`:
+  // whether the worst GPU->NIC class is the best the node allows (explain.h AlignmentNote; empty
+  // without GPU->NIC pairs). The Kubernetes source writes a DevicesAllocated event. Must not block.
+  virtual void PodAllocated(const state::PodAllocation& /*allocation*/, std::string_view /*alignment*/,
+                            bool /*volcano*/) {}
+  // The Pod (JSON) named by namespace and name, for GET /explain?pod=NS/NAME. Read-only; may
+  // wait on the API server (one GET). Without an API server there is nothing to look it up in.
+  virtual Result<std::string> LookupPod(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/) {
+    return Error("this extender has no API server to look pods up in (it runs on a cluster directory): POST the "
+                 "Pod JSON to /explain instead");
+  }
+  // Nodes whose NodeTopology heartbeat is older than the stale age (for /nodes and /explain).
+  virtual std::set<std::string, std::less<>> StaleTopologies() const { return {}; }
+};
+
+}  // namespace toposched::extender
