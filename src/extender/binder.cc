@@ -75,10 +75,9 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     if (!filtered.ok()) return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString());
     const PlacementOutcome& outcome = cycle.Outcome(info);
     if (!outcome.ok()) return Error("unfit: " + outcome.detail);
+    // The store applies the placement's delta under the node's lock (ClusterStore::Bind): no
+    // Reserve on a copy that would be thrown away.
     const Placement placement = *outcome.placement;
-    framework::NodeInfo scratch = info;
-    const framework::PluginStatus reserved = framework.RunReserve(cycle, scratch);
-    if (!reserved.ok()) return Error("unfit: reserve on " + record.name + " refused: " + reserved.ToString());
     a.delta = framework::DeltaOf(*record.topology, entry->request, placement);
     a.worst_class = placement.worst_class;
     alignment = AlignmentNote(placement);

@@ -60,7 +60,6 @@ struct Framework::Impl {
   std::vector<const FilterPlugin*> filters;
   std::vector<ScorePluginEntry> scorers;
   std::vector<const ReservePlugin*> reservers;
-  std::vector<const BindPlugin*> binders;
   std::unique_ptr<SharedMemo> memo = std::make_unique<SharedMemo>();
 };
 
@@ -91,7 +90,6 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
     if (const auto* f = dynamic_cast<const FilterPlugin*>(p)) impl->filters.push_back(f);
     if (const auto* s = dynamic_cast<const ScorePlugin*>(p)) impl->scorers.push_back({s, pc.weight});
     if (const auto* r = dynamic_cast<const ReservePlugin*>(p)) impl->reservers.push_back(r);
-    if (const auto* b = dynamic_cast<const BindPlugin*>(p)) impl->binders.push_back(b);
     impl->owned.push_back(std::move(*plugin));
   }
   if (const std::string& name = config.capacity.plugin; !name.empty()) {
@@ -226,12 +224,6 @@ std::vector<std::string_view> Framework::ReservePluginNames() const {
   for (const auto* p : impl_->reservers) names.push_back(p->Name());
   return names;
 }
-std::vector<std::string_view> Framework::BindPluginNames() const {
-  std::vector<std::string_view> names;
-  for (const auto* p : impl_->binders) names.push_back(p->Name());
-  return names;
-}
-
 std::string ExplainScore(const NodeScore& score) {
   std::string sum;
   int weights = 0;

@@ -4,6 +4,8 @@
 // no cost arithmetic with the engine, only the definitions of "free", switch groups and the
 // sentences a Placement carries. Exponential: tests only.
 
+#include "brute_force.h"
+
 #include <algorithm>
 #include <numeric>
 #include <optional>

@@ -16,6 +16,7 @@
 
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
+#include "brute_force.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/synthetic.h"
 

@@ -2,7 +2,9 @@
 // The Framework: runs the configured plugins for one pod over candidate nodes. It is the runner,
 // separate from the plugin interfaces (plugin.h), as in kube-scheduler. The extender maps its
 // verbs onto it: filter -> RunFilter per node; prioritize -> RunScore per node, then
-// ToExtenderScore at the wire; bind -> RunReserve, the Binding, RunUnreserve when that fails.
+// ToExtenderScore at the wire; bind -> RunFilter on the node as it is now, then the cluster store
+// applies the placement under the node's lock (the store is the extender's Reserve). The
+// simulators run RunReserve on their own node copies.
 //
 // Thread safety: RunFilter/RunScore/RunReserve may run concurrently on distinct CycleStates.
 // The PlacementMemo shared by all cycles is guarded by a mutex, so concurrent cycles serialise
@@ -120,7 +122,6 @@ class Framework {
   std::vector<std::string_view> FilterPluginNames() const;
   std::vector<std::string_view> ScorePluginNames() const;
   std::vector<std::string_view> ReservePluginNames() const;
-  std::vector<std::string_view> BindPluginNames() const;
 
  private:
   struct Impl;

@@ -76,11 +76,4 @@ class ReservePlugin : public virtual Plugin {
   virtual void Unreserve(CycleState& state, NodeInfo& node) const = 0;
 };
 
-// Binds the pod to the node (writes the allocation annotations and the Binding). Interface only
-// for now: the extender implements it against the API server.
-class BindPlugin : public virtual Plugin {
- public:
-  virtual PluginStatus Bind(CycleState& state, const NodeInfo& node) const = 0;
-};
-
 }  // namespace toposched::framework

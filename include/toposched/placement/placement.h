@@ -96,11 +96,6 @@ struct EngineOptions {
 PlacementOutcome PlaceOnNode(const NodeTopology& topology, const NodeAllocation& allocated,
                              const PlacementRequest& request, const EngineOptions& options = {});
 
-// The reference: tries every GPU subset, NIC subset and GPU->NIC assignment. Exponential; tests
-// only (and the engine's documentation of what "exact" means).
-PlacementOutcome PlaceByBruteForce(const NodeTopology& topology, const NodeAllocation& allocated,
-                                   const PlacementRequest& request, const EngineOptions& options = {});
-
 // Memoizes PlaceOnNode per (topology fingerprint, free devices and shares, request shape):
 // nodes of one hardware type in the same state cost one computation. Thread-compatible (one
 // memo per thread, or external locking); bounded by `capacity` entries (cleared when full).
