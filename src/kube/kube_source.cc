@@ -1,3 +1,4 @@
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/kube/source.h"
 
 #include <algorithm>
@@ -331,12 +332,12 @@ struct KubeSource::Impl {
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mib);
         const bool parsed = ec == std::errc() && end == text.data() + text.size() && mib > 0 && mib < (1u << 24);
         const bool known = std::all_of(spec.topology->gpus.begin(), spec.topology->gpus.end(), [](const Gpu& g) {
-          return g.vendor != GpuVendor::kNvidia || g.memory_mib > 0;
+          return g.vendor != GpuVendor::kNvidia || (g.memory_mib > 0 && !IsMemoryEstimate(g));
         });
         if (parsed && !known) {
           auto copy = std::make_shared<NodeTopology>(*spec.topology);
           for (Gpu& g : copy->gpus) {
-            if (g.vendor == GpuVendor::kNvidia && g.memory_mib == 0) g.memory_mib = mib;
+            if (g.vendor == GpuVendor::kNvidia && (g.memory_mib == 0 || IsMemoryEstimate(g))) g.memory_mib = mib;
           }
           spec.topology = std::move(copy);
         }

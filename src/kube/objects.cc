@@ -1,3 +1,4 @@
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/kube/objects.h"
 
 #include <algorithm>
@@ -943,7 +944,8 @@ int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& 
     if (r.index < 0 || r.index >= static_cast<int>(topology.gpus.size())) continue;
     Gpu& g = topology.gpus[static_cast<std::size_t>(r.index)];
     if (g.uuid.empty()) g.uuid = r.uuid;
-    if (g.memory_mib == 0 && r.devmem_mib > 0) g.memory_mib = static_cast<std::uint64_t>(r.devmem_mib);
+    // HAMi's per-card figure is exact: it fills an unknown size and replaces an estimate.
+    if ((g.memory_mib == 0 || IsMemoryEstimate(g)) && r.devmem_mib > 0) g.memory_mib = static_cast<std::uint64_t>(r.devmem_mib);
     // HAMi skips such cards itself: an unhealthy one (health is omitempty: absent is false), and
     // one in MIG mode, which HAMi serves only through its MIG allocations (not written here).
     if (!r.health) {

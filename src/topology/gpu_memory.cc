@@ -91,6 +91,10 @@ std::uint64_t EstimatedUsableMib(std::uint64_t nominal_gib) {
   return nominal_gib * 1024 * 15 / 16 - 64;
 }
 
+bool IsMemoryEstimate(const Gpu& g) {
+  return g.memory_mib > 0 && g.memory_mib == EstimatedUsableMib(NominalGpuMemoryGib(g.vendor_id, g.device_id, g.model));
+}
+
 int FillKnownGpuMemory(NodeTopology& topology) {
   int filled = 0;
   for (Gpu& g : topology.gpus) {

@@ -24,6 +24,11 @@ std::uint64_t NominalGpuMemoryGib(std::uint16_t vendor_id, std::uint16_t device_
 // The usable memory estimated from a nominal size (see above); 0 for 0.
 std::uint64_t EstimatedUsableMib(std::uint64_t nominal_gib);
 
+// Whether the card's figure is this estimate (not measured): exact sources (HAMi's registration,
+// GPU Feature Discovery's label) then replace it. A measured figure equal to the estimate to the
+// MiB is taken as one, which only lets an exact source restate it.
+bool IsMemoryEstimate(const Gpu& gpu);
+
 // Sets memory_mib of every GPU that has none and whose nominal size is known; returns how many.
 int FillKnownGpuMemory(NodeTopology& topology);
 
