@@ -123,11 +123,11 @@ PlacementOutcome BruteWhole(const NodeTopology& t, const NodeAllocation& a, cons
   const int sign = pi::WholePackSign(r);
   std::vector<int> free_gpus, free_nics;
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
-    if (t.gpus[i].vendor == r.vendor && pi::GpuWhollyFree(a, static_cast<int>(i)))
+    if (t.gpus[i].vendor == r.vendor && GpuFree(a, static_cast<int>(i)))
       free_gpus.push_back(static_cast<int>(i));
   }
   for (int j = 0; j < t.RdmaNicCount(); ++j) {
-    if (pi::NicFree(t, a, j)) free_nics.push_back(j);
+    if (RdmaNicFree(t, a, j)) free_nics.push_back(j);
   }
   auto allowed = [&](int gpu, int nic) {
     return !bounded || !r.max_gpu_nic_class || pi::GpuNicClass(t, gpu, nic) <= *r.max_gpu_nic_class;

@@ -302,7 +302,7 @@ SwitchGroups ComputeSwitchGroups(const NodeTopology& t, const NodeAllocation& a)
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     const int id = group_of(t.gpus[i].parent);
     g.of_gpu[i] = id;
-    if (id >= 0 && !GpuWhollyFree(a, static_cast<int>(i))) g.intact_before[Idx(id)] = false;
+    if (id >= 0 && !GpuFree(a, static_cast<int>(i))) g.intact_before[Idx(id)] = false;
   }
   const int rdma = t.RdmaNicCount();
   for (int j = 0; j < rdma && Idx(j) < t.nics.size(); ++j) {
@@ -372,7 +372,7 @@ std::optional<PlacementOutcome> WholeCountFailure(const NodeTopology& t, const N
                                                 " free (" + held + ")");
   }
   int nics_free = 0;
-  for (int j = 0; j < rdma; ++j) nics_free += NicFree(t, a, j) ? 1 : 0;
+  for (int j = 0; j < rdma; ++j) nics_free += RdmaNicFree(t, a, j) ? 1 : 0;
   if (r.rdma_nics > nics_free) {
     return fail(FitFailure::kNotEnoughNics, "needs " + Plural(r.rdma_nics, "RDMA NIC") + ", " +
                                                 std::to_string(nics_free) +
@@ -602,7 +602,7 @@ class WholeSearch {
     all_serve_ = n_ > 0 && n_ <= g_;
     const int rdma = t.RdmaNicCount();
     for (int j = 0; j < rdma; ++j) {
-      if (placement_internal::NicFree(t, a, j)) nic_.push_back(j);
+      if (RdmaNicFree(t, a, j)) nic_.push_back(j);
     }
     nn_ = static_cast<int>(nic_.size());
     const bool has_bound = bounded && r.max_gpu_nic_class.has_value();
@@ -611,7 +611,7 @@ class WholeSearch {
     for (std::size_t i = 0; i < t.gpus.size(); ++i) {
       const int gpu = static_cast<int>(i);
       if (g_ == 0) break;  // NIC-only: no GPU candidates
-      if (t.gpus[i].vendor != r.vendor || !t.gpus[i].unusable.empty() || !placement_internal::GpuWhollyFree(a, gpu)) {
+      if (t.gpus[i].vendor != r.vendor || !t.gpus[i].unusable.empty() || !GpuFree(a, gpu)) {
         continue;
       }
       int best = kNoEdge;

@@ -22,8 +22,8 @@ using ::toposched::GpuExclusive;
 using ::toposched::GpuShares;
 using ::toposched::NicUsed;
 using ::toposched::ShareVerdict;
-inline bool GpuWhollyFree(const NodeAllocation& a, int gpu) { return GpuFree(a, gpu); }
-inline bool NicFree(const NodeTopology& t, const NodeAllocation& a, int nic) { return RdmaNicFree(t, a, nic); }
+using ::toposched::GpuFree;
+using ::toposched::RdmaNicFree;
 
 LinkClass GpuNicClass(const NodeTopology& t, int gpu, int nic);  // SYS when the matrix lacks the cell
 int GpuNicRank(const NodeTopology& t, int gpu, int nic);
