@@ -2,6 +2,7 @@
 // device lists, registration and node lock (exact strings from shared/reference/protocols.md
 // §3), the Node/Pod views and the NodeTopology object.
 
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/kube/objects.h"
 
 #include <gtest/gtest.h>
@@ -772,6 +773,19 @@ TEST(ApplyHamiRegister, FillsOnlyWhatIsMissing) {
   EXPECT_EQ(t.gpus[2], before.gpus[2]);  // not registered: untouched
   EXPECT_EQ(t.gpus[3].uuid, "GPU-3");    // already had one
   EXPECT_EQ(ApplyHamiRegister({}, t), 0);
+}
+
+// An estimated size (gpu_memory.h: an NCCL file's card, from its PCI id) is replaced by HAMi's
+// exact figure; a measured one is kept (above).
+TEST(ApplyHamiRegister, ReplacesAnEstimatedCardSize) {
+  NodeTopology t = Hgx();
+  t.gpus[0].vendor_id = 0x10de;
+  t.gpus[0].device_id = 0x2330;  // H100 SXM5 80GB
+  t.gpus[0].model.clear();
+  t.gpus[0].memory_mib = EstimatedUsableMib(80);
+  ASSERT_TRUE(IsMemoryEstimate(t.gpus[0]));
+  ApplyHamiRegister({Reg("GPU-e0", 0, 10, 81559, 100, "T", 0, true, "hami-core")}, t);
+  EXPECT_EQ(t.gpus[0].memory_mib, 81559u);
 }
 
 // Issue 15 (7): cards HAMi reports unhealthy, or in MIG mode, are never placed on.
