@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstddef>
 #include <exception>
 #include <limits>
@@ -299,12 +300,12 @@ bool WorseLink(const Link& a, int rank_a, const Link& b, int rank_b) {
   return a.cls == LinkClass::kNV && b.cls == LinkClass::kNV && a.count < b.count;
 }
 
-std::string HamiType(const Gpu& gpu) {
-  // HAMi's vendor word for NVIDIA is "NVIDIA" (protocols.md §3.4). Our reference does not give
-  // the word HAMi's AMD backend writes; we write the vendor's upper-case name ("AMD") so such
-  // records stay readable and round-trip through DeltaFromHami, which matches by UUID only.
-  return Upper(ToString(gpu.vendor));
-}
+// HAMi's vendor word for NVIDIA is "NVIDIA" (protocols.md §3.4); AMD's records carry the
+// registered type instead (HamiAmdCard::type).
+constexpr std::string_view kHamiNvidiaType = "NVIDIA";
+// The type HAMi's AMD scheduler writes when the registration gives none (device.go Fit: the
+// request's type, AMDDevice = "AMD").
+constexpr std::string_view kHamiAmdType = "AMD";
 
 }  // namespace
 
@@ -433,31 +434,58 @@ AllocationAnnotations EncodeAllocation(const state::PodAllocation& allocation, c
   // consecutive ones. When the app containers account for fewer GPUs than chosen, the last
   // container takes the rest (the split is the kube source's, the devices the store's: never
   // drop a device).
+  // Without GPUs there is nothing for HAMi's device plugin to hand out (a NIC-only pod).
+  if (gpus.empty()) return out;
+  const auto all_of_vendor = [&](GpuVendor vendor) {
+    return std::all_of(gpus.begin(), gpus.end(), [&](const ChosenGpu& c) {
+      return topology.gpus[static_cast<std::size_t>(c.index)].vendor == vendor;
+    });
+  };
   std::vector<HamiDevice> devices;
-  for (const ChosenGpu& c : gpus) {
-    const Gpu& g = topology.gpus[static_cast<std::size_t>(c.index)];
-    HamiDevice d;
-    d.uuid = g.uuid;
-    d.type = HamiType(g);
-    if (c.share) {
-      d.used_mem_mib = c.share->memory_mib;
-      d.used_cores = CoresPercent(c.share->cores);
-    } else {
-      d.used_mem_mib = static_cast<std::int64_t>(g.memory_mib);
-      d.used_cores = 100;
+  if (all_of_vendor(GpuVendor::kNvidia)) {
+    // HAMi names NVIDIA devices by UUID only: without one for every GPU there is nothing HAMi's
+    // device plugin could use, so the annotation stays empty (such a node is not a HAMi node).
+    if (!all_uuids) return out;
+    for (const ChosenGpu& c : gpus) {
+      const Gpu& g = topology.gpus[static_cast<std::size_t>(c.index)];
+      HamiDevice d;
+      d.uuid = g.uuid;
+      d.type = std::string(kHamiNvidiaType);
+      if (c.share) {
+        d.used_mem_mib = c.share->memory_mib;
+        d.used_cores = CoresPercent(c.share->cores);
+      } else {
+        d.used_mem_mib = static_cast<std::int64_t>(g.memory_mib);
+        d.used_cores = 100;
+      }
+      devices.push_back(std::move(d));
     }
-    devices.push_back(std::move(d));
+  } else if (all_of_vendor(GpuVendor::kAmd)) {
+    // What HAMi's AMD scheduler writes (Project-HAMi/HAMi pkg/device/amd/device.go @070101260b7a,
+    // Fit and PatchAnnotations): the registered id and type; a whole card asks no memory and
+    // 100 % of the cores, which Fit turns into the card's devmem and devcore. A card HAMi's AMD
+    // device plugin did not register is one it cannot hand out: no record then.
+    for (const ChosenGpu& c : gpus) {
+      const std::optional<HamiAmdCard>& card = topology.gpus[static_cast<std::size_t>(c.index)].hami_amd;
+      if (!card) return out;
+      HamiDevice d;
+      d.uuid = card->id;
+      d.type = card->type;
+      if (c.share) {
+        const std::optional<int> units = AmdComputeUnits(c.share->cores, *card);
+        if (!units) return out;
+        d.used_mem_mib = c.share->memory_mib;
+        d.used_cores = *units;
+      } else {
+        d.used_mem_mib = card->memory_mib;
+        d.used_cores = card->compute_units;
+      }
+      devices.push_back(std::move(d));
+    }
+    out.hami_vendor = GpuVendor::kAmd;
+  } else {
+    return out;  // a mix of vendors: no one HAMi device plugin serves it
   }
-  // HAMi names devices by UUID only: without one for every GPU there is nothing HAMi's device
-  // plugin could use, so the annotation stays empty (such a node is not a HAMi node); so it does
-  // without GPUs (a NIC-only pod has nothing for HAMi's device plugin to hand out).
-  // HAMi's AMD backend reads other keys (hami.io/amd-devices-*) with a CU count, not percent, in
-  // a format still changing between HAMi releases: toposched writes HAMi's records for NVIDIA
-  // GPUs only (docs/operations.md); AMD pods keep toposched's own annotations.
-  const bool all_nvidia = std::all_of(gpus.begin(), gpus.end(), [&](const ChosenGpu& c) {
-    return topology.gpus[static_cast<std::size_t>(c.index)].vendor == GpuVendor::kNvidia;
-  });
-  if (!all_uuids || gpus.empty() || !all_nvidia) return out;
   HamiPodDevices pod;
   if (allocation.container_devices.empty()) {
     pod.push_back(devices);
@@ -673,7 +701,7 @@ framework::AllocationDelta DevicesNamedBy(std::string_view allocation_json, std:
   auto add_gpu_uuid = [&](const std::string& uuid) {
     if (uuid.empty()) return;
     for (const Gpu& g : t.gpus) {
-      if (g.uuid == uuid) gpus.insert(g.index);
+      if (g.uuid == uuid || (g.hami_amd && g.hami_amd->id == uuid)) gpus.insert(g.index);
     }
   };
   if (!allocation_json.empty()) try {
@@ -790,47 +818,89 @@ Result<HamiPodDevices> DecodeHamiDevices(std::string_view text) {
   return pod;
 }
 
-Result<framework::AllocationDelta> DeltaFromHami(const HamiPodDevices& devices,
-                                                 const NodeTopology& topology) {
+HamiDeviceKeys HamiDeviceKeysFor(GpuVendor vendor) {
+  return vendor == GpuVendor::kAmd ? HamiDeviceKeys{kHamiAmdDevicesToAllocate, kHamiAmdDevicesAllocated}
+                                   : HamiDeviceKeys{kHamiDevicesToAllocate, kHamiDevicesAllocated};
+}
+
+std::optional<int> AmdComputeUnits(std::int64_t cores, const HamiAmdCard& card) {
+  if (card.compute_units <= 0) return std::nullopt;
+  const std::int64_t total = card.compute_units;
+  // HAMi's request is a whole percent, 1-100, 100 when not asked (GenerateResourceRequests).
+  const std::int64_t percent = cores <= 0 ? 100 : std::min<std::int64_t>(CoresPercent(cores), 100);
+  std::int64_t units = std::max<std::int64_t>(total * percent / 100, 1);
+  if (card.cu_per_wgp > 1) {
+    const std::int64_t wgp = card.cu_per_wgp;
+    units = std::min((units + wgp - 1) / wgp * wgp, total);
+  }
+  return static_cast<int>(std::min(units, total));
+}
+
+Result<framework::AllocationDelta> DeltaFromHami(const HamiPodDevices& devices, const NodeTopology& topology,
+                                                 GpuVendor vendor) {
   // One pod may hold several vGPUs of one card (one per container): they add up.
   struct Use {
     int gpu = 0;
     int count = 0;
     std::int64_t memory_mib = 0;
-    std::int64_t cores_percent = 0;
+    std::int64_t cores = 0;  // NVIDIA: percent; AMD: compute units
   };
+  const bool amd = vendor == GpuVendor::kAmd;
   std::vector<Use> uses;
   for (std::size_t c = 0; c < devices.size(); ++c) {
     for (std::size_t d = 0; d < devices[c].size(); ++d) {
       const HamiDevice& dev = devices[c][d];
+      const std::string where = "container " + std::to_string(c) + " device " + std::to_string(d);
       // DecodeHamiDevices' bounds; they also keep the sums below far from overflowing.
       if (dev.used_mem_mib < 0 || dev.used_mem_mib > INT32_MAX || dev.used_cores < 0) {
-        return Error("container " + std::to_string(c) + " device " + std::to_string(d) +
-                     ": usedMemMiB or usedCores out of range");
+        return Error(where + ": usedMemMiB or usedCores out of range");
       }
       int found = -1;
-      for (std::size_t g = 0; g < topology.gpus.size(); ++g) {
-        if (!dev.uuid.empty() && topology.gpus[g].uuid == dev.uuid) found = static_cast<int>(g);
+      for (std::size_t g = 0; g < topology.gpus.size() && !dev.uuid.empty(); ++g) {
+        const Gpu& gpu = topology.gpus[g];
+        if (gpu.uuid == dev.uuid || (amd && gpu.hami_amd && gpu.hami_amd->id == dev.uuid)) {
+          found = static_cast<int>(g);
+        }
       }
       if (found < 0) {
-        return Error("container " + std::to_string(c) + " device " + std::to_string(d) + ": node " +
-                     Quote(topology.node_name) + " has no GPU with UUID " + Quote(dev.uuid));
+        return Error(where + ": node " + Quote(topology.node_name) + " has no GPU with UUID " + Quote(dev.uuid));
+      }
+      const GpuVendor at = topology.gpus[static_cast<std::size_t>(found)].vendor;
+      if (at != vendor) {
+        return Error(where + ": " + Quote(dev.uuid) + " is the node's GPU " + std::to_string(found) + ", an " +
+                     Upper(ToString(at)) + " GPU, in HAMi's " + Upper(ToString(vendor)) + " record");
       }
       auto it = std::find_if(uses.begin(), uses.end(), [&](const Use& u) { return u.gpu == found; });
       if (it == uses.end()) it = uses.insert(uses.end(), Use{found, 0, 0, 0});
       ++it->count;
       it->memory_mib += dev.used_mem_mib;
-      it->cores_percent += dev.used_cores;
+      it->cores += dev.used_cores;
     }
   }
   framework::AllocationDelta delta;
   for (const Use& u : uses) {
-    const std::uint64_t card_memory = topology.gpus[static_cast<std::size_t>(u.gpu)].memory_mib;
+    const Gpu& gpu = topology.gpus[static_cast<std::size_t>(u.gpu)];
+    std::uint64_t card_memory = gpu.memory_mib;
+    std::int64_t cores = u.cores * 100;  // hundredths of a percent
+    bool all_cores = u.cores == 100;
+    if (amd) {
+      const int total = gpu.hami_amd ? gpu.hami_amd->compute_units : 0;
+      if (gpu.hami_amd && gpu.hami_amd->memory_mib > 0) {
+        card_memory = static_cast<std::uint64_t>(gpu.hami_amd->memory_mib);
+      }
+      // Compute units as the percent of the card's they are, rounded up: never less than held.
+      if (total > 0) {
+        cores = std::min<std::int64_t>((u.cores * kFullGpuCores + total - 1) / total, kFullGpuCores);
+      } else {
+        cores = u.cores > 0 ? kFullGpuCores : 0;
+      }
+      all_cores = total > 0 && u.cores >= total;
+    }
     const bool whole_memory = card_memory == 0 || static_cast<std::uint64_t>(u.memory_mib) >= card_memory;
-    if (u.count == 1 && u.cores_percent == 100 && whole_memory) {
+    if (u.count == 1 && all_cores && whole_memory) {
       delta.exclusive_gpus.push_back(u.gpu);
     } else {
-      delta.shares.emplace_back(u.gpu, GpuShareUsage{u.count, u.memory_mib, u.cores_percent * 100});
+      delta.shares.emplace_back(u.gpu, GpuShareUsage{u.count, u.memory_mib, cores});
     }
   }
   return delta;
@@ -840,7 +910,33 @@ Result<framework::AllocationDelta> DeltaFromHami(const HamiPodDevices& devices,
 
 namespace {
 
-Result<std::vector<HamiRegisteredGpu>> ParseRegisterJson(std::string_view text) {
+// HAMi's records separate fields with ',', devices with ':' and containers with ';': a name
+// holding one would corrupt the record it is written into.
+bool HasRecordSeparator(std::string_view s) { return s.find_first_of(",:;") != std::string_view::npos; }
+
+// AMD's custominfo: the card's PCI address, and cuPerWGP read as HAMi's cuPerWGP reads it (a
+// JSON number that is a whole number from 2 to 2^31-1, else 1).
+Status ReadAmdCustomInfo(const json& e, const std::string& p, HamiRegisteredGpu* g) {
+  Result<const json*> info = ReadObject(e, "custominfo", p, Presence::kOptional);
+  if (!info.ok()) return info.error();
+  if (*info == nullptr) return Status::Ok();
+  const std::string path = Child(p, "custominfo");
+  std::string bdf;
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(**info, "pciBDF", path, Presence::kOptional, &bdf));
+  if (!bdf.empty()) {
+    g->pci_bus_id = NormalizePciBusId(bdf);
+    if (g->pci_bus_id.empty()) {
+      return Expected(Child(path, "pciBDF"), "a PCI address like 0000:83:00.0", (**info)["pciBDF"]);
+    }
+  }
+  if (const auto w = (*info)->find("cuPerWGP"); w != (*info)->end() && w->is_number()) {
+    const double v = w->get<double>();
+    if (v > 1 && v <= INT32_MAX && v == std::trunc(v)) g->cu_per_wgp = static_cast<int>(v);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<HamiRegisteredGpu>> ParseRegisterJson(std::string_view text, bool amd) {
   Result<json> doc = ParseBoundedJson(text, 8);
   if (!doc.ok()) return doc.error();
   if (!doc->is_array()) return Expected("top level", "an array", *doc);
@@ -861,6 +957,16 @@ Result<std::vector<HamiRegisteredGpu>> ParseRegisterJson(std::string_view text) 
     TOPOSCHED_RETURN_IF_ERROR(ReadInt(e, "numa", p, Presence::kOptional, INT_MIN, INT_MAX, &g.numa));
     TOPOSCHED_RETURN_IF_ERROR(ReadBool(e, "health", p, &g.health));
     TOPOSCHED_RETURN_IF_ERROR(ReadString(e, "mode", p, Presence::kOptional, &g.mode));
+    if (amd) {
+      TOPOSCHED_RETURN_IF_ERROR(ReadAmdCustomInfo(e, p, &g));
+      // Written verbatim into HAMi's AMD records, unlike NVIDIA's (UUID and vendor word).
+      if (HasRecordSeparator(g.uuid)) {
+        return Expected(Child(p, "id"), "an id without ',', ':' or ';'", e["id"]);
+      }
+      if (HasRecordSeparator(g.type)) {
+        return Expected(Child(p, "type"), "a type without ',', ':' or ';'", e["type"]);
+      }
+    }
     out.push_back(std::move(g));
   }
   return out;
@@ -928,7 +1034,7 @@ Result<std::vector<HamiRegisteredGpu>> ParseHamiRegister(std::string_view text) 
     const std::string_view trimmed = Trim(text);
     Result<std::vector<HamiRegisteredGpu>> out =
         !trimmed.empty() && (trimmed.front() == '[' || trimmed.front() == '{')
-            ? ParseRegisterJson(trimmed)
+            ? ParseRegisterJson(trimmed, /*amd=*/false)
             : ParseRegisterRecords(trimmed);
     if (!out.ok()) return out.error().WithContext(std::string(kHamiNodeRegister));
     return out;
@@ -958,6 +1064,88 @@ int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& 
   }
   DropUnusableGpuUuids(topology);  // a registration that names one UUID twice names no GPU
   return min_split;
+}
+
+// ---- hami.io/node-amd-register ----
+
+Result<std::vector<HamiRegisteredGpu>> ParseHamiAmdRegister(std::string_view text) {
+  const std::string key(kHamiAmdNodeRegister);
+  if (text.size() > kMaxAnnotationBytes) {
+    return Error(key + " is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                 std::to_string(kMaxAnnotationBytes));
+  }
+  try {
+    const std::string_view trimmed = Trim(text);
+    if (trimmed.empty()) return std::vector<HamiRegisteredGpu>{};
+    // The same bounded reader as NVIDIA's array (8 levels: custominfo nests one more).
+    Result<std::vector<HamiRegisteredGpu>> out = ParseRegisterJson(trimmed, /*amd=*/true);
+    if (!out.ok()) return out.error().WithContext(key);
+    return out;
+  } catch (const std::exception& e) {
+    return Error(key + ": " + e.what());
+  }
+}
+
+int ApplyHamiAmdRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& topology) {
+  // Which GPU each entry names, and how often each GPU and each id is named.
+  std::vector<int> named_by(topology.gpus.size(), 0);
+  std::vector<const HamiRegisteredGpu*> entry_of(topology.gpus.size(), nullptr);
+  std::map<std::string, int, std::less<>> ids;
+  for (const HamiRegisteredGpu& r : gpus) ++ids[r.uuid];
+  for (const HamiRegisteredGpu& r : gpus) {
+    int found = -1;
+    for (std::size_t g = 0; g < topology.gpus.size(); ++g) {
+      const Gpu& gpu = topology.gpus[g];
+      const bool match =
+          !r.pci_bus_id.empty() ? gpu.pci_bus_id == r.pci_bus_id : !gpu.uuid.empty() && gpu.uuid == r.uuid;
+      if (match) found = static_cast<int>(g);
+    }
+    if (found < 0 || topology.gpus[static_cast<std::size_t>(found)].vendor != GpuVendor::kAmd) continue;
+    ++named_by[static_cast<std::size_t>(found)];
+    entry_of[static_cast<std::size_t>(found)] = &r;
+  }
+  int matched = 0;
+  for (std::size_t g = 0; g < topology.gpus.size(); ++g) {
+    Gpu& gpu = topology.gpus[g];
+    if (gpu.vendor != GpuVendor::kAmd) continue;
+    gpu.hami_amd.reset();
+    const HamiRegisteredGpu* r = entry_of[g];
+    if (named_by[g] == 0) {
+      gpu.unusable = "not in HAMi's AMD registration (" + std::string(kHamiAmdNodeRegister) +
+                     "), so HAMi's AMD device plugin cannot hand it out";
+      continue;
+    }
+    if (named_by[g] > 1 || ids[r->uuid] > 1) {
+      gpu.unusable =
+          "HAMi's AMD registration names it ambiguously (two entries for one card, or one id for two)";
+      continue;
+    }
+    ++matched;
+    gpu.hami_amd = HamiAmdCard{r->uuid, r->type.empty() ? std::string(kHamiAmdType) : r->type, r->devmem_mib,
+                               r->devcore, r->cu_per_wgp};
+    if (gpu.uuid.empty()) gpu.uuid = r->uuid;
+    if (gpu.memory_mib == 0 && r->devmem_mib > 0) gpu.memory_mib = static_cast<std::uint64_t>(r->devmem_mib);
+    // HAMi's AMD scheduler skips an unhealthy card (health is omitempty: absent is false) and,
+    // asking 100 % of the cores for a whole card, one without compute units (Fit).
+    if (!r->health) {
+      gpu.unusable = "HAMi's AMD device plugin reports the card unhealthy";
+    } else if (r->devcore <= 0) {
+      gpu.unusable =
+          "HAMi's AMD registration gives it no compute units (devcore), so HAMi places nothing on it";
+    } else {
+      gpu.unusable.clear();
+    }
+  }
+  DropUnusableGpuUuids(topology);
+  return matched;
+}
+
+void MarkAmdGpusUnregistered(NodeTopology& topology, std::string_view why) {
+  for (Gpu& gpu : topology.gpus) {
+    if (gpu.vendor != GpuVendor::kAmd) continue;
+    gpu.hami_amd.reset();
+    gpu.unusable = std::string(why);
+  }
 }
 
 // ---- hami.io/mutex.lock ----
@@ -1002,10 +1190,13 @@ Status ReadNodeImpl(const json& node, NodeView* v) {
       **meta, "labels", "metadata", [](const std::string&) { return true; }, &v->labels));
   std::map<std::string, std::string> annotations;
   TOPOSCHED_RETURN_IF_ERROR(ReadStringMap(
-      **meta, "annotations", "metadata", [](const std::string& k) { return k == kHamiNodeRegister; },
-      &annotations));
+      **meta, "annotations", "metadata",
+      [](const std::string& k) { return k == kHamiNodeRegister || k == kHamiAmdNodeRegister; }, &annotations));
   if (const auto it = annotations.find(std::string(kHamiNodeRegister)); it != annotations.end()) {
     v->hami_register = it->second;
+  }
+  if (const auto it = annotations.find(std::string(kHamiAmdNodeRegister)); it != annotations.end()) {
+    v->hami_amd_register = it->second;
   }
   Result<const json*> spec = ReadObject(node, "spec", "", Presence::kOptional);
   if (!spec.ok()) return spec.error();

@@ -48,6 +48,40 @@ NodeTopology Hgx() {
   return t;
 }
 
+// The HGX layout with AMD cards (an MI300X OAM board has the same shape): no UUIDs until HAMi's
+// AMD registration gives them.
+NodeTopology AmdBoard() {
+  NodeTopology t = Hgx();
+  for (Gpu& g : t.gpus) {
+    g.vendor = GpuVendor::kAmd;
+    g.uuid.clear();
+    g.memory_mib = 0;
+  }
+  return t;
+}
+
+// HAMi's AMD registration of every card of `t` with ids "<prefix><index>", as the AMD device
+// plugin writes it: "index" is the DRM card number (here index + 1, as on a node whose card0 is
+// the BMC's VGA), the PCI address in custominfo.pciBDF.
+std::string AmdRegisterJson(const NodeTopology& t, const std::string& prefix, std::int64_t devmem, int devcore,
+                            const std::string& type) {
+  json reg = json::array();
+  for (const Gpu& g : t.gpus) {
+    reg.push_back({{"id", prefix + std::to_string(g.index)}, {"index", g.index + 1}, {"count", 10},
+                   {"devmem", devmem}, {"devcore", devcore}, {"type", type}, {"health", true},
+                   {"devicevendor", "amd"}, {"custominfo", {{"pciBDF", g.pci_bus_id}}}});
+  }
+  return reg.dump();
+}
+
+NodeTopology RegisteredAmdBoard(const std::string& prefix, std::int64_t devmem, int devcore, const std::string& type) {
+  NodeTopology t = AmdBoard();
+  Result<std::vector<HamiRegisteredGpu>> reg = ParseHamiAmdRegister(AmdRegisterJson(t, prefix, devmem, devcore, type));
+  EXPECT_TRUE(reg.ok()) << reg.error().message();
+  EXPECT_EQ(ApplyHamiAmdRegister(*reg, t), 8);
+  return t;
+}
+
 state::PodAllocation Alloc(std::vector<int> gpus, std::vector<int> nics,
                            std::vector<std::pair<int, GpuShareUsage>> shares = {},
                            std::vector<int> containers = {}) {
@@ -267,15 +301,115 @@ TEST(EncodeAllocation, ContainersSplitHamiSegments) {
   }
 }
 
-// HAMi's AMD backend reads hami.io/amd-devices-* (CU counts): NVIDIA's keys are never written
-// for AMD GPUs (issue 15, item 7); toposched's own record still is.
-TEST(EncodeAllocation, AmdGpusGetNoNvidiaHamiRecord) {
-  NodeTopology t = Hgx();
-  t.gpus[0].vendor = GpuVendor::kAmd;
-  const AllocationAnnotations a = EncodeAllocation(Alloc({0}, {}), t, "toposched");
-  EXPECT_EQ(a.hami_devices, "");
-  EXPECT_FALSE(a.allocation.empty());
-  EXPECT_EQ(a.visible_gpus, "GPU-0");
+// Issue 15 (7): AMD GPUs get HAMi's AMD records, never NVIDIA's. Exact bytes from HAMi's own
+// test expectations: Project-HAMi/amd-device-plugin internal/pkg/utils/utils_test.go
+// @10c66d9a03b4 TestPodAllocationTrySuccess, whose pod holds
+// "uuid-a,AMDGPU,1024,10:;uuid-b,AMDGPU,1024,10:;" in hami.io/amd-devices-allocated: two
+// containers with one card each. Here those are two whole cards registered with devmem 1024
+// MiB, devcore 10 CUs and type "AMDGPU", which HAMi's scheduler writes as their whole memory and
+// all their compute units (Project-HAMi/HAMi pkg/device/amd/device.go @070101260b7a Fit).
+TEST(EncodeAllocation, AmdGpusGetHamisAmdRecordExactly) {
+  NodeTopology t = AmdBoard();
+  std::string reg = AmdRegisterJson(t, "unused-", 1024, 10, "AMDGPU");
+  // Only cards 0 and 1 are named uuid-a and uuid-b.
+  json doc = json::parse(reg);
+  doc[0]["id"] = "uuid-a";
+  doc[1]["id"] = "uuid-b";
+  Result<std::vector<HamiRegisteredGpu>> parsed = ParseHamiAmdRegister(doc.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message();
+  ASSERT_EQ(ApplyHamiAmdRegister(*parsed, t), 8);
+  const AllocationAnnotations a = EncodeAllocation(Alloc({0, 1}, {}, {}, {1, 1}), t, "toposched");
+  EXPECT_EQ(a.hami_vendor, GpuVendor::kAmd);
+  EXPECT_EQ(a.hami_devices, "uuid-a,AMDGPU,1024,10:;uuid-b,AMDGPU,1024,10:;");
+  EXPECT_EQ(HamiDeviceKeysFor(a.hami_vendor).to_allocate, "hami.io/amd-devices-to-allocate");
+  EXPECT_EQ(HamiDeviceKeysFor(a.hami_vendor).allocated, "hami.io/amd-devices-allocated");
+  EXPECT_EQ(a.visible_gpus, "uuid-a,uuid-b");  // the registration gave the UUIDs
+}
+
+TEST(EncodeAllocation, AmdRecordsTable) {
+  struct Case {
+    std::string name;
+    NodeTopology topology;
+    state::PodAllocation allocation;
+    std::string hami;
+    GpuVendor vendor;
+  };
+  const NodeTopology mi300x = RegisteredAmdBoard("amd-", 196288, 304, "AMD Instinct MI300X");
+  NodeTopology mixed = mi300x;
+  mixed.gpus[1].vendor = GpuVendor::kNvidia;
+  mixed.gpus[1].uuid = "GPU-1";
+  NodeTopology empty_type = AmdBoard();
+  {
+    json reg = json::parse(AmdRegisterJson(empty_type, "amd-", 8192, 64, ""));
+    for (json& d : reg) d.erase("type");  // omitempty: no type registered
+    Result<std::vector<HamiRegisteredGpu>> parsed = ParseHamiAmdRegister(reg.dump());
+    EXPECT_TRUE(parsed.ok());
+    ApplyHamiAmdRegister(*parsed, empty_type);
+  }
+  const std::vector<Case> cases = {
+      // Today's code writes nothing for AMD GPUs: this is the record HAMi's AMD device plugin
+      // needs to hand the pod the cards toposched chose.
+      {"whole cards, one container", mi300x, Alloc({2, 3}, {}),
+       "amd-2,AMD Instinct MI300X,196288,304:amd-3,AMD Instinct MI300X,196288,304:;", GpuVendor::kAmd},
+      // An init container takes its cards from the start of the set, as for NVIDIA.
+      {"init container", mi300x,
+       [] {
+         state::PodAllocation a = Alloc({4, 5}, {}, {}, {1, 2});
+         a.init_containers = 1;
+         return a;
+       }(),
+       "amd-4,AMD Instinct MI300X,196288,304:;amd-4,AMD Instinct MI300X,196288,304:amd-5,AMD Instinct "
+       "MI300X,196288,304:;",
+       GpuVendor::kAmd},
+      // A share: its memory and the compute units HAMi gives 50 % of 304 CUs: 152.
+      {"share", mi300x, Alloc({}, {}, {{6, {1, 65536, 5000}}}), "amd-6,AMD Instinct MI300X,65536,152:;", GpuVendor::kAmd},
+      // No registered type: HAMi's scheduler writes the request's type, "AMD".
+      {"no registered type", empty_type, Alloc({0}, {}), "amd-0,AMD,8192,64:;", GpuVendor::kAmd},
+      // Cards HAMi's AMD device plugin did not register (no registration at all): no record.
+      {"unregistered cards", AmdBoard(), Alloc({0}, {}), "", GpuVendor::kNvidia},
+      // One NVIDIA and one AMD card: no one device plugin serves both; no record.
+      {"mixed vendors", mixed, Alloc({0, 1}, {}), "", GpuVendor::kNvidia},
+      {"nics only", mi300x, Alloc({}, {0}), "", GpuVendor::kNvidia},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AllocationAnnotations a = EncodeAllocation(c.allocation, c.topology, "toposched");
+    EXPECT_EQ(a.hami_devices, c.hami);
+    EXPECT_EQ(a.hami_vendor, c.vendor);
+    EXPECT_FALSE(a.allocation.empty());  // toposched's own record, always
+  }
+}
+
+// HAMi's percent-to-compute-units rule, from HAMi's own table (Project-HAMi/HAMi
+// pkg/device/amd/device_test.go @015b302b1d1a TestDevices_Fit: "core percentage maps per
+// device", "rounds cores up to whole WGPs on RDNA", "clamps a positive percentage to at least
+// one CU"); cores in hundredths of a percent.
+TEST(AmdComputeUnits, HamisTable) {
+  struct Case {
+    std::string name;
+    int total, cu_per_wgp;
+    std::int64_t cores;
+    std::optional<int> expected;
+  };
+  const std::vector<Case> cases = {
+      {"core percentage maps per device", 100, 1, 5000, 50},  // 50 % of 100
+      {"rdna odd cores", 64, 2, 500, 4},                      // 64 x 5 % = 3, up to 2 WGPs
+      {"cdna keeps single cus", 64, 1, 500, 3},
+      {"one-wgp apu", 2, 2, 5000, 2},
+      {"huge wgp size does not overflow", 4, INT32_MAX, 7500, 4},
+      {"clamps a positive percentage to at least one CU", 64, 1, 100, 1},
+      {"no limit asked is the whole card", 304, 1, 0, 304},
+      // toposched's hundredths round up to HAMi's whole percent: 33.01 % -> 34 % of 304 = 103.
+      {"fractions of a percent round up", 304, 1, 3301, 103},
+      {"no compute units registered", 0, 1, 5000, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    HamiAmdCard card;
+    card.compute_units = c.total;
+    card.cu_per_wgp = c.cu_per_wgp;
+    EXPECT_EQ(AmdComputeUnits(c.cores, card), c.expected);
+  }
 }
 
 TEST(EncodeAllocation, VisibleGpusTable) {
@@ -442,6 +576,16 @@ TEST(DevicesNamedBy, EveryCandidateOfAnUnreadableRecord) {
     EXPECT_EQ(d.nics, c.nics);
     EXPECT_TRUE(d.shares.empty());
   }
+}
+
+// AMD cards are named in HAMi's AMD records by their registered id, which may differ from a
+// UUID discovery gave the card.
+TEST(DevicesNamedBy, AmdRecordsByRegisteredId) {
+  NodeTopology t = RegisteredAmdBoard("amd-", 196288, 304, "AMD Instinct MI300X");
+  t.gpus[4].uuid = "discovered-4";  // the registered id "amd-4" still names it
+  const framework::AllocationDelta d =
+      DevicesNamedBy("", "amd-4,AMD Instinct MI300X,1,1:bad;amd-6,AMD,1,1:;", t);
+  EXPECT_EQ(d.exclusive_gpus, (std::vector<int>{4, 6}));
 }
 
 TEST(DecodeAllocation, SurvivesARenumberingRediscovery) {
@@ -678,8 +822,8 @@ TEST(DeltaFromHami, InvertsEncodeAllocation) {
 
 HamiRegisteredGpu Reg(std::string uuid, int index, int count, std::int64_t mem, int core, std::string type,
                       int numa, bool health, std::string mode) {
-  return HamiRegisteredGpu{std::move(uuid), index,          count, mem, core, std::move(type), numa,
-                           health,          std::move(mode)};
+  return HamiRegisteredGpu{std::move(uuid), index, count, mem, core, std::move(type), numa, health,
+                           std::move(mode),  "",    1};
 }
 
 TEST(ParseHamiRegister, FormatsTable) {
@@ -823,6 +967,211 @@ TEST(ApplyHamiRegister, UnhealthyAndMigCardsAreUnusable) {
   const std::vector<HamiRegisteredGpu> healed = {Reg("GPU-1h", 1, 10, 81559, 100, "T", 0, true, "hami-core")};
   ApplyHamiRegister(healed, t);
   EXPECT_EQ(t.gpus[1].unusable, "");
+}
+
+// ---- hami.io/node-amd-register ----
+
+TEST(ParseHamiAmdRegister, FormatsTable) {
+  struct Case {
+    std::string name, text;
+    std::vector<HamiRegisteredGpu> expected;
+  };
+  auto amd = [](HamiRegisteredGpu g, std::string bdf, int cu_per_wgp) {
+    g.pci_bus_id = std::move(bdf);
+    g.cu_per_wgp = cu_per_wgp;
+    return g;
+  };
+  const std::vector<Case> cases = {
+      // HAMi's own test registration (Project-HAMi/HAMi pkg/device/amd/device_test.go
+      // @015b302b1d1a Test_GetNodeDevices), verbatim.
+      {"hami's test registration",
+       R"([{"id":"GPU-0","index":0,"count":1,"devmem":8192,"devcore":100,"type":"amd","numa":0,"health":true}])",
+       {Reg("GPU-0", 0, 1, 8192, 100, "amd", 0, true, "")}},
+      // The AMD device plugin's documented entry (Project-HAMi/amd-device-plugin README.md
+      // @0121aa5d9262), with custominfo; unknown keys (computeQueues) are ignored.
+      {"device plugin's entry",
+       R"([{"id":"8eff74b5-0000-1000-801b-b56457addd1b","index":0,"count":10,"devmem":196288,"devcore":304,)"
+       R"("type":"AMD Instinct MI300X VF","numa":0,"health":true,"devicevendor":"amd",)"
+       R"("custominfo":{"pciBDF":"0000:83:00.0","computeQueues":24}}])",
+       {amd(Reg("8eff74b5-0000-1000-801b-b56457addd1b", 0, 10, 196288, 304, "AMD Instinct MI300X VF", 0, true, ""),
+            "0000:83:00.0", 1)}},
+      // cuPerWGP as HAMi reads it (device.go cuPerWGP): a whole number above 1, else 1.
+      {"rdna wgp size", R"([{"id":"a","custominfo":{"pciBDF":"0000:03:00.0","cuPerWGP":2}}])",
+       {amd(Reg("a", 0, 0, 0, 0, "", 0, false, ""), "0000:03:00.0", 2)}},
+      {"fractional wgp size is ignored", R"([{"id":"a","custominfo":{"cuPerWGP":2.5}}])",
+       {Reg("a", 0, 0, 0, 0, "", 0, false, "")}},
+      {"wgp size not a number is ignored", R"([{"id":"a","custominfo":{"cuPerWGP":"2"}}])",
+       {Reg("a", 0, 0, 0, 0, "", 0, false, "")}},
+      {"bus id normalized", R"([{"id":"a","custominfo":{"pciBDF":"83:00.0"}}])",
+       {amd(Reg("a", 0, 0, 0, 0, "", 0, false, ""), "0000:83:00.0", 1)}},
+      {"empty array", "[]", {}},
+      {"absent", "", {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<std::vector<HamiRegisteredGpu>> r = ParseHamiAmdRegister(c.text);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(*r, c.expected);
+  }
+}
+
+TEST(ParseHamiAmdRegister, ErrorsTable) {
+  struct Case {
+    std::string name, text, error;
+  };
+  const std::vector<Case> cases = {
+      // HAMi never wrote AMD's registration in NVIDIA's old colon format.
+      {"colon records", "GPU-a,10,32768,100,T,0,true:", "not valid JSON"},
+      {"json object", R"({"id":"a"})", "top level: expected an array"},
+      {"no id", R"([{"devmem":1}])", "[0].id: a GPU UUID is required"},
+      {"devcore negative", R"([{"id":"a","devcore":-1}])", "[0].devcore: expected an integer"},
+      {"custominfo not an object", R"([{"id":"a","custominfo":[]}])", "[0].custominfo: expected an object"},
+      {"bad bus id", R"([{"id":"a","custominfo":{"pciBDF":"card0"}}])", "[0].custominfo.pciBDF: expected a PCI address"},
+      {"bus id not a string", R"([{"id":"a","custominfo":{"pciBDF":5}}])", "[0].custominfo.pciBDF: expected a string"},
+      // Written verbatim into HAMi's records, where they would split a record.
+      {"id with a separator", R"([{"id":"a:b"}])", "[0].id: expected an id without"},
+      {"type with a separator", R"([{"id":"a","type":"MI300X, VF"}])", "[0].type: expected a type without"},
+      {"too deep", "[[[[[[[[[[1]]]]]]]]]]", "nested deeper"},
+      {"oversized", std::string(2u << 20, ' ') + "[]", "over the limit"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<std::vector<HamiRegisteredGpu>> r = ParseHamiAmdRegister(c.text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message().find(c.error), std::string::npos) << r.error().message();
+    EXPECT_EQ(r.error().message().rfind("hami.io/node-amd-register", 0), 0u) << r.error().message();
+  }
+}
+
+TEST(ApplyHamiAmdRegister, MatchesByPciAddressAndHoldsWhatHamiCannotServe) {
+  NodeTopology t = AmdBoard();
+  t.gpus[7].vendor = GpuVendor::kNvidia;  // a mixed node: NVIDIA cards are not AMD's to judge
+  t.gpus[7].uuid = "GPU-7";
+  t.gpus[5].uuid = "amd-uuid-5";  // discovery knew this one's UUID
+  json reg = json::parse(AmdRegisterJson(t, "amd-", 196288, 304, "AMD Instinct MI300X"));
+  // The registration's "index" is the DRM card number (index + 1 here): never used to match.
+  reg[1]["health"] = false;   // unhealthy
+  reg[2].erase("health");     // omitempty: absent is false, as HAMi reads it
+  reg[3]["devcore"] = 0;      // no compute units: HAMi places nothing on it
+  reg.erase(4);               // card 4 not registered (entries shift: reg[4] is now card 5)
+  reg[4]["custominfo"].erase("pciBDF");
+  reg[4]["id"] = "amd-uuid-5";  // matched by the UUID discovery gave it
+  reg.push_back(reg[5]);        // card 6 named twice, under two ids
+  reg.back()["id"] = "amd-6b";
+  Result<std::vector<HamiRegisteredGpu>> parsed = ParseHamiAmdRegister(reg.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message();
+  EXPECT_EQ(ApplyHamiAmdRegister(*parsed, t), 5);  // cards 0, 1, 2, 3 and 5 named once (1-3 unusable)
+  EXPECT_EQ(t.gpus[0].hami_amd, (HamiAmdCard{"amd-0", "AMD Instinct MI300X", 196288, 304, 1}));
+  EXPECT_EQ(t.gpus[0].uuid, "amd-0");
+  EXPECT_EQ(t.gpus[0].memory_mib, 196288u);
+  EXPECT_EQ(t.gpus[0].unusable, "");
+  EXPECT_NE(t.gpus[1].unusable.find("unhealthy"), std::string::npos);
+  EXPECT_NE(t.gpus[2].unusable.find("unhealthy"), std::string::npos);
+  EXPECT_NE(t.gpus[3].unusable.find("no compute units"), std::string::npos);
+  EXPECT_NE(t.gpus[4].unusable.find("not in HAMi's AMD registration"), std::string::npos);
+  EXPECT_FALSE(t.gpus[4].hami_amd.has_value());
+  EXPECT_EQ(t.gpus[5].hami_amd->id, "amd-uuid-5");
+  EXPECT_EQ(t.gpus[5].unusable, "");
+  EXPECT_NE(t.gpus[6].unusable.find("ambiguously"), std::string::npos);
+  EXPECT_FALSE(t.gpus[6].hami_amd.has_value());
+  EXPECT_EQ(t.gpus[7].unusable, "");
+  EXPECT_FALSE(t.gpus[7].hami_amd.has_value());
+  EXPECT_EQ(t.gpus[7].uuid, "GPU-7");
+
+  // The engine places whole AMD GPUs only on the usable ones.
+  PlacementRequest whole;
+  whole.gpus = 2;
+  whole.vendor = GpuVendor::kAmd;
+  PlacementOutcome o = PlaceOnNode(t, {}, whole);
+  ASSERT_TRUE(o.ok()) << o.detail;
+  for (int g : o.placement->gpus) EXPECT_TRUE(g == 0 || g == 5) << g;
+  whole.gpus = 3;
+  EXPECT_FALSE(PlaceOnNode(t, {}, whole).ok());
+
+  // The registration heals: usable again; read again from scratch.
+  Result<std::vector<HamiRegisteredGpu>> all =
+      ParseHamiAmdRegister(AmdRegisterJson(AmdBoard(), "amd-", 196288, 304, "AMD Instinct MI300X"));
+  ASSERT_TRUE(all.ok());
+  NodeTopology healed = t;
+  for (Gpu& g : healed.gpus) g.vendor = GpuVendor::kAmd;
+  ApplyHamiAmdRegister(*all, healed);
+  for (const Gpu& g : healed.gpus) EXPECT_EQ(g.unusable, "") << g.index;
+
+  // Unreadable: every AMD card held, the NVIDIA one untouched.
+  MarkAmdGpusUnregistered(t, "HAMi's AMD registration cannot be read (x)");
+  for (const Gpu& g : t.gpus) {
+    if (g.vendor == GpuVendor::kAmd) {
+      EXPECT_EQ(g.unusable, "HAMi's AMD registration cannot be read (x)");
+      EXPECT_FALSE(g.hami_amd.has_value());
+    }
+  }
+  EXPECT_EQ(t.gpus[7].unusable, "");
+}
+
+TEST(DeltaFromHami, AmdRecordsInComputeUnits) {
+  const NodeTopology t = RegisteredAmdBoard("amd-", 196288, 304, "AMD Instinct MI300X");
+  struct Case {
+    std::string name, text;
+    framework::AllocationDelta expected;
+  };
+  const std::vector<Case> cases = {
+      {"whole cards", "amd-0,AMD Instinct MI300X,196288,304:amd-1,AMD Instinct MI300X,196288,304:;", {{0, 1}, {}, {}}},
+      // 152 of 304 CUs = 50 %; 100 CUs = 32.89 % -> 32.90 % (rounded up: never less than held).
+      {"slices", "amd-2,AMD,65536,152:;amd-3,AMD,1024,100:;",
+       {{}, {{2, {1, 65536, 5000}}, {3, {1, 1024, 3290}}}, {}}},
+      {"two slices of one card add up", "amd-4,AMD,1000,152:;amd-4,AMD,1000,152:;", {{}, {{4, {2, 2000, 10000}}}, {}}},
+      // All CUs but not all memory: a share of the whole compute.
+      {"all cus, part of the memory", "amd-5,AMD,1024,304:;", {{}, {{5, {1, 1024, 10000}}}, {}}},
+      // The device plugin's own whole-GPU form (no slice asked): every CU, no memory limit.
+      {"zeros", "amd-6,AMD,0,0:;", {{}, {{6, {1, 0, 0}}}, {}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<HamiPodDevices> devices = DecodeHamiDevices(c.text);
+    ASSERT_TRUE(devices.ok()) << devices.error().message();
+    Result<framework::AllocationDelta> d = DeltaFromHami(*devices, t, GpuVendor::kAmd);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    EXPECT_EQ(*d, c.expected);
+  }
+  // Never one vendor's record for another's GPUs.
+  Result<framework::AllocationDelta> as_nvidia = DeltaFromHami(*DecodeHamiDevices("amd-0,AMD,1,1:;"), t);
+  ASSERT_FALSE(as_nvidia.ok());
+  EXPECT_NE(as_nvidia.error().message().find("an AMD GPU, in HAMi's NVIDIA record"), std::string::npos)
+      << as_nvidia.error().message();
+  Result<framework::AllocationDelta> nvidia_in_amd =
+      DeltaFromHami(*DecodeHamiDevices("GPU-0,NVIDIA,1,1:;"), Hgx(), GpuVendor::kAmd);
+  ASSERT_FALSE(nvidia_in_amd.ok());
+  EXPECT_NE(nvidia_in_amd.error().message().find("an NVIDIA GPU, in HAMi's AMD record"), std::string::npos)
+      << nvidia_in_amd.error().message();
+  Result<framework::AllocationDelta> unknown = DeltaFromHami(*DecodeHamiDevices("amd-99,AMD,1,1:;"), t, GpuVendor::kAmd);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("has no GPU with UUID \"amd-99\""), std::string::npos)
+      << unknown.error().message();
+}
+
+// Round trips: HAMi's own test strings (Project-HAMi/amd-device-plugin
+// internal/pkg/utils/utils_test.go @10c66d9a03b4 TestPodDevicesRoundTrip) decode and re-encode
+// to themselves; toposched's AMD records read back as the allocation they were written for.
+TEST(HamiAmdRecords, RoundTrip) {
+  for (const std::string text : {";", ";;", "uuid-a,AMDGPU,4096,25:;", ";uuid-a,AMDGPU,4096,25:uuid-b,AMDGPU,1,2:;;"}) {
+    SCOPED_TRACE(text);
+    Result<HamiPodDevices> devices = DecodeHamiDevices(text);
+    ASSERT_TRUE(devices.ok()) << devices.error().message();
+    EXPECT_EQ(EncodeHamiDevices(*devices), text);
+  }
+  const NodeTopology t = RegisteredAmdBoard("amd-", 196288, 304, "AMD Instinct MI300X");
+  // Whole cards over three containers (one without devices), and a 50 % share.
+  const state::PodAllocation a = Alloc({0, 1}, {}, {{4, {1, 20000, 5000}}}, {1, 0, 2});
+  const AllocationAnnotations encoded = EncodeAllocation(a, t, "toposched");
+  ASSERT_EQ(encoded.hami_vendor, GpuVendor::kAmd);
+  EXPECT_EQ(encoded.hami_devices,
+            "amd-0,AMD Instinct MI300X,196288,304:;;amd-1,AMD Instinct MI300X,196288,304:amd-4,AMD Instinct "
+            "MI300X,20000,152:;");
+  Result<HamiPodDevices> devices = DecodeHamiDevices(encoded.hami_devices);
+  ASSERT_TRUE(devices.ok()) << devices.error().message();
+  Result<framework::AllocationDelta> d = DeltaFromHami(*devices, t, GpuVendor::kAmd);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(*d, a.delta);
 }
 
 // ---- hami.io/mutex.lock ----
@@ -986,7 +1335,8 @@ TEST(ReadPod, ErrorsTable) {
 TEST(ReadNode, Fields) {
   json node = testing::MakeNode("gpu-a1");
   node["metadata"]["resourceVersion"] = "77";
-  node["metadata"]["annotations"] = {{std::string(kHamiNodeRegister), "[]"}, {"other", "x"}};
+  node["metadata"]["annotations"] = {
+      {std::string(kHamiNodeRegister), "[]"}, {std::string(kHamiAmdNodeRegister), R"([{"id":"a"}])"}, {"other", "x"}};
   node["spec"]["unschedulable"] = true;
   Result<NodeView> n = ReadNode(node);
   ASSERT_TRUE(n.ok()) << n.error().message();
@@ -997,12 +1347,14 @@ TEST(ReadNode, Fields) {
   EXPECT_EQ(n->labels.size(), 2u);
   EXPECT_TRUE(n->unschedulable);
   EXPECT_EQ(n->hami_register, "[]");
+  EXPECT_EQ(n->hami_amd_register, R"([{"id":"a"}])");
 
   // A plain node: schedulable, no registration.
   Result<NodeView> plain = ReadNode(testing::MakeNode("cpu-1"));
   ASSERT_TRUE(plain.ok()) << plain.error().message();
   EXPECT_FALSE(plain->unschedulable);
   EXPECT_EQ(plain->hami_register, "");
+  EXPECT_EQ(plain->hami_amd_register, "");
 }
 
 TEST(ReadNode, ErrorsTable) {
@@ -1152,6 +1504,7 @@ TEST(AgentNodeLabels, Table) {
 // same value (the encoders are the decoders' inverses on everything the decoders accept).
 TEST(ObjectsFuzz, DecodersSurviveMutationsAndRoundTrip) {
   const NodeTopology t = Hgx();
+  const NodeTopology amd = RegisteredAmdBoard("amd-", 196288, 304, "AMD Instinct MI300X");
   std::vector<std::string> seeds = {
       EncodeAllocation(Alloc({0, 1}, {0, 1}), t, "toposched").allocation,
       EncodeAllocation(Alloc({4}, {4, 8}, {{5, {1, 1024, 2500}}, {6, {2, 10, 100}}}, {0, 1, 2}), t, "x")
@@ -1161,6 +1514,9 @@ TEST(ObjectsFuzz, DecodersSurviveMutationsAndRoundTrip) {
       R"([{"id":"GPU-a","count":10,"devmem":81559,"devcore":100,"type":"NVIDIA H100","health":true},{"id":"GPU-b","index":1}])",
       "GPU-a,10,32768,100,T,0,true,0,hami-core:GPU-b,10,32768,100,T,1,false,1,hami-core:",
       "GPU-a,10,32768,100,T,0,true:",
+      R"([{"id":"8eff74b5","index":1,"count":10,"devmem":196288,"devcore":304,"type":"AMD Instinct MI300X","health":true,)"
+      R"("devicevendor":"amd","custominfo":{"pciBDF":"0000:18:00.0","cuPerWGP":2}}])",
+      "amd-0,AMD Instinct MI300X,196288,304:;amd-1,AMD,65536,152:;",
       "2026-12-02T17:35:41+01:00,ml,job-1",
       PodWithStatus().dump(),
       testing::MakeNode("gpu-a1").dump(),
@@ -1185,10 +1541,18 @@ TEST(ObjectsFuzz, DecodersSurviveMutationsAndRoundTrip) {
           ASSERT_TRUE(again.ok()) << input;
           EXPECT_EQ(*again, *h) << input;
           (void)DeltaFromHami(*h, t);
+          (void)DeltaFromHami(*h, amd, GpuVendor::kAmd);
         }
         if (Result<std::vector<HamiRegisteredGpu>> r = ParseHamiRegister(input); r.ok()) {
           NodeTopology copy = t;
           (void)ApplyHamiRegister(*r, copy);
+        }
+        if (Result<std::vector<HamiRegisteredGpu>> r = ParseHamiAmdRegister(input); r.ok()) {
+          NodeTopology copy = AmdBoard();
+          (void)ApplyHamiAmdRegister(*r, copy);
+          state::PodAllocation a;
+          a.delta.exclusive_gpus = {0, 1};
+          (void)EncodeAllocation(a, copy, "x");
         }
         (void)DecodeHamiNodeLock(input);
         const json parsed = json::parse(input.begin(), input.end(), nullptr, /*allow_exceptions=*/false);

@@ -516,7 +516,7 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
       {ShareVerdict::kShareLimit, "at the vGPU limit"},
       {ShareVerdict::kFiltered, "excluded by the type/UUID filters"},
       {ShareVerdict::kMemoryUnknown, "of unknown memory size and already shared"},
-      {ShareVerdict::kUnusable, "unusable (unhealthy or in MIG mode, per HAMi's registration)"},
+      {ShareVerdict::kUnusable, "unusable (per HAMi's registration: unhealthy, in MIG mode, or not registered)"},
       {ShareVerdict::kMemory, "short of memory"},
       {ShareVerdict::kCores, "short of cores"},
       {ShareVerdict::kNumaUnknown, "of unknown NUMA node"},

@@ -33,6 +33,13 @@ inline constexpr std::string_view kHamiVgpuTime = "hami.io/vgpu-time";    // uni
 inline constexpr std::string_view kHamiBindPhase = "hami.io/bind-phase";  // allocating|success|failed
 inline constexpr std::string_view kHamiBindTime = "hami.io/bind-time";    // unix seconds
 inline constexpr std::string_view kHamiNodeRegister = "hami.io/node-nvidia-register";
+// HAMi's AMD backend (Project-HAMi/HAMi pkg/device/amd/device.go @070101260b7a: InitAMDGPUDevice,
+// RegisterAnnos; Project-HAMi/amd-device-plugin internal/pkg/utils/types.go @0f94a167cc8d): its own
+// device-list keys and registration; vgpu-node, vgpu-time, bind-phase, bind-time and the node
+// lock are shared with NVIDIA's.
+inline constexpr std::string_view kHamiAmdDevicesToAllocate = "hami.io/amd-devices-to-allocate";
+inline constexpr std::string_view kHamiAmdDevicesAllocated = "hami.io/amd-devices-allocated";
+inline constexpr std::string_view kHamiAmdNodeRegister = "hami.io/node-amd-register";
 inline constexpr std::string_view kHamiNodeLock = "hami.io/mutex.lock";
 inline constexpr std::string_view kGpuCountLabel = "toposched.io/gpu-count";
 inline constexpr std::string_view kRdmaNicCountLabel = "toposched.io/rdma-nic-count";
@@ -53,10 +60,17 @@ struct AllocationAnnotations {
   std::string allocation;     // toposched.io/allocation (compact JSON)
   std::string visible_gpus;   // UUIDs when every chosen GPU has one, else host indices: "GPU-a,GPU-b" / "0,3"
   std::string nccl_ib_hca;    // "=mlx5_0,mlx5_3" (NCCL's exact-match form); "" without NICs
-  std::string hami_devices;   // hami.io/vgpu-devices-to-allocate (= -allocated at bind)
+  std::string hami_devices;   // HAMi's device list for hami_vendor's keys; "" = no HAMi record
+  GpuVendor hami_vendor = GpuVendor::kNvidia;  // which keys: HamiDeviceKeysFor(hami_vendor)
 };
-// `policy` names what chose the devices ("toposched"). Whole GPUs are written to HAMi as the
-// card's whole memory and 100 cores; shares with their memory and cores (percent, rounded up).
+// `policy` names what chose the devices ("toposched"). HAMi's records are written when HAMi's
+// device plugin can use them, for the vendor of every chosen GPU:
+//  * NVIDIA, every chosen GPU with a UUID: whole GPUs as the card's whole memory and 100 cores,
+//    shares with their memory and cores (percent, rounded up);
+//  * AMD, every chosen GPU in HAMi's AMD registration (Gpu::hami_amd): named by the registered
+//    id and type; whole GPUs as the registered devmem and all compute units (devcore), shares
+//    with their memory and the compute units HAMi's scheduler gives a percentage (AmdComputeUnits).
+// Never a record under one vendor's keys for another vendor's GPUs, nor for a mix.
 AllocationAnnotations EncodeAllocation(const state::PodAllocation& allocation, const NodeTopology& topology,
                                        std::string_view policy);
 // Reads toposched.io/allocation back into an allocation on `topology`. Each device is matched by
@@ -79,22 +93,41 @@ Result<framework::AllocationDelta> DecodeAllocation(std::string_view json, const
 framework::AllocationDelta DevicesNamedBy(std::string_view allocation_json, std::string_view hami_devices,
                                           const NodeTopology& topology);
 
-// ---- HAMi device lists (hami.io/vgpu-devices-to-allocate / -allocated) ----
+// ---- HAMi device lists (hami.io/vgpu-devices-* for NVIDIA, hami.io/amd-devices-* for AMD) ----
 // One segment per container ending in ';' (init containers first, then app containers, v2.9+);
-// inside, one "UUID,Type,usedMemMiB,usedCores:" per device. "" decodes to no containers.
+// inside, one "UUID,Type,usedMemMiB,usedCores:" per device. "" decodes to no containers. Both
+// vendors use this encoding (Project-HAMi/HAMi pkg/device/devices.go @0136974a3700
+// EncodePodSingleDevice/EncodeContainerDevices); usedCores is a percent of the SMs for NVIDIA and
+// a count of compute units for AMD (pkg/device/amd/device.go @070101260b7a Fit).
 struct HamiDevice {
   std::string uuid;
   std::string type = "NVIDIA";
   std::int64_t used_mem_mib = 0;
-  int used_cores = 0;  // percent
+  int used_cores = 0;  // NVIDIA: percent; AMD: compute units
   bool operator==(const HamiDevice&) const = default;
 };
 using HamiPodDevices = std::vector<std::vector<HamiDevice>>;  // per container
 std::string EncodeHamiDevices(const HamiPodDevices& devices);
 Result<HamiPodDevices> DecodeHamiDevices(std::string_view text);
-// HAMi pods (no toposched.io/allocation) as an allocation on `topology`: GPUs by UUID; a
-// device with 100 cores and the card's whole memory is exclusive, anything else a share.
-Result<framework::AllocationDelta> DeltaFromHami(const HamiPodDevices& devices, const NodeTopology& topology);
+// The pod annotations HAMi keeps `vendor`'s device lists in (to-allocate, then allocated).
+struct HamiDeviceKeys {
+  std::string_view to_allocate, allocated;
+};
+HamiDeviceKeys HamiDeviceKeysFor(GpuVendor vendor);
+// HAMi pods (no toposched.io/allocation) as an allocation on `topology`, from `vendor`'s list:
+// each device names a GPU of that vendor (NVIDIA: by UUID; AMD: by its registered id, else its
+// UUID). NVIDIA: a device with 100 cores and the card's whole memory is exclusive, anything
+// else a share of that many percent. AMD: a device with all the card's compute units (devcore)
+// and its whole memory is exclusive; a share's compute units become the percent of the card's
+// they are, rounded up (a card with no known CU count: 100 % for any compute units).
+Result<framework::AllocationDelta> DeltaFromHami(const HamiPodDevices& devices, const NodeTopology& topology,
+                                                 GpuVendor vendor = GpuVendor::kNvidia);
+// The compute units HAMi's AMD scheduler gives a share of `cores` (hundredths of a percent; 0 =
+// no limit asked, HAMi's default of 100 %) on `card` (pkg/device/amd/device.go @070101260b7a Fit):
+// devcore x percent / 100 with the percent rounded up to a whole one as HAMi takes it, at least
+// 1, rounded up to whole WGPs when the card hands out several CUs together, at most devcore.
+// nullopt when the card has no CU count (HAMi's scheduler does not place a share there).
+std::optional<int> AmdComputeUnits(std::int64_t cores, const HamiAmdCard& card);
 
 // ---- hami.io/node-nvidia-register ----
 // JSON array (v2.8+, omitempty keys) or colon records of 9 (v2.5-2.7) or 7 (<= v2.4) fields.
@@ -108,6 +141,10 @@ struct HamiRegisteredGpu {
   int numa = 0;
   bool health = false;
   std::string mode;            // hami-core | mig | mps ("" in old formats)
+  // AMD's registration only (custominfo): the card's PCI address (normalized), and how many
+  // CUs its device plugin hands out together (cuPerWGP; 1 when absent).
+  std::string pci_bus_id;
+  int cu_per_wgp = 1;
   bool operator==(const HamiRegisteredGpu&) const = default;
 };
 Result<std::vector<HamiRegisteredGpu>> ParseHamiRegister(std::string_view text);
@@ -115,6 +152,25 @@ Result<std::vector<HamiRegisteredGpu>> ParseHamiRegister(std::string_view text);
 // PCI bus order, which is ours) and memory, and marks unusable (Gpu::unusable) the cards HAMi
 // reports unhealthy or in MIG mode; returns the smallest split count (0 when none).
 int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& topology);
+
+// ---- hami.io/node-amd-register ----
+// The JSON array HAMi's AMD device plugin writes (Project-HAMi/amd-device-plugin
+// internal/pkg/plugin/plugin.go @0121aa5d9262 RegisterInAnnotation; read by HAMi's
+// pkg/device/amd/device.go @070101260b7a GetNodeDevices with UnMarshalNodeDevices): the keys of
+// NVIDIA's v2.8+ array, all omitempty ("devcore" = the card's compute units), plus
+// "devicevendor" and "custominfo" {"pciBDF": "0000:83:00.0", "cuPerWGP": 2, ...}. JSON only:
+// HAMi never wrote AMD's in the colon format.
+Result<std::vector<HamiRegisteredGpu>> ParseHamiAmdRegister(std::string_view text);
+// Matches the registration to the topology's AMD GPUs by custominfo.pciBDF, else by a UUID the
+// topology already has ("index" is the DRM card number there, not PCI order: never used). A
+// matched card gets Gpu::hami_amd, its UUID and memory when the topology lacks them, and is
+// unusable when reported unhealthy ("health" absent = false, as HAMi reads it). HAMi's AMD
+// device plugin hands out only the cards it registered, so an AMD GPU the registration does not
+// name exactly once, or whose id another entry repeats, is unusable. Returns how many AMD GPUs
+// the registration names exactly once (unhealthy ones included).
+int ApplyHamiAmdRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& topology);
+// A registration that cannot be read: every AMD GPU is unusable, `why` says so.
+void MarkAmdGpusUnregistered(NodeTopology& topology, std::string_view why);
 
 // ---- hami.io/mutex.lock: "<RFC 3339 time>,<namespace>,<pod>" ----
 struct HamiNodeLock {
@@ -129,7 +185,8 @@ struct NodeView {
   std::string name, uid, resource_version;
   std::map<std::string, std::string> labels;
   bool unschedulable = false;
-  std::string hami_register;  // annotation value, "" when absent
+  std::string hami_register;      // hami.io/node-nvidia-register, "" when absent
+  std::string hami_amd_register;  // hami.io/node-amd-register, "" when absent
 };
 Result<NodeView> ReadNode(const nlohmann::json& node);
 

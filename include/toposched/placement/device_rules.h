@@ -42,7 +42,7 @@ enum class ShareVerdict : std::uint8_t {
   kMemory,
   kCores,
   kNumaUnknown,    // numa-bind asked, the card's NUMA node unknown
-  kUnusable,       // Gpu::unusable: unhealthy or in MIG mode
+  kUnusable,       // Gpu::unusable: unhealthy, in MIG mode, or not in HAMi's AMD registration
 };
 ShareVerdict JudgeSharedGpu(const NodeTopology& topology, const NodeAllocation& allocated,
                             const PlacementRequest& r, int max_shares_per_gpu, int gpu);

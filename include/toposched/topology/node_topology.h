@@ -84,6 +84,17 @@ struct GpuPeer {
   bool operator==(const GpuPeer&) const = default;
 };
 
+// How HAMi's AMD device plugin registered a card (hami.io/node-amd-register): what HAMi's AMD
+// records name it by and count it in (docs/operations.md, "HAMi's records").
+struct HamiAmdCard {
+  std::string id;                // "id": the card's AMD SMI UUID, the name HAMi's records use
+  std::string type;              // "type" as HAMi's records carry it (its product name, or "AMD")
+  std::int64_t memory_mib = 0;   // "devmem"
+  int compute_units = 0;         // "devcore": the card's compute units (CUs), 0 when not given
+  int cu_per_wgp = 1;            // custominfo.cuPerWGP: CUs the device plugin hands out together
+  bool operator==(const HamiAmdCard&) const = default;
+};
+
 struct Gpu {
   int index = 0;            // position in PCI bus order, the order nvidia-smi uses
   std::string pci_bus_id;   // "dddd:bb:dd.f", lower case
@@ -100,9 +111,12 @@ struct Gpu {
   int link_width = 0;
   std::vector<GpuPeer> peers;  // sorted by peer index
   // Non-empty: the card must not be placed on, and why (HAMi's registration says it is unhealthy
-  // or in MIG mode). Set by the extender from the node's state, not by discovery; the engine
-  // counts such a card as the node's but never free.
+  // or in MIG mode, or, for AMD, does not register it). Set by the extender from the node's
+  // state, not by discovery; the engine counts such a card as the node's but never free.
   std::string unusable;
+  // Set, like `unusable`, by the extender from HAMi's AMD registration; absent without one. Not in
+  // the fingerprint: placement never reads it, only the records a bind writes for HAMi.
+  std::optional<HamiAmdCard> hami_amd;
   bool operator==(const Gpu&) const = default;
 };
 
