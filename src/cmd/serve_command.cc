@@ -94,8 +94,8 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   std::string hami_lock = "auto";
   flags.Choice("--hami-node-lock", hami_lock, {"auto", "true", "false"},
                "take HAMi's node lock (hami.io/mutex.lock) when a bind hands\n"
-               "NVIDIA GPUs to HAMi's device plugin: auto on nodes that carry\n"
-               "HAMi's registration annotation, true on every node");
+               "GPUs to HAMi's NVIDIA or AMD device plugin: auto on nodes that\n"
+               "carry that plugin's registration annotation, true on every node");
 
   flags.Group("scheduling");
   flags.Text("--config", f.config, "FILE",

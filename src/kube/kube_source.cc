@@ -42,7 +42,8 @@ std::string PodLabel(std::string_view ns, std::string_view name) {
 // Every annotation a bind writes, so that an undo removes exactly these.
 constexpr std::string_view kBindAnnotations[] = {
     kAllocationAnnotation, kVisibleGpusAnnotation, kNcclIbHcaAnnotation, kBindTimeAnnotation,
-    kHamiDevicesToAllocate, kHamiDevicesAllocated, kHamiVgpuNode, kHamiVgpuTime, kHamiBindPhase, kHamiBindTime,
+    kHamiDevicesToAllocate, kHamiDevicesAllocated, kHamiAmdDevicesToAllocate, kHamiAmdDevicesAllocated,
+    kHamiVgpuNode, kHamiVgpuTime, kHamiBindPhase, kHamiBindTime,
 };
 
 bool HasDevices(const framework::AllocationDelta& d) {
@@ -55,6 +56,7 @@ struct NodeInputs {
   std::map<std::string, std::string> labels;
   bool unschedulable = false;
   std::string hami_register;
+  std::string hami_amd_register;
   std::string topology_version;  // NodeTopology resourceVersion ("" = none)
   bool withdrawn = false;        // stale under the closed policy
   bool operator==(const NodeInputs&) const = default;
@@ -234,28 +236,36 @@ struct KubeSource::Impl {
   EventCorrelator correlator;
   std::atomic<bool> pods_applied{false};
 
-  // Nodes whose Node carries HAMi's registration annotation (its device plugin runs there), for
-  // the node lock in binds (which run under a store node lock, so they cannot take mu).
+  // Nodes whose Node carries HAMi's NVIDIA or AMD registration annotation (that device plugin
+  // runs there), for the node lock in binds (which run under a store node lock, so they cannot
+  // take mu).
   mutable std::mutex hami_mu;
-  std::set<std::string, std::less<>> hami_nodes;
+  std::set<std::string, std::less<>> hami_nodes, hami_amd_nodes;
 
   // Whether a bind of `allocation` takes HAMi's node lock (KubeSourceOptions::hami_node_lock):
-  // only when it writes HAMi's device records (every GPU has a UUID) for NVIDIA GPUs, which
-  // HAMi's device plugin then allocates and unlocks.
+  // only when it writes HAMi's device records, all of them for GPUs of the records' vendor,
+  // which that vendor's HAMi device plugin then allocates and unlocks. HAMi's scheduler locks for
+  // both vendors alike (pkg/device/amd/device.go @070101260b7a LockNode: hami.io/mutex.lock when
+  // the pod asks amd.com/gpu), and HAMi's AMD device plugin finds the pod by the lock and
+  // releases it once the pod's devices are allocated (Project-HAMi/amd-device-plugin
+  // internal/pkg/utils/utils.go @138a0b0eb9a7 GetAllocatePodByNode, PodAllocationTrySuccess);
+  // some of its versions refuse a CU slice without it (internal/pkg/plugin/plugin.go
+  // @0121aa5d9262 validateNodeLockOwner).
   bool LocksFor(const state::PodAllocation& allocation, const NodeTopology& t, const AllocationAnnotations& a) const {
     if (options.hami_node_lock == HamiNodeLockMode::kOff || a.hami_devices.empty()) return false;
-    auto nvidia = [&](int g) {
-      return g >= 0 && g < static_cast<int>(t.gpus.size()) && t.gpus[static_cast<std::size_t>(g)].vendor == GpuVendor::kNvidia;
+    auto of_vendor = [&](int g) {
+      return g >= 0 && g < static_cast<int>(t.gpus.size()) &&
+             t.gpus[static_cast<std::size_t>(g)].vendor == a.hami_vendor;
     };
     for (int g : allocation.delta.exclusive_gpus) {
-      if (!nvidia(g)) return false;
+      if (!of_vendor(g)) return false;
     }
     for (const auto& [g, usage] : allocation.delta.shares) {
-      if (!nvidia(g)) return false;
+      if (!of_vendor(g)) return false;
     }
     if (options.hami_node_lock == HamiNodeLockMode::kOn) return true;
     std::lock_guard lock(hami_mu);
-    return hami_nodes.contains(allocation.node);
+    return (a.hami_vendor == GpuVendor::kAmd ? hami_amd_nodes : hami_nodes).contains(allocation.node);
   }
 
   // ---- binds made by this replica (guarded by bind_mu, never held across API calls) ----
@@ -287,6 +297,11 @@ struct KubeSource::Impl {
       } else {
         hami_nodes.insert(name);
       }
+      if (node_it == nodes.end() || node_it->second.hami_amd_register.empty()) {
+        hami_amd_nodes.erase(name);
+      } else {
+        hami_amd_nodes.insert(name);
+      }
     }
     if (node_it == nodes.end()) {
       applied_inputs.erase(name);
@@ -300,7 +315,7 @@ struct KubeSource::Impl {
     const NodeView& node = node_it->second;
     const auto topo_it = topologies.find(name);
     const bool withdrawn = stale.contains(name) && options.stale_policy == StaleTopologyPolicy::kClosed;
-    NodeInputs inputs{node.labels, node.unschedulable, node.hami_register,
+    NodeInputs inputs{node.labels, node.unschedulable, node.hami_register, node.hami_amd_register,
                       topo_it == topologies.end() ? std::string() : topo_it->second.resource_version, withdrawn};
     const auto applied = applied_inputs.find(name);
     if (applied != applied_inputs.end() && applied->second == inputs) return;
@@ -322,6 +337,22 @@ struct KubeSource::Impl {
           metrics::Log(LogLevel::kWarn, {kVerb, "", name},
                       std::string(kHamiNodeRegister) + " ignored: " + registered.error().message());
         }
+      }
+      // HAMi's AMD device plugin hands out only the cards it registered, by the registered id:
+      // AMD GPUs it does not name are unusable, and so are all when the registration cannot be
+      // read (fail closed: a bind could write no record its device plugin accepts).
+      if (!node.hami_amd_register.empty()) {
+        auto copy = std::make_shared<NodeTopology>(*spec.topology);
+        Result<std::vector<HamiRegisteredGpu>> registered = ParseHamiAmdRegister(node.hami_amd_register);
+        if (registered.ok()) {
+          ApplyHamiAmdRegister(*registered, *copy);
+        } else {
+          server::Log(LogLevel::kWarn, {kVerb, "", name},
+                      "AMD GPUs held out of placement: " + registered.error().message());
+          MarkAmdGpusUnregistered(
+              *copy, "HAMi's AMD registration cannot be read (" + registered.error().message() + ")");
+        }
+        spec.topology = std::move(copy);
       }
       // NCCL files and hwloc exports without NVML carry no card memory; GPU Feature Discovery's
       // node label does (MiB, for every NVIDIA card of the node), so shared requests can be
@@ -541,9 +572,11 @@ struct KubeSource::Impl {
   void RestorePod(const PodView& pod) {
     const auto ours_it = pod.annotations.find(std::string(kAllocationAnnotation));
     const auto hami_it = pod.annotations.find(std::string(kHamiDevicesAllocated));
+    const auto hami_amd_it = pod.annotations.find(std::string(kHamiAmdDevicesAllocated));
     const bool ours = ours_it != pod.annotations.end();
     const bool hami = hami_it != pod.annotations.end();
-    if (!ours && !hami) {
+    const bool hami_amd = hami_amd_it != pod.annotations.end();
+    if (!ours && !hami && !hami_amd) {
       RestoreForeign(pod);
       return;
     }
@@ -568,11 +601,29 @@ struct KubeSource::Impl {
     pending.erase(pod.uid);
     Result<framework::AllocationDelta> delta = Error("");
     LinkClass worst_class = LinkClass::kPIX;  // HAMi's annotations carry no classes
+    std::string annotation(kAllocationAnnotation);
     if (ours) {
       delta = DecodeAllocation(ours_it->second, *record->topology, &worst_class);
     } else {
-      Result<HamiPodDevices> devices = DecodeHamiDevices(hami_it->second);
-      delta = devices.ok() ? DeltaFromHami(*devices, *record->topology) : Result<framework::AllocationDelta>(devices.error());
+      // HAMi's own records: NVIDIA's list, AMD's, or both (HAMi lets one pod ask both vendors).
+      delta = framework::AllocationDelta{};
+      const std::pair<GpuVendor, const std::string*> lists[] = {
+          {GpuVendor::kNvidia, hami ? &hami_it->second : nullptr},
+          {GpuVendor::kAmd, hami_amd ? &hami_amd_it->second : nullptr}};
+      for (const auto& [vendor, text] : lists) {
+        if (text == nullptr || !delta.ok()) continue;
+        annotation = std::string(HamiDeviceKeysFor(vendor).allocated);
+        Result<HamiPodDevices> devices = DecodeHamiDevices(*text);
+        Result<framework::AllocationDelta> part = devices.ok()
+                                                      ? DeltaFromHami(*devices, *record->topology, vendor)
+                                                      : Result<framework::AllocationDelta>(devices.error());
+        if (!part.ok()) {
+          delta = part.error();
+          continue;
+        }
+        for (int g : part->exclusive_gpus) delta->exclusive_gpus.push_back(g);
+        for (const auto& share : part->shares) delta->shares.push_back(share);
+      }
     }
     state::PodAllocation allocation;
     allocation.uid = pod.uid;
@@ -583,9 +634,12 @@ struct KubeSource::Impl {
     allocation.topology_generation = record->topology_generation;
     if (!delta.ok()) {
       restore_errors.With({}).Inc();
-      const std::string annotation(ours ? kAllocationAnnotation : kHamiDevicesAllocated);
-      allocation.delta = DevicesNamedBy(ours ? ours_it->second : std::string_view(),
-                                        hami ? hami_it->second : std::string_view(), *record->topology);
+      // Every device any record names, HAMi's lists of both vendors together (';'-joined: the
+      // reader splits containers there).
+      std::string hami_lists = hami ? hami_it->second : std::string();
+      if (hami_amd) hami_lists += (hami_lists.empty() ? "" : ";") + hami_amd_it->second;
+      allocation.delta =
+          DevicesNamedBy(ours ? ours_it->second : std::string_view(), hami_lists, *record->topology);
       HoldPod(pod, std::move(allocation), annotation + " cannot be read back: " + delta.error().message());
       return;
     }
@@ -1427,8 +1481,9 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
       {std::string(kBindTimeAnnotation), FormatTime(now)},
   };
   if (!a.hami_devices.empty()) {
-    annotations[std::string(kHamiDevicesToAllocate)] = a.hami_devices;
-    annotations[std::string(kHamiDevicesAllocated)] = a.hami_devices;
+    const HamiDeviceKeys keys = HamiDeviceKeysFor(a.hami_vendor);
+    annotations[std::string(keys.to_allocate)] = a.hami_devices;
+    annotations[std::string(keys.allocated)] = a.hami_devices;
     annotations[std::string(kHamiVgpuNode)] = allocation.node;
     annotations[std::string(kHamiVgpuTime)] = unix_seconds;
     annotations[std::string(kHamiBindPhase)] = "allocating";

@@ -669,6 +669,124 @@ TEST_F(KubeE2E, HamiNodeLockIsTakenAndHonoured) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// HAMi's AMD device plugin's registration (hami.io/node-amd-register), as its
+// RegisterInAnnotation writes it (Project-HAMi/amd-device-plugin internal/pkg/plugin/plugin.go
+// @0121aa5d): "index" is the DRM card minor, not PCI order; the PCI address is in
+// custominfo.pciBDF; devmem in MiB, devcore the card's compute-unit count.
+json AmdRegistration(const NodeTopology& t, const std::string& prefix, int unhealthy = -1) {
+  json reg = json::array();
+  for (const Gpu& g : t.gpus) {
+    json d = {{"id", prefix + std::to_string(g.index)},
+              {"index", g.index + 1},
+              {"count", 10},
+              {"devmem", 196288},
+              {"devcore", 304},
+              {"type", "AMD Instinct MI300X"},
+              {"devicevendor", "amd"},
+              {"custominfo", {{"pciBDF", g.pci_bus_id}, {"computeQueues", 24}}}};
+    if (g.index != unhealthy) d["health"] = true;  // omitempty: false is absent
+    reg.push_back(d);
+  }
+  return reg;
+}
+
+constexpr char kMi300x[] = "rccl__mi300x_8xgfx942_8xCX7_baremetal.nccl.xml";
+
+// Issue 15 (7): AMD GPUs on a node HAMi's AMD device plugin serves get HAMi's AMD records, in
+// the bytes HAMi's scheduler writes (pkg/device/amd/device.go PatchAnnotations: the same list
+// under hami.io/amd-devices-to-allocate and -allocated; a whole card is its registered devmem
+// and devcore), never NVIDIA's keys; the bind takes HAMi's node lock, which the AMD device
+// plugin releases; a card the registration reports unhealthy is never placed on.
+TEST_F(KubeE2E, AmdGpusGetHamisAmdRecordsAndTheNodeLock) {
+  const Result<NodeTopology> mi300x = LoadTopologyFile(testing::SharedTopology(kMi300x).string());
+  ASSERT_TRUE(mi300x.ok()) << mi300x.error().message();
+  AddNode("mi300x-0", kMi300x, {{"hami.io/node-amd-register", AmdRegistration(*mi300x, "amd-", 7).dump()}});
+  AddNode("mi300x-1", kMi300x);  // no HAMi: toposched's own records only, no lock
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+
+  const json pod = GpuPod(server_, "amd-two", 0, 0, {{"amd.com/gpu", "2"}});
+  const Scheduled s = Schedule(r, pod, {"mi300x-0"});
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const json ann = (*server_.Get(kPods, "amd-two"))["metadata"]["annotations"];
+  EXPECT_FALSE(ann.contains("hami.io/vgpu-devices-to-allocate")) << "NVIDIA's keys are never written for AMD GPUs";
+  EXPECT_FALSE(ann.contains("hami.io/vgpu-devices-allocated"));
+  const json allocation = json::parse(ann["toposched.io/allocation"].get<std::string>());
+  ASSERT_EQ(allocation["gpus"].size(), 2u);
+  std::string expected;
+  for (const json& g : allocation["gpus"]) {
+    const int index = g["index"].get<int>();
+    EXPECT_NE(index, 7) << "GPU 7 is unhealthy in the registration";
+    expected += "amd-" + std::to_string(index) + ",AMD Instinct MI300X,196288,304:";
+  }
+  expected += ";";
+  ASSERT_TRUE(ann.contains("hami.io/amd-devices-to-allocate")) << ann.dump();
+  EXPECT_EQ(ann["hami.io/amd-devices-to-allocate"], expected);
+  EXPECT_EQ(ann["hami.io/amd-devices-allocated"], expected);
+  EXPECT_EQ(ann["hami.io/vgpu-node"], "mi300x-0");
+  EXPECT_EQ(ann["hami.io/bind-phase"], "allocating");
+  EXPECT_TRUE(ann.contains("hami.io/bind-time"));
+  EXPECT_TRUE(ann.contains("hami.io/vgpu-time"));
+  EXPECT_TRUE(NodeLocked(server_, "mi300x-0"));
+
+  // No AMD registration: nothing for HAMi, no lock.
+  ASSERT_EQ(Schedule(r, GpuPod(server_, "amd-plain", 0, 0, {{"amd.com/gpu", "1"}}), {"mi300x-1"}).node, "mi300x-1");
+  const json plain = (*server_.Get(kPods, "amd-plain"))["metadata"]["annotations"];
+  EXPECT_FALSE(plain.contains("hami.io/amd-devices-to-allocate"));
+  EXPECT_FALSE(plain.contains("hami.io/vgpu-devices-to-allocate"));
+  EXPECT_FALSE(NodeLocked(server_, "mi300x-1"));
+
+  // The AMD device plugin allocates and releases the lock; 5 healthy GPUs are left on
+  // mi300x-0 (8, less GPU 7, unusable, less amd-two's 2), so 6 do not fit and 5 do.
+  json released = *server_.Get(kNodes, "mi300x-0");
+  released["metadata"]["annotations"].erase("hami.io/mutex.lock");
+  server_.Upsert(kNodes, released);
+  const Scheduled six = Schedule(r, GpuPod(server_, "amd-six", 0, 0, {{"amd.com/gpu", "6"}}), {"mi300x-0"});
+  EXPECT_NE(six.error.find("1 unusable: HAMi's AMD device plugin reports the card unhealthy"), std::string::npos)
+      << six.error;
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "amd-five", 0, 0, {{"amd.com/gpu", "5"}}), {"mi300x-0"}).node, "mi300x-0");
+  ExpectNoDeviceHeldTwice(server_);
+}
+
+// Pods HAMi's own scheduler placed on AMD GPUs (hami.io/amd-devices-allocated, no toposched
+// record) hold their cards after a restart; an unreadable AMD record holds the node.
+TEST_F(KubeE2E, HamiPlacedAmdPodsAreRestoredAndUnreadableOnesHoldTheNode) {
+  const Result<NodeTopology> mi300x = LoadTopologyFile(testing::SharedTopology(kMi300x).string());
+  ASSERT_TRUE(mi300x.ok()) << mi300x.error().message();
+  AddNode("mi300x-0", kMi300x, {{"hami.io/node-amd-register", AmdRegistration(*mi300x, "amd-").dump()}});
+  auto hami_pod = [&](const std::string& name, const std::string& record) {
+    json p = testing::MakePod({.name = name, .extra_limits = {{"amd.com/gpu", "2"}}});
+    p["metadata"].erase("uid");
+    p["metadata"]["annotations"] = {{"hami.io/vgpu-node", "mi300x-0"}, {"hami.io/amd-devices-allocated", record}};
+    p["spec"]["nodeName"] = "mi300x-0";
+    p["status"]["phase"] = "Running";
+    return server_.Create(kPods, p);
+  };
+  // A whole card (all 304 CUs, all memory) and a slice of 152 CUs (50 %) with 65536 MiB.
+  const json placed = hami_pod("hami-amd", "amd-0,AMD Instinct MI300X,196288,304:amd-1,AMD Instinct MI300X,65536,152:;");
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const std::optional<state::PodAllocation> restored = r.store.FindPod(placed["metadata"]["uid"].get<std::string>());
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_TRUE(restored->hold.empty()) << restored->hold;
+  EXPECT_EQ(restored->delta.exclusive_gpus, (std::vector<int>{0}));
+  ASSERT_EQ(restored->delta.shares.size(), 1u);
+  EXPECT_EQ(restored->delta.shares[0].first, 1);
+  EXPECT_EQ(restored->delta.shares[0].second.memory_mib, 65536);
+  EXPECT_EQ(restored->delta.shares[0].second.cores, 5000);  // 152 of 304 CUs
+
+  // A record naming a card the node does not have: held, never taken as free.
+  const json bad = hami_pod("hami-bad", "amd-2,AMD Instinct MI300X,196288,304:amd-99,AMD Instinct MI300X,196288,304:;");
+  ASSERT_TRUE(WaitFor([&] {
+    const std::optional<state::PodAllocation> held = r.store.FindPod(bad["metadata"]["uid"].get<std::string>());
+    return held.has_value() && !held->hold.empty();
+  }));
+  const std::optional<state::PodAllocation> held = r.store.FindPod(bad["metadata"]["uid"].get<std::string>());
+  EXPECT_NE(held->hold.find("hami.io/amd-devices-allocated"), std::string::npos) << held->hold;
+  EXPECT_FALSE(Schedule(r, GpuPod(server_, "after", 0, 0, {{"amd.com/gpu", "1"}}), {"mi300x-0"}).error.empty())
+      << "a node with an unreadable record is held";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Faults.
 

@@ -48,10 +48,13 @@ struct KubeSourceOptions {
   std::chrono::milliseconds unbound_allocation_ttl{300'000};
   // HAMi's node lock (hami.io/mutex.lock) around a bind, as HAMi's own scheduler takes it, so
   // HAMi's device plugin finds the pod through the lock owner. Taken only for binds that write
-  // HAMi's device records for NVIDIA GPUs (GPUs with UUIDs: what HAMi's device plugin serves),
-  // never for NIC-only pods or GPUs without UUIDs, which nobody would unlock before it expires
-  // (5 minutes, holding up every later bind on the node). kAuto: on nodes that carry HAMi's
-  // registration annotation (its device plugin runs there); kOn: on every node; kOff: never.
+  // HAMi's device records (NVIDIA GPUs with UUIDs, or AMD GPUs HAMi's AMD device plugin
+  // registered: what those device plugins serve), never for NIC-only pods or GPUs HAMi has no
+  // record for, which nobody would unlock before it expires (5 minutes, holding up every later
+  // bind on the node). kAuto: on nodes that carry the registration annotation of the records'
+  // vendor (hami.io/node-nvidia-register, hami.io/node-amd-register: that device plugin runs
+  // there); kOn: on every node; kOff: never (HAMi's AMD device plugin then refuses CU slices,
+  // and some of its versions whole cards too: it checks the lock before it records CUs).
   HamiNodeLockMode hami_node_lock = HamiNodeLockMode::kAuto;
   // Informers (tests shorten these).
   int watch_timeout_seconds = 300;
