@@ -245,11 +245,20 @@ Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopo
                                      "; expected Pods (and the Node), or the ALLOC.json form");
     auto node = kube::ReadNode(object);
     if (!node.ok()) return node.error();
-    if (node->name != topology.node_name || node->hami_register.empty()) continue;
-    auto registered = kube::ParseHamiRegister(node->hami_register);
-    if (!registered.ok()) return registered.error().WithContext("node " + node->name + " hami.io/node-nvidia-register");
-    kube::ApplyHamiRegister(*registered, topology);
-    out.notes.push_back("node " + node->name + ": GPU UUIDs from HAMi's registration");
+    if (node->name != topology.node_name) continue;
+    if (!node->hami_register.empty()) {
+      auto registered = kube::ParseHamiRegister(node->hami_register);
+      if (!registered.ok()) return registered.error().WithContext("node " + node->name);
+      kube::ApplyHamiRegister(*registered, topology);
+      out.notes.push_back("node " + node->name + ": GPU UUIDs from HAMi's registration");
+    }
+    if (!node->hami_amd_register.empty()) {
+      auto registered = kube::ParseHamiAmdRegister(node->hami_amd_register);
+      if (!registered.ok()) return registered.error().WithContext("node " + node->name);
+      const int matched = kube::ApplyHamiAmdRegister(*registered, topology);
+      out.notes.push_back("node " + node->name + ": " + std::to_string(matched) +
+                          " AMD GPUs from HAMi's AMD registration (the others unusable)");
+    }
   }
   int elsewhere = 0, finished = 0, counted = 0;
   std::vector<const json*> foreign;
@@ -271,22 +280,30 @@ Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopo
       continue;
     }
     const auto ours = pod->annotations.find(std::string(kube::kAllocationAnnotation));
-    const auto hami = pod->annotations.find(std::string(kube::kHamiDevicesAllocated));
-    Result<framework::AllocationDelta> delta = Error("");
+    // Ours, else HAMi's lists (NVIDIA's, AMD's or both), each read as its vendor's.
+    std::vector<std::pair<std::string, Result<framework::AllocationDelta>>> records;
     if (ours != pod->annotations.end()) {
-      delta = kube::DecodeAllocation(ours->second, topology);
-    } else if (hami != pod->annotations.end()) {
-      auto devices = kube::DecodeHamiDevices(hami->second);
-      delta = devices.ok() ? kube::DeltaFromHami(*devices, topology) : Result<framework::AllocationDelta>(devices.error());
+      records.emplace_back(std::string(kube::kAllocationAnnotation),
+                           kube::DecodeAllocation(ours->second, topology));
     } else {
+      for (const GpuVendor vendor : {GpuVendor::kNvidia, GpuVendor::kAmd}) {
+        const std::string key(kube::HamiDeviceKeysFor(vendor).allocated);
+        const auto hami = pod->annotations.find(key);
+        if (hami == pod->annotations.end()) continue;
+        auto devices = kube::DecodeHamiDevices(hami->second);
+        records.emplace_back(key, devices.ok() ? kube::DeltaFromHami(*devices, topology, vendor)
+                                               : Result<framework::AllocationDelta>(devices.error()));
+      }
+    }
+    if (records.empty()) {
       foreign.push_back(&object);
       continue;
     }
-    const std::string annotation(ours != pod->annotations.end() ? kube::kAllocationAnnotation
-                                                                : kube::kHamiDevicesAllocated);
-    if (!delta.ok()) return delta.error().WithContext("pod " + PodLabel(*pod) + " " + annotation);
-    if (Status s = framework::ApplyDelta(topology, *delta, out.allocated); !s.ok()) {
-      return s.error().WithContext("pod " + PodLabel(*pod) + " (a device another pod holds)");
+    for (const auto& [annotation, delta] : records) {
+      if (!delta.ok()) return delta.error().WithContext("pod " + PodLabel(*pod) + " " + annotation);
+      if (Status s = framework::ApplyDelta(topology, *delta, out.allocated); !s.ok()) {
+        return s.error().WithContext("pod " + PodLabel(*pod) + " (a device another pod holds)");
+      }
     }
     ++counted;
   }

@@ -44,11 +44,13 @@ struct PlaceAllocations {
 };
 
 // The allocation in `content` on `topology`. Pods: each active pod on the topology's node
-// counts with its toposched.io/allocation, else HAMi's hami.io/vgpu-devices-allocated (as the
-// extender restores them); a pod with neither that asks for GPUs or RDMA NICs (another
-// scheduler's) is counted on the last free GPUs and RDMA NICs, as the extender counts it. A
-// Node of the same name with HAMi's registration annotation fills in GPU UUIDs first (so HAMi
-// records match). Errors: unreadable records, two pods on one device, a file of other kinds.
+// counts with its toposched.io/allocation, else HAMi's hami.io/vgpu-devices-allocated and/or
+// hami.io/amd-devices-allocated (as the extender restores them); a pod with none that asks for
+// GPUs or RDMA NICs (another scheduler's) is counted on the last free GPUs and RDMA NICs, as the
+// extender counts it. A Node of the same name with HAMi's registration annotations (NVIDIA's,
+// AMD's) is applied first, as the extender applies them (so HAMi records match, and AMD GPUs
+// that AMD's registration does not name are unusable). Errors: unreadable records or
+// registrations, two pods on one device, a file of other kinds.
 Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopology& topology,
                                               const RequestConfig& request_config);
 

@@ -197,6 +197,38 @@ TEST(ReadPlaceAllocations, PodsRecordsOnThisNodeCountOthersDoNot) {
       << broken.error().message();
 }
 
+// HAMi's AMD registration on the Node and AMD records on pods HAMi's own scheduler placed are
+// read as the extender reads them (kube::ApplyHamiAmdRegister, kube::DeltaFromHami for AMD).
+TEST(ReadPlaceAllocations, HamisAmdRegistrationAndRecords) {
+  NodeTopology t = Synthetic("hgx-h100-8gpu", "amd-a");
+  for (Gpu& g : t.gpus) g.vendor = GpuVendor::kAmd;
+  json reg = json::array();
+  for (const Gpu& g : t.gpus) {
+    if (g.index == 7) continue;  // card 7 not registered: unusable
+    reg.push_back({{"id", "amd-" + std::to_string(g.index)}, {"devmem", 196288}, {"devcore", 304}, {"health", true},
+                   {"custominfo", {{"pciBDF", g.pci_bus_id}}}});
+  }
+  json node = {{"kind", "Node"},
+               {"metadata", {{"name", "amd-a"}, {"uid", "n-1"}, {"annotations", {{"hami.io/node-amd-register", reg.dump()}}}}}};
+  // A whole card and half of another (152 of 304 compute units).
+  json pod = Pod("hami-amd", "amd-a", {{"hami.io/amd-devices-allocated", "amd-0,AMD,196288,304:amd-1,AMD,1000,152:;"}});
+  const auto read = ReadPlaceAllocations(json{{"kind", "List"}, {"items", {node, pod}}}.dump(), t, RequestConfig{});
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  EXPECT_TRUE(read->allocated.gpu_exclusive[0]);
+  EXPECT_FALSE(read->allocated.gpu_exclusive[1]);
+  EXPECT_EQ(read->allocated.gpu_shares[1], (GpuShareUsage{1, 1000, 5000}));
+  EXPECT_EQ(t.gpus[1].hami_amd->id, "amd-1");
+  EXPECT_NE(t.gpus[7].unusable.find("not in HAMi's AMD registration"), std::string::npos) << t.gpus[7].unusable;
+  EXPECT_EQ(read->notes[0], "node amd-a: 7 AMD GPUs from HAMi's AMD registration (the others unusable)");
+
+  // An unreadable AMD registration is an error, not a guess.
+  node["metadata"]["annotations"]["hami.io/node-amd-register"] = "GPU-a,10,1,1,T,0,true:";
+  const auto bad = ReadPlaceAllocations(json{{"kind", "List"}, {"items", {node}}}.dump(), t, RequestConfig{});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("node amd-a: hami.io/node-amd-register"), std::string::npos)
+      << bad.error().message();
+}
+
 TEST(ReadPlaceAllocations, TheAllocJsonFormInJsonOrYaml) {
   NodeTopology t = Synthetic("hgx-h100-8gpu", "gpu-a");
   for (const std::string text : {std::string(R"({"exclusiveGpus": [3], "usedNics": []})"),
