@@ -347,7 +347,7 @@ struct KubeSource::Impl {
         if (registered.ok()) {
           ApplyHamiAmdRegister(*registered, *copy);
         } else {
-          server::Log(LogLevel::kWarn, {kVerb, "", name},
+          metrics::Log(LogLevel::kWarn, {kVerb, "", name},
                       "AMD GPUs held out of placement: " + registered.error().message());
           MarkAmdGpusUnregistered(
               *copy, "HAMi's AMD registration cannot be read (" + registered.error().message() + ")");
