@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,8 +28,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "nvml_links.h"
@@ -38,6 +41,21 @@
 
 namespace toposched {
 namespace {
+
+// An enum field of an hwloc object as the integer hwloc stored. hwloc's XML importer copies
+// numbers from the file into enum fields unchecked (bridge_type="5-1", osdev_type="9"), and
+// loading a value outside an enum's range is undefined behaviour in C++ (found by
+// fuzz/hwloc_xml_fuzz.cc under UBSan): compare the stored integer instead.
+template <class E>
+std::underlying_type_t<E> Raw(const E& field) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &field, sizeof v);
+  return v;
+}
+template <class E>
+bool Is(const E& field, E value) {
+  return Raw(field) == static_cast<std::underlying_type_t<E>>(value);
+}
 
 // hwloc declares its attribute structs inside a union: C++ needs the qualified names.
 using PciAttr = hwloc_obj_attr_u::hwloc_pcidev_attr_s;
@@ -192,7 +210,7 @@ class Translator {
     const BridgeAttr& b = bridge->attr->bridge;
     PcieNode node;
     node.parent = parent;
-    if (b.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+    if (Is(b.upstream_type, HWLOC_OBJ_BRIDGE_HOST)) {
       node.kind = PcieKind::kHostBridge;
       char buf[48];
       std::snprintf(buf, sizeof buf, "hostbridge:%04x:%02x", static_cast<unsigned>(b.downstream.pci.domain),
@@ -288,11 +306,11 @@ class Translator {
     bool usnic = false;
     for (hwloc_obj_t c = pci->io_first_child; c != nullptr; c = c->next_sibling) {
       if (c->type != HWLOC_OBJ_OS_DEVICE || c->name == nullptr) continue;
-      if (c->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS && fabric_name.empty()) {
+      if (Is(c->attr->osdev.type, HWLOC_OBJ_OSDEV_OPENFABRICS) && fabric_name.empty()) {
         fabric_name = c->name;
         // Cisco usNIC is OS-bypass UDP, not RDMA: no GPUDirect, NCCL does not use it.
         usnic = StartsWith(fabric_name, "usnic");
-      } else if (c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK) {
+      } else if (Is(c->attr->osdev.type, HWLOC_OBJ_OSDEV_NETWORK)) {
         n.netdevs.emplace_back(c->name);
       }
     }
@@ -315,14 +333,15 @@ class Translator {
   void AddNonPciNics() {
     for (hwloc_obj_t d = nullptr; (d = hwloc_get_next_osdev(topo_, d)) != nullptr;) {
       if (d->parent == nullptr || d->parent->type == HWLOC_OBJ_PCI_DEVICE || d->name == nullptr) continue;
-      const auto type = d->attr->osdev.type;
-      if (type != HWLOC_OBJ_OSDEV_NETWORK && type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
+      const bool network = Is(d->attr->osdev.type, HWLOC_OBJ_OSDEV_NETWORK);
+      const bool fabric = Is(d->attr->osdev.type, HWLOC_OBJ_OSDEV_OPENFABRICS);
+      if (!network && !fabric) continue;
       const std::string name = d->name;
       if (name == "lo") continue;
       Nic n;
       n.name = name;
-      n.rdma = type == HWLOC_OBJ_OSDEV_OPENFABRICS && !StartsWith(name, "usnic");
-      if (type == HWLOC_OBJ_OSDEV_NETWORK) n.netdevs.push_back(name);
+      n.rdma = fabric && !StartsWith(name, "usnic");
+      if (network) n.netdevs.push_back(name);
       n.kind = KindOf(n, 0);
       const Locality loc = LocalityOf(d);
       n.numa = loc.numa;
@@ -559,28 +578,58 @@ Result<NodeTopology> ImportHwlocXml(std::string_view content) {
 // hwloc's XML importer crashes on some malformed files (Debian's hwloc 2.9: open-mpi/hwloc #783
 // and #787, which CheckKnownHwlocImportCrashes refuses by shape, and others the fuzz target keeps
 // finding that lstopo crashes on too). A file must cost an error, never the caller: the import
-// runs in a child process, which writes the result to a pipe ("1", the host name, a newline,
-// the NodeTopology's JSON; or "0" and the error), and a child killed by a signal is a malformed
-// file. The parent decodes the JSON with the same codec every reader of the object uses.
+// runs in a worker process, forked on first use and kept for the next imports (a fork per file
+// cost 80% of the fuzz target's time, in the kernel copying page tables). The parent sends the
+// file's length (8 bytes) and bytes over a socket pair; the worker answers with a length and
+// "1", the host name, a newline, the NodeTopology's JSON, or "0" and the error. A worker killed
+// by a signal is a malformed file: the error names the signal and the next import forks a fresh
+// worker. A worker retires after kImportsPerWorker files, so whatever an accepted but odd file
+// left in hwloc's state does not outlive many more. The parent decodes the JSON with the same
+// codec every reader of the object uses.
 constexpr std::chrono::seconds kHwlocImportTimeout{60};  // a 64 MiB export imports in about a second
+constexpr int kImportsPerWorker = 1000;
 
-Result<NodeTopology> ParseHwlocXml(std::string_view content) {
-  if (content.size() > kMaxTopologyFileBytes) return Error("hwloc XML larger than 64 MiB");
-  if (Status s = CheckKnownHwlocImportCrashes(content); !s.ok()) return s.error();
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Error(std::string("cannot create a pipe for the hwloc import: ") + std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int err = errno;
-    close(fds[0]);
-    close(fds[1]);
-    return Error(std::string("cannot fork the hwloc import: ") + std::strerror(err));
+namespace {
+
+// Whole-buffer I/O on a stream socket; false on EOF or error. send() with MSG_NOSIGNAL: a worker
+// that died must not raise SIGPIPE in the caller.
+bool SendAll(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<std::size_t>(n);
   }
-  if (pid == 0) {
-    close(fds[0]);
-    // A crash here is the file's, reported by the parent: no handler of the caller's (a
-    // sanitizer's, a fuzzer's) runs in the child.
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+  return true;
+}
+
+bool ReadAll(int fd, char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = read(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+bool SendFrame(int fd, std::string_view payload) {
+  const std::uint64_t size = payload.size();
+  return SendAll(fd, reinterpret_cast<const char*>(&size), sizeof size) && SendAll(fd, payload.data(), payload.size());
+}
+
+// The worker's loop: one framed request, one framed answer, until the parent closes its end.
+[[noreturn]] void ServeImports(int fd) {
+  // A crash here is the file's, reported by the parent: no handler of the caller's (a
+  // sanitizer's, a fuzzer's) runs in the worker.
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+  for (;;) {
+    std::uint64_t size = 0;
+    if (!ReadAll(fd, reinterpret_cast<char*>(&size), sizeof size) || size > kMaxTopologyFileBytes) _exit(0);
+    std::string content(size, '\0');
+    if (!ReadAll(fd, content.data(), content.size())) _exit(0);
     std::string out;
     if (Result<NodeTopology> t = ImportHwlocXml(content); t.ok()) {
       NodeTopology named = std::move(t).value();
@@ -590,56 +639,121 @@ Result<NodeTopology> ParseHwlocXml(std::string_view content) {
     } else {
       out = "0" + t.error().message();
     }
-    for (std::size_t done = 0; done < out.size();) {
-      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) _exit(3);
-      done += static_cast<std::size_t>(n);
+    if (!SendFrame(fd, out)) _exit(3);
+  }
+}
+
+class ImportWorker {
+ public:
+  // The worker's answer to `content`, or why there is none.
+  Result<std::string> Import(std::string_view content) {
+    std::lock_guard lock(mu_);
+    if (pid_ < 0) {
+      if (Status s = Start(); !s.ok()) return s.error();
     }
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string in;
-  char buf[1 << 16];
-  bool too_large = false, too_slow = false;
-  const auto deadline = std::chrono::steady_clock::now() + kHwlocImportTimeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
-      too_slow = true;
-      break;
+    const auto deadline = std::chrono::steady_clock::now() + kHwlocImportTimeout;
+    std::string answer;
+    bool too_slow = false, too_large = false;
+    bool ok = SendFrame(fd_, content);
+    std::uint64_t size = 0;
+    if (ok) ok = Receive(reinterpret_cast<char*>(&size), sizeof size, deadline, too_slow);
+    if (ok && size > 4 * kMaxTopologyFileBytes) ok = false, too_large = true;
+    if (ok) {
+      answer.resize(size);
+      ok = Receive(answer.data(), answer.size(), deadline, too_slow);
     }
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (in.size() + static_cast<std::size_t>(n) > 4 * kMaxTopologyFileBytes) {
-      too_large = true;
-      break;
+    if (ok) {
+      if (++served_ >= kImportsPerWorker) Stop(/*kill_it=*/false);
+      return answer;
     }
-    in.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fds[0]);
-  if (too_large || too_slow) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (too_large) return Error("the hwloc import of this XML produced more than 256 MiB (not a topology)");
-  if (too_slow) {
-    return Error("hwloc did not finish importing this XML in " + std::to_string(kHwlocImportTimeout.count()) +
-                 " s (stopped): the file is malformed or far too large");
-  }
-  if (WIFSIGNALED(status)) {
-    return Error("hwloc crashed importing this XML (signal " + std::to_string(WTERMSIG(status)) + ", " +
-                 strsignal(WTERMSIG(status)) + "): the file is malformed; lstopo --if xml --input FILE shows "
-                 "hwloc's own handling of it");
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.empty()) {
+    const int status = Stop(/*kill_it=*/true);
+    if (too_large) return Error("the hwloc import of this XML produced more than 256 MiB (not a topology)");
+    if (too_slow) {
+      return Error("hwloc did not finish importing this XML in " + std::to_string(kHwlocImportTimeout.count()) +
+                   " s (stopped): the file is malformed or far too large");
+    }
+    if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
+      return Error("hwloc crashed importing this XML (signal " + std::to_string(WTERMSIG(status)) + ", " +
+                   strsignal(WTERMSIG(status)) + "): the file is malformed; lstopo --if xml --input FILE shows "
+                   "hwloc's own handling of it");
+    }
     return Error("the hwloc import of this XML failed (exit status " +
                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
   }
+
+ private:
+  Status Start() {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      return Error(std::string("cannot create a socket pair for the hwloc import: ") + std::strerror(errno));
+    }
+    const pid_t pid = fork();
+    if (pid < 0) {
+      const int err = errno;
+      close(fds[0]);
+      close(fds[1]);
+      return Error(std::string("cannot fork the hwloc import: ") + std::strerror(err));
+    }
+    if (pid == 0) {
+      close(fds[0]);
+      ServeImports(fds[1]);
+    }
+    close(fds[1]);
+    pid_ = pid;
+    fd_ = fds[0];
+    served_ = 0;
+    return Status::Ok();
+  }
+
+  // Closes the worker's socket (a live worker then exits), kills it when asked, reaps it and
+  // returns its wait status.
+  int Stop(bool kill_it) {
+    close(fd_);
+    fd_ = -1;
+    if (kill_it) kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return status;
+  }
+
+  bool Receive(char* data, std::size_t size, std::chrono::steady_clock::time_point deadline, bool& too_slow) {
+    while (size > 0) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        too_slow = true;
+        return false;
+      }
+      const ssize_t n = read(fd_, data, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      data += n;
+      size -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  std::mutex mu_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int served_ = 0;
+};
+
+}  // namespace
+
+Result<NodeTopology> ParseHwlocXml(std::string_view content) {
+  if (content.size() > kMaxTopologyFileBytes) return Error("hwloc XML larger than 64 MiB");
+  if (Status s = CheckKnownHwlocImportCrashes(content); !s.ok()) return s.error();
+  static ImportWorker* const worker = new ImportWorker();  // never destroyed: the worker exits on EOF
+  Result<std::string> answer = worker->Import(content);
+  if (!answer.ok()) return answer.error();
+  const std::string& in = *answer;
+  if (in.empty()) return Error("the hwloc import of this XML returned no result");
   if (in[0] == '0') return Error(in.substr(1));
   const std::size_t newline = in.find('\n');
   if (in[0] != '1' || newline == std::string::npos) return Error("the hwloc import of this XML returned no result");
