@@ -14,6 +14,7 @@
 
 #include "common/plugin_util.h"
 #include "common/pool_util.h"
+#include "toposched/common/flat_hash_index.h"
 #include "toposched/framework/cluster_view.h"
 
 namespace toposched::plugins::kv_transfer_cost {
@@ -95,7 +96,19 @@ struct PoolCycle final : framework::StateData {
   // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
   std::vector<std::unordered_map<std::string, int, StringHash, std::equal_to<>>> domain_ids;  // per tier
   std::unordered_set<std::string, StringHash, std::equal_to<>> site_nodes;
-  std::map<std::vector<int>, std::pair<double, std::array<int, pd::kPathKinds>>> mean_by_ids;
+  // The same by framework::PositionHash, for passes over every node that bring the nodes'
+  // hashes (NodeSummary::domain_hashes): per tier, a site domain's hash -> its number; unusable
+  // when two of a tier's site domains share a hash.
+  std::vector<FlatHashIndex<int>> ids_by_hash;
+  bool hashes_usable = true;
+  FlatHashIndex<bool> site_name_hashes;
+  struct Mean {
+    std::vector<int> key;  // domain numbers, then the GPU->NIC class
+    double seconds = 0;
+    std::array<int, pd::kPathKinds> per_kind{};
+  };
+  std::vector<Mean> means;
+  FlatHashIndex<std::size_t> mean_by_ids;  // hash of a Mean's key -> its position in `means`
   std::vector<int> key;  // CachedMean's lookup key, reused
 };
 
@@ -110,6 +123,24 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
       auto& ids = c.domain_ids[t];
       site.domain_ids[t] = ids.try_emplace(d, static_cast<int>(ids.size())).first->second;
     }
+  }
+  c.ids_by_hash.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) {
+    for (const auto& [domain, id] : c.domain_ids[t]) {
+      if (!c.ids_by_hash[t].Insert(framework::PositionHash(domain), id)) c.hashes_usable = false;
+    }
+  }
+  for (const std::string& node : c.site_nodes) c.site_name_hashes.Insert(framework::PositionHash(node), true);
+}
+
+// DomainIdsOf from the node's domain hashes (NodeSummary::domain_hashes), without reading its
+// location (a pass over thousands of nodes would wait on memory for each): the same numbers,
+// unless a node's domain shares a 64-bit hash with a site's, which could at worst mis-score it
+// (as the store's class keys could), never place a pod where it does not fit.
+void DomainIdsOfHashed(const PoolCycle& c, const std::uint64_t* hashes, std::vector<int>& out) {
+  out.assign(c.domain_ids.size(), -1);
+  for (std::size_t t = 0; t < out.size(); ++t) {
+    if (const int* id = c.ids_by_hash[t].Find(hashes[t]); id != nullptr) out[t] = *id;
   }
 }
 
@@ -248,23 +279,48 @@ double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, std::string
 }
 
 // MeanSeconds through the cycle's cache (PoolCycle::mean_by_ids).
+// `summary` (may be null): the node's hashes, when its view gives them.
 double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location, const pd::Endpoint& own,
-                  PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr) {
-  DomainIdsOf(c, location, c.key);
-  if (c.site_nodes.contains(std::string_view(location.node))) {
+                  PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr,
+                  const framework::NodeSummary* summary = nullptr) {
+  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && c.hashes_usable;
+  // Whether the node holds a site: the hashes rule most nodes out without reading the location.
+  bool site = true;
+  if (hashed) {
+    DomainIdsOfHashed(c, summary->domain_hashes, c.key);
+    site = c.site_name_hashes.Find(summary->name_hash) != nullptr;
+  } else {
+    DomainIdsOf(c, location, c.key);
+  }
+  if (site && c.site_nodes.contains(std::string_view(location.node))) {
     return MeanSeconds(net, c, location.node, c.key, own, role, kv_ipc, per_kind);
   }
   c.key.push_back(static_cast<int>(own.worst_class));
-  auto it = c.mean_by_ids.find(c.key);
-  if (it == c.mean_by_ids.end()) {
-    std::array<int, pd::kPathKinds> kinds{};
-    c.key.pop_back();
-    const double mean = MeanSeconds(net, c, location.node, c.key, own, role, kv_ipc, &kinds);
-    c.key.push_back(static_cast<int>(own.worst_class));
-    it = c.mean_by_ids.emplace(c.key, std::make_pair(mean, kinds)).first;
+  std::uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (int id : c.key) h = (h ^ static_cast<std::uint32_t>(id)) * 0x100000001b3ull;
+  h ^= h >> 29;
+  // Keys that share a hash are told apart by probing on with a derived one.
+  const PoolCycle::Mean* found = nullptr;
+  for (std::uint64_t probe = h;; probe = probe * 0x9e3779b97f4a7c15ull + 1) {
+    const std::size_t* at = c.mean_by_ids.Find(probe);
+    if (at == nullptr) {
+      PoolCycle::Mean m;
+      m.key = c.key;
+      m.key.pop_back();
+      m.seconds = MeanSeconds(net, c, location.node, m.key, own, role, kv_ipc, &m.per_kind);
+      m.key = c.key;
+      c.mean_by_ids.Insert(probe, c.means.size());
+      c.means.push_back(std::move(m));
+      found = &c.means.back();
+      break;
+    }
+    if (c.means[*at].key == c.key) {
+      found = &c.means[*at];
+      break;
+    }
   }
-  if (per_kind != nullptr) *per_kind = it->second.second;
-  return it->second.first;
+  if (per_kind != nullptr) *per_kind = found->per_kind;
+  return found->seconds;
 }
 
 // The score's scale for this cycle, like kube-scheduler's NormalizeScore: from the cheapest
@@ -279,11 +335,24 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
                      PoolCycle& c) {
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
+  // Nodes of one domain usually come one after another: a node whose domain hashes equal the
+  // last node's, and which holds no site, has its mean.
+  const std::size_t tiers = net.tiers.size();
+  const std::uint64_t* last = nullptr;
+  double last_mean = 0;
   cluster.ForEachNode([&](const framework::NodeSummary& n) {
     if (!n.schedulable) return;
     if (!req.IsShared() && n.free_gpus < req.gpus) return;
     if (n.free_rdma_nics < req.rdma_nics) return;
-    const double mean = CachedMean(net, c, *n.location, own, req.role, req.kv_ipc);
+    const bool plain = n.domain_hashes != nullptr && c.hashes_usable && c.site_name_hashes.Find(n.name_hash) == nullptr;
+    double mean;
+    if (plain && last != nullptr && std::equal(n.domain_hashes, n.domain_hashes + tiers, last)) {
+      mean = last_mean;
+    } else {
+      mean = CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n);
+      last = plain ? n.domain_hashes : nullptr;
+      last_mean = mean;
+    }
     best = std::min(best, mean);
     worst = std::max(worst, mean);
   });
@@ -346,7 +415,7 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   c->bytes_text = std::to_string(tokens) + " tok x " + FormatBytes(kv);
   const pd::Endpoint own_shape{gpus, std::max(0, req.rdma_nics), LinkClass::kPIX, 0};
 
-  const std::vector<PoolMember> members = cluster->PoolMembers(req.pool);
+  const std::span<const PoolMember> members = cluster->PoolMembers(req.pool);
   std::vector<const PoolMember*> counterparts, same_role;
   int both = 0;
   for (const PoolMember& m : members) {

@@ -115,8 +115,8 @@ std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::Node
 
 std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
-    const std::shared_ptr<const state::Snapshot>& snap, const std::vector<state::PodAllocation>* pool_pods,
-    std::shared_ptr<const std::map<std::string, pd::Location>> positions) {
+    const std::shared_ptr<const state::Snapshot>& snap, std::shared_ptr<const std::vector<framework::PoolMember>> members,
+    std::shared_ptr<const std::map<std::string, pd::Location>> positions, PoolParts* parts) {
   const bool pool_pod = IsPoolPod(entry.request);
   const bool pool_scores = pool_pod && want == Want::kScores;
   const std::uint64_t verdict_key = VerdictKey(entry.request, record);
@@ -129,8 +129,8 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     if (pool_scores) {
       if (positions == nullptr) positions = store_.node_locations();
       const pd::NetworkConfig& network = framework_.config().network;
-      cycle->SetCluster(pool_pods != nullptr
-                            ? state::MakeClusterView(snap, network, entry.request.pool, *pool_pods, positions)
+      cycle->SetCluster(members != nullptr
+                            ? state::MakeClusterView(snap, network, entry.request.pool, std::move(members), positions)
                             : state::MakeClusterView(store_, snap, network, entry.request.pool, positions));
     }
   }
@@ -163,9 +163,23 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   }
   // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
   auto v = std::make_shared<ClassVerdict>(*base);
-  const framework::NodeScore pool = framework_.RunScore(*cycle, info, framework::ScoreSet::kClusterOnly);
-  v->score_weighted += pool.weighted;
-  v->score_weights += pool.weights;
+  std::pair<long long, long long> pool;
+  const std::uint64_t part_key =
+      parts == nullptr ? 0 : (parts->position ^ (base->worst_class ? static_cast<std::uint64_t>(*base->worst_class) + 1 : 0)) * 0x9e3779b97f4a7c15ull;
+  const auto known = parts == nullptr ? nullptr : &parts->index;
+  if (const auto it = known == nullptr ? std::unordered_map<std::uint64_t, std::size_t>::iterator() : known->find(part_key);
+      known != nullptr && it != known->end()) {
+    pool = parts->computed[it->second].second;
+  } else {
+    const framework::NodeScore score = framework_.RunScore(*cycle, info, framework::ScoreSet::kClusterOnly);
+    pool = {score.weighted, score.weights};
+    if (parts != nullptr) {
+      parts->index.emplace(part_key, parts->computed.size());
+      parts->computed.emplace_back(part_key, pool);
+    }
+  }
+  v->score_weighted += pool.first;
+  v->score_weights += pool.second;
   v->score100 = framework::WeightedTotal(v->score_weighted, v->score_weights);
   return v;
 }
@@ -174,7 +188,7 @@ namespace {
 
 struct Buffers {
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const ClassVerdict>>> classes;
-  std::unordered_map<std::uint64_t, const ClassVerdict*> many;
+  FlatHashIndex<const ClassVerdict*> many;
 };
 Buffers& ThreadBuffers() {
   thread_local Buffers buffers;
@@ -184,12 +198,39 @@ Buffers& ThreadBuffers() {
 }  // namespace
 
 // Pool pods scored: a node's verdict depends on its class and on where it sits relative to the
-// pool's pods; a node holding pods of the pool is a key of its own (the same-node path, the
-// spread term). Its position is HyperNodes' where they place the node, else its tier labels, as
-// the cluster view locates it; of each tier's domain only whether a pod of the pool is in it
-// counts (the pool plugins score by the pool's pods per domain: paths to them, counts of them),
-// so nodes in two domains without pool pods share a result. The filter wants pass/fail only: a
-// pool pod is then filtered per class like any pod.
+// pool's pods. The pool plugins read, for a node, only which of the pool's pods stand on the
+// node itself and in each of its tier domains (the paths to them, their counts per role), and
+// nothing of which node or domain it is. So a node's key is its class plus the *content* of its
+// node and of each of its domains: the multiset of pool pods there, hashed (two leaves that each
+// hold one decode instance of one shape give their nodes one result). That is exact when the
+// tiers nest as the pool's pods see them: the paths a node has to the pods of its tier t + 1
+// domain follow from the contents when every pod of its tier t domain is in that same tier t + 1
+// domain. A node where that does not hold (tiers that do not nest, a HyperNode tree with a leaf
+// under two spines) is a key of its own. Its position is HyperNodes' where they place the node,
+// else its tier labels, as the cluster view locates it. The filter wants pass/fail only: a pool
+// pod is then filtered per class like any pod.
+namespace {
+
+constexpr std::uint64_t kOwnKey = std::uint64_t{1} << 63;  // NodeVerdicts' keys of one node alone
+
+std::uint64_t Mix64(std::uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// One pool pod as the pool plugins see it (framework::PoolMember without uid and node).
+std::uint64_t MemberHash(const framework::PoolMember& p) {
+  const auto gpus = static_cast<std::uint64_t>(p.gpus);
+  const auto nics = static_cast<std::uint64_t>(p.rdma_nics);
+  return Mix64((static_cast<std::uint64_t>(p.role) + 1) | (gpus << 8) | (nics << 24) |
+               (static_cast<std::uint64_t>(p.worst_class) << 40) | (static_cast<std::uint64_t>(p.kv_ipc) << 48));
+}
+
+}  // namespace
+
 NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_ptr<const state::Snapshot> snap,
                            Want want)
     : evaluator_(evaluator),
@@ -205,17 +246,37 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
   many_.clear();
   if (!pool_scoring_) return;
   const pd::NetworkConfig& network = evaluator_.framework().config().network;
+  const std::size_t tiers = network.tiers.size();
   positions_resolved_ = state::PositionsResolvedFor(*snap_, network);
-  pool_domains_.resize(network.tiers.size());
-  pool_pods_ = evaluator_.store().PoolPods(entry.request.pool);
+  domain_content_.resize(tiers);
+  members_list_ = std::make_shared<const std::vector<framework::PoolMember>>(
+      evaluator_.store().PoolMembers(entry.request.pool));
   positions_ = evaluator_.store().node_locations();
   if (positions_ != nullptr && positions_->empty()) positions_ = nullptr;
-  for (const state::PodAllocation& p : pool_pods_) {
-    pool_nodes_.insert(p.node);
+  for (const framework::PoolMember& p : *members_list_) {
+    // The pod itself, when re-scored, is not one of the pool's pods to the plugins.
+    if (!entry.request.pod_uid.empty() && p.uid == entry.request.pod_uid) continue;
+    const std::uint64_t h = MemberHash(p);
+    ++members_;
+    node_content_[p.node] += h;
     const state::NodeRecord* record = snap_->Find(p.node);
-    if (record == nullptr) continue;
-    for (std::size_t t = 0; t < network.tiers.size(); ++t) {
-      if (const std::string_view d = DomainAt(*record, t); !d.empty()) pool_domains_[t].insert(d);
+    for (std::size_t t = 0; t < tiers; ++t) {
+      const std::string_view d = record != nullptr ? DomainAt(*record, t) : std::string_view();
+      if (d.empty()) continue;
+      const std::string_view parent = t + 1 < tiers ? DomainAt(*record, t + 1) : std::string_view();
+      auto [it, inserted] = domain_content_[t].try_emplace(d, Content{0, parent, framework::PositionHash(parent), false});
+      it->second.hash += h;
+      if (!inserted && it->second.parent != parent) it->second.mixed = true;
+    }
+  }
+  by_hash_ = positions_ == nullptr && positions_resolved_ && snap_->tier_labels().size() == tiers;
+  for (const auto& [node, content] : node_content_) {
+    by_hash_ = by_hash_ && node_by_hash_.Insert(framework::PositionHash(node), content);
+  }
+  domain_by_hash_.resize(tiers);
+  for (std::size_t t = 0; t < tiers; ++t) {
+    for (const auto& [domain, content] : domain_content_[t]) {
+      by_hash_ = by_hash_ && domain_by_hash_[t].Insert(framework::PositionHash(domain), &content);
     }
   }
 }
@@ -233,21 +294,49 @@ std::string_view NodeVerdicts::DomainAt(const state::NodeRecord& record, std::si
   return label == record.labels.end() ? std::string_view() : std::string_view(label->second);
 }
 
-std::uint64_t NodeVerdicts::KeyOf(std::size_t i) const {
-  constexpr std::uint64_t kOwn = std::uint64_t{1} << 63;  // keys of one node alone
+std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
+  constexpr std::uint64_t kOwn = kOwnKey;
   if (per_node_) return kOwn | i;  // Evaluator::VerdictKey: every node on its own
   if (!pool_scoring_) return class_keys_[i];
-  const state::NodeRecord& record = *snap_->nodes()[i];
   // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
   // label), so every node is its own key for this first pod.
-  if (pool_pods_.empty() || pool_nodes_.contains(record.name)) return kOwn | i;
-  std::uint64_t key = class_keys_[i];
-  for (std::size_t t = 0; t < pool_domains_.size(); ++t) {
-    std::string_view d = DomainAt(record, t);
-    if (!pool_domains_[t].contains(d)) d = {};  // no pod of the pool there: like no domain
-    key = (key ^ std::hash<std::string_view>{}(d)) * 1099511628211ull;
+  if (members_ == 0) return kOwn | i;
+  const std::size_t tiers = domain_content_.size();
+  if (by_hash_) {
+    // The snapshot's contiguous hashes, no record read (a 64-bit hash collision could at worst
+    // mis-score a node, as class keys could).
+    const std::uint64_t* hashes = snap_->position_hashes().data() + i * tiers;
+    const std::uint64_t* on_node = node_by_hash_.Find(snap_->briefs()[i].name_hash);
+    std::uint64_t key = Mix64(on_node == nullptr ? 0 : *on_node);
+    for (std::size_t t = 0; t < tiers; ++t) {
+      const Content* const* found = domain_by_hash_[t].Find(hashes[t]);
+      if (found != nullptr && ((*found)->mixed || (t + 1 < tiers && (*found)->parent_hash != hashes[t + 1]))) {
+        return kOwn | i;  // tiers do not nest here
+      }
+      key = Mix64(key ^ (found == nullptr ? 0 : (*found)->hash) ^ (t + 1));
+    }
+    parts_.position = key;
+    return Mix64(key ^ class_keys_[i]) & ~kOwn;
   }
-  return key & ~kOwn;
+  const state::NodeRecord& record = *snap_->nodes()[i];
+  std::uint64_t on_node = 0;
+  if (const auto it = node_content_.find(record.name); it != node_content_.end()) {
+    on_node = it->second;
+  }
+  std::uint64_t key = Mix64(on_node);  // the position key: what the node and its domains hold
+  std::string_view d = tiers > 0 ? DomainAt(record, 0) : std::string_view();
+  for (std::size_t t = 0; t < tiers; ++t) {
+    const std::string_view up = t + 1 < tiers ? DomainAt(record, t + 1) : std::string_view();
+    const Content* found = nullptr;
+    if (!d.empty()) {
+      if (const auto it = domain_content_[t].find(d); it != domain_content_[t].end()) found = &it->second;
+    }
+    if (found != nullptr && (found->mixed || found->parent != up)) return kOwn | i;  // tiers do not nest here
+    key = Mix64(key ^ (found == nullptr ? 0 : found->hash) ^ (t + 1));
+    d = up;
+  }
+  parts_.position = key;
+  return Mix64(key ^ class_keys_[i]) & ~kOwn;
 }
 
 const ClassVerdict* NodeVerdicts::At(std::size_t i) {
@@ -256,15 +345,16 @@ const ClassVerdict* NodeVerdicts::At(std::size_t i) {
     for (const auto& [k, v] : local_) {
       if (k == key) return v.get();
     }
-  } else if (auto it = many_.find(key); it != many_.end()) {
-    return it->second;
+  } else if (const ClassVerdict* const* known = many_.Find(key); known != nullptr) {
+    return *known;
   }
   local_.emplace_back(key, evaluator_.Evaluate(entry_, cycle_, *snap_->nodes()[i], want_, snap_,
-                                               pool_scoring_ ? &pool_pods_ : nullptr, positions_));
+                                               pool_scoring_ ? members_list_ : nullptr, positions_,
+                                               pool_scoring_ && (key & kOwnKey) == 0 ? &parts_ : nullptr));
   if (local_.size() == kLinearClasses + 1) {
-    for (const auto& [k, v] : local_) many_.emplace(k, v.get());
+    for (const auto& [k, v] : local_) many_.Insert(k, v.get());
   } else if (local_.size() > kLinearClasses + 1) {
-    many_.emplace(key, local_.back().second.get());
+    many_.Insert(key, local_.back().second.get());
   }
   return local_.back().second.get();
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pod_cache.h"
+#include "toposched/common/flat_hash_index.h"
 #include "toposched/extender/service.h"
 #include "toposched/wire/wire.h"
 #include "toposched/framework/framework.h"
@@ -74,12 +75,26 @@ class Evaluator {
   static std::uint64_t VerdictKey(const PlacementRequest& r, const state::NodeRecord& record);
 
   // The pod's verdict on one node (`record`, in `snap`). `cycle`: the call's cycle, created on
-  // first use. `pool_pods`/`positions`: a pool pod's pool members and HyperNode positions as
-  // the call fetched them (null: fetched here).
+  // first use. `members`/`positions`: a pool pod's pool members and HyperNode positions as
+  // the call fetched them (null: fetched here). `parts` (may be null): the call's pool parts
+  // by position (PoolParts).
+  struct PoolParts;
   std::shared_ptr<const ClassVerdict> Evaluate(
       PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
-      const std::shared_ptr<const state::Snapshot>& snap, const std::vector<state::PodAllocation>* pool_pods = nullptr,
-      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr);
+      const std::shared_ptr<const state::Snapshot>& snap,
+      std::shared_ptr<const std::vector<framework::PoolMember>> members = nullptr,
+      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr, PoolParts* parts = nullptr);
+
+  // A pool pod's pool part (the pool plugins' weighted sum and weights) is a function of where
+  // the node sits relative to the pool (NodeVerdicts' position key) and of its placement's worst
+  // GPU->NIC class, the only things the pool plugins read of a node (plugins/README.md,
+  // "Pool-aware plugins"): one call computes it once per (position, worst class), whatever the
+  // node's class.
+  struct PoolParts {
+    std::uint64_t position = 0;  // the node's position key
+    std::vector<std::pair<std::uint64_t, std::pair<long long, long long>>> computed;
+    std::unordered_map<std::uint64_t, std::size_t> index;  // key -> position in `computed`
+  };
 
   // A name no NodeTopology exists for: counted, with the reason every reply gives.
   void CountUnknownNode() { unknown_node_rejections_->Inc(); }
@@ -124,7 +139,7 @@ class NodeVerdicts {
   const state::Snapshot& snapshot() const { return *snap_; }
 
  private:
-  std::uint64_t KeyOf(std::size_t index) const;
+  std::uint64_t KeyOf(std::size_t index);
   std::string_view DomainAt(const state::NodeRecord& record, std::size_t tier) const;
 
   static constexpr std::size_t kLinearClasses = 24;
@@ -135,15 +150,32 @@ class NodeVerdicts {
   const Want want_;
   std::optional<framework::CycleState> cycle_;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const ClassVerdict>>>& local_;
-  std::unordered_map<std::uint64_t, const ClassVerdict*>& many_;  // once a call sees more than kLinearClasses
+  FlatHashIndex<const ClassVerdict*>& many_;  // once a call sees more than kLinearClasses
   // Pool pods scored: where the pool's pods are.
   const bool pool_scoring_;
   const bool per_node_;
   bool positions_resolved_ = false;
-  std::unordered_set<std::string_view> pool_nodes_;
-  std::vector<state::PodAllocation> pool_pods_;
+  std::shared_ptr<const std::vector<framework::PoolMember>> members_list_;
   std::shared_ptr<const std::map<std::string, pd::Location>> positions_;
-  std::vector<std::unordered_set<std::string_view>> pool_domains_;  // per tier
+  // What the pool holds where: the multiset of its pods (role, devices, worst class, IPC
+  // consent) on each node and in each tier's domain, as a commutative 64-bit hash; and, per
+  // domain of tier t, the tier t + 1 domain all its pods sit in (mixed: they sit in several).
+  struct Content {
+    std::uint64_t hash = 0;
+    std::string_view parent;
+    std::uint64_t parent_hash = 0;  // framework::PositionHash(parent)
+    bool mixed = false;
+  };
+  int members_ = 0;  // the pool's pods other than this one
+  Evaluator::PoolParts parts_;
+  std::unordered_map<std::string_view, std::uint64_t> node_content_;
+  std::vector<std::unordered_map<std::string_view, Content>> domain_content_;  // per tier
+  // The same by the snapshot's hashes (Snapshot::briefs, position_hashes), which KeyOf reads
+  // instead of the records when the records' positions are the ones that count (no
+  // HyperNodes); unusable when two keys share a hash.
+  bool by_hash_ = false;
+  FlatHashIndex<std::uint64_t> node_by_hash_;
+  std::vector<FlatHashIndex<const Content*>> domain_by_hash_;
 };
 
 }  // namespace toposched::extender

@@ -338,6 +338,76 @@ TEST(ExtenderPrioritize, PoolPodScoresEqualTheFrameworksWholeScoreOnEveryNode) {
   EXPECT_GE(distinct.size(), 3u) << "the nodes must score differently for this to test anything";
 }
 
+// The extender groups a pool pod's nodes by what the pool holds on the node and in each of its
+// domains, not by which domain it is (two leaves that each hold one decode instance give their
+// nodes one result), and keys a node on its own where the tiers do not nest. Its scores must
+// still equal the framework's whole score node by node, on layouts where leaves repeat each
+// other's contents and where a leaf spans two spines.
+TEST(ExtenderPrioritize, PoolPodScoresGroupedByContentEqualTheFrameworksOnEveryNode) {
+  for (const bool nested : {true, false}) {
+    SCOPED_TRACE(nested ? "leaves inside spines" : "a leaf across two spines");
+    Harness h(Nodes{});
+    std::vector<std::string> names;
+    const char* presets[] = {"hgx-h100-8gpu", "cloud-vm-8gpu"};
+    for (int i = 0; i < 32; ++i) {
+      const std::string name = "n" + std::to_string(i);
+      names.push_back(name);
+      // Leaves of 4, spines of 16; not nested: leaf l3 (n12..n15) has n14 and n15 in spine s1.
+      const int spine = !nested && (i == 14 || i == 15) ? 1 : i / 16;
+      std::map<std::string, std::string> labels = {{"kubernetes.io/hostname", name},
+                                                   {"toposched.io/leaf", "l" + std::to_string(i / 4)},
+                                                   {"toposched.io/spine", "s" + std::to_string(spine)}};
+      ASSERT_TRUE(h.store().UpsertNode({name, Preset(presets[(i / 2) % 2]), labels, true}).ok());
+    }
+    HttpClient c(h.port());
+    const auto pool_pod = [](const std::string& name, const char* role) {
+      return PodSpec{.name = name,
+                     .uid = "uid-" + name,
+                     .gpus = 2,
+                     .rdma = 2,
+                     .annotations = {{"toposched.io/pd-ratio", "1:2"}},
+                     .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+    };
+    // One decode instance in each of l0, l2, l4 and l6 (equal contents), a prefill in each of
+    // l0, l3 and l7 (l3's and l7's contents equal: without the nesting rule n14 in l3 and n28 in
+    // l7 would share a key, though the prefill in l3 sits in spine s0 and n14 in s1), two decodes
+    // on n20 (l5).
+    for (const auto& [name, role, node] : std::vector<std::tuple<std::string, const char*, std::string>>{
+             {"d0", "decode", "n1"}, {"d1", "decode", "n9"}, {"d2", "decode", "n17"}, {"d3", "decode", "n25"},
+             {"p0", "prefill", "n2"}, {"p1", "prefill", "n13"}, {"p2", "prefill", "n29"},
+             {"d4", "decode", "n20"}, {"d5", "decode", "n20"}}) {
+      PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pool_pod(name, role)), names));
+      ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(pool_pod(name, role), node))["Error"], "");
+    }
+    for (const char* role : {"decode", "prefill"}) {
+      SCOPED_TRACE(role);
+      const PodSpec pod = pool_pod(std::string("new-") + role, role);
+      PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pod), names));
+      const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), names));
+      ASSERT_TRUE(r.is_array());
+      std::map<std::string, int> got;
+      for (const json& hp : r) got[hp["Host"]] = hp["Score"];
+      const framework::Framework& fw = h.framework();
+      Result<PlacementRequest> request = ParsePodRequest(MakePod(pod).dump(), fw.config().request);
+      ASSERT_TRUE(request.ok()) << request.error().message();
+      const auto snap = h.store().snapshot();
+      std::set<int> distinct;
+      for (const std::string& name : names) {
+        const state::NodeRecord& record = *snap->Find(name);
+        framework::CycleState cycle = fw.NewCycle(*request);
+        cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, "chat"));
+        const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated,
+                                       record.labels, record.schedulable};
+        const framework::FilterResult filtered = fw.RunFilter(cycle, info);
+        const int want = filtered.ok() ? framework::ToExtenderScore(fw.RunScore(cycle, info).total) : 0;
+        EXPECT_EQ(got[name], want) << name;
+        distinct.insert(want);
+      }
+      EXPECT_GE(distinct.size(), 3u) << "the nodes must score differently for this to test anything";
+    }
+  }
+}
+
 // Every real node's GPUs have their own UUIDs, which node classes leave out (nodes of one type
 // share results); a shared pod that names UUIDs (HAMi's use-gpuuuid / nouse-gpuuuid) is decided
 // node by node, so it lands only where its UUIDs are.

@@ -49,10 +49,10 @@ pd::Location StaticClusterView::Locate(std::string_view node) const {
   return unknown;
 }
 
-std::vector<PoolMember> StaticClusterView::PoolMembers(std::string_view pool) const {
+std::span<const PoolMember> StaticClusterView::PoolMembers(std::string_view pool) const {
   if (pool.empty()) return {};
   const auto it = pools_.find(pool);
-  return it == pools_.end() ? std::vector<PoolMember>{} : it->second;
+  return it == pools_.end() ? std::span<const PoolMember>{} : std::span<const PoolMember>(it->second);
 }
 
 void StaticClusterView::ForEachNode(const std::function<void(const NodeSummary&)>& fn) const {

@@ -479,9 +479,9 @@ class PreferPoolPeers final : public framework::ScorePlugin {
   framework::ScoreResult Score(framework::CycleState& state, const framework::NodeInfo& node) const override {
     const framework::ClusterView* view = state.cluster();
     if (view == nullptr) return {0, "no view"};
-    const std::vector<framework::PoolMember> members = view->PoolMembers(state.request().pool);
+    const auto members = view->PoolMembers(state.request().pool);
     if (node.name == "a") {
-      ViewSeen seen{state.request().pod_name, members, {}};
+      ViewSeen seen{state.request().pod_name, {members.begin(), members.end()}, {}};
       view->ForEachNode([&](const framework::NodeSummary& n) { seen.free_gpus.push_back(n.free_gpus); });
       log_->push_back(std::move(seen));
     }

@@ -292,6 +292,11 @@ struct ClusterStore::Impl {
   void Refresh(NodeRecord& record) const {
     record.class_key = ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
     record.position = pd::LocateByLabels(tiers, record.name, record.labels);
+    record.name_hash = framework::PositionHash(record.name);
+    record.position_hashes.resize(record.position.domains.size());
+    for (std::size_t t = 0; t < record.position.domains.size(); ++t) {
+      record.position_hashes[t] = framework::PositionHash(record.position.domains[t]);
+    }
     record.free_gpus = record.free_rdma_nics = 0;
     if (record.topology == nullptr || record.held()) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
@@ -360,8 +365,10 @@ struct ClusterStore::Impl {
     if (present && record) {
       next->nodes_ = old.nodes_;
       next->class_keys_ = old.class_keys_;
-      next->class_keys_[static_cast<std::size_t>(at)] = record->class_key;
+      next->briefs_ = old.briefs_;
+      next->position_hashes_ = old.position_hashes_;
       next->nodes_[static_cast<std::size_t>(at)] = std::move(record);
+      FillArraysAt(*next, static_cast<std::size_t>(at));
       next->index_ = old.index_;
     } else {
       next->nodes_.reserve(old.nodes_.size() + 1);
@@ -369,7 +376,7 @@ struct ClusterStore::Impl {
       if (record) next->nodes_.push_back(std::move(record));
       next->nodes_.insert(next->nodes_.end(), present ? it + 1 : it, old.nodes_.end());
       next->index_ = BuildIndex(next->nodes_);
-      FillClassKeys(*next);
+      FillArrays(*next);
     }
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
@@ -402,7 +409,7 @@ struct ClusterStore::Impl {
     } else {
       next->index_ = old.index_;
     }
-    FillClassKeys(*next);
+    FillArrays(*next);
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
   }
@@ -412,9 +419,22 @@ struct ClusterStore::Impl {
     return Snapshot::NameIndex::Build(nodes);
   }
 
-  static void FillClassKeys(Snapshot& s) {
+  // The snapshot's arrays parallel to nodes_ (class keys, briefs, position hashes).
+  static void FillArrays(Snapshot& s) {
+    const std::size_t tiers = s.tier_labels().size();
     s.class_keys_.resize(s.nodes_.size());
-    for (std::size_t i = 0; i < s.nodes_.size(); ++i) s.class_keys_[i] = s.nodes_[i]->class_key;
+    s.briefs_.resize(s.nodes_.size());
+    s.position_hashes_.resize(s.nodes_.size() * tiers);
+    for (std::size_t i = 0; i < s.nodes_.size(); ++i) FillArraysAt(s, i);
+  }
+  static void FillArraysAt(Snapshot& s, std::size_t i) {
+    const NodeRecord& r = *s.nodes_[i];
+    s.class_keys_[i] = r.class_key;
+    s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held()};
+    const std::size_t tiers = s.tier_labels().size();
+    for (std::size_t t = 0; t < tiers; ++t) {
+      s.position_hashes_[i * tiers + t] = r.position_hashes.size() == tiers ? r.position_hashes[t] : 0;
+    }
   }
 
   // Holds one UID for the scope of an operation; waits while another operation holds it.
@@ -811,6 +831,19 @@ std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
   out.reserve(it->second.size());
   for (const std::string& uid : it->second) {
     if (const auto pod = impl_->pods.find(uid); pod != impl_->pods.end()) out.push_back(pod->second);
+  }
+  return out;
+}
+
+std::vector<framework::PoolMember> ClusterStore::PoolMembers(std::string_view pool) const {
+  std::vector<framework::PoolMember> out;
+  if (pool.empty()) return out;
+  std::lock_guard lock(impl_->pods_mu);
+  const auto it = impl_->pools.find(pool);
+  if (it == impl_->pools.end()) return out;
+  out.reserve(it->second.size());
+  for (const std::string& uid : it->second) {
+    if (const auto pod = impl_->pods.find(uid); pod != impl_->pods.end()) out.push_back(MemberOf(pod->second));
   }
   return out;
 }

@@ -11,7 +11,7 @@ namespace {
 class SnapshotClusterView : public framework::ClusterView {
  public:
   SnapshotClusterView(std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string pool,
-                      std::vector<framework::PoolMember> members,
+                      std::shared_ptr<const std::vector<framework::PoolMember>> members,
                       std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes)
       : snapshot_(std::move(snapshot)),
         network_(network),
@@ -33,17 +33,31 @@ class SnapshotClusterView : public framework::ClusterView {
     return pd::LocateByLabels(network_, node, record->labels);
   }
 
-  std::vector<framework::PoolMember> PoolMembers(std::string_view pool) const override {
-    return pool == pool_ ? members_ : std::vector<framework::PoolMember>{};
+  std::span<const framework::PoolMember> PoolMembers(std::string_view pool) const override {
+    if (pool != pool_ || members_ == nullptr) return {};
+    return *members_;
   }
 
   void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
     // The records' own positions when the store resolved them under these tiers and no HyperNode
     // places a node: nothing is looked up or copied per node. Otherwise one Location refilled in
     // place (its strings keep their buffers, so the pass allocates nothing per node).
+    const auto nodes = snapshot_->nodes();
+    if (resolved_ && hyper_nodes_ == nullptr) {
+      // The snapshot's contiguous arrays: no record is read unless `fn` reads its location.
+      const auto briefs = snapshot_->briefs();
+      const std::uint64_t* hashes = snapshot_->position_hashes().data();
+      const std::size_t tiers = network_.tiers.size();
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const Snapshot::Brief& b = briefs[i];
+        fn(framework::NodeSummary{b.name, &nodes[i]->position, b.free_gpus, b.free_rdma_nics, b.schedulable,
+                                  tiers == 0 ? nullptr : hashes + i * tiers, b.name_hash});
+      }
+      return;
+    }
     pd::Location location;
     location.domains.resize(network_.tiers.size());
-    for (const auto& record : snapshot_->nodes()) {
+    for (const auto& record : nodes) {
       const pd::Location* placed = nullptr;
       if (hyper_nodes_ != nullptr) {
         if (const auto it = hyper_nodes_->find(record->name); it != hyper_nodes_->end()) placed = &it->second;
@@ -72,7 +86,7 @@ class SnapshotClusterView : public framework::ClusterView {
   std::shared_ptr<const Snapshot> snapshot_;
   const pd::NetworkConfig& network_;
   std::string pool_;
-  std::vector<framework::PoolMember> members_;
+  std::shared_ptr<const std::vector<framework::PoolMember>> members_;
   std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes_;  // null when none
   bool resolved_;  // the records' positions are under network_'s tiers
 };
@@ -94,23 +108,32 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
   return MakeClusterView(std::move(snapshot), network, pool, store.PoolPods(pool), std::move(hyper_nodes));
 }
 
+framework::PoolMember MemberOf(const PodAllocation& a) {
+  framework::PoolMember m;
+  m.uid = a.uid;
+  m.node = a.node;
+  m.role = a.role;
+  m.gpus = static_cast<int>(a.delta.exclusive_gpus.size() + a.delta.shares.size());
+  m.rdma_nics = static_cast<int>(a.delta.nics.size());
+  m.worst_class = a.worst_class;
+  m.kv_ipc = a.kv_ipc;
+  return m;
+}
+
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
     const std::vector<PodAllocation>& pool_pods,
     std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
-  std::vector<framework::PoolMember> members;
-  members.reserve(pool_pods.size());
-  for (const PodAllocation& a : pool_pods) {
-    framework::PoolMember m;
-    m.uid = a.uid;
-    m.node = a.node;
-    m.role = a.role;
-    m.gpus = static_cast<int>(a.delta.exclusive_gpus.size() + a.delta.shares.size());
-    m.rdma_nics = static_cast<int>(a.delta.nics.size());
-    m.worst_class = a.worst_class;
-    m.kv_ipc = a.kv_ipc;
-    members.push_back(std::move(m));
-  }
+  auto members = std::make_shared<std::vector<framework::PoolMember>>();
+  members->reserve(pool_pods.size());
+  for (const PodAllocation& a : pool_pods) members->push_back(MemberOf(a));
+  return MakeClusterView(std::move(snapshot), network, pool, std::move(members), std::move(hyper_nodes));
+}
+
+std::shared_ptr<const framework::ClusterView> MakeClusterView(
+    std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
+    std::shared_ptr<const std::vector<framework::PoolMember>> members,
+    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
   return std::make_shared<SnapshotClusterView>(std::move(snapshot), network, std::string(pool), std::move(members),
                                                std::move(hyper_nodes));
 }

@@ -89,7 +89,7 @@ TEST(StoreClusterViewTest, ListsThePoolLocatesByLabelsAndCountsFreeDevices) {
 
   const pd::NetworkConfig network;
   const auto view = MakeClusterView(store, store.snapshot(), network, "chat");
-  const std::vector<framework::PoolMember> members = view->PoolMembers("chat");
+  const auto members = view->PoolMembers("chat");
   ASSERT_EQ(members.size(), 1u);
   EXPECT_EQ(members[0].uid, "p1");
   EXPECT_EQ(members[0].node, "a");

@@ -5,10 +5,12 @@
 // snapshot; the simulator keeps one over its virtual cluster; tests fill a StaticClusterView.
 // Immutable while a cycle reads it (CycleState holds a shared_ptr).
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,12 +33,19 @@ struct PoolMember {
   bool operator==(const PoolMember&) const = default;
 };
 
+// The hash NodeSummary's hashes use (std::hash of the text).
+inline std::uint64_t PositionHash(std::string_view text) { return std::hash<std::string_view>{}(text); }
+
 struct NodeSummary {
   std::string_view name;
   const pd::Location* location = nullptr;  // never null
   int free_gpus = 0;   // GPUs neither exclusive nor shared
   int free_rdma_nics = 0;
   bool schedulable = true;
+  // When the view has them (null otherwise): PositionHash of each of location's domains, and
+  // of the name; a plugin matching nodes against a few known domains compares these first.
+  const std::uint64_t* domain_hashes = nullptr;
+  std::uint64_t name_hash = 0;
 };
 
 class ClusterView {
@@ -45,8 +54,9 @@ class ClusterView {
   virtual const pd::NetworkConfig& network() const = 0;
   // The node's position; a node the view does not know gets one that shares no tier.
   virtual pd::Location Locate(std::string_view node) const = 0;
-  // The pool's running pods, any order; empty for an unknown pool or "".
-  virtual std::vector<PoolMember> PoolMembers(std::string_view pool) const = 0;
+  // The pool's running pods, any order; empty for an unknown pool or "". Valid as long as the
+  // view is (a cycle holds its view).
+  virtual std::span<const PoolMember> PoolMembers(std::string_view pool) const = 0;
   // Every node, in a stable order (the store's / the cluster's).
   virtual void ForEachNode(const std::function<void(const NodeSummary&)>& fn) const = 0;
 };
@@ -73,7 +83,7 @@ class StaticClusterView : public ClusterView {
 
   const pd::NetworkConfig& network() const override { return network_; }
   pd::Location Locate(std::string_view node) const override;
-  std::vector<PoolMember> PoolMembers(std::string_view pool) const override;
+  std::span<const PoolMember> PoolMembers(std::string_view pool) const override;
   void ForEachNode(const std::function<void(const NodeSummary&)>& fn) const override;
 
  private:

@@ -90,6 +90,11 @@ struct NodeRecord {
   // where the node sits by its labels under StoreOptions::tier_labels (position.node = name, a
   // missing label ""; HyperNode positions override it in views), and what is free on it.
   pd::Location position;
+  // PositionHash of the name and of each of position's domains: passes over every node match
+  // them against the few names and domains that matter (a pool's), comparing strings only on a
+  // hash match.
+  std::uint64_t name_hash = 0;
+  std::vector<std::uint64_t> position_hashes;
   int free_gpus = 0;       // GPUs neither exclusive nor shared (0 while held_pods is not empty)
   int free_rdma_nics = 0;  // RDMA NICs no pod holds (0 while held_pods is not empty)
   bool held() const { return !held_pods.empty(); }
@@ -114,6 +119,20 @@ class Snapshot {
   // only costs the lookup.
   std::size_t IndexOf(std::string_view name, std::size_t hint) const;
   std::span<const std::uint64_t> class_keys() const { return class_keys_; }  // = nodes()[i]->class_key
+  // What passes over every node (cluster views, pool keys) read of each record, parallel to
+  // nodes() and contiguous: a 5,000-node pass that dereferences each record waits on memory
+  // for most of its time.
+  struct Brief {
+    std::string_view name;     // the record's name (the record lives as long as the snapshot)
+    std::uint64_t name_hash = 0;  // NodeRecord::name_hash
+    int free_gpus = 0;
+    int free_rdma_nics = 0;
+    bool schedulable = false;  // schedulable and not held
+  };
+  std::span<const Brief> briefs() const { return briefs_; }
+  // NodeRecord::position_hashes of node i at [i * tier_labels().size(), ...): a node whose
+  // record has another count of domains gets zeros.
+  std::span<const std::uint64_t> position_hashes() const { return position_hashes_; }
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
   std::size_t size() const { return nodes_.size(); }
   std::uint64_t version() const { return version_; }  // +1 per published change
@@ -128,6 +147,8 @@ class Snapshot {
   };
   std::vector<std::shared_ptr<const NodeRecord>> nodes_;  // sorted by name
   std::vector<std::uint64_t> class_keys_;                  // parallel to nodes_
+  std::vector<Brief> briefs_;                              // parallel to nodes_
+  std::vector<std::uint64_t> position_hashes_;             // tiers per node
   // Name -> index into nodes_; shared between snapshots until the node set changes.
   struct NameIndex;
   std::shared_ptr<const NameIndex> index_;
@@ -228,6 +249,8 @@ class ClusterStore {
   std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;
   // The allocations of a Prefill/Decode pool's pods (PodAllocation::pool), by UID; empty for "".
   std::vector<PodAllocation> PoolPods(std::string_view pool) const;
+  // The same as pool-aware plugins see them (framework::PoolMember: no devices, no containers).
+  std::vector<framework::PoolMember> PoolMembers(std::string_view pool) const;
   std::size_t pod_count() const;
 
   // Node positions that override the labels' (Volcano HyperNodes, network.hyperNodes): the
@@ -261,6 +284,13 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
     const std::vector<PodAllocation>& pool_pods,
     std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
+// The same with the pool's members given (ClusterStore::PoolMembers(pool)), shared, not copied.
+std::shared_ptr<const framework::ClusterView> MakeClusterView(
+    std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
+    std::shared_ptr<const std::vector<framework::PoolMember>> members,
+    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
+// A pool pod as pool-aware plugins see it.
+framework::PoolMember MemberOf(const PodAllocation& pod);
 
 // Errors tagged for callers (metrics, HTTP mapping).
 inline constexpr std::string_view kConflictTag = "conflict: ";
