@@ -96,6 +96,13 @@ struct PoolCycle final : framework::StateData {
   // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
   std::vector<std::unordered_map<std::string, int, StringHash, std::equal_to<>>> domain_ids;  // per tier
   std::unordered_set<std::string, StringHash, std::equal_to<>> site_nodes;
+  // For MeanSeconds: each site by its node; per tier and domain number, the sites there; the
+  // instances per endpoint over all sites; and a mark per site (this generation: counted).
+  std::unordered_map<std::string_view, std::size_t> site_at;
+  std::vector<std::vector<std::vector<std::size_t>>> sites_in;
+  std::vector<int> total_by_endpoint;
+  std::vector<std::uint32_t> mark;
+  std::uint32_t generation = 0;
   // The same by framework::PositionHash, for passes over every node that bring the nodes'
   // hashes (NodeSummary::domain_hashes): per tier, a site domain's hash -> its number; unusable
   // when two of a tier's site domains share a hash.
@@ -131,6 +138,18 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
     }
   }
   for (const std::string& node : c.site_nodes) c.site_name_hashes.Insert(framework::PositionHash(node), true);
+  c.sites_in.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) c.sites_in[t].resize(c.domain_ids[t].size());
+  c.total_by_endpoint.assign(c.endpoints.size(), 0);
+  for (std::size_t i = 0; i < c.sites.size(); ++i) {
+    const Site& site = c.sites[i];
+    c.site_at.emplace(site.location.node, i);
+    for (std::size_t t = 0; t < tiers; ++t) {
+      if (site.domain_ids[t] >= 0) c.sites_in[t][static_cast<std::size_t>(site.domain_ids[t])].push_back(i);
+    }
+    for (const SiteEndpoint& s : site.endpoints) c.total_by_endpoint[s.endpoint] += s.count;
+  }
+  c.mark.assign(c.sites.size(), 0);
 }
 
 // DomainIdsOf from the node's domain hashes (NodeSummary::domain_hashes), without reading its
@@ -152,19 +171,6 @@ void DomainIdsOf(const PoolCycle& c, const pd::Location& location, std::vector<i
     if (d.empty()) continue;
     if (const auto it = c.domain_ids[t].find(std::string_view(d)); it != c.domain_ids[t].end()) out[t] = it->second;
   }
-}
-
-// pd::PathBetween(net, node, site) from domain numbers: the same node, else the first tier whose
-// domain both share, else beyond every tier.
-pd::PathKind PathToSite(const pd::NetworkConfig& net, std::string_view node, const std::vector<int>& ids,
-                        const Site& site, bool ipc_allowed) {
-  if (!node.empty() && node == site.location.node) {
-    return net.same_node_ipc && ipc_allowed ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma;
-  }
-  for (std::size_t t = 0; t < ids.size(); ++t) {
-    if (ids[t] >= 0 && ids[t] == site.domain_ids[t]) return net.tiers[t].path;
-  }
-  return pd::PathKind::kBeyond;
 }
 
 std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint& e) {
@@ -245,23 +251,48 @@ bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& 
   return true;
 }
 
-// The mean KV-transfer time from an instance of `own` on `node`, whose domain numbers are `ids`
-// (DomainIdsOf), to the cycle's anchors; per_kind (optional) counts the anchors by path kind.
-double MeanSeconds(const pd::NetworkConfig& net, const PoolCycle& c, std::string_view node, const std::vector<int>& ids,
+// The mean KV-transfer time from an instance of `own` on a node whose domain numbers are `ids`
+// (DomainIdsOf) and which holds the site `own_site` (npos: none), to the cycle's anchors;
+// per_kind (optional) counts the anchors by path kind. A site's path is pd::PathBetween's: the
+// same node, else the first tier whose domain both share, else beyond every tier; so the sites
+// of the node's own domains are visited innermost tier first (each once) and the rest are beyond,
+// by count.
+constexpr std::size_t kNoSite = static_cast<std::size_t>(-1);
+double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_site, const std::vector<int>& ids,
                    const pd::Endpoint& own, PodRole role, bool kv_ipc,
                    std::array<int, pd::kPathKinds>* per_kind = nullptr) {
   // Instances per (path kind, endpoint), then one estimate per pair that occurs.
   const std::size_t endpoints = c.endpoints.size();
   std::vector<int> count(pd::kPathKinds * endpoints, 0);
-  for (const Site& site : c.sites) {
-    const pd::PathKind path = PathToSite(net, node, ids, site, kv_ipc);
-    for (const SiteEndpoint& s : site.endpoints) {
+  std::vector<int> near(endpoints, 0);  // instances counted on a path other than beyond
+  if (++c.generation == 0) {
+    std::fill(c.mark.begin(), c.mark.end(), 0);
+    c.generation = 1;
+  }
+  const auto add = [&](std::size_t i, pd::PathKind path) {
+    if (c.mark[i] == c.generation) return;
+    c.mark[i] = c.generation;
+    for (const SiteEndpoint& s : c.sites[i].endpoints) {
       // CUDA IPC between two pods needs both to allow it; otherwise RDMA loopback.
       const auto kind = static_cast<std::size_t>(
           path == pd::PathKind::kSameNodeIpc && !s.ipc ? pd::PathKind::kSameNodeRdma : path);
       count[kind * endpoints + s.endpoint] += s.count;
+      near[s.endpoint] += s.count;
       if (per_kind != nullptr) (*per_kind)[kind] += s.count;
     }
+  };
+  if (own_site != kNoSite) {
+    add(own_site, net.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma);
+  }
+  for (std::size_t t = 0; t < ids.size() && t < c.sites_in.size(); ++t) {
+    if (ids[t] < 0) continue;
+    for (std::size_t i : c.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
+  }
+  const auto beyond = static_cast<std::size_t>(pd::PathKind::kBeyond);
+  for (std::size_t e = 0; e < endpoints; ++e) {
+    const int n = c.total_by_endpoint[e] - near[e];
+    count[beyond * endpoints + e] += n;
+    if (per_kind != nullptr) (*per_kind)[beyond] += n;
   }
   double total = 0;
   for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
@@ -292,8 +323,10 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
   } else {
     DomainIdsOf(c, location, c.key);
   }
-  if (site && c.site_nodes.contains(std::string_view(location.node))) {
-    return MeanSeconds(net, c, location.node, c.key, own, role, kv_ipc, per_kind);
+  if (site) {
+    if (const auto at = c.site_at.find(std::string_view(location.node)); at != c.site_at.end()) {
+      return MeanSeconds(net, c, at->second, c.key, own, role, kv_ipc, per_kind);
+    }
   }
   c.key.push_back(static_cast<int>(own.worst_class));
   std::uint64_t h = 0x9e3779b97f4a7c15ull;
@@ -307,7 +340,7 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
       PoolCycle::Mean m;
       m.key = c.key;
       m.key.pop_back();
-      m.seconds = MeanSeconds(net, c, location.node, m.key, own, role, kv_ipc, &m.per_kind);
+      m.seconds = MeanSeconds(net, c, kNoSite, m.key, own, role, kv_ipc, &m.per_kind);
       m.key = c.key;
       c.mean_by_ids.Insert(probe, c.means.size());
       c.means.push_back(std::move(m));
@@ -335,23 +368,46 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
                      PoolCycle& c) {
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
-  // Nodes of one domain usually come one after another: a node whose domain hashes equal the
-  // last node's, and which holds no site, has its mean.
+  // A node that holds no site has the mean of every node with its domains: remembered by its
+  // domain hashes (one lookup for the many nodes of a domain).
   const std::size_t tiers = net.tiers.size();
-  const std::uint64_t* last = nullptr;
-  double last_mean = 0;
+  struct Known {
+    const std::uint64_t* hashes;
+    double mean;
+  };
+  std::vector<Known> known;
+  FlatHashIndex<std::size_t> known_by_hash;
   cluster.ForEachNode([&](const framework::NodeSummary& n) {
     if (!n.schedulable) return;
     if (!req.IsShared() && n.free_gpus < req.gpus) return;
     if (n.free_rdma_nics < req.rdma_nics) return;
     const bool plain = n.domain_hashes != nullptr && c.hashes_usable && c.site_name_hashes.Find(n.name_hash) == nullptr;
-    double mean;
-    if (plain && last != nullptr && std::equal(n.domain_hashes, n.domain_hashes + tiers, last)) {
-      mean = last_mean;
-    } else {
+    double mean = 0;
+    bool found = false;
+    std::uint64_t h = 0;
+    if (plain) {
+      h = 0x9e3779b97f4a7c15ull;
+      for (std::size_t t = 0; t < tiers; ++t) h = (h ^ n.domain_hashes[t]) * 0x100000001b3ull;
+      h ^= h >> 31;
+      for (std::uint64_t probe = h;; probe = probe * 0x9e3779b97f4a7c15ull + 1) {
+        const std::size_t* at = known_by_hash.Find(probe);
+        if (at == nullptr) {
+          h = probe;  // where this tuple goes
+          break;
+        }
+        if (std::equal(n.domain_hashes, n.domain_hashes + tiers, known[*at].hashes)) {
+          mean = known[*at].mean;
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) {
       mean = CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n);
-      last = plain ? n.domain_hashes : nullptr;
-      last_mean = mean;
+      if (plain) {
+        known_by_hash.Insert(h, known.size());
+        known.push_back(Known{n.domain_hashes, mean});
+      }
     }
     best = std::min(best, mean);
     worst = std::max(worst, mean);

@@ -253,9 +253,49 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       evaluator_.store().PoolMembers(entry.request.pool));
   positions_ = evaluator_.store().node_locations();
   if (positions_ != nullptr && positions_->empty()) positions_ = nullptr;
-  for (const framework::PoolMember& p : *members_list_) {
+  const auto skip = [&](const framework::PoolMember& p) {
     // The pod itself, when re-scored, is not one of the pool's pods to the plugins.
-    if (!entry.request.pod_uid.empty() && p.uid == entry.request.pod_uid) continue;
+    return !entry.request.pod_uid.empty() && p.uid == entry.request.pod_uid;
+  };
+  // By hash, from the snapshot's arrays, when the records' positions count; by string when
+  // HyperNodes place nodes, or when two names or domains share a hash.
+  by_hash_ = positions_ == nullptr && positions_resolved_ && snap_->tier_labels().size() == tiers;
+  if (by_hash_) {
+    domain_by_hash_.resize(tiers);
+    const std::span<const std::uint64_t> hashes = snap_->position_hashes();
+    for (const framework::PoolMember& p : *members_list_) {
+      if (skip(p)) continue;
+      const std::uint64_t h = MemberHash(p);
+      ++members_;
+      const std::uint64_t name_hash = framework::PositionHash(p.node);
+      if (auto* on = node_by_hash_.Find(name_hash); on != nullptr) {
+        if (on->first != p.node) by_hash_ = false;
+        on->second += h;
+      } else {
+        node_by_hash_.Insert(name_hash, {p.node, h});
+      }
+      const std::size_t i = snap_->IndexOf(p.node);
+      if (i == state::Snapshot::npos) continue;
+      const state::NodeRecord& record = *snap_->nodes()[i];
+      for (std::size_t t = 0; t < tiers; ++t) {
+        const std::string_view d = record.position.domains[t];
+        if (d.empty()) continue;
+        const std::uint64_t parent = t + 1 < tiers ? hashes[i * tiers + t + 1] : 0;
+        Content* c = domain_by_hash_[t].Find(hashes[i * tiers + t]);
+        if (c == nullptr) {
+          domain_by_hash_[t].Insert(hashes[i * tiers + t], Content{h, {}, parent, false, d});
+          continue;
+        }
+        if (c->domain != d) by_hash_ = false;  // two domains, one hash
+        c->hash += h;
+        if (c->parent_hash != parent) c->mixed = true;
+      }
+    }
+    if (by_hash_) return;
+    members_ = 0;
+  }
+  for (const framework::PoolMember& p : *members_list_) {
+    if (skip(p)) continue;
     const std::uint64_t h = MemberHash(p);
     ++members_;
     node_content_[p.node] += h;
@@ -267,16 +307,6 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       auto [it, inserted] = domain_content_[t].try_emplace(d, Content{0, parent, framework::PositionHash(parent), false});
       it->second.hash += h;
       if (!inserted && it->second.parent != parent) it->second.mixed = true;
-    }
-  }
-  by_hash_ = positions_ == nullptr && positions_resolved_ && snap_->tier_labels().size() == tiers;
-  for (const auto& [node, content] : node_content_) {
-    by_hash_ = by_hash_ && node_by_hash_.Insert(framework::PositionHash(node), content);
-  }
-  domain_by_hash_.resize(tiers);
-  for (std::size_t t = 0; t < tiers; ++t) {
-    for (const auto& [domain, content] : domain_content_[t]) {
-      by_hash_ = by_hash_ && domain_by_hash_[t].Insert(framework::PositionHash(domain), &content);
     }
   }
 }
@@ -306,14 +336,14 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     // The snapshot's contiguous hashes, no record read (a 64-bit hash collision could at worst
     // mis-score a node, as class keys could).
     const std::uint64_t* hashes = snap_->position_hashes().data() + i * tiers;
-    const std::uint64_t* on_node = node_by_hash_.Find(snap_->briefs()[i].name_hash);
-    std::uint64_t key = Mix64(on_node == nullptr ? 0 : *on_node);
+    const auto* on_node = node_by_hash_.Find(snap_->briefs()[i].name_hash);
+    std::uint64_t key = Mix64(on_node == nullptr ? 0 : on_node->second);
     for (std::size_t t = 0; t < tiers; ++t) {
-      const Content* const* found = domain_by_hash_[t].Find(hashes[t]);
-      if (found != nullptr && ((*found)->mixed || (t + 1 < tiers && (*found)->parent_hash != hashes[t + 1]))) {
+      const Content* found = domain_by_hash_[t].Find(hashes[t]);
+      if (found != nullptr && (found->mixed || (t + 1 < tiers && found->parent_hash != hashes[t + 1]))) {
         return kOwn | i;  // tiers do not nest here
       }
-      key = Mix64(key ^ (found == nullptr ? 0 : (*found)->hash) ^ (t + 1));
+      key = Mix64(key ^ (found == nullptr ? 0 : found->hash) ^ (t + 1));
     }
     parts_.position = key;
     return Mix64(key ^ class_keys_[i]) & ~kOwn;

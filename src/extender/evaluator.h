@@ -165,6 +165,7 @@ class NodeVerdicts {
     std::string_view parent;
     std::uint64_t parent_hash = 0;  // framework::PositionHash(parent)
     bool mixed = false;
+    std::string_view domain;  // in domain_by_hash_: the domain (two domains with one hash: by string)
   };
   int members_ = 0;  // the pool's pods other than this one
   Evaluator::PoolParts parts_;
@@ -174,8 +175,8 @@ class NodeVerdicts {
   // instead of the records when the records' positions are the ones that count (no
   // HyperNodes); unusable when two keys share a hash.
   bool by_hash_ = false;
-  FlatHashIndex<std::uint64_t> node_by_hash_;
-  std::vector<FlatHashIndex<const Content*>> domain_by_hash_;
+  FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node_by_hash_;
+  std::vector<FlatHashIndex<Content>> domain_by_hash_;
 };
 
 }  // namespace toposched::extender

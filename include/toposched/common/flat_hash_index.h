@@ -28,6 +28,7 @@ class FlatHashIndex {
   }
 
   // The value for `hash`, or null.
+  V* Find(std::uint64_t hash) { return const_cast<V*>(static_cast<const FlatHashIndex&>(*this).Find(hash)); }
   const V* Find(std::uint64_t hash) const {
     if (size_ == 0) return nullptr;
     for (std::size_t i = Home(hash);; i = (i + 1) & mask_) {

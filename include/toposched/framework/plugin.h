@@ -61,7 +61,9 @@ class ScorePlugin : public virtual Plugin {
   // True when the score reads the cycle's cluster view (where the node sits, the pod's pool):
   // then two nodes in one scheduling state can score differently. False (the default) promises
   // that the score depends on the pod and the node alone, so the extender computes it once per
-  // node class and the pool-aware plugins per node (Framework::RunScore's ScoreSet).
+  // node class (Framework::RunScore's ScoreSet). True promises that the score reads of the node
+  // only which of the pool's pods stand on it and in each of its domains and its placement's
+  // worst GPU->NIC class: the extender computes it once per such position (plugins/README.md).
   virtual bool ReadsCluster() const { return false; }
 };
 
