@@ -57,6 +57,11 @@ bool Is(const E& field, E value) {
   return Raw(field) == static_cast<std::underlying_type_t<E>>(value);
 }
 
+// A PCI link speed (GB/s) as hwloc read it from the file, or 0 (unknown) when no link has it:
+// the NodeTopology codec refuses speeds over 1e6 GB/s (its fingerprint's fixed point), and a
+// fuzzed file gave 1.7e25 (fuzz/corpus/hwloc_xml/regress-link-speed-out-of-range.xml).
+double LinkSpeed(float gbps) { return std::isfinite(gbps) && gbps > 0 && gbps <= 1e6 ? gbps : 0; }
+
 // hwloc declares its attribute structs inside a union: C++ needs the qualified names.
 using PciAttr = hwloc_obj_attr_u::hwloc_pcidev_attr_s;
 using BridgeAttr = hwloc_obj_attr_u::hwloc_bridge_attr_s;
@@ -223,7 +228,7 @@ class Translator {
       node.id = BusId(b.upstream.pci);
       node.vendor_id = b.upstream.pci.vendor_id;
       node.device_id = b.upstream.pci.device_id;
-      node.link_gbps = std::isfinite(b.upstream.pci.linkspeed) ? b.upstream.pci.linkspeed : 0;
+      node.link_gbps = LinkSpeed(b.upstream.pci.linkspeed);
       // A switch upstream port sits at even bridge depth >= 2 (host bridge 0, root port 1) and
       // has downstream-port bridges below it.
       bool has_bridge_child = false;
@@ -249,7 +254,7 @@ class Translator {
     g.vendor = p.vendor_id == 0x1002 ? GpuVendor::kAmd : GpuVendor::kNvidia;
     g.vendor_id = p.vendor_id;
     g.device_id = p.device_id;
-    g.link_gbps = std::isfinite(p.linkspeed) ? p.linkspeed : 0;
+    g.link_gbps = LinkSpeed(p.linkspeed);
     for (hwloc_obj_t c = pci->io_first_child; c != nullptr; c = c->next_sibling) {
       if (c->type != HWLOC_OBJ_OS_DEVICE) continue;
       if (g.model.empty()) g.model = Info(c, "GPUModel");
@@ -301,7 +306,7 @@ class Translator {
     n.pci_bus_id = BusId(p);
     n.vendor_id = p.vendor_id;
     n.device_id = p.device_id;
-    n.link_gbps = std::isfinite(p.linkspeed) ? p.linkspeed : 0;
+    n.link_gbps = LinkSpeed(p.linkspeed);
     std::string fabric_name;
     bool usnic = false;
     for (hwloc_obj_t c = pci->io_first_child; c != nullptr; c = c->next_sibling) {
