@@ -122,8 +122,6 @@ bool IsNvSwitch(hwloc_obj_t o) {
   return o->attr->pcidev.vendor_id == 0x10de && o->attr->pcidev.class_id == 0x0680;
 }
 
-bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
 // What hwloc's translation needs besides the topology handle.
 class Translator {
  public:
@@ -277,13 +275,13 @@ class Translator {
 
   static NicKind KindOf(const Nic& n, unsigned class_id) {
     const std::string& name = n.name;
-    if (n.vendor_id == 0x1d0f || StartsWith(name, "rdmap") || StartsWith(name, "efa")) return NicKind::kEfa;
-    if (StartsWith(name, "hfi1")) return NicKind::kOmniPath;
-    if (n.vendor_id == 0x17db || StartsWith(name, "hsi") || StartsWith(name, "cxi")) return NicKind::kSlingshot;
+    if (n.vendor_id == 0x1d0f || name.starts_with("rdmap") || name.starts_with("efa")) return NicKind::kEfa;
+    if (name.starts_with("hfi1")) return NicKind::kOmniPath;
+    if (n.vendor_id == 0x17db || name.starts_with("hsi") || name.starts_with("cxi")) return NicKind::kSlingshot;
     if (!n.rdma) return NicKind::kEthernet;
     if (class_id == 0x0207 || class_id == 0x0c06) return NicKind::kInfiniband;
     for (const std::string& d : n.netdevs) {
-      if (StartsWith(d, "ib")) return NicKind::kInfiniband;
+      if (d.starts_with("ib")) return NicKind::kInfiniband;
     }
     return NicKind::kRoce;
   }
@@ -314,7 +312,7 @@ class Translator {
       if (Is(c->attr->osdev.type, HWLOC_OBJ_OSDEV_OPENFABRICS) && fabric_name.empty()) {
         fabric_name = c->name;
         // Cisco usNIC is OS-bypass UDP, not RDMA: no GPUDirect, NCCL does not use it.
-        usnic = StartsWith(fabric_name, "usnic");
+        usnic = fabric_name.starts_with("usnic");
       } else if (Is(c->attr->osdev.type, HWLOC_OBJ_OSDEV_NETWORK)) {
         n.netdevs.emplace_back(c->name);
       }
@@ -345,7 +343,7 @@ class Translator {
       if (name == "lo") continue;
       Nic n;
       n.name = name;
-      n.rdma = fabric && !StartsWith(name, "usnic");
+      n.rdma = fabric && !name.starts_with("usnic");
       if (network) n.netdevs.push_back(name);
       n.kind = KindOf(n, 0);
       const Locality loc = LocalityOf(d);

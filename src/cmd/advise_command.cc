@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "plugins/registry.h"
+#include "toposched/common/text.h"
 #include "toposched/framework/config.h"
 #include "toposched/pd/advise.h"
 #include "toposched/placement/placement.h"
@@ -40,11 +41,6 @@ Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
   return content;
 }
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // What the cluster gives P/D pairs of `gpus_per_instance`-GPU instances: the paths pairs can
 // take (cheapest first), the endpoint an instance gets on an empty node (the placement
 // engine's choice of g GPUs and min(g, node NICs) RDMA NICs; the worst over node types), and
@@ -59,12 +55,12 @@ struct ClusterPaths {
 
 Result<ClusterPaths> DerivePaths(const sim::VirtualCluster& cluster, const pd::NetworkConfig& network,
                                  const pd::GpuProfile& gpu, int g) {
-  const std::string token = Lower(gpu.name.substr(0, gpu.name.find('-')));
+  const std::string token = AsciiLower(gpu.name.substr(0, gpu.name.find('-')));
   auto has_enough = [&](const sim::VirtualNode& n, bool match_model) {
     if (!n.topology || static_cast<int>(n.topology->gpus.size()) < g) return false;
     if (!match_model) return true;
     return std::any_of(n.topology->gpus.begin(), n.topology->gpus.end(),
-                       [&](const Gpu& x) { return Lower(x.model).find(token) != std::string::npos; });
+                       [&](const Gpu& x) { return AsciiLower(x.model).find(token) != std::string::npos; });
   };
   bool match_model = std::any_of(cluster.nodes.begin(), cluster.nodes.end(),
                                  [&](const sim::VirtualNode& n) { return has_enough(n, true); });

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "plugins/registry.h"
+#include "toposched/common/text.h"
 #include "toposched/framework/config.h"
 #include "toposched/simulate/simulator.h"
 #include "toposched/simulate/trace.h"
@@ -22,15 +23,12 @@ namespace {
 
 namespace sim = toposched::simulate;
 
-bool ParseInt(const std::string& s, long long min, long long max, long long& out) {
-  if (s.empty()) return false;
-  std::size_t used = 0;
-  try {
-    out = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    return false;
-  }
-  return used == s.size() && out >= min && out <= max;
+// A whole base-10 integer in [min, max] (toposched::ParseInt's syntax: no blanks, no '+').
+bool ParseIntIn(const std::string& s, long long min, long long max, long long& out) {
+  const std::optional<long long> v = toposched::ParseInt(s);
+  if (!v || *v < min || *v > max) return false;
+  out = *v;
+  return true;
 }
 
 std::vector<std::string> SplitCommas(const std::string& s) {
@@ -114,9 +112,9 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg, cons
       const std::size_t dash = item.find('-');
       long long a = 0, b = 0;
       const bool ok = dash == std::string::npos
-                          ? ParseInt(item, 0, 4294967295LL, a) && (b = a, true)
-                          : ParseInt(item.substr(0, dash), 0, 4294967295LL, a) &&
-                                ParseInt(item.substr(dash + 1), 0, 4294967295LL, b) && b >= a && b - a < 1000;
+                          ? ParseIntIn(item, 0, 4294967295LL, a) && (b = a, true)
+                          : ParseIntIn(item.substr(0, dash), 0, 4294967295LL, a) &&
+                                ParseIntIn(item.substr(dash + 1), 0, 4294967295LL, b) && b >= a && b - a < 1000;
       if (!ok) return fail("--seeds: expected N, A-B or a list of them, got '" + item + "'");
       for (long long v = a; v <= b; ++v) options.seeds.push_back(static_cast<std::uint32_t>(v));
     }
@@ -258,7 +256,7 @@ int RunSimulate(const std::vector<std::string>& args) {
     for (const std::string& item : SplitCommas(shapes_arg)) {
       const std::size_t eq = item.find('=');
       long long count = 0;
-      if (eq == std::string::npos || !ParseInt(item.substr(eq + 1), 0, 100000, count)) {
+      if (eq == std::string::npos || !ParseIntIn(item.substr(eq + 1), 0, 100000, count)) {
         return usage("--shapes: expected PRESET=COUNT, got '" + item + "'");
       }
       shapes.push_back({item.substr(0, eq), static_cast<int>(count)});

@@ -20,6 +20,7 @@
 #include "evaluator.h"
 #include "explain.h"
 #include "verbs.h"
+#include "toposched/common/text.h"
 #include "toposched/wire/wire.h"
 #include "toposched/metrics/logging.h"
 
@@ -34,8 +35,7 @@ bool IsJsonContentType(std::string_view ct) {
   const std::size_t semi = ct.find(';');
   std::string_view media = ct.substr(0, semi);
   while (!media.empty() && media.back() == ' ') media.remove_suffix(1);
-  std::string lower(media);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = AsciiLower(media);
   return lower == "application/json" || (lower.size() > 5 && lower.ends_with("+json"));
 }
 

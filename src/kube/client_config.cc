@@ -11,6 +11,7 @@
 #include <fstream>
 #include <optional>
 
+#include "toposched/common/text.h"
 #include "toposched/kube/transport.h"
 
 namespace toposched::kube {
@@ -35,13 +36,6 @@ Result<std::string> ReadFileBounded(const std::filesystem::path& path, std::size
     return Error(what + " " + path.string() + " is larger than " + std::to_string(max_bytes) + " bytes");
   }
   return contents;
-}
-
-std::string Trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return std::string(s);
 }
 
 // RFC 4648 base64 (standard alphabet). Whitespace is ignored (kubeconfigs wrap long values);
@@ -203,7 +197,7 @@ Result<ClientConfig> ParseKubeconfig(const YAML::Node& root, const std::filesyst
   if (!token.ok()) return token.error().WithContext(user_owner);
   if (!token_file.ok()) return token_file.error().WithContext(user_owner);
   if (!username.ok()) return username.error().WithContext(user_owner);
-  if (token->has_value()) config.token = Trim(**token);
+  if (token->has_value()) config.token = std::string(TrimSpace(**token));
   if (token_file->has_value() && !(*token_file)->empty()) {
     const std::filesystem::path path = base / **token_file;
     auto contents = ReadFileBounded(path, kMaxTokenBytes, "token file");  // fail now, not at the first call
@@ -233,7 +227,7 @@ Result<ClientConfig> InClusterConfig(const std::function<const char*(const char*
                                      const std::string& sa_dir) {
   const auto env = [&](const char* name) -> std::string {
     const char* value = getenv ? getenv(name) : std::getenv(name);
-    return value == nullptr ? std::string() : Trim(value);
+    return value == nullptr ? std::string() : std::string(TrimSpace(value));
   };
   const std::string host = env("KUBERNETES_SERVICE_HOST");
   const std::string port = env("KUBERNETES_SERVICE_PORT");
@@ -249,7 +243,7 @@ Result<ClientConfig> InClusterConfig(const std::function<const char*(const char*
   const std::filesystem::path token_file = dir / "token";
   auto token = ReadFileBounded(token_file, kMaxTokenBytes, "service-account token");
   if (!token.ok()) return token.error();
-  if (Trim(*token).empty()) return Error("service-account token " + token_file.string() + " is empty");
+  if (TrimSpace(*token).empty()) return Error("service-account token " + token_file.string() + " is empty");
   config.token_file = token_file.string();
 
   auto ca = ReadFileBounded(dir / "ca.crt", kMaxPemBytes, "service-account CA bundle");
@@ -261,7 +255,7 @@ Result<ClientConfig> InClusterConfig(const std::function<const char*(const char*
   if (std::filesystem::exists(namespace_file, ec)) {
     auto namespace_name = ReadFileBounded(namespace_file, kMaxNamespaceBytes, "service-account namespace");
     if (!namespace_name.ok()) return namespace_name.error();
-    if (!Trim(*namespace_name).empty()) config.namespace_name = Trim(*namespace_name);
+    if (!TrimSpace(*namespace_name).empty()) config.namespace_name = std::string(TrimSpace(*namespace_name));
   }
   return config;
 }

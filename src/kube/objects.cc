@@ -1,6 +1,8 @@
 #include "toposched/topology/gpu_memory.h"
 #include "toposched/kube/objects.h"
 
+#include "../common/json_errors.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -12,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "toposched/common/text.h"
 #include "toposched/kube/time.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/json_codec.h"
@@ -32,14 +35,8 @@ constexpr int kMaxAllocationDepth = 16;
 
 // ---- small helpers ----
 
-std::string Quote(std::string_view s) {
-  constexpr std::size_t kMax = 64;
-  std::string out = "\"";
-  out.append(s.substr(0, kMax));
-  if (s.size() > kMax) out += "...";
-  out += '"';
-  return out;
-}
+using json_errors::Expected;
+using json_errors::Quote;
 
 std::string Child(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -47,24 +44,6 @@ std::string Child(const std::string& path, std::string_view key) {
 
 std::string Element(const std::string& path, std::size_t i) {
   return path + "[" + std::to_string(i) + "]";
-}
-
-// "got ..." text of a JSON value, truncated.
-std::string Shown(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 64) s = s.substr(0, 64) + "...";
-  return s;
-}
-
-Error Expected(const std::string& path, std::string_view what, const json& got) {
-  return Error(path + ": expected " + std::string(what) + ", got " + Shown(got));
-}
-
-std::string_view Trim(std::string_view s) {
-  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 std::vector<std::string_view> Split(std::string_view s, char sep) {
@@ -744,7 +723,7 @@ framework::AllocationDelta DevicesNamedBy(std::string_view allocation_json, std:
     // Record by record, so that one bad record does not hide the UUIDs of the others.
     for (std::string_view container : Split(hami_devices.substr(0, kMaxAnnotationBytes), ';')) {
       for (std::string_view record : Split(container, ':')) {
-        add_gpu_uuid(std::string(Trim(Split(record, ',').front())));
+        add_gpu_uuid(std::string(TrimSpace(Split(record, ',').front())));
       }
     }
   }
@@ -789,7 +768,7 @@ Result<HamiPodDevices> DecodeHamiDevices(std::string_view text) {
     std::vector<HamiDevice> container;
     const std::vector<std::string_view> records = Split(segments[c], ':');
     for (std::size_t r = 0; r < records.size(); ++r) {
-      const std::string_view record = Trim(records[r]);
+      const std::string_view record = TrimSpace(records[r]);
       if (record.empty()) continue;  // the piece after a record's terminating ':'
       const std::string where = "container " + std::to_string(c) + " device " + std::to_string(r);
       const std::vector<std::string_view> fields = Split(record, ',');
@@ -798,15 +777,15 @@ Result<HamiPodDevices> DecodeHamiDevices(std::string_view text) {
         return Error(where + ": expected UUID,Type,usedMemMiB,usedCores, got " + Quote(record));
       }
       HamiDevice d;
-      d.uuid = std::string(Trim(fields[0]));
-      d.type = std::string(Trim(fields[1]));
+      d.uuid = std::string(TrimSpace(fields[0]));
+      d.type = std::string(TrimSpace(fields[1]));
       if (d.uuid.empty()) return Error(where + ": empty UUID in " + Quote(record));
-      const std::optional<std::int64_t> mem = ParseInt<std::int64_t>(Trim(fields[2]));
+      const std::optional<std::int64_t> mem = ParseInt<std::int64_t>(TrimSpace(fields[2]));
       // HAMi keeps usedmem as an int32: it never writes more.
       if (!mem || *mem < 0 || *mem > INT32_MAX) {
         return Error(where + ": usedMemMiB is not an integer from 0 to 2147483647 in " + Quote(record));
       }
-      const std::optional<int> cores = ParseInt<int>(Trim(fields[3]));
+      const std::optional<int> cores = ParseInt<int>(TrimSpace(fields[3]));
       if (!cores || *cores < 0)
         return Error(where + ": usedCores is not a non-negative integer in " + Quote(record));
       d.used_mem_mib = *mem;
@@ -976,11 +955,11 @@ Result<std::vector<HamiRegisteredGpu>> ParseRegisterRecords(std::string_view tex
   std::vector<HamiRegisteredGpu> out;
   const std::vector<std::string_view> records = Split(text, ':');
   for (std::size_t r = 0; r < records.size(); ++r) {
-    const std::string_view record = Trim(records[r]);
+    const std::string_view record = TrimSpace(records[r]);
     if (record.empty()) continue;  // after the trailing ':'
     const std::string where = "record " + std::to_string(out.size()) + " " + Quote(record);
     std::vector<std::string_view> fields = Split(record, ',');
-    for (std::string_view& f : fields) f = Trim(f);
+    for (std::string_view& f : fields) f = TrimSpace(f);
     if (fields.size() != 9 && fields.size() != 7) {
       return Error(where +
                    ": expected 9 fields (UUID,count,devmem,devcore,type,numa,health,index,mode) or 7 "
@@ -1031,7 +1010,7 @@ Result<std::vector<HamiRegisteredGpu>> ParseHamiRegister(std::string_view text) 
                  " bytes, over the limit of " + std::to_string(kMaxAnnotationBytes));
   }
   try {
-    const std::string_view trimmed = Trim(text);
+    const std::string_view trimmed = TrimSpace(text);
     Result<std::vector<HamiRegisteredGpu>> out =
         !trimmed.empty() && (trimmed.front() == '[' || trimmed.front() == '{')
             ? ParseRegisterJson(trimmed, /*amd=*/false)
@@ -1075,7 +1054,7 @@ Result<std::vector<HamiRegisteredGpu>> ParseHamiAmdRegister(std::string_view tex
                  std::to_string(kMaxAnnotationBytes));
   }
   try {
-    const std::string_view trimmed = Trim(text);
+    const std::string_view trimmed = TrimSpace(text);
     if (trimmed.empty()) return std::vector<HamiRegisteredGpu>{};
     // The same bounded reader as NVIDIA's array (8 levels: custominfo nests one more).
     Result<std::vector<HamiRegisteredGpu>> out = ParseRegisterJson(trimmed, /*amd=*/true);

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <memory>
 
+#include "toposched/common/json_string.h"
+
 namespace toposched::metrics {
 namespace {
 
@@ -110,10 +112,10 @@ void AppendHexEscape(std::string& out, const char* prefix, unsigned char c) {
   out += buf;
 }
 
-// `value` (already valid UTF-8) double-quoted, with quotes, backslashes, \n, \t and \r escaped;
-// other control characters as \u00XX in JSON (which needs only < 0x20 escaped) or \xXX in logfmt
-// (DEL too, so that a line never carries a raw control byte).
-void AppendQuoted(std::string& out, std::string_view value, bool json) {
+// A logfmt value (already valid UTF-8) double-quoted, with quotes, backslashes, \n, \t and \r
+// escaped and other control characters (DEL too) as \xXX, so that a line never carries a raw
+// control byte. JSON lines use common/json_string.h's AppendJsonString.
+void AppendQuoted(std::string& out, std::string_view value) {
   out += '"';
   for (char c : value) {
     const auto u = static_cast<unsigned char>(c);
@@ -134,8 +136,8 @@ void AppendQuoted(std::string& out, std::string_view value, bool json) {
         out += "\\r";
         break;
       default:
-        if (json ? u < 0x20 : IsControl(u)) {
-          AppendHexEscape(out, json ? "\\u00" : "\\x", u);
+        if (IsControl(u)) {
+          AppendHexEscape(out, "\\x", u);
         } else {
           out += c;
         }
@@ -161,13 +163,7 @@ void AppendTextValue(std::string& out, std::string_view raw, bool always_quote) 
     out += value;
     return;
   }
-  AppendQuoted(out, value, /*json=*/false);
-}
-
-// A JSON string literal (RFC 8259): quotes, backslashes and control characters escaped, invalid
-// UTF-8 replaced so that every line parses.
-void AppendJsonString(std::string& out, std::string_view raw) {
-  AppendQuoted(out, SanitizeUtf8(raw), /*json=*/true);
+  AppendQuoted(out, value);
 }
 
 // UTC, RFC 3339 with milliseconds: 2026-12-02T14:30:01.123Z.
@@ -237,7 +233,8 @@ std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel
       out += out.empty() ? "{\"" : ",\"";
       out += key;
       out += "\":";
-      AppendJsonString(out, value.empty() && dash_if_empty ? std::string_view("-") : value);
+      // One U+FFFD per maximal ill-formed subpart (SanitizeUtf8), then the common writer.
+      toposched::AppendJsonString(out, SanitizeUtf8(value.empty() && dash_if_empty ? std::string_view("-") : value));
     };
     field("ts", timestamp, false);
     field("level", LevelName(level), false);

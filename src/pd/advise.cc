@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/common/text.h"
+
 namespace toposched::pd {
 namespace {
 
@@ -422,12 +424,6 @@ std::string Ratio(const OptionEstimate& o) {
   return std::to_string(o.prefill_instances) + ":" + std::to_string(o.decode_instances);
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
@@ -528,7 +524,7 @@ const std::vector<GpuProfile>& GpuPresets() {
 Result<GpuProfile> FindGpu(std::string_view name) {
   std::string known;
   for (const GpuProfile& g : GpuPresets()) {
-    if (g.name == Lower(name)) return g;
+    if (g.name == AsciiLower(name)) return g;
     known += (known.empty() ? "" : ", ") + g.name;
   }
   return Error("unknown GPU '" + std::string(name) + "' (known: " + known + ")");

@@ -7,16 +7,12 @@
 #include <string>
 #include <string_view>
 
+#include "toposched/common/text.h"
+
 namespace toposched {
 namespace {
 
 std::size_t Idx(int i) { return static_cast<std::size_t>(i); }
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 }  // namespace
 
@@ -63,8 +59,8 @@ ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, cons
   if (GpuExclusive(a, gpu)) return ShareVerdict::kExclusive;
   const GpuShareUsage used = GpuShares(a, gpu);
   if (used.shares >= max_shares_per_gpu) return ShareVerdict::kShareLimit;
-  const std::string model = Lower(g.model);
-  auto model_has = [&](const std::string& type) { return model.find(Lower(type)) != std::string::npos; };
+  const std::string model = AsciiLower(g.model);
+  auto model_has = [&](const std::string& type) { return model.find(AsciiLower(type)) != std::string::npos; };
   if (!s.use_types.empty() && std::none_of(s.use_types.begin(), s.use_types.end(), model_has)) {
     return ShareVerdict::kFiltered;
   }

@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "toposched/common/text.h"
+
 namespace toposched::packing {
 namespace {
 
@@ -12,24 +14,10 @@ std::size_t Idx(int i) {
   return static_cast<std::size_t>(i);
 }
 
-bool ContainsFolded(std::string_view haystack, std::string_view needle) {
-  if (needle.empty()) return true;
-  if (needle.size() > haystack.size()) return false;
-  for (std::size_t i = 0; i + needle.size() <= haystack.size(); ++i) {
-    bool match = true;
-    for (std::size_t j = 0; j < needle.size() && match; ++j) {
-      match = std::tolower(static_cast<unsigned char>(haystack[i + j])) ==
-              std::tolower(static_cast<unsigned char>(needle[j]));
-    }
-    if (match) return true;
-  }
-  return false;
-}
-
 bool ModelAccepted(const NodeState& node, const Shape& shape) {
   if (shape.models.empty()) return true;
   return std::any_of(shape.models.begin(), shape.models.end(),
-                     [&](const std::string& m) { return ContainsFolded(node.model, m); });
+                     [&](const std::string& m) { return ContainsIgnoringCase(node.model, m); });
 }
 
 double IdleTotal(const NodeState& node) {

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/common/text.h"
+
 namespace toposched {
 namespace {
 
@@ -70,25 +72,13 @@ std::int64_t SaturatingAdd(std::int64_t a, std::int64_t b) {
   return std::min(a + b, kSaturated);  // both operands are in [0, kSaturated]
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::string ToLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // Comma list as HAMi's filter annotations write it; blanks around items and empty items are
 // dropped so that "A100, H100," means {"A100", "H100"}.
 std::vector<std::string> SplitList(std::string_view s) {
   std::vector<std::string> out;
   while (true) {
     const std::size_t comma = s.find(',');
-    const std::string_view item = Trim(s.substr(0, comma));
+    const std::string_view item = TrimSpace(s.substr(0, comma));
     if (!item.empty()) out.emplace_back(item);
     if (comma == std::string_view::npos) break;
     s.remove_prefix(comma + 1);
@@ -528,7 +518,7 @@ Status ReadGpuPolicy(std::string_view value, SharedGpuRequest* shared) {
   const std::vector<std::string> tokens = SplitList(value);
   if (tokens.empty()) return Error(where + Quote(value) + " is empty; use binpack or spread");
   for (const std::string& raw : tokens) {
-    const std::string token = ToLower(raw);
+    const std::string token = AsciiLower(raw);
     std::optional<PackPolicy> p;
     if (token == "binpack") {
       p = PackPolicy::kBinpack;
@@ -550,7 +540,7 @@ Status ReadGpuPolicy(std::string_view value, SharedGpuRequest* shared) {
 }
 
 Result<PackPolicy> ReadNodePolicy(std::string_view value) {
-  const std::string token = ToLower(Trim(value));
+  const std::string token = AsciiLower(TrimSpace(value));
   if (token == "binpack") return PackPolicy::kBinpack;
   if (token == "spread") return PackPolicy::kSpread;
   return Error("annotation " + std::string(kNodePolicyAnnotation) + ": " + Quote(value) +
@@ -559,7 +549,7 @@ Result<PackPolicy> ReadNodePolicy(std::string_view value) {
 
 Result<LinkClass> ReadAlignment(std::string_view value) {
   // nvidia-smi prints the classes in upper case; accept any case since nothing else could be meant.
-  std::string upper(Trim(value));
+  std::string upper(TrimSpace(value));
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   const std::optional<LinkClass> c = ParseLinkClass(upper);
   // X (a device to itself) and NV (GPU to GPU) are not classes a GPU->NIC path can have.
@@ -574,7 +564,7 @@ Result<LinkClass> ReadAlignment(std::string_view value) {
 // stopping once the value passes it rules out overflow).
 Result<std::int64_t> ReadIntAnnotation(std::string_view key, std::string_view value, std::int64_t min,
                                        std::int64_t max) {
-  const std::string_view t = Trim(value);
+  const std::string_view t = TrimSpace(value);
   std::int64_t n = 0;
   bool ok = !t.empty();
   for (char c : t) {
@@ -599,7 +589,7 @@ Result<int> ReadCountAnnotation(std::string_view key, std::string_view value) {
 }
 
 Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
-  const std::string token = ToLower(Trim(value));
+  const std::string token = AsciiLower(TrimSpace(value));
   if (token == "true") return true;
   if (token == "false") return false;
   return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a boolean; use true or false");
@@ -607,10 +597,10 @@ Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
 
 // "P:D", two integers 1..kMaxPdRatioPart: the pool's Prefill:Decode instance ratio.
 Status ReadPdRatio(std::string_view value, PlacementRequest* req) {
-  const std::string_view t = Trim(value);
+  const std::string_view t = TrimSpace(value);
   const std::size_t colon = t.find(':');
   auto part = [](std::string_view s, int* out) {
-    s = Trim(s);
+    s = TrimSpace(s);
     if (s.empty() || s.size() > 3) return false;
     int n = 0;
     for (char c : s) {
@@ -834,7 +824,7 @@ Result<PlacementRequest> Parse(std::string_view text, const RequestConfig& confi
     return Error("pod JSON is " + std::to_string(text.size()) + " bytes, over the limit of " +
                  std::to_string(kMaxPodJsonBytes) + " bytes");
   }
-  if (Trim(text).empty()) return Error("not valid JSON: the pod document is empty");
+  if (TrimSpace(text).empty()) return Error("not valid JSON: the pod document is empty");
   json doc;
   try {
     doc = json::parse(text.begin(), text.end(), KeepFilter());
@@ -928,6 +918,6 @@ Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const Reques
   }
 }
 
-bool AnnotationIsTrue(std::string_view value) { return ToLower(Trim(value)) == "true"; }
+bool AnnotationIsTrue(std::string_view value) { return AsciiLower(TrimSpace(value)) == "true"; }
 
 }  // namespace toposched

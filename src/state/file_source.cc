@@ -211,10 +211,6 @@ Result<std::string> ReadFileBounded(const std::string& path, std::size_t max_byt
   return text;
 }
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 }  // namespace
 
 struct FileSource::Impl {
@@ -257,7 +253,7 @@ struct FileSource::Impl {
     std::vector<std::string> files;
     for (fs::directory_iterator it(nodes_dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
-      if (EndsWith(name, ".json") && it->is_regular_file(ec)) files.push_back(name);
+      if (name.ends_with(".json") && it->is_regular_file(ec)) files.push_back(name);
     }
     if (ec) return Error("cannot list " + nodes_dir + ": " + ec.message());
     std::sort(files.begin(), files.end());

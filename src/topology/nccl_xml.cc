@@ -30,6 +30,8 @@
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
 
+#include "toposched/common/text.h"
+
 namespace toposched {
 namespace {
 
@@ -55,31 +57,12 @@ constexpr std::uint64_t kMaxPlausibleMbps = 10'000'000;
 // ---- Scalar parsing. Every attribute is optional text; a value that does not parse is treated
 // as absent rather than fatal, because hand-written files get informational fields wrong.
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
 std::optional<std::uint64_t> ParseHex(std::string_view s) {
-  s = Trim(s);
+  s = TrimSpace(s);
   if (s.size() >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s.remove_prefix(2);
   if (s.empty() || s.size() > 16) return std::nullopt;
   std::uint64_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-std::optional<long long> ParseInt(std::string_view s) {
-  s = Trim(s);
-  if (s.empty()) return std::nullopt;
-  long long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
   if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
   return v;
 }
@@ -93,7 +76,7 @@ std::optional<std::uint16_t> ParseId16(std::string_view s) {
 // PCI class code as 24 bits (base, sub, prog-if). NCCL writes "0x060400"; a 4-digit "0x0604"
 // (base and sub only) is accepted too.
 std::optional<std::uint32_t> ParseClass(std::string_view s) {
-  std::string_view digits = Trim(s);
+  std::string_view digits = TrimSpace(s);
   if (digits.size() >= 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
     digits.remove_prefix(2);
   }
@@ -106,11 +89,11 @@ std::optional<std::uint32_t> ParseClass(std::string_view s) {
 
 // "16 GT/s", "32.0 GT/s PCIe", "2.5 GT/s" -> GT/s; 0 when empty or unrecognised ("Unknown").
 double ParseGtPerSecond(std::string_view s) {
-  s = Trim(s);
+  s = TrimSpace(s);
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
   if (ec != std::errc() || !std::isfinite(v) || v <= 0 || v > 1024) return 0;
-  std::string_view unit = Trim(std::string_view(p, static_cast<std::size_t>(s.data() + s.size() - p)));
+  std::string_view unit = TrimSpace(std::string_view(p, static_cast<std::size_t>(s.data() + s.size() - p)));
   return unit.substr(0, 4) == "GT/s" ? v : 0;
 }
 
@@ -124,12 +107,12 @@ double LinkGbps(double gt_per_s, int width) {
 // Linux cpumask text ("000000ff,ffff0000,00ffffff": 32-bit hex words, most significant first)
 // -> words, least significant first. nullopt when absent or malformed: the CPUs stay unknown.
 std::optional<std::vector<std::uint32_t>> ParseCpuMask(std::string_view s) {
-  s = Trim(s);
+  s = TrimSpace(s);
   if (s.empty()) return std::nullopt;
   std::vector<std::uint32_t> words;
   while (true) {
     const std::size_t comma = s.find(',');
-    std::string_view word = Trim(s.substr(0, comma));
+    std::string_view word = TrimSpace(s.substr(0, comma));
     if (word.empty() || word.size() > 8) return std::nullopt;
     std::uint32_t v = 0;
     auto [p, ec] = std::from_chars(word.data(), word.data() + word.size(), v, 16);
@@ -302,12 +285,8 @@ bool IsGpuClass(std::uint32_t cls, std::optional<std::uint16_t> vendor) {
   return !vendor || *vendor == kVendorNvidia || *vendor == kVendorAmd;
 }
 
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 bool StartsWithAny(std::string_view s, std::initializer_list<std::string_view> prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return StartsWith(s, p); });
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return s.starts_with(p); });
 }
 
 // RDMA device names as the kernel/libfabric name them. NCCL's IB transport lists verbs devices
@@ -327,11 +306,11 @@ bool IsNetdevName(std::string_view name) {
 bool NetIsRdma(std::string_view name, std::optional<std::string> gdr, bool has_pci) {
   // A nameless NIC PCI function is listed because NCCL's network transport uses it (the p4d EFA
   // and Azure InfiniBand files give only class and bus id), so it counts as RDMA.
-  if (name.empty()) return has_pci || (gdr && Trim(*gdr) == "1");
+  if (name.empty()) return has_pci || (gdr && TrimSpace(*gdr) == "1");
   if (IsRdmaDeviceName(name)) return true;
   if (IsNetdevName(name)) return false;
   // Unknown naming: trust NCCL's GPUDirect flag, which only RDMA transports set.
-  return gdr && Trim(*gdr) == "1";
+  return gdr && TrimSpace(*gdr) == "1";
 }
 
 // Informational only (`rdma` decides scheduling), so kept simple: vendor and name first, then
@@ -340,7 +319,7 @@ bool NetIsRdma(std::string_view name, std::optional<std::string> gdr, bool has_p
 NicKind NetKind(std::string_view name, std::optional<std::uint16_t> vendor, std::optional<std::uint32_t> cls,
                 bool rdma) {
   if ((vendor && *vendor == kVendorAmazon) || StartsWithAny(name, {"rdmap", "efa"})) return NicKind::kEfa;
-  if (StartsWith(name, "hfi1")) return NicKind::kOmniPath;
+  if (name.starts_with("hfi1")) return NicKind::kOmniPath;
   if ((vendor && *vendor == kVendorHpe) || StartsWithAny(name, {"cxi", "hsi"})) return NicKind::kSlingshot;
   if (cls && (*cls >> 8) == 0x0207) return NicKind::kInfiniband;
   if (cls && (*cls >> 8) == 0x0200 && StartsWithAny(name, {"mlx", "bnxt_re"})) return NicKind::kRoce;
@@ -356,7 +335,7 @@ bool IsValidDeviceName(std::string_view name) {
 
 std::uint64_t LinkRateMbps(const std::optional<std::string>& speed) {
   if (!speed) return 0;
-  auto v = ParseInt(*speed);
+  auto v = ParseInt(TrimSpace(*speed));
   if (!v || *v <= 0) return 0;
   auto mbps = static_cast<std::uint64_t>(*v);
   if (mbps > kMaxPlausibleMbps) mbps /= 1000;
@@ -385,12 +364,12 @@ struct PciAttrs {
 PciAttrs ReadPciAttrs(const pt::ptree& pci) {
   PciAttrs a;
   a.raw_busid = Attr(pci, "busid").value_or("");
-  a.busid = NormalizePciBusId(Trim(a.raw_busid));
+  a.busid = NormalizePciBusId(TrimSpace(a.raw_busid));
   if (auto c = Attr(pci, "class")) a.cls = ParseClass(*c);
   if (auto v = Attr(pci, "vendor")) a.vendor = ParseId16(*v);
   if (auto d = Attr(pci, "device")) a.device = ParseId16(*d);
   if (auto w = Attr(pci, "link_width")) {
-    auto width = ParseInt(*w);
+    auto width = ParseInt(TrimSpace(*w));
     if (width && *width > 0 && *width <= 64) a.link_width = static_cast<int>(*width);
   }
   const double gts = ParseGtPerSecond(Attr(pci, "link_speed").value_or(""));
@@ -426,7 +405,7 @@ class Builder {
   std::optional<Error> Cpu(const pt::ptree& cpu) {
     auto numaid_text = Attr(cpu, "numaid");
     if (!numaid_text) return Error("<cpu> element without a numaid attribute");
-    auto numaid = ParseInt(*numaid_text);
+    auto numaid = ParseInt(TrimSpace(*numaid_text));
     // NCCL writes numaid="-1" when the kernel reports no NUMA locality (some VMs): the devices
     // then have unknown NUMA, but their <cpu>'s affinity still gives their local CPUs.
     if (!numaid || *numaid < -1 || *numaid > 1'000'000) {
@@ -549,10 +528,10 @@ class Builder {
         PendingLink p;
         p.gpu = index;
         p.fabric = fabric;
-        p.target = NormalizePciBusId(Trim(Attr(link, "target").value_or("")));
+        p.target = NormalizePciBusId(TrimSpace(Attr(link, "target").value_or("")));
         if (p.target.empty()) continue;
         auto count = Attr(link, "count");
-        auto n = count ? ParseInt(*count) : std::optional<long long>(1);
+        auto n = count ? ParseInt(TrimSpace(*count)) : std::optional<long long>(1);
         if (!n || *n < 1 || *n > kMaxLinkCount) continue;
         p.count = static_cast<int>(*n);
         if (auto tclass = Attr(link, "tclass")) p.tclass = ParseClass(*tclass);
@@ -578,7 +557,7 @@ class Builder {
   std::optional<Error> Nets(const pt::ptree& nic, const Context& ctx, const PciAttrs* a) {
     for (const auto& [key, net] : nic) {
       if (key != "net") continue;
-      auto e = AddNic(ctx, a, std::string(Trim(Attr(net, "name").value_or(""))), Attr(net, "gdr"),
+      auto e = AddNic(ctx, a, std::string(TrimSpace(Attr(net, "name").value_or(""))), Attr(net, "gdr"),
                       Attr(net, "speed"));
       if (e) return e;
     }
@@ -745,7 +724,7 @@ Result<NodeTopology> Parse(std::string_view content) {
   }
   // rapidxml stops at the first NUL: reject rather than silently parse a prefix.
   if (content.find('\0') != std::string_view::npos) return Error("NCCL topology XML contains NUL bytes");
-  if (Trim(content).empty()) return Error("NCCL topology XML is empty");
+  if (TrimSpace(content).empty()) return Error("NCCL topology XML is empty");
   if (!NestingWithinLimit(content)) return TooDeep();
 
   pt::ptree doc;

@@ -27,6 +27,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include "toposched/common/text.h"
 
 namespace toposched::testing {
 
@@ -128,18 +129,6 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
     if (pos == std::string_view::npos) return parts;
     start = pos + 1;
   }
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 int HexValue(char c) {
@@ -377,7 +366,7 @@ bool ValidLabelValue(std::string_view value) {
 
 // The label selector grammar: k=v, k==v, k!=v, k in (a,b), k notin (a,b), k, !k; comma = and.
 std::string ParseLabelSelector(std::string_view text, std::vector<LabelRequirement>& out) {
-  if (Trim(text).empty()) return {};
+  if (TrimSpace(text).empty()) return {};
   std::vector<std::string_view> parts;
   int depth = 0;
   std::size_t start = 0;
@@ -393,27 +382,27 @@ std::string ParseLabelSelector(std::string_view text, std::vector<LabelRequireme
   parts.push_back(text.substr(start));
   const std::string bad = "unable to parse requirement: invalid label selector \"" + std::string(text) + "\"";
   for (std::string_view raw : parts) {
-    const std::string_view part = Trim(raw);
+    const std::string_view part = TrimSpace(raw);
     if (part.empty()) return bad;
     LabelRequirement r;
     std::size_t pos;
     if (part.front() == '!') {
       r.op = LabelRequirement::Op::kNotExists;
-      r.key = Trim(part.substr(1));
+      r.key = TrimSpace(part.substr(1));
     } else if ((pos = part.find("!=")) != std::string_view::npos) {
       r.op = LabelRequirement::Op::kNotEquals;
-      r.key = Trim(part.substr(0, pos));
-      r.values.emplace_back(Trim(part.substr(pos + 2)));
+      r.key = TrimSpace(part.substr(0, pos));
+      r.values.emplace_back(TrimSpace(part.substr(pos + 2)));
     } else if ((pos = part.find("==")) != std::string_view::npos) {
       r.op = LabelRequirement::Op::kEquals;
-      r.key = Trim(part.substr(0, pos));
-      r.values.emplace_back(Trim(part.substr(pos + 2)));
+      r.key = TrimSpace(part.substr(0, pos));
+      r.values.emplace_back(TrimSpace(part.substr(pos + 2)));
     } else if ((pos = part.find('=')) != std::string_view::npos) {
       r.op = LabelRequirement::Op::kEquals;
-      r.key = Trim(part.substr(0, pos));
-      r.values.emplace_back(Trim(part.substr(pos + 1)));
+      r.key = TrimSpace(part.substr(0, pos));
+      r.values.emplace_back(TrimSpace(part.substr(pos + 1)));
     } else if ((pos = part.find('(')) != std::string_view::npos) {
-      const std::string_view head = Trim(part.substr(0, pos));
+      const std::string_view head = TrimSpace(part.substr(0, pos));
       const std::size_t space = head.find_last_of(" \t");
       if (part.back() != ')' || space == std::string_view::npos) return bad;
       const std::string_view op = head.substr(space + 1);
@@ -424,9 +413,9 @@ std::string ParseLabelSelector(std::string_view text, std::vector<LabelRequireme
       } else {
         return bad;
       }
-      r.key = Trim(head.substr(0, space));
+      r.key = TrimSpace(head.substr(0, space));
       for (std::string_view v : Split(part.substr(pos + 1, part.size() - pos - 2), ',')) {
-        r.values.emplace_back(Trim(v));
+        r.values.emplace_back(TrimSpace(v));
       }
     } else {
       r.op = LabelRequirement::Op::kExists;
@@ -443,9 +432,9 @@ std::string ParseLabelSelector(std::string_view text, std::vector<LabelRequireme
 
 std::string ParseFieldSelector(std::string_view text, const ResourceType& type,
                                std::vector<FieldRequirement>& out) {
-  if (Trim(text).empty()) return {};
+  if (TrimSpace(text).empty()) return {};
   for (std::string_view raw : Split(text, ',')) {
-    const std::string_view part = Trim(raw);
+    const std::string_view part = TrimSpace(raw);
     FieldRequirement r;
     std::size_t pos, width;
     if ((pos = part.find("!=")) != std::string_view::npos) {
@@ -458,8 +447,8 @@ std::string ParseFieldSelector(std::string_view text, const ResourceType& type,
     } else {
       return "invalid field selector: \"" + std::string(text) + "\"";
     }
-    r.field = Trim(part.substr(0, pos));
-    r.value = Trim(part.substr(pos + width));
+    r.field = TrimSpace(part.substr(0, pos));
+    r.value = TrimSpace(part.substr(pos + width));
     if (!FieldSupported(type, r.field)) return "field label not supported: " + r.field;
     out.push_back(std::move(r));
   }
@@ -706,16 +695,16 @@ Incoming Describe(const http::request<Body>& req) {
     } else if (in.method == "DELETE") {
       rec.verb = r.collection() ? "deletecollection" : "delete";
     } else {
-      rec.verb = Lower(in.method);
+      rec.verb = AsciiLower(in.method);
     }
   } else {
-    rec.verb = Lower(in.method);  // a nonResourceURL: RBAC's verb is the lowercase method
+    rec.verb = AsciiLower(in.method);  // a nonResourceURL: RBAC's verb is the lowercase method
   }
   return in;
 }
 
 bool SameMethod(std::string_view a, std::string_view b) {
-  return Lower(a) == Lower(b);
+  return AsciiLower(a) == AsciiLower(b);
 }
 
 }  // namespace
@@ -1118,7 +1107,7 @@ struct FakeApiServer::Impl {
   Reply PatchObject(const Incoming& in) {
     const Route& r = *in.route;
     const std::string media =
-        Lower(Trim(std::string_view(in.content_type).substr(0, in.content_type.find(';'))));
+        AsciiLower(TrimSpace(std::string_view(in.content_type).substr(0, in.content_type.find(';'))));
     const bool merge =
         media == "application/merge-patch+json" || media == "application/strategic-merge-patch+json";
     if (!merge && media != "application/json-patch+json") {
@@ -1183,7 +1172,7 @@ struct FakeApiServer::Impl {
   Reply DeleteObject(const Incoming& in) {
     const Route& r = *in.route;
     std::string want_uid, want_rv;
-    if (!Trim(in.body).empty()) {
+    if (!TrimSpace(in.body).empty()) {
       std::string error;
       const std::optional<json> options_body = ParseJson(in.body, error);
       if (!options_body || !options_body->is_object())
