@@ -72,9 +72,11 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     const framework::NodeInfo info = NodeInfoOf(record);
     framework::CycleState cycle = framework.NewCycle(entry->request);
     const framework::FilterResult filtered = framework.RunFilter(cycle, info);
-    if (!filtered.ok()) return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString());
+    if (!filtered.ok()) {
+      return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString(), ErrorCode::kUnfit);
+    }
     const PlacementOutcome& outcome = cycle.Outcome(info);
-    if (!outcome.ok()) return Error("unfit: " + outcome.detail);
+    if (!outcome.ok()) return Error("unfit: " + outcome.detail, ErrorCode::kUnfit);
     // The store applies the placement's delta under the node's lock (ClusterStore::Bind): no
     // Reserve on a copy that would be thrown away.
     const Placement placement = *outcome.placement;
@@ -87,8 +89,8 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
   if (!bound.ok()) {
     const std::string& msg = bound.error().message();
     std::string metric = "error";
-    if (msg.starts_with(state::kConflictTag)) metric = "conflict";
-    else if (msg.starts_with("unfit: ")) metric = "unfit";
+    if (bound.error().code() == ErrorCode::kConflict) metric = "conflict";
+    else if (bound.error().code() == ErrorCode::kUnfit) metric = "unfit";
     metrics::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
     return {msg, metric, ""};
   }

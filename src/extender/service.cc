@@ -321,7 +321,7 @@ struct ExtenderService::Impl {
       }
       Result<std::string> pod = hooks->LookupPod(ns, name);
       if (!pod.ok()) {
-        const bool missing = pod.error().message().starts_with(kPodNotFoundTag);
+        const bool missing = pod.error().code() == ErrorCode::kNotFound;
         return PlainError(resp, missing ? 404 : 502, pod.error().message());
       }
       pod_json = std::move(pod).value();

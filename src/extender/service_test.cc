@@ -862,7 +862,9 @@ class RecordingHooks : public BindHooks {
   }
   Result<std::string> LookupPod(std::string_view ns, std::string_view name) override {
     const auto it = pods.find(std::string(ns) + "/" + std::string(name));
-    if (it == pods.end()) return Error(std::string(kPodNotFoundTag) + std::string(ns) + "/" + std::string(name));
+    if (it == pods.end()) {
+      return Error(std::string(kPodNotFoundTag) + std::string(ns) + "/" + std::string(name), ErrorCode::kNotFound);
+    }
     return it->second;
   }
   std::set<std::string, std::less<>> StaleTopologies() const override { return stale; }

@@ -122,6 +122,19 @@ std::string RequestContext(std::string_view method, std::string_view path) {
   return out;
 }
 
+// What an API server status means to a caller.
+ErrorCode CodeOfStatus(int status) {
+  switch (status) {
+    case 404: return ErrorCode::kNotFound;
+    case 409: return ErrorCode::kConflict;
+    case 410: return ErrorCode::kGone;
+    case 400:
+    case 422: return ErrorCode::kInvalid;
+    case 429: return ErrorCode::kUnavailable;
+    default: return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kUnknown;
+  }
+}
+
 // "<code> <Reason>: <Status.message or body excerpt> (METHOD path)".
 Error StatusError(int status, std::string_view body, std::string_view method, std::string_view path) {
   if (status < 100 || status > 999) {
@@ -139,13 +152,13 @@ Error StatusError(int status, std::string_view body, std::string_view method, st
     detail = Excerpt(body);
   }
   if (!detail.empty()) message += ": " + detail;
-  return Error(message + RequestContext(method, path));
+  return Error(message + RequestContext(method, path), CodeOfStatus(status), status);
 }
 
 Error TransportError(const Error& error, std::string_view method, std::string_view path) {
   std::string message = error.message();
   if (message.rfind("transport: ", 0) != 0) message = "transport: " + message;
-  return Error(message + RequestContext(method, path));
+  return Error(message + RequestContext(method, path), ErrorCode::kUnavailable);
 }
 
 Result<json> ParseBody(const Response& response, const Request& request) {
@@ -172,15 +185,7 @@ std::uint64_t RandomSeed() {
 
 }  // namespace
 
-int ApiCode(const Error& error) {
-  const std::string& m = error.message();
-  if (m.size() < 3) return 0;
-  for (int i = 0; i < 3; ++i) {
-    if (m[i] < '0' || m[i] > '9') return 0;
-  }
-  if (m.size() > 3 && m[3] != ' ') return 0;
-  return (m[0] - '0') * 100 + (m[1] - '0') * 10 + (m[2] - '0');
-}
+int ApiCode(const Error& error) { return error.http_status(); }
 
 Backoff::Backoff(std::chrono::milliseconds base, std::chrono::milliseconds max, std::uint64_t seed)
     : base_(std::max(base, std::chrono::milliseconds(0))),
@@ -331,7 +336,7 @@ Result<std::string> Api::Watch(const std::string& collection_path, const WatchOp
       if (code >= 100 && code <= 999) {
         std::string text = std::to_string(code) + " " + std::string(ReasonPhrase(code));
         if (!message.empty()) text += ": " + message;
-        failure = Error(text + RequestContext("GET", request.path));
+        failure = Error(text + RequestContext("GET", request.path), CodeOfStatus(code), code);
       } else {
         failure = Error("watch: ERROR event: " + (message.empty() ? Excerpt(line) : message) +
                         RequestContext("GET", request.path));

@@ -1584,7 +1584,8 @@ Result<std::string> KubeSource::LookupPod(std::string_view pod_namespace, std::s
   Result<json> pod = impl_->api.Get(PodPath(pod_namespace, pod_name));
   if (!pod.ok()) {
     if (IsNotFound(pod.error())) {
-      return Error(std::string(extender::kPodNotFoundTag) + std::string(pod_namespace) + "/" + std::string(pod_name));
+      return Error(std::string(extender::kPodNotFoundTag) + std::string(pod_namespace) + "/" + std::string(pod_name),
+                   ErrorCode::kNotFound);
     }
     return pod.error().WithContext("cannot read pod " + std::string(pod_namespace) + "/" + std::string(pod_name));
   }

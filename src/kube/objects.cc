@@ -212,11 +212,6 @@ Status ReadStringMap(const json& o, std::string_view key, const std::string& pat
   return Status::Ok();
 }
 
-#define TOPOSCHED_RETURN_IF_ERROR(expr)                  \
-  do {                                                   \
-    if (Status s_ = (expr); !s_.ok()) return s_.error(); \
-  } while (0)
-
 // ---- devices of an allocation ----
 
 bool ValidGpu(const NodeTopology& t, int g) {
@@ -1387,6 +1382,5 @@ std::map<std::string, std::string> AgentNodeLabels(const NodeTopology& topology)
           {std::string(kTopologyClassLabel), topology.Fingerprint().substr(0, 12)}};
 }
 
-#undef TOPOSCHED_RETURN_IF_ERROR
 
 }  // namespace toposched::kube

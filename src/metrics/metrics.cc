@@ -3,14 +3,25 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
-#include <stdexcept>
 #include <system_error>
 #include <type_traits>
 #include <utility>
 
 namespace toposched::metrics {
 namespace {
+
+// A metric defined or used against its definition (a bad name, a repeated name, the wrong number
+// of label values) is a programming error: every metric is defined at start-up and its labels
+// are fixed by the code, so no input reaches this. The process stops with the reason, as Go's
+// client_golang panics in MustRegister and WithLabelValues; nothing is thrown across the
+// component's boundary (docs/architecture.md, "Errors").
+[[noreturn]] void Misuse(const std::string& what) {
+  std::fprintf(stderr, "toposched: metrics misuse: %s\n", what.c_str());
+  std::abort();
+}
 
 bool IsAsciiLetter(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
@@ -44,11 +55,11 @@ std::string FormatBound(double v);
 void ValidateBounds(const std::vector<double>& bounds) {
   for (std::size_t i = 0; i < bounds.size(); ++i) {
     if (!std::isfinite(bounds[i])) {
-      throw std::invalid_argument("histogram bucket bound " + FormatValue(bounds[i]) +
+      Misuse("histogram bucket bound " + FormatValue(bounds[i]) +
                                   ": must be finite (+Inf is implicit)");
     }
     if (i > 0 && !(bounds[i - 1] < bounds[i])) {
-      throw std::invalid_argument("histogram bucket bounds must be strictly ascending: " +
+      Misuse("histogram bucket bounds must be strictly ascending: " +
                                   FormatBound(bounds[i - 1]) + " then " + FormatBound(bounds[i]));
     }
   }
@@ -57,25 +68,25 @@ void ValidateBounds(const std::vector<double>& bounds) {
 void ValidateFamily(const std::string& name, const std::vector<std::string>& label_names, bool histogram,
                     const std::vector<double>& buckets) {
   if (!IsValidMetricName(name)) {
-    throw std::invalid_argument("metric name " + Quoted(name) + ": must match [a-zA-Z_:][a-zA-Z0-9_:]*");
+    Misuse("metric name " + Quoted(name) + ": must match [a-zA-Z_:][a-zA-Z0-9_:]*");
   }
   std::set<std::string_view> seen;
   for (const std::string& label : label_names) {
     if (!IsValidLabelName(label)) {
-      throw std::invalid_argument("metric " + name + ": label name " + Quoted(label) +
+      Misuse("metric " + name + ": label name " + Quoted(label) +
                                   ": must match [a-zA-Z_][a-zA-Z0-9_]* and not start with __");
     }
     if (histogram && label == "le") {
-      throw std::invalid_argument("metric " + name + ": label name \"le\" is reserved for histogram buckets");
+      Misuse("metric " + name + ": label name \"le\" is reserved for histogram buckets");
     }
     if (!seen.insert(label).second) {
-      throw std::invalid_argument("metric " + name + ": label name " + Quoted(label) + " is repeated");
+      Misuse("metric " + name + ": label name " + Quoted(label) + " is repeated");
     }
   }
   if (histogram) {
     ValidateBounds(buckets);
   } else if (!buckets.empty()) {
-    throw std::invalid_argument("metric " + name + ": buckets are only meaningful for a histogram");
+    Misuse("metric " + name + ": buckets are only meaningful for a histogram");
   }
 }
 
@@ -278,7 +289,7 @@ Metric& Family<Metric>::With(std::initializer_list<std::string_view> label_value
 template <typename Metric>
 Metric& Family<Metric>::With(const std::vector<std::string>& label_values) {
   if (label_values.size() != label_names_.size()) {
-    throw std::invalid_argument("metric " + name_ + ": " + std::to_string(label_values.size()) +
+    Misuse("metric " + name_ + ": " + std::to_string(label_values.size()) +
                                 " label values for " + std::to_string(label_names_.size()) + " label names");
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -317,7 +328,7 @@ void CheckUnique(const std::vector<std::unique_ptr<F>>& families, bool families_
   for (const auto& family : families) {
     for (const std::string& taken : ExposedNames(family->name(), families_are_histograms)) {
       if (std::find(new_names.begin(), new_names.end(), taken) != new_names.end()) {
-        throw std::invalid_argument("metric name " + Quoted(new_names.front()) +
+        Misuse("metric name " + Quoted(new_names.front()) +
                                     " collides with registered " + Quoted(taken));
       }
     }

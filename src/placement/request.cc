@@ -622,13 +622,6 @@ Status ReadPdRatio(std::string_view value, PlacementRequest* req) {
   return Status::Ok();
 }
 
-#define TOPOSCHED_RETURN_IF_ERROR(expr)                 \
-  do {                                                  \
-    if (Status status_or_ = (expr); !status_or_.ok()) { \
-      return status_or_.error();                        \
-    }                                                   \
-  } while (false)
-
 Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementRequest* req,
                     std::vector<std::string>* rdma_annotation) {
   auto metadata = ReadOptionalObject(doc, "metadata", "metadata");
@@ -836,7 +829,6 @@ Result<PlacementRequest> Parse(std::string_view text, const RequestConfig& confi
   return ReadPod(doc, config);
 }
 
-#undef TOPOSCHED_RETURN_IF_ERROR
 
 // Length-prefixed, so that no string can imitate a separator.
 void AppendString(std::string* out, std::string_view s) {

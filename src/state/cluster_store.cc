@@ -684,7 +684,8 @@ Status ClusterStore::Restore(const PodAllocation& allocation) {
   } else if (claim.bound()) {
     if (claim.bound()->node != allocation.node) {
       return Error(std::string(kConflictTag) + "pod " + allocation.uid + " is already bound to node " +
-                   claim.bound()->node + ", not " + allocation.node);
+                       claim.bound()->node + ", not " + allocation.node,
+                   ErrorCode::kConflict);
     }
     // The same devices: the source read back what a bind just wrote (the annotation carries
     // no worst class or container split, so compare the claim, not every field).
@@ -718,7 +719,8 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   if (claim.bound()) {
     if (claim.bound()->node == node) return BindResult{BindKind::kAlreadyBound, *claim.bound()};
     return Error(std::string(kConflictTag) + "pod " + std::string(pod_uid) + " is already bound to node " +
-                 claim.bound()->node);
+                     claim.bound()->node,
+                 ErrorCode::kConflict);
   }
   const auto node_lock = impl_->NodeLock(node, /*create=*/false);
   if (!node_lock) return Error("unknown node " + std::string(node));

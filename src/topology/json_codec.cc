@@ -221,13 +221,6 @@ json EncodeStatus(const NodeTopology& t) {
 // fields (that is what makes them additive), and an older extender must still read its
 // documents. Changes that older readers must not silently misread bump schemaVersion instead.
 
-#define TOPOSCHED_RETURN_IF_ERROR(expr)                 \
-  do {                                                  \
-    if (Status status_or_ = (expr); !status_or_.ok()) { \
-      return status_or_;                                \
-    }                                                   \
-  } while (false)
-
 using json_errors::Describe;
 using json_errors::Expected;
 using json_errors::ScanShape;
@@ -775,7 +768,6 @@ Status DecodeDocument(const json& doc, NodeTopology* t) {
   return DecodeStatus(*status, t);
 }
 
-#undef TOPOSCHED_RETURN_IF_ERROR
 
 Result<NodeTopology> Decode(std::string_view text) {
   if (text.size() > kMaxTopologyJsonBytes) {

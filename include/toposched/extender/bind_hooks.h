@@ -13,7 +13,8 @@
 
 namespace toposched::extender {
 
-// BindHooks::LookupPod's error for a pod that does not exist (GET /explain answers 404).
+// The start of BindHooks::LookupPod's message for a pod that does not exist; its code is
+// ErrorCode::kNotFound, which callers read (GET /explain answers 404).
 inline constexpr std::string_view kPodNotFoundTag = "pod not found: ";
 
 // What a bind means beyond the cluster state when an API server is the store (the kube

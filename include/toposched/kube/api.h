@@ -25,14 +25,16 @@
 
 namespace toposched::kube {
 
-// Errors from Api calls begin with the HTTP status and its reason, then the API server's
-// Status message: "409 Conflict: Operation cannot be fulfilled on pods \"p\": the object has
-// been modified" (method and path are appended as context). Transport failures begin with
-// "transport: ". ApiCode reads the status back (0 for transport errors and anything else).
+// Errors from Api calls carry the API server's HTTP status (Error::http_status) and its meaning
+// (Error::code: 404 kNotFound, 409 kConflict, 410 kGone, 5xx/429 kUnavailable); their message,
+// for people, begins with the status and its reason, then the API server's Status message:
+// "409 Conflict: Operation cannot be fulfilled on pods \"p\": the object has been modified"
+// (method and path appended). Transport failures are kUnavailable, status 0, and begin with
+// "transport: ". ApiCode: the status (0 for transport errors and anything else).
 int ApiCode(const Error& error);
-inline bool IsNotFound(const Error& e) { return ApiCode(e) == 404; }
-inline bool IsConflict(const Error& e) { return ApiCode(e) == 409; }
-inline bool IsGone(const Error& e) { return ApiCode(e) == 410; }
+inline bool IsNotFound(const Error& e) { return e.code() == ErrorCode::kNotFound; }
+inline bool IsConflict(const Error& e) { return e.code() == ErrorCode::kConflict; }
+inline bool IsGone(const Error& e) { return e.code() == ErrorCode::kGone; }
 
 enum class PatchType : std::uint8_t {
   kMerge,           // application/merge-patch+json (RFC 7386): null deletes a key

@@ -91,7 +91,7 @@ class Family {
 class Registry {
  public:
   // Names must match [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]* and be unique;
-  // a violation is a programming error (throws std::invalid_argument at start-up).
+  // a violation is a programming error (the process stops with the reason, at start-up).
   Family<Counter>& AddCounter(std::string name, std::string help, std::vector<std::string> labels = {});
   Family<Gauge>& AddGauge(std::string name, std::string help, std::vector<std::string> labels = {});
   Family<Histogram>& AddHistogram(std::string name, std::string help, std::vector<std::string> labels,

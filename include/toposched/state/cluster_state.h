@@ -292,7 +292,8 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
 // A pool pod as pool-aware plugins see it.
 framework::PoolMember MemberOf(const PodAllocation& pod);
 
-// Errors tagged for callers (metrics, HTTP mapping).
+// The start of the message of a conflict (a pod bound elsewhere) for people; callers read its
+// code, ErrorCode::kConflict.
 inline constexpr std::string_view kConflictTag = "conflict: ";
 
 // ---- the file source ----
