@@ -527,7 +527,7 @@ func (c *cluster) extenderPod(name string) {
 	}
 }
 
-// startReplica runs `toposched serve` for pod name with the Deployment's args and env, the
+// startReplica runs the Deployment's command (toposched-extender) for pod name with its args and env, the
 // extender ServiceAccount's token, the ConfigMaps it mounts written to local files, and a local
 // port instead of the container port.
 func (c *cluster) startReplica(name string) *replica {
@@ -563,7 +563,13 @@ func (c *cluster) startReplica(name string) *replica {
 	r := &replica{pod: name, portFile: filepath.Join(c.out, name+".port")}
 	_ = os.Remove(r.portFile)
 	args = append(args, "--kubeconfig", kc, "--address", "127.0.0.1", "--port", "0", "--port-file", r.portFile)
-	r.proc = harness.Start(t, c.out, name, env, c.peers.Toposched, args...)
+	// The container's command names the binary: the chart runs toposched-extender (`toposched
+	// serve` without hwloc), built next to toposched.
+	bin := c.peers.Toposched
+	if len(ct.Command) == 1 && filepath.Base(ct.Command[0]) == "toposched-extender" {
+		bin = filepath.Join(filepath.Dir(c.peers.Toposched), "toposched-extender")
+	}
+	r.proc = harness.Start(t, c.out, name, env, bin, args...)
 	err := harness.Eventually(60*time.Second, 200*time.Millisecond, func() (bool, error) {
 		if ok, err := r.proc.Exited(); ok {
 			return false, harness.Permanent(fmt.Errorf("exited: %v", err))

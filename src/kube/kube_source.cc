@@ -1227,6 +1227,19 @@ struct KubeSource::Impl {
   // ---------------------------------------------------------------------------------------
   // HAMi node lock.
 
+  // Why HAMi's node lock on `node`, held by another pod, can never be released, or "": its pod
+  // no longer exists (HAMi's own LockNode takes such a lock over: pkg/util/nodelock @02fba77),
+  // or it is bound to another node, so HAMi's device plugin on this node will never allocate
+  // for it (a bind that took the lock and failed, its pod scheduled elsewhere since: a leader
+  // killed mid-bind). A lock whose pod is still unbound may be another scheduler's bind in
+  // flight: it is honoured until it expires.
+  std::string DanglingLock(const std::string& node, const HamiNodeLock& held) {
+    Result<json> pod = api.Get(PodPath(held.pod_namespace, held.pod_name));
+    if (!pod.ok()) return IsNotFound(pod.error()) ? "no longer exists" : "";
+    const std::string bound = StringAt(*pod, "/spec/nodeName");
+    return !bound.empty() && bound != node ? "is bound to node " + bound : "";
+  }
+
   Status LockNode(const std::string& node, const std::string& ns, const std::string& name) {
     Result<json> locked = api.Update(NodePath(node), [&](json& object) -> Result<bool> {
       json& annotations = object["metadata"]["annotations"];
@@ -1235,9 +1248,15 @@ struct KubeSource::Impl {
         Result<HamiNodeLock> held = DecodeHamiNodeLock(annotations[std::string(kHamiNodeLock)].get<std::string>());
         if (held.ok() && !(held->pod_namespace == ns && held->pod_name == name) &&
             SystemClock::now() - held->time < kHamiNodeLockExpiry) {
-          return Error("node " + node + " is locked (" + std::string(kHamiNodeLock) + ") by pod " +
-                       held->pod_namespace + "/" + held->pod_name + " since " + FormatTime(held->time) +
-                       "; HAMi's device plugin releases it once that pod's devices are allocated");
+          const std::string dangling = DanglingLock(node, *held);
+          if (dangling.empty()) {
+            return Error("node " + node + " is locked (" + std::string(kHamiNodeLock) + ") by pod " +
+                         held->pod_namespace + "/" + held->pod_name + " since " + FormatTime(held->time) +
+                         "; HAMi's device plugin releases it once that pod's devices are allocated");
+          }
+          metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node},
+                       "taking over HAMi's node lock of pod " + held->pod_namespace + "/" + held->pod_name +
+                           ", which " + dangling + ": nothing would release it before it expires");
         }
       }
       annotations[std::string(kHamiNodeLock)] = EncodeHamiNodeLock({SystemClock::now(), ns, name});

@@ -465,7 +465,8 @@ def check_case(path, notes_path, schemas, toposched, opts):
                 for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", arg):
                     if var not in env:
                         fail(where, f"$({var}) in args is no env var of the container")
-            if toposched and c.get("command") == ["/usr/local/bin/toposched"]:
+            # toposched-extender is `toposched serve` (it accepts a leading "serve").
+            if toposched and c.get("command") in (["/usr/local/bin/toposched"], ["/usr/local/bin/toposched-extender"]):
                 sub = c["args"][0]
                 text_help = help_text(toposched, sub)
                 for arg in c["args"]:

@@ -669,6 +669,52 @@ TEST_F(KubeE2E, HamiNodeLockIsTakenAndHonoured) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// A leader killed between taking HAMi's node lock and the Binding leaves the lock behind; the
+// pod is scheduled again and bound elsewhere, so HAMi's device plugin on the locked node never
+// allocates for it and never releases the lock (found by e2e TestKubeScheduler: two pods waited
+// for the 5-minute expiry). A lock whose pod is bound to another node, or no longer exists (as
+// HAMi's own LockNode rules), is taken over; one whose pod is still unbound is honoured.
+TEST_F(KubeE2E, HamiNodeLockOfAPodBoundElsewhereOrGoneIsTakenOver) {
+  AddNode("a100-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), HamiRegistration("GPU-a-").dump()}});
+  AddNode("a100-1", kAzureA100, {{std::string(kube::kHamiNodeRegister), HamiRegistration("GPU-b-").dump()}});
+  kube::KubeSourceOptions options;
+  options.hami_node_lock = kube::HamiNodeLockMode::kOn;
+  Replica r(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const auto lock_on = [&](const std::string& node, const std::string& pod) {
+    json n = *server_.Get(kNodes, node);
+    n["metadata"]["annotations"]["hami.io/mutex.lock"] =
+        kube::EncodeHamiNodeLock({std::chrono::system_clock::now(), "default", pod});
+    server_.Upsert(kNodes, n);
+  };
+  const auto lock_holder = [&](const std::string& node) {
+    const json n = *server_.Get(kNodes, node);
+    Result<kube::HamiNodeLock> lock =
+        kube::DecodeHamiNodeLock(n["metadata"]["annotations"]["hami.io/mutex.lock"].get<std::string>());
+    return lock.ok() ? lock->pod_name : std::string("?");
+  };
+  // Still unbound: honoured.
+  const json pending = GpuPod(server_, "pending", 1, 0);
+  lock_on("a100-0", "pending");
+  const json first = GpuPod(server_, "first", 1, 0);
+  const Scheduled refused = Schedule(r, first, {"a100-0"});
+  EXPECT_NE(refused.error.find("locked"), std::string::npos) << refused.error;
+  // Bound to another node since: taken over.
+  json moved = *server_.Get(kPods, "pending");
+  moved["spec"]["nodeName"] = "a100-1";
+  server_.Upsert(kPods, moved);
+  const Scheduled taken = Schedule(r, first, {"a100-0"});
+  EXPECT_TRUE(taken.error.empty()) << taken.error;
+  EXPECT_EQ(lock_holder("a100-0"), "first");
+  // Gone: taken over.
+  lock_on("a100-1", "deleted-long-ago");
+  const json second = GpuPod(server_, "second", 1, 0);
+  const Scheduled on_b = Schedule(r, second, {"a100-1"});
+  EXPECT_TRUE(on_b.error.empty()) << on_b.error;
+  EXPECT_EQ(lock_holder("a100-1"), "second");
+  ExpectNoDeviceHeldTwice(server_);
+}
+
 // HAMi's AMD device plugin's registration (hami.io/node-amd-register), as its
 // RegisterInAnnotation writes it (Project-HAMi/amd-device-plugin internal/pkg/plugin/plugin.go
 // @0121aa5d): "index" is the DRM card minor, not PCI order; the PCI address is in

@@ -793,7 +793,10 @@ TEST(Workloads, AreTheExpectedObjectsInTheNamespaceAsTheServiceAccountsRbacDefin
     }
     EXPECT_FALSE((*workload)["spec"]["selector"].contains("matchExpressions"));
     const json& container = OnlyContainer(*workload);
-    EXPECT_EQ(container["command"], json::array({"/usr/local/bin/toposched"}));
+    // The agent runs the full binary; the extender toposched-extender (`toposched serve`
+    // without hwloc), in an image without hwloc.
+    EXPECT_EQ(container["command"], json::array({account == "toposched-agent" ? "/usr/local/bin/toposched"
+                                                                             : "/usr/local/bin/toposched-extender"}));
     EXPECT_TRUE(container["resources"]["requests"].contains("cpu"));
     EXPECT_TRUE(container["resources"]["requests"].contains("memory"));
     EXPECT_TRUE(container["resources"]["limits"].contains("memory"));

@@ -30,6 +30,12 @@
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The extender's image (values extenderImage): toposched-extender, no hwloc. */}}
+{{- define "toposched.extenderImage" -}}
+{{- $e := .Values.extenderImage | default dict -}}
+{{- printf "%s:%s" (default .Values.image.repository $e.repository) (default (default .Chart.AppVersion .Values.image.tag) $e.tag) -}}
+{{- end -}}
+
 {{/*
 Selector labels of one component: (dict "ctx" $ "component" "agent"). app.kubernetes.io/name is
 "<chart>-<component>" (toposched-agent, toposched-extender, toposched-scheduler), what
