@@ -107,8 +107,8 @@ framework::NodeInfo NodeInfoOf(const state::NodeRecord& record) {
   info.topology = record.topology;
   info.topology_fingerprint = record.fingerprint;
   info.allocated = record.allocated;
-  // No labels: no plugin's verdict may read them (NodeInfo::labels), and copying them for every
-  // class and pool-node group evaluated was a measurable part of a pool pod's prioritize.
+  // No labels: no plugin's verdict may read them (NodeInfo::labels), and a copy per class or
+  // pool group evaluated costs time on the hot path.
   info.schedulable = record.schedulable;
   info.held = record.held();
   return info;

@@ -1,5 +1,5 @@
 // The reference placement: every GPU subset, every NIC subset and every GPU->NIC assignment,
-// each costed from scratch by the definitions in engine.cc's SEMANTICS block, the smallest
+// each costed from scratch by the definitions in the SEMANTICS block of docs/placement.md, the smallest
 // (cost, extra NIC ranks, GPUs, NICs, assignment) kept. Deliberately shares no search code and
 // no cost arithmetic with the engine, only the definitions of "free", switch groups and the
 // sentences a Placement carries. Exponential: tests only.

@@ -1,96 +1,10 @@
 // The placement engine: exact GPU+NIC choice on one node.
 //
-// SEMANTICS (docs/placement.md copies this block)
-//
-// Free devices. A GPU is free for a whole request when it is of the request's vendor, not held
-// whole (gpu_exclusive) and carries no vGPU (shares == 0). A NIC is a candidate only if it is one
-// of the RDMA NICs (the first RdmaNicCount() entries of `nics`) and is free when not nic_used.
-//
-// Switch groups. A device's group is NodeTopology::SwitchOf(parent): the outermost PCIe switch
-// above it. Groups are counted over GPUs (of any vendor) and RDMA NICs; a device under no switch
-// belongs to no group and never counts. A group is intact when none of its GPUs is held whole
-// or carries vGPUs and none of its RDMA NICs is used.
-//
-// Whole requests (g = gpus, n = rdma_nics). Choose g free GPUs and n free RDMA NICs. When n > 0
-// and g > 0 every chosen GPU is served by exactly one chosen NIC, a NIC serves at most
-// ceil(g / n) GPUs, and when n <= g every chosen NIC serves at least one GPU (the pod asked for
-// n NICs to use them). When n > g each GPU has its own NIC and the n - g extra NICs serve
-// nobody. The cost (PlacementCost, compared lexicographically, smaller is better):
-//   worst_gpu_nic, sum_gpu_nic  max and sum of LinkRank over GPU->serving NIC pairs (0 if n == 0)
-//   worst_gpu_gpu               max LinkRank over chosen GPU pairs (NVLink/xGMI 0; 0 if g <= 1)
-//   neg_nvlinks                 minus Link::count summed over chosen GPU pairs (xGMI counts 1)
-//   neg_intact_groups           minus the groups still intact after the choice
-//   pack                        binpack: the intact groups the choice touches; spread: minus
-//                               that. Whole requests binpack unless shared.gpu_policy is kSpread.
-// On one node neg_intact_groups = touched - intact_before, so pack is decided by it and never
-// changes a choice; it is kept for comparing nodes. After the cost come, in order: the sum over
-// the extra NICs (n > g) of their best rank to a chosen GPU; the sorted GPU index vector; the
-// sorted NIC vector; the serving NIC of each GPU in GPU order — so the optimum is unique and the
-// engine and the brute-force reference return identical Placements. A NIC-only pod (g == 0,
-// n > 0) minimizes only the groups it breaks, then takes the lowest NIC indices. g == n == 0
-// fits with an empty Placement.
-//
-// LinkRank: NV 0, PIX 1, PXB 2, PHB 3, NODE 4, SYS 5 within one known package (sub-NUMA
-// clusters), SYS 6 across packages or unknown. GPU->NIC ranks read the gpu_nic cell with the
-// two devices' packages; GPU<->GPU ranks read the gpu_gpu upper triangle.
-//
-// Alignment (toposched.io/gpu-nic-alignment): every GPU->serving NIC pair must have a class at
-// most the bound in PIX < PXB < PHB < NODE < SYS (classes, not ranks: SYS is SYS on either side
-// of a package). Extra NICs form no pair and are not bounded. If devices are free but no set
-// satisfies the bound: kAlignmentUnsatisfiable, naming the best class the node offers now.
-//
-// Failures, first match wins: the node has fewer GPUs of the vendor than g or fewer RDMA NICs
-// than n (kRequestTooLarge); fewer free GPUs (kNotEnoughGpus); fewer free NICs (kNotEnoughNics);
-// then alignment.
-//
-// Placement: gpus and nics ascending; one pair per GPU when n > 0, in GPU order; worst_class the
-// class of the highest-ranked pair (kPIX without pairs); class_sum = sum_gpu_nic;
-// best_possible_worst = the least worst_gpu_nic the same request gets on this node with nothing
-// allocated (0 without pairs); one reason per chosen device.
-//
-// Shared requests (shared.count = c > 0; gpus and rdma_nics are not placed). c vGPUs on c
-// distinct GPUs that are of the request's vendor, not held whole, below
-// options.max_shares_per_gpu vGPUs, pass the type/UUID filters (case-insensitive substring of
-// the model; exact UUID), have the memory free (memory_mib, else memory_percent of the card
-// rounded up; a card of unknown memory size takes a memory request only when it holds no vGPU,
-// and no vGPU joins one that asked memory there; no memory asked, no check)
-// and the cores free (of kFullGpuCores). numa_bind puts all c on one NUMA node (GPUs of unknown
-// NUMA node do not qualify). Each qualifying GPU gets the key (1) the fragmentation rule: GPUs
-// whose switch group is already broken, or that have none, before GPUs of intact groups; (2) the
-// GPU policy (shared.gpu_policy, else options.default_gpu_policy; kDefault means spread):
-// binpack puts more used memory first, spread less; (3) the index. The c smallest keys win; with
-// numa_bind, the NUMA node whose c smallest keys form the smallest sorted key sequence. The cost
-// is zero except neg_intact_groups and pack (with the shared policy's sign). The reference tries
-// every c-subset and keeps the smallest sorted key sequence.
-//
-// SEARCH (whole requests with GPUs and NICs), three passes over the free candidates.
-//  1. The optimal value. Depth-first over the GPUs in index order, each skipped or taken with
-//     one of its allowed NICs (best rank first). A branch is cut when a lower bound on every
-//     completion is no better than the best value found: the ranks paid so far plus the r best
-//     ranks of the GPUs left (tightened by the "n distinct NICs" rule: NICs not yet in use can
-//     serve at most (n - in use) x cap of the rest, and none once all n are), the GPU pairs so
-//     far, the most NVLinks the rest could add, the fewest groups the rest must open, and the
-//     least the extra NICs can cost. At a leaf the n - g extra NICs are chosen exactly by a small
-//     knapsack over groups (groups opened, then rank sum).
-//  2. The lexicographically first GPU subset reaching that value: subsets in lexicographic order
-//     under the same bounds plus Hall's condition (within rank t at most cap x |NICs within t of
-//     a chosen GPU| are served); each complete subset runs pass 1's assignment search restricted
-//     to it and stops at the first assignment of the optimal value.
-//  3. For that subset, NIC sets in lexicographic order, and in the first one that admits the
-//     optimal value, the first assignment (GPU order, NICs ascending) reaching it.
-// GPU-only requests run pass 2 as the optimisation itself (subsets come in lexicographic order,
-// so a bound equal to the best value found already loses the tie-break); NIC-only requests search
-// NIC sets in lexicographic order on the groups they open. Exponential in the worst case: picking
-// GPUs for the most NVLinks alone is the densest-k-subgraph problem. On the topologies of
-// ../shared/topologies, power-of-two requests take at most about 1.3 ms on an empty node (16
-// MI250X GCDs on 2 NICs), 15-30 us on HGX-style nodes; the slowest shape seen is 15 of 16 GCDs on
-// 5 of 8 NICs, about 30 ms. best_possible_worst is a depth-first search on the empty node that
-// stops at the first assignment reaching its lower bound.
-//
-// EDGE CASES. A bound of X or NV (no GPU->NIC pair has those classes) admits no pair. GPU share
-// usage with shares == 0 counts as free for whole requests. Shared requests place vGPUs only:
-// their gpus and rdma_nics fields are not read. Allocation vectors shorter than the topology mean
-// "free" past their end.
+// What it computes (free devices, switch groups, the cost and its tie-breaks, alignment bounds,
+// failures, shared requests) and how it searches are specified once, in docs/placement.md
+// ("The engine", the SEMANTICS block); the brute-force reference (brute_force.cc) implements
+// the same definitions from scratch and the PlacementEngine*EqualsBruteForce* tests hold the
+// two equal.
 
 #include <algorithm>
 #include <array>
