@@ -304,7 +304,7 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       const std::string_view d = record != nullptr ? DomainAt(*record, t) : std::string_view();
       if (d.empty()) continue;
       const std::string_view parent = t + 1 < tiers ? DomainAt(*record, t + 1) : std::string_view();
-      auto [it, inserted] = domain_content_[t].try_emplace(d, Content{0, parent, framework::PositionHash(parent), false});
+      auto [it, inserted] = domain_content_[t].try_emplace(d, Content{0, parent, framework::PositionHash(parent), false, {}});
       it->second.hash += h;
       if (!inserted && it->second.parent != parent) it->second.mixed = true;
     }
