@@ -8,7 +8,6 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -95,7 +94,6 @@ struct PoolCycle final : framework::StateData {
   // numbers alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle
   // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
   std::vector<std::unordered_map<std::string, int, StringHash, std::equal_to<>>> domain_ids;  // per tier
-  std::unordered_set<std::string, StringHash, std::equal_to<>> site_nodes;
   // For MeanSeconds: each site by its node; per tier and domain number, the sites there; the
   // instances per endpoint over all sites; and a mark per site (this generation: counted).
   std::unordered_map<std::string_view, std::size_t> site_at;
@@ -137,13 +135,13 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
       if (!c.ids_by_hash[t].Insert(framework::PositionHash(domain), id)) c.hashes_usable = false;
     }
   }
-  for (const std::string& node : c.site_nodes) c.site_name_hashes.Insert(framework::PositionHash(node), true);
   c.sites_in.assign(tiers, {});
   for (std::size_t t = 0; t < tiers; ++t) c.sites_in[t].resize(c.domain_ids[t].size());
   c.total_by_endpoint.assign(c.endpoints.size(), 0);
   for (std::size_t i = 0; i < c.sites.size(); ++i) {
     const Site& site = c.sites[i];
     c.site_at.emplace(site.location.node, i);
+    c.site_name_hashes.Insert(framework::PositionHash(site.location.node), true);
     for (std::size_t t = 0; t < tiers; ++t) {
       if (site.domain_ids[t] >= 0) c.sites_in[t][static_cast<std::size_t>(site.domain_ids[t])].push_back(i);
     }
@@ -188,7 +186,6 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
     auto [it, inserted] = site_of.try_emplace(m->node, c.sites.size());
     if (inserted) {
       c.sites.push_back(Site{cluster.Locate(m->node), {}, {}});
-      c.site_nodes.insert(m->node);
     }
     // A member recorded without GPUs still holds one instance's KV cache: count one lane.
     const std::size_t e = AddEndpoint(
@@ -510,7 +507,6 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
     // The anchor stands for an instance like this pod, with its IPC consent.
     c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), true, 1}}, {}});
-    c->site_nodes.insert(c->gang_node);
     c->anchors = 1;
   } else {
     c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";

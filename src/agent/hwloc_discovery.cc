@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -615,8 +616,22 @@ bool SendAll(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-bool ReadAll(int fd, char* data, std::size_t size) {
+// Reads exactly `size` bytes; false on EOF or error, and, with a deadline, when it passes first
+// (then *too_slow is set).
+bool ReadAll(int fd, char* data, std::size_t size,
+             std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt, bool* too_slow = nullptr) {
   while (size > 0) {
+    if (deadline) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLIN, 0};
+      const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        if (too_slow != nullptr) *too_slow = true;
+        return false;
+      }
+    }
     const ssize_t n = read(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
@@ -667,11 +682,11 @@ class ImportWorker {
     bool too_slow = false, too_large = false;
     bool ok = SendFrame(fd_, content);
     std::uint64_t size = 0;
-    if (ok) ok = Receive(reinterpret_cast<char*>(&size), sizeof size, deadline, too_slow);
+    if (ok) ok = ReadAll(fd_, reinterpret_cast<char*>(&size), sizeof size, deadline, &too_slow);
     if (ok && size > 4 * kMaxTopologyFileBytes) ok = false, too_large = true;
     if (ok) {
       answer.resize(size);
-      ok = Receive(answer.data(), answer.size(), deadline, too_slow);
+      ok = ReadAll(fd_, answer.data(), answer.size(), deadline, &too_slow);
     }
     if (ok) {
       if (++served_ >= kImportsPerWorker) Stop(/*kill_it=*/false);
@@ -727,26 +742,6 @@ class ImportWorker {
     }
     pid_ = -1;
     return status;
-  }
-
-  bool Receive(char* data, std::size_t size, std::chrono::steady_clock::time_point deadline, bool& too_slow) {
-    while (size > 0) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      pollfd p{fd_, POLLIN, 0};
-      const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0) {
-        too_slow = true;
-        return false;
-      }
-      const ssize_t n = read(fd_, data, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      data += n;
-      size -= static_cast<std::size_t>(n);
-    }
-    return true;
   }
 
   std::mutex mu_;

@@ -163,20 +163,19 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   }
   // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
   auto v = std::make_shared<ClassVerdict>(*base);
-  std::pair<long long, long long> pool;
-  const std::uint64_t part_key =
-      parts == nullptr ? 0 : (parts->position ^ (base->worst_class ? static_cast<std::uint64_t>(*base->worst_class) + 1 : 0)) * 0x9e3779b97f4a7c15ull;
-  const auto known = parts == nullptr ? nullptr : &parts->index;
-  if (const auto it = known == nullptr ? std::unordered_map<std::uint64_t, std::size_t>::iterator() : known->find(part_key);
-      known != nullptr && it != known->end()) {
-    pool = parts->computed[it->second].second;
-  } else {
+  const auto run = [&] {
     const framework::NodeScore score = framework_.RunScore(*cycle, info, framework::ScoreSet::kClusterOnly);
-    pool = {score.weighted, score.weights};
-    if (parts != nullptr) {
-      parts->index.emplace(part_key, parts->computed.size());
-      parts->computed.emplace_back(part_key, pool);
-    }
+    return std::pair<long long, long long>(score.weighted, score.weights);
+  };
+  std::pair<long long, long long> pool;
+  if (parts == nullptr) {
+    pool = run();
+  } else {
+    const std::uint64_t worst = base->worst_class ? static_cast<std::uint64_t>(*base->worst_class) + 1 : 0;
+    const std::uint64_t key = (parts->position ^ worst) * 0x9e3779b97f4a7c15ull;
+    auto [it, inserted] = parts->computed.try_emplace(key);
+    if (inserted) it->second = run();
+    pool = it->second;
   }
   v->score_weighted += pool.first;
   v->score_weights += pool.second;
@@ -249,7 +248,7 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
   const std::size_t tiers = network.tiers.size();
   positions_resolved_ = state::PositionsResolvedFor(*snap_, network);
   domain_content_.resize(tiers);
-  members_list_ = std::make_shared<const std::vector<framework::PoolMember>>(
+  pool_members_ = std::make_shared<const std::vector<framework::PoolMember>>(
       evaluator_.store().PoolMembers(entry.request.pool));
   positions_ = evaluator_.store().node_locations();
   if (positions_ != nullptr && positions_->empty()) positions_ = nullptr;
@@ -263,10 +262,10 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
   if (by_hash_) {
     domain_by_hash_.resize(tiers);
     const std::span<const std::uint64_t> hashes = snap_->position_hashes();
-    for (const framework::PoolMember& p : *members_list_) {
+    for (const framework::PoolMember& p : *pool_members_) {
       if (skip(p)) continue;
       const std::uint64_t h = MemberHash(p);
-      ++members_;
+      ++other_members_;
       const std::uint64_t name_hash = framework::PositionHash(p.node);
       if (auto* on = node_by_hash_.Find(name_hash); on != nullptr) {
         if (on->first != p.node) by_hash_ = false;
@@ -292,12 +291,12 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       }
     }
     if (by_hash_) return;
-    members_ = 0;
+    other_members_ = 0;
   }
-  for (const framework::PoolMember& p : *members_list_) {
+  for (const framework::PoolMember& p : *pool_members_) {
     if (skip(p)) continue;
     const std::uint64_t h = MemberHash(p);
-    ++members_;
+    ++other_members_;
     node_content_[p.node] += h;
     const state::NodeRecord* record = snap_->Find(p.node);
     for (std::size_t t = 0; t < tiers; ++t) {
@@ -330,7 +329,7 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
   if (!pool_scoring_) return class_keys_[i];
   // No pod of the pool yet: the gang anchor may be one node (one without the anchor tier's
   // label), so every node is its own key for this first pod.
-  if (members_ == 0) return kOwn | i;
+  if (other_members_ == 0) return kOwn | i;
   const std::size_t tiers = domain_content_.size();
   if (by_hash_) {
     // The snapshot's contiguous hashes, no record read (a 64-bit hash collision could at worst
@@ -379,7 +378,7 @@ const ClassVerdict* NodeVerdicts::At(std::size_t i) {
     return *known;
   }
   local_.emplace_back(key, evaluator_.Evaluate(entry_, cycle_, *snap_->nodes()[i], want_, snap_,
-                                               pool_scoring_ ? members_list_ : nullptr, positions_,
+                                               pool_scoring_ ? pool_members_ : nullptr, positions_,
                                                pool_scoring_ && (key & kOwnKey) == 0 ? &parts_ : nullptr));
   if (local_.size() == kLinearClasses + 1) {
     for (const auto& [k, v] : local_) many_.Insert(k, v.get());

@@ -92,8 +92,8 @@ class Evaluator {
   // node's class.
   struct PoolParts {
     std::uint64_t position = 0;  // the node's position key
-    std::vector<std::pair<std::uint64_t, std::pair<long long, long long>>> computed;
-    std::unordered_map<std::uint64_t, std::size_t> index;  // key -> position in `computed`
+    // (position, worst class) -> the pool plugins' weighted sum and weights
+    std::unordered_map<std::uint64_t, std::pair<long long, long long>> computed;
   };
 
   // A name no NodeTopology exists for: counted, with the reason every reply gives.
@@ -155,7 +155,7 @@ class NodeVerdicts {
   const bool pool_scoring_;
   const bool per_node_;
   bool positions_resolved_ = false;
-  std::shared_ptr<const std::vector<framework::PoolMember>> members_list_;
+  std::shared_ptr<const std::vector<framework::PoolMember>> pool_members_;
   std::shared_ptr<const std::map<std::string, pd::Location>> positions_;
   // What the pool holds where: the multiset of its pods (role, devices, worst class, IPC
   // consent) on each node and in each tier's domain, as a commutative 64-bit hash; and, per
@@ -167,7 +167,7 @@ class NodeVerdicts {
     bool mixed = false;
     std::string_view domain;  // in domain_by_hash_: the domain (two domains with one hash: by string)
   };
-  int members_ = 0;  // the pool's pods other than this one
+  int other_members_ = 0;  // the pool's pods other than the one scored
   Evaluator::PoolParts parts_;
   std::unordered_map<std::string_view, std::uint64_t> node_content_;
   std::vector<std::unordered_map<std::string_view, Content>> domain_content_;  // per tier

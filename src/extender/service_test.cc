@@ -281,6 +281,35 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
   EXPECT_GE(score["hgx-b"], 1);
 }
 
+// Posts `pod`'s prioritize over `names` and expects every node's score to be what one whole
+// framework call (filter, then every Score plugin over the store's cluster view of `pool`)
+// gives it; returns the distinct scores seen, so a caller can insist the nodes differ.
+std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, const PodSpec& pod,
+                                                  const std::vector<std::string>& names, const std::string& pool) {
+  const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), names));
+  EXPECT_TRUE(r.is_array());
+  std::map<std::string, int> got;
+  for (const json& hp : r) got[hp["Host"]] = hp["Score"];
+  const framework::Framework& fw = h.framework();
+  Result<PlacementRequest> request = ParsePodRequest(MakePod(pod).dump(), fw.config().request);
+  EXPECT_TRUE(request.ok()) << request.error().message();
+  std::set<int> distinct;
+  if (!request.ok()) return distinct;
+  const auto snap = h.store().snapshot();
+  for (const std::string& name : names) {
+    const state::NodeRecord& record = *snap->Find(name);
+    framework::CycleState cycle = fw.NewCycle(*request);
+    cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, pool));
+    const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated, record.labels,
+                                   record.schedulable};
+    const framework::FilterResult filtered = fw.RunFilter(cycle, info);
+    const int want = filtered.ok() ? framework::ToExtenderScore(fw.RunScore(cycle, info).total) : 0;
+    EXPECT_EQ(got[name], want) << name;
+    distinct.insert(want);
+  }
+  return distinct;
+}
+
 // A pool pod's prioritize is computed in parts: the node-only plugins once per node class, the
 // pool plugins per node, nodes grouped by where they sit relative to the pool. Every node's
 // score must still be what one whole framework call gives it.
@@ -314,27 +343,7 @@ TEST(ExtenderPrioritize, PoolPodScoresEqualTheFrameworksWholeScoreOnEveryNode) {
     ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(pool_pod(name, role), node))["Error"], "");
   }
   const PodSpec decode = pool_pod("decode-1", "decode");
-  const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(decode), names));
-  ASSERT_TRUE(r.is_array());
-  std::map<std::string, int> got;
-  for (const json& hp : r) got[hp["Host"]] = hp["Score"];
-
-  const framework::Framework& fw = h.framework();
-  Result<PlacementRequest> request = ParsePodRequest(MakePod(decode).dump(), fw.config().request);
-  ASSERT_TRUE(request.ok()) << request.error().message();
-  const auto snap = h.store().snapshot();
-  std::set<int> distinct;
-  for (const std::string& name : names) {
-    const state::NodeRecord& record = *snap->Find(name);
-    framework::CycleState cycle = fw.NewCycle(*request);
-    cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, "chat"));
-    const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated, record.labels,
-                                   record.schedulable};
-    const framework::FilterResult filtered = fw.RunFilter(cycle, info);
-    const int want = filtered.ok() ? framework::ToExtenderScore(fw.RunScore(cycle, info).total) : 0;
-    EXPECT_EQ(got[name], want) << name;
-    distinct.insert(want);
-  }
+  const std::set<int> distinct = ExpectPrioritizeEqualsTheFrameworks(h, c, decode, names, "chat");
   EXPECT_GE(distinct.size(), 3u) << "the nodes must score differently for this to test anything";
 }
 
@@ -383,26 +392,7 @@ TEST(ExtenderPrioritize, PoolPodScoresGroupedByContentEqualTheFrameworksOnEveryN
       SCOPED_TRACE(role);
       const PodSpec pod = pool_pod(std::string("new-") + role, role);
       PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pod), names));
-      const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), names));
-      ASSERT_TRUE(r.is_array());
-      std::map<std::string, int> got;
-      for (const json& hp : r) got[hp["Host"]] = hp["Score"];
-      const framework::Framework& fw = h.framework();
-      Result<PlacementRequest> request = ParsePodRequest(MakePod(pod).dump(), fw.config().request);
-      ASSERT_TRUE(request.ok()) << request.error().message();
-      const auto snap = h.store().snapshot();
-      std::set<int> distinct;
-      for (const std::string& name : names) {
-        const state::NodeRecord& record = *snap->Find(name);
-        framework::CycleState cycle = fw.NewCycle(*request);
-        cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, "chat"));
-        const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated,
-                                       record.labels, record.schedulable};
-        const framework::FilterResult filtered = fw.RunFilter(cycle, info);
-        const int want = filtered.ok() ? framework::ToExtenderScore(fw.RunScore(cycle, info).total) : 0;
-        EXPECT_EQ(got[name], want) << name;
-        distinct.insert(want);
-      }
+      const std::set<int> distinct = ExpectPrioritizeEqualsTheFrameworks(h, c, pod, names, "chat");
       EXPECT_GE(distinct.size(), 3u) << "the nodes must score differently for this to test anything";
     }
   }

@@ -824,30 +824,32 @@ std::shared_ptr<const std::map<std::string, pd::Location>> ClusterStore::node_lo
   return impl_->locations;
 }
 
-std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
-  std::vector<PodAllocation> out;
+namespace {
+
+// `project` of each pod of `pool` (under pods_mu).
+template <class Pods, class Pools, class Project>
+auto PodsOfPool(const Pods& pods, const Pools& pools, std::string_view pool, Project project) {
+  std::vector<decltype(project(pods.begin()->second))> out;
   if (pool.empty()) return out;
-  std::lock_guard lock(impl_->pods_mu);
-  const auto it = impl_->pools.find(pool);
-  if (it == impl_->pools.end()) return out;
+  const auto it = pools.find(pool);
+  if (it == pools.end()) return out;
   out.reserve(it->second.size());
   for (const std::string& uid : it->second) {
-    if (const auto pod = impl_->pods.find(uid); pod != impl_->pods.end()) out.push_back(pod->second);
+    if (const auto pod = pods.find(uid); pod != pods.end()) out.push_back(project(pod->second));
   }
   return out;
 }
 
-std::vector<framework::PoolMember> ClusterStore::PoolMembers(std::string_view pool) const {
-  std::vector<framework::PoolMember> out;
-  if (pool.empty()) return out;
+}  // namespace
+
+std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
   std::lock_guard lock(impl_->pods_mu);
-  const auto it = impl_->pools.find(pool);
-  if (it == impl_->pools.end()) return out;
-  out.reserve(it->second.size());
-  for (const std::string& uid : it->second) {
-    if (const auto pod = impl_->pods.find(uid); pod != impl_->pods.end()) out.push_back(MemberOf(pod->second));
-  }
-  return out;
+  return PodsOfPool(impl_->pods, impl_->pools, pool, [](const PodAllocation& a) { return a; });
+}
+
+std::vector<framework::PoolMember> ClusterStore::PoolMembers(std::string_view pool) const {
+  std::lock_guard lock(impl_->pods_mu);
+  return PodsOfPool(impl_->pods, impl_->pools, pool, [](const PodAllocation& a) { return MemberOf(a); });
 }
 
 std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) const {

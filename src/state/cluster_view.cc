@@ -105,7 +105,9 @@ bool PositionsResolvedFor(const Snapshot& snapshot, const pd::NetworkConfig& net
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     const ClusterStore& store, std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,
     std::string_view pool, std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
-  return MakeClusterView(std::move(snapshot), network, pool, store.PoolPods(pool), std::move(hyper_nodes));
+  return MakeClusterView(std::move(snapshot), network, pool,
+                         std::make_shared<const std::vector<framework::PoolMember>>(store.PoolMembers(pool)),
+                         std::move(hyper_nodes));
 }
 
 framework::PoolMember MemberOf(const PodAllocation& a) {
@@ -118,16 +120,6 @@ framework::PoolMember MemberOf(const PodAllocation& a) {
   m.worst_class = a.worst_class;
   m.kv_ipc = a.kv_ipc;
   return m;
-}
-
-std::shared_ptr<const framework::ClusterView> MakeClusterView(
-    std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
-    const std::vector<PodAllocation>& pool_pods,
-    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
-  auto members = std::make_shared<std::vector<framework::PoolMember>>();
-  members->reserve(pool_pods.size());
-  for (const PodAllocation& a : pool_pods) members->push_back(MemberOf(a));
-  return MakeClusterView(std::move(snapshot), network, pool, std::move(members), std::move(hyper_nodes));
 }
 
 std::shared_ptr<const framework::ClusterView> MakeClusterView(

@@ -116,13 +116,6 @@ Result<std::vector<int>> ReadIndices(const json& o, const char* key) {
   return out;
 }
 
-#define TOPOSCHED_ASSIGN_OR_RETURN(lhs, expr)  \
-  do {                                         \
-    auto result_ = (expr);                     \
-    if (!result_.ok()) return result_.error(); \
-    (lhs) = std::move(result_).value();        \
-  } while (false)
-
 Result<JournalEntry> DecodePayload(const json& doc) {
   if (!doc.is_object()) return Error("expected a JSON object");
   JournalEntry entry;
@@ -200,7 +193,6 @@ Result<JournalEntry> DecodePayload(const json& doc) {
   return entry;
 }
 
-#undef TOPOSCHED_ASSIGN_OR_RETURN
 
 Result<JournalEntry> Decode(std::string_view line, bool verify_checksum) {
   if (line.empty()) return Error("empty line");

@@ -75,9 +75,9 @@ class [[nodiscard]] Status {
   bool ok_ = true;
 };
 
-// Early returns for the common shapes:
-//   TOPOSCHED_RETURN_IF_ERROR(ReadX(...));             // a Status expression
-//   TOPOSCHED_ASSIGN_OR_RETURN(auto v, ParseY(...));   // a Result<T> expression
+// Early returns for the common shapes; each is one statement (safe after an unbraced `if`):
+//   TOPOSCHED_RETURN_IF_ERROR(ReadX(...));           // a Status expression
+//   TOPOSCHED_ASSIGN_OR_RETURN(out.field, ParseY(...));  // a Result<T> into an existing lvalue
 #define TOPOSCHED_RETURN_IF_ERROR(expr)                                  \
   do {                                                                   \
     if (::toposched::Status toposched_s_ = (expr); !toposched_s_.ok()) { \
@@ -85,13 +85,11 @@ class [[nodiscard]] Status {
     }                                                                    \
   } while (0)
 
-#define TOPOSCHED_CONCAT_INNER_(a, b) a##b
-#define TOPOSCHED_CONCAT_(a, b) TOPOSCHED_CONCAT_INNER_(a, b)
-#define TOPOSCHED_ASSIGN_OR_RETURN(lhs, expr) \
-  TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(TOPOSCHED_CONCAT_(toposched_r_, __LINE__), lhs, expr)
-#define TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
-  auto result = (expr);                                     \
-  if (!result.ok()) return result.error();                  \
-  lhs = std::move(result).value()
+#define TOPOSCHED_ASSIGN_OR_RETURN(lhs, expr)                     \
+  do {                                                            \
+    auto toposched_r_ = (expr);                                   \
+    if (!toposched_r_.ok()) return toposched_r_.error();          \
+    (lhs) = std::move(toposched_r_).value();                      \
+  } while (0)
 
 }  // namespace toposched

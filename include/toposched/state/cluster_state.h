@@ -279,11 +279,6 @@ bool PositionsResolvedFor(const Snapshot& snapshot, const pd::NetworkConfig& net
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     const ClusterStore& store, std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,
     std::string_view pool, std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
-// The same with the pool's pods given (ClusterStore::PoolPods(pool), already fetched).
-std::shared_ptr<const framework::ClusterView> MakeClusterView(
-    std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
-    const std::vector<PodAllocation>& pool_pods,
-    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
 // The same with the pool's members given (ClusterStore::PoolMembers(pool)), shared, not copied.
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
