@@ -63,9 +63,9 @@ TEST(BuiltinRegistryTest, DefaultConfig) {
   const framework::SchedulerConfig c = DefaultSchedulerConfig();
   const std::vector<framework::PluginConfig> want = {{"DeviceFit", 1, {}},      {"GpuNicAlignment", 5, {}},
                                                      {"NvlinkAffinity", 3, {}}, {"NumaAlignment", 2, {}},
-                                                     {"Fragmentation", 2, {}},  {"ExpectedFragmentation", 0, {}},
+                                                     {"Fragmentation", 2, {}},  {"ExpectedFragmentation", 15, {}},
                                                      {"SharedGpu", 1, {}},
-                                                     {"RdmaAffinity", 3, {}},   {"KvTransferCost", 10, {}},
+                                                     {"RdmaAffinity", 3, {}},   {"KvTransferCost", 20, {}},
                                                      {"PdRatio", 2, {}}};
   EXPECT_EQ(c.plugins, want);
   Result<Framework> f = Framework::Create(c, BuiltinRegistry());
@@ -199,11 +199,14 @@ TEST(BuiltinFrameworkTest, PrefersTheAlignedNodeAndReservesIt) {
   EXPECT_EQ(totals[2], -1) << "no RDMA NICs: filtered out";
   EXPECT_GT(totals[0], totals[1]) << "PIX beats NODE";
   // hgx: GpuNicAlignment 100 x5, NvlinkAffinity 100 x3, NumaAlignment 100 x2, Fragmentation 75 x2,
-  // SharedGpu 100 x1, RdmaAffinity 100 x3 (the pod asks NICs: neutral); KvTransferCost and
-  // PdRatio do not apply (no pool) and are not counted:
-  // (500 + 300 + 200 + 150 + 100 + 300) / 16 = 1550 / 16 = 96.875 -> 97.
-  EXPECT_EQ(totals[0], 97);
-  EXPECT_EQ(framework::ToExtenderScore(totals[0]), 10);
+  // ExpectedFragmentation 50 x15 (no typical shapes: the pod's own, and a 2-GPU pod strands
+  // nothing for another 2-GPU pod on the 8-GPU node), SharedGpu 100 x1, RdmaAffinity 100 x3 (the
+  // pod asks NICs: neutral); KvTransferCost and PdRatio do not apply (no pool), not counted:
+  // (500 + 300 + 200 + 150 + 750 + 100 + 300) / 31 = 2300 / 31 = 74.19 -> 74.
+  EXPECT_EQ(totals[0], 74);
+  framework::CapacityBand band(f->CapacityBandWidth());
+  for (const int t : {totals[0], totals[1]}) band.Offer(framework::NodeScore{.total = t});
+  EXPECT_EQ(band.ExtenderScore(framework::NodeScore{.total = totals[0]}), 10) << "the best node of the call";
 
   const framework::FilterResult unresolvable = f->RunFilter(state, nodes[2]);
   EXPECT_EQ(unresolvable.code(), framework::Code::kUnschedulableAndUnresolvable);

@@ -33,7 +33,10 @@
 namespace toposched::plugins::expected_fragmentation {
 
 inline constexpr std::string_view kName = "ExpectedFragmentation";
-inline constexpr int kDefaultWeight = 0;
+// On by default since the measure counts RDMA NICs (packing.h): on the embedded `simulate`
+// default (seeds 1-8) it places more pods than every baseline and keeps more whole 8-GPU slots;
+// docs/placement.md, "Capacity by default", has the runs and what it costs the KV paths.
+inline constexpr int kDefaultWeight = 15;
 inline constexpr std::string_view kScaleArg = "scale";
 inline constexpr double kDefaultScale = 1000;
 

@@ -22,8 +22,10 @@ inline constexpr std::string_view kName = "KvTransferCost";
 // ScoreResult::counted): for those, the network path is the placement's main concern. Measured
 // in the simulator (docs/placement.md): at weight 3 toposched's P/D pods reached the cheapest
 // available path no more often than first-fit's on the 240-node default; at 10, 65-75 % against
-// 54-60 % over three seeds.
-inline constexpr int kDefaultWeight = 10;
+// 54-60 % over three seeds. Raised to 20 with ExpectedFragmentation on by default (weight 15):
+// at 10 beside it the P/D pods reached the cheapest path less often than first-fit's on three
+// of five seeds; at 20, more often on all eight (docs/placement.md, "Capacity by default").
+inline constexpr int kDefaultWeight = 20;
 // Where the per-cycle pool data lives in the CycleState (computed by the first Score call).
 inline constexpr std::string_view kCycleKey = "KvTransferCost/pool";
 

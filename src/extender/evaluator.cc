@@ -108,6 +108,13 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   return pods_.Put(std::move(entry), now);
 }
 
+std::shared_ptr<const packing::ShapeMix> Evaluator::ShapeMixFor(std::string_view uid) {
+  if (!uid.empty()) {
+    if (const std::shared_ptr<PodEntry> entry = Find(uid); entry != nullptr && entry->mix != nullptr) return entry->mix;
+  }
+  return shapes_.Mix();
+}
+
 std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::NodeRecord& record) {
   if (!r.NamesGpuUuids()) return record.class_key;
   return (record.class_key ^ std::hash<std::string_view>{}(record.name)) * 1099511628211ull;

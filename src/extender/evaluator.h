@@ -102,6 +102,9 @@ class Evaluator {
       "toposched has no NodeTopology for this node (is the agent running there?)";
 
   const framework::Framework& framework() const { return framework_; }
+  // The typical pods capacity packs for: `uid`'s own mix when the pod is cached (as it stood
+  // when the pod was first seen, what its verbs use), else the window's current one.
+  std::shared_ptr<const packing::ShapeMix> ShapeMixFor(std::string_view uid);
   state::ClusterStore& store() const { return store_; }
   BindHooks* hooks() const { return hooks_; }
   PodCache::TimePoint now() const { return clock_(); }

@@ -197,10 +197,12 @@ Explanation Explain(const ExplainInput& in) {
   const framework::Framework& fw = *in.framework;
   framework::CycleState cycle = fw.NewCycle(in.request);
   cycle.set_explain(true);
+  cycle.SetShapeMix(in.shape_mix);
   if (in.request.role != PodRole::kNone && !in.request.pool.empty() && in.store != nullptr) {
     cycle.SetCluster(state::MakeClusterView(*in.store, in.snapshot, fw.config().network, in.request.pool,
                                             in.store->node_locations()));
   }
+  framework::CapacityBand band(fw.CapacityBandWidth());
   std::vector<NodeExplanation> all;
   all.reserve(snap.size());
   std::map<std::string, std::size_t> by_reason;
@@ -264,7 +266,8 @@ Explanation Explain(const ExplainInput& in) {
     n.fits = true;
     ++e.fitting;
     n.score100 = r.score.total;
-    n.extender_score = framework::ToExtenderScore(r.score.total);
+    n.capacity = r.score.capacity;
+    band.Offer(r.score);
     if (r.placement && info.topology != nullptr) {
       const Placement& p = *r.placement;
       if (!p.pairs.empty()) n.worst_class = p.worst_class;
@@ -275,9 +278,22 @@ Explanation Explain(const ExplainInput& in) {
     n.explanation = framework::ExplainNode(record->name, r.filtered, &r.score);
     all.push_back(std::move(n));
   }
-  std::stable_sort(all.begin(), all.end(), [](const NodeExplanation& a, const NodeExplanation& b) {
+  // Ranked as prioritize ranks (kube_verbs.cc): the capacity band first, then the total, then
+  // the capacity score; the name breaks ties.
+  for (NodeExplanation& n : all) {
+    if (!n.fits || !e.interested) continue;
+    const framework::NodeScore s{.total = n.score100, .capacity = n.capacity};
+    n.in_band = band.In(s);
+    n.extender_score = band.ExtenderScore(s);
+  }
+  std::stable_sort(all.begin(), all.end(), [&band](const NodeExplanation& a, const NodeExplanation& b) {
     if (a.fits != b.fits) return a.fits;
-    if (a.fits && a.score100 != b.score100) return a.score100 > b.score100;
+    if (a.fits) {
+      const framework::NodeScore sa{.total = a.score100, .capacity = a.capacity};
+      const framework::NodeScore sb{.total = b.score100, .capacity = b.capacity};
+      if (band.Ahead(sa, sb)) return true;
+      if (band.Ahead(sb, sa)) return false;
+    }
     return a.name < b.name;
   });
   if (!all.empty() && all.front().fits && e.interested) e.best = all.front().name;
@@ -312,6 +328,7 @@ std::string ToJson(const Explanation& e) {
     if (n.fits) {
       j["score"] = n.score100;
       j["extenderScore"] = n.extender_score;
+      if (n.capacity >= 0) j["capacity"] = {{"score", n.capacity}, {"inBand", n.in_band}};
       j["worstClass"] = n.worst_class ? json(std::string(ToString(*n.worst_class))) : json(nullptr);
       if (!n.alignment.empty()) j["alignment"] = n.alignment;
       j["gpus"] = n.gpus;
@@ -340,6 +357,9 @@ std::string ToText(const Explanation& e) {
     if (n.fits) {
       out += n.name + "  fits  score " + std::to_string(n.score100) + " (extender " +
              std::to_string(n.extender_score) + "/10)";
+      if (n.capacity >= 0) {
+        out += "  capacity " + std::to_string(n.capacity) + (n.in_band ? "" : " (outside the capacity band: ranked last)");
+      }
       if (n.worst_class) out += "  worst GPU->NIC " + std::string(ToString(*n.worst_class));
       if (!n.alignment.empty()) out += " (" + n.alignment + ")";
       out += "\n";

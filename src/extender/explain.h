@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "toposched/framework/framework.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
 #include "toposched/state/cluster_state.h"
@@ -68,6 +69,8 @@ struct ExplainInput {
   std::optional<state::PodAllocation> allocation;
   std::set<std::string, std::less<>> stale_nodes;  // topology withdrawn for a stale heartbeat
   std::size_t limit = 500;  // nodes listed in detail (fitting ones first); counts cover all
+  // The typical pods ExpectedFragmentation packs for (Evaluator::ShapeMixFor); null: the pod's own.
+  std::shared_ptr<const packing::ShapeMix> shape_mix;
 };
 
 struct NodeExplanation {
@@ -77,6 +80,11 @@ struct NodeExplanation {
   std::string plugin, reason;  // the refusing plugin and its reason (empty when it fits)
   std::string summary;         // RefusalSummary (empty when it fits)
   int score100 = 0, extender_score = 0;
+  // Capacity first (framework::CapacityBand), as prioritize ranks: the capacity plugin's score
+  // (-1: off) and whether it is within the band of the best; out-of-band nodes rank after the
+  // rest and get extender score 0.
+  int capacity = -1;
+  bool in_band = true;
   std::optional<LinkClass> worst_class;
   std::string alignment;  // AlignmentNote
   std::vector<std::string> gpus, nics;  // "3 (0000:1b:00.0)", "mlx5_0"
@@ -93,7 +101,7 @@ struct Explanation {
   std::string best;  // the highest-scoring node that fits (name order breaks ties), "" when none
   std::string summary;
   std::vector<std::pair<std::string, std::size_t>> reasons;  // refusal summary -> nodes, most first
-  std::vector<NodeExplanation> nodes;  // fitting by score, then refused by name; at most limit
+  std::vector<NodeExplanation> nodes;  // fitting as prioritize ranks them, then refused by name; at most limit
   bool truncated = false;
 };
 

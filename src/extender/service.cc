@@ -346,6 +346,7 @@ struct ExtenderService::Impl {
     if (!request->pod_uid.empty()) in.allocation = store.FindPod(request->pod_uid);
     if (hooks != nullptr) in.stale_nodes = hooks->StaleTopologies();
     in.limit = limit;
+    in.shape_mix = evaluator.ShapeMixFor(request->pod_uid);
     in.request = std::move(request).value();
     const Explanation e = extender::Explain(in);
     if (*text) {

@@ -246,6 +246,7 @@ TEST(ExtenderPrioritize, BareArrayOfHostScoresZeroToTenBetterAlignmentFirst) {
     EXPECT_LE(s, 10) << host;
   }
   EXPECT_GT(score["hgx-a"], score["vm-b"]);
+  EXPECT_EQ(score["hgx-a"], 10) << "the best node of the call";
   EXPECT_EQ(score["ghost"], 0);
 }
 
@@ -266,12 +267,20 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
     return score;
   };
   const Nodes nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}};
-  {
-    Harness plain(nodes);
-    std::map<std::string, int> score = prioritize(plain);
-    EXPECT_GE(score["hgx-a"], score["hgx-b"]) << "without capacity first the empty node is as good";
-  }
   framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
+  for (framework::PluginConfig& p : config.plugins) {
+    if (p.name == "ExpectedFragmentation") p.weight = 0;
+  }
+  {
+    Harness plain(nodes, {}, nullptr, config);
+    std::map<std::string, int> score = prioritize(plain);
+    EXPECT_GE(score["hgx-a"], score["hgx-b"]) << "without ExpectedFragmentation the empty node is as good";
+  }
+  {
+    Harness defaults(nodes);
+    std::map<std::string, int> score = prioritize(defaults);
+    EXPECT_GT(score["hgx-b"], score["hgx-a"]) << "at its default weight ExpectedFragmentation prefers the used node";
+  }
   config.capacity.plugin = "ExpectedFragmentation";
   Harness h(nodes, {}, nullptr, config);
   std::map<std::string, int> score = prioritize(h);
@@ -279,6 +288,19 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
   // hgx-b cannot host it any more: the band leaves hgx-a out.
   EXPECT_EQ(score["hgx-a"], 0);
   EXPECT_GE(score["hgx-b"], 1);
+  // /explain ranks and scores as prioritize does: hgx-b first, hgx-a outside the band with 0.
+  HttpClient c(h.port());
+  const PodSpec p1{.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1};
+  const json e = PostJson(c, "/explain", MakePod(p1).dump());
+  EXPECT_EQ(e["best"], "hgx-b") << e.dump(2);
+  ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
+  EXPECT_EQ(e["nodes"][0]["name"], "hgx-b");
+  EXPECT_EQ(e["nodes"][0]["extenderScore"], score["hgx-b"]);
+  EXPECT_EQ(e["nodes"][0]["capacity"]["inBand"], true);
+  EXPECT_EQ(e["nodes"][1]["name"], "hgx-a");
+  EXPECT_EQ(e["nodes"][1]["extenderScore"], 0);
+  EXPECT_EQ(e["nodes"][1]["capacity"]["inBand"], false);
+  EXPECT_LT(e["nodes"][1]["capacity"]["score"].get<int>(), e["nodes"][0]["capacity"]["score"].get<int>());
 }
 
 // Posts `pod`'s prioritize over `names` and expects every node's score to be what one whole
@@ -296,14 +318,21 @@ std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, con
   std::set<int> distinct;
   if (!request.ok()) return distinct;
   const auto snap = h.store().snapshot();
+  std::map<std::string, framework::NodeScore> fits;
+  framework::CapacityBand band(fw.CapacityBandWidth());
   for (const std::string& name : names) {
     const state::NodeRecord& record = *snap->Find(name);
     framework::CycleState cycle = fw.NewCycle(*request);
     cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, pool));
     const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated, record.labels,
                                    record.schedulable};
-    const framework::FilterResult filtered = fw.RunFilter(cycle, info);
-    const int want = filtered.ok() ? framework::ToExtenderScore(fw.RunScore(cycle, info).total) : 0;
+    if (!fw.RunFilter(cycle, info).ok()) continue;
+    fits[name] = fw.RunScore(cycle, info);
+    band.Offer(fits[name]);
+  }
+  for (const std::string& name : names) {
+    const auto it = fits.find(name);
+    const int want = it == fits.end() ? 0 : band.ExtenderScore(it->second);
     EXPECT_EQ(got[name], want) << name;
     distinct.insert(want);
   }
@@ -963,7 +992,7 @@ TEST(ExtenderExplain, ByNameAnswersPerNodeReasonsAndScoresFromTheStore) {
   EXPECT_EQ(best["gpus"].size(), 4u);
   EXPECT_EQ(best["nics"].size(), 4u);
   EXPECT_EQ(best["worstClass"], "PIX");
-  EXPECT_EQ(best["extenderScore"], framework::ToExtenderScore(best["score"].get<int>()));
+  EXPECT_EQ(best["extenderScore"], 10) << "the best node of the call";
   EXPECT_NE(best["explanation"].get<std::string>().find("total"), std::string::npos);
   std::map<std::string, json> by_name;
   for (const json& n : e["nodes"]) by_name[n["name"]] = n;

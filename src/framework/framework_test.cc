@@ -136,8 +136,10 @@ TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
   EXPECT_TRUE(band.Ahead(packs, strands)) << "outside the band ranks last, whatever its total";
   EXPECT_FALSE(band.Ahead(strands, near));
   EXPECT_FALSE(band.Ahead(near, near));
-  // The extender's one number per node: in band 1..10, out of band 0.
-  EXPECT_EQ(band.ExtenderScore(near), 7);
+  // The extender's one number per node: in band 1..10 relative to the best in-band total (70,
+  // not the out-of-band 100), out of band 0.
+  EXPECT_EQ(band.ExtenderScore(near), 10);
+  EXPECT_EQ(band.ExtenderScore(packs), 6);  // 40 * 10 / 70 = 5.7
   EXPECT_EQ(band.ExtenderScore(strands), 0);
   NodeScore poor;
   poor.total = 2;
@@ -151,6 +153,15 @@ TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
   NodeScore unscored;
   unscored.total = 10;
   EXPECT_TRUE(band.In(unscored));
+  // Off, the scale is still relative: the best of the call gets 10, the rest in proportion.
+  NodeScore aligned, unaligned;
+  aligned.total = 74;
+  unaligned.total = 62;
+  CapacityBand plain(-1);
+  plain.Offer(aligned);
+  plain.Offer(unaligned);
+  EXPECT_EQ(plain.ExtenderScore(aligned), 10);
+  EXPECT_EQ(plain.ExtenderScore(unaligned), 8);  // 62 * 10 / 74 = 8.4
 }
 
 TEST(FrameworkTest, TheCapacityPluginRanksAtWeightZeroAndWhenNotListed) {

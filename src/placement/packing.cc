@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "toposched/common/text.h"
+#include "toposched/placement/device_rules.h"
 
 namespace toposched::packing {
 namespace {
@@ -85,6 +86,7 @@ ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage, Coverage
 Shape ShapeOf(const PlacementRequest& request, std::int64_t cpu_milli) {
   Shape s;
   s.cpu_milli = cpu_milli;
+  s.nics = std::max(request.rdma_nics, 0);
   if (request.IsShared()) {
     s.gpus = request.shared.count;
     if (request.shared.cores > 0) {
@@ -106,6 +108,7 @@ NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated,
                   std::int64_t cpu_left) {
   NodeState n;
   n.cpu_left = cpu_left;
+  for (int i = 0; i < static_cast<int>(topology.nics.size()); ++i) n.nics_left += RdmaNicFree(topology, allocated, i) ? 1 : 0;
   for (const Gpu& gpu : topology.gpus) {
     if (gpu.vendor != vendor) continue;
     if (n.model.empty()) n.model = gpu.model;
@@ -137,6 +140,7 @@ NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated,
 
 bool Fits(const NodeState& node, const Shape& shape) {
   if (node.cpu_left >= 0 && node.cpu_left < shape.cpu_milli) return false;
+  if (node.nics_left < shape.nics) return false;
   if (shape.gpus == 0 || shape.milli == 0) return true;
   return ModelAccepted(node, shape) && GpusFit(node, shape);
 }
@@ -164,6 +168,7 @@ double Fragmentation(const NodeState& node, const ShapeMix& mix) {
 NodeState After(const NodeState& node, const Shape& shape, const std::vector<int>& gpus) {
   NodeState out = node;
   if (out.cpu_left >= 0) out.cpu_left = std::max<std::int64_t>(0, out.cpu_left - shape.cpu_milli);
+  out.nics_left = std::max(0, out.nics_left - shape.nics);
   const int take = shape.milli >= kMilli ? kMilli : shape.milli;
   for (int g : gpus) {
     if (g < 0 || Idx(g) >= out.milli_left.size()) continue;

@@ -139,6 +139,40 @@ TEST(PackingTest, StateOfReadsAllocations) {
   EXPECT_EQ(s.milli_left[4], kMilli);
   EXPECT_EQ(s.cpu_left, 12000);
   EXPECT_TRUE(StateOf(*t, a, GpuVendor::kAmd).milli_left.empty());
+  EXPECT_EQ(s.nics_left, 8);
+  a.nic_used.assign(t->nics.size(), false);
+  a.nic_used[0] = a.nic_used[5] = true;
+  EXPECT_EQ(StateOf(*t, a, GpuVendor::kNvidia).nics_left, 6);
+}
+
+// The NIC extension: a shape that asks RDMA NICs cannot use a node with too few free, so a
+// NIC-less pod on an RDMA node strands less than it does on a node NIC-asking pods cannot use,
+// and a 1-GPU, 1-NIC pod on a whole 8-GPU, 8-NIC node strands the whole-node shape.
+TEST(PackingTest, RdmaNicsCountInTheShapeAndTheNode) {
+  PlacementRequest r;
+  r.gpus = 2;
+  r.rdma_nics = 2;
+  EXPECT_EQ(ShapeOf(r).nics, 2);
+  Shape decode = Whole(1);
+  decode.nics = 1;
+  Shape training = Whole(8);
+  training.nics = 8;
+  const ShapeMix mix{{{decode, 0.5}, {training, 0.5}}};
+  NodeState rdma = Node(std::vector<int>(8, kMilli));
+  rdma.nics_left = 8;
+  const NodeState ethernet = Node(std::vector<int>(8, kMilli));  // no RDMA NIC
+  EXPECT_TRUE(Fits(rdma, training));
+  EXPECT_FALSE(Fits(ethernet, decode));
+  EXPECT_DOUBLE_EQ(Fragmentation(rdma, mix), 0);
+  EXPECT_DOUBLE_EQ(Fragmentation(ethernet, mix), 8000);  // neither shape can use any of it
+  // A decode on the whole RDMA node: 7 GPUs, 7 NICs left, the training shape no longer fits.
+  const NodeState after = After(rdma, decode, {0});
+  EXPECT_EQ(after.nics_left, 7);
+  EXPECT_DOUBLE_EQ(Fragmentation(after, mix), 0.5 * 7000);
+  // NICs run out before GPUs: 8 GPUs idle, no NIC left, nothing NIC-asking fits.
+  NodeState no_nics = rdma;
+  no_nics.nics_left = 0;
+  EXPECT_DOUBLE_EQ(Fragmentation(no_nics, mix), 8000);
 }
 
 }  // namespace

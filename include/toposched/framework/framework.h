@@ -10,6 +10,7 @@
 // The PlacementMemo shared by all cycles is guarded by a mutex, so concurrent cycles serialise
 // on engine misses (hits cost one lookup); per-worker memos are the next step if that shows.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,11 +53,18 @@ struct NodeScore {
   std::string capacity_explanation;  // the capacity plugin's explanation, when explaining
 };
 
-// Capacity first over the nodes that fit one pod: Offer every feasible node's score, then rank.
-// A node is in the band when its capacity score is within `band` of the best offered (or when
-// capacity first is off: band < 0, or the node has no capacity score). In-band nodes rank ahead
-// of the rest; then the higher total; then the higher capacity. The extender's wire has only
-// one number per node, so ExtenderScore maps in-band nodes to 1..10 and the rest to 0.
+// The ranking of the nodes that fit one pod, and their extender scores: Offer every feasible
+// node's score, then rank.
+//
+// Capacity first: a node is in the band when its capacity score is within `band` of the best
+// offered (or when capacity first is off: band < 0, or the node has no capacity score). In-band
+// nodes rank ahead of the rest; then the higher total; then the higher capacity.
+//
+// The extender's wire has one number per node, 0..10. ExtenderScore gives out-of-band nodes 0
+// and in-band ones 1..10 by their total relative to the best in-band total (kube-scheduler's
+// DefaultNormalizeScore: score * max / highest, pkg/scheduler/framework/plugins/helper/
+// normalize_score.go), so the best node of the call gets 10 and the spread between aligned and
+// unaligned nodes survives the coarse scale whatever the totals' absolute level.
 class CapacityBand {
  public:
   explicit CapacityBand(int band) : band_(band) {}
@@ -71,6 +79,14 @@ class CapacityBand {
  private:
   int band_;
   int best_ = -1;
+  // The highest total offered per capacity score (index capacity + 1; 0: no capacity score),
+  // -1 when none: the best in-band total without keeping every offer.
+  std::array<int, kMaxScore + 2> top_total_ = MinusOnes();
+  static constexpr std::array<int, kMaxScore + 2> MinusOnes() {
+    std::array<int, kMaxScore + 2> a{};
+    a.fill(-1);
+    return a;
+  }
 };
 
 // `total` of the parts whose sums these are (two RunScore calls over complementary ScoreSets
@@ -82,9 +98,10 @@ int WeightedTotal(long long weighted, long long weights);
 // pod's node-only part once per node class and the rest per node.
 enum class ScoreSet : std::uint8_t { kAll, kNodeOnly, kClusterOnly };
 
-// The extender wire's scale is 0..10 (kube-scheduler's MaxExtenderPriority). This is the ONE
-// conversion: round half up, score100 / 10 -> 95..100 = 10, 85..94 = 9, ..., 0..4 = 0; inputs
-// outside 0..100 are clamped first.
+// The extender wire's scale is 0..10 (kube-scheduler's MaxExtenderPriority). The absolute
+// conversion, round half up, score100 / 10 -> 95..100 = 10, 85..94 = 9, ..., 0..4 = 0; inputs
+// outside 0..100 are clamped first. Prioritize scores relative to the call's best node
+// (CapacityBand::ExtenderScore), which uses this when the best total is 100.
 inline constexpr int kMaxExtenderScore = 10;
 int ToExtenderScore(int score100);
 

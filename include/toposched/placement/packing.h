@@ -11,6 +11,12 @@
 // at all), and otherwise cannot use the GPUs whose idle part is smaller than what it asks per
 // GPU. A placement that makes F grow least strands the least capacity for the pods that follow.
 //
+// One extension, for GPU servers whose RDMA NICs are scarce: a shape also counts the RDMA NICs
+// it asks for, and cannot run on a node with fewer free. FGD's pods ask no NIC, so on its trace
+// the measure is FGD's; on a serving cluster it sees that a NIC-less pod on an RDMA node takes
+// a GPU the NIC-asking pods could have used, and that a small pod on an empty 8-GPU, 8-NIC
+// node strands the whole-node shape, whose GPUs another node would otherwise still offer.
+//
 // Units: milli-GPU (1000 = one whole GPU), milli-CPU. Pure functions: no I/O.
 
 #include <cstdint>
@@ -34,6 +40,7 @@ struct Shape {
   // GPU models the pod accepts (case-insensitive substrings of the node's model, as HAMi's
   // nvidia.com/use-gputype); empty: any.
   std::vector<std::string> models;
+  int nics = 0;  // RDMA NICs
   auto operator<=>(const Shape&) const = default;
 };
 
@@ -64,7 +71,8 @@ ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage = 0.95, C
 // The shape of a placement request: whole GPUs, or one share of one GPU (cores as a fraction of
 // kMilli: HAMi's gpucores percent x 10; no cores asked: the share of the card's memory it asks,
 // when known; else a whole GPU's worth, since such a vGPU may use all the compute).
-// `cpu_milli` is what the pod asks of the node's CPU (0 when the caller does not know).
+// `cpu_milli` is what the pod asks of the node's CPU (0 when the caller does not know); `nics`
+// its RDMA NICs.
 Shape ShapeOf(const PlacementRequest& request, std::int64_t cpu_milli = 0);
 
 // A node as the measure sees it.
@@ -72,6 +80,7 @@ struct NodeState {
   std::vector<int> milli_left;  // per GPU: what is idle (0 when held whole)
   std::int64_t cpu_left = -1;   // -1: unknown, counted as enough for every shape
   std::string model;            // the node's GPU model, for Shape::models
+  int nics_left = 0;            // RDMA NICs no pod uses
 };
 
 // The idle part of each GPU of `vendor`: 0 for a GPU held whole or unusable; for a shared GPU,
@@ -80,14 +89,14 @@ struct NodeState {
 NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated, GpuVendor vendor,
                   std::int64_t cpu_left = -1);
 
-// Whether `shape` can run on `node` (GPU model, CPU, enough GPUs with enough left).
+// Whether `shape` can run on `node` (GPU model, CPU, RDMA NICs, enough GPUs with enough left).
 bool Fits(const NodeState& node, const Shape& shape);
 
 // F(node) for `mix`, in milli-GPU.
 double Fragmentation(const NodeState& node, const ShapeMix& mix);
 
 // `node` after one pod of `shape` takes the GPUs listed in `gpus` (indices into milli_left;
-// kMilli of each for whole GPUs, shape.milli for a share) and its CPU.
+// kMilli of each for whole GPUs, shape.milli for a share), its CPU and its NICs.
 NodeState After(const NodeState& node, const Shape& shape, const std::vector<int>& gpus);
 
 // The GPU a share of `shape` should take on `node` to make F grow least (ties: the GPU with
