@@ -23,6 +23,16 @@ void CapacityBand::Offer(const NodeScore& score) {
   best_ = std::max(best_, score.capacity);
   int& top = top_total_[static_cast<std::size_t>(std::clamp(score.capacity, -1, kMaxScore) + 1)];
   top = std::max(top, std::clamp(score.total, kMinScore, kMaxScore));
+  top_in_band_ = -2;
+}
+
+int CapacityBand::TopInBand() const {
+  if (top_in_band_ != -2) return top_in_band_;
+  int top = top_total_[0];  // nodes without a capacity score are always in the band
+  const int lowest = band_ < 0 ? 0 : std::max(0, best_ - band_);
+  for (int c = lowest; c <= kMaxScore; ++c) top = std::max(top, top_total_[static_cast<std::size_t>(c + 1)]);
+  top_in_band_ = top;
+  return top;
 }
 
 bool CapacityBand::In(const NodeScore& score) const {
@@ -38,9 +48,7 @@ bool CapacityBand::Ahead(const NodeScore& a, const NodeScore& b) const {
 
 int CapacityBand::ExtenderScore(const NodeScore& score) const {
   if (!In(score)) return 0;
-  int top = top_total_[0];  // nodes without a capacity score are always in the band
-  const int lowest = band_ < 0 ? 0 : std::max(0, best_ - band_);
-  for (int c = lowest; c <= kMaxScore; ++c) top = std::max(top, top_total_[static_cast<std::size_t>(c + 1)]);
+  const int top = TopInBand();
   const int total = std::clamp(score.total, kMinScore, kMaxScore);
   // An offer of this score raises top to at least total; a score never offered is compared
   // against the offers alone (and is capped at 10).

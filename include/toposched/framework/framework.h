@@ -77,8 +77,11 @@ class CapacityBand {
   int band() const { return band_; }
 
  private:
+  int TopInBand() const;
+
   int band_;
   int best_ = -1;
+  mutable int top_in_band_ = -2;  // TopInBand()'s cached answer; -2: to compute (an Offer came)
   // The highest total offered per capacity score (index capacity + 1; 0: no capacity score),
   // -1 when none: the best in-band total without keeping every offer.
   std::array<int, kMaxScore + 2> top_total_ = MinusOnes();
