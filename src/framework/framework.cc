@@ -209,11 +209,6 @@ PluginStatus Framework::RunReserve(CycleState& state, NodeInfo& node) const {
   return PluginStatus::Success();
 }
 
-void Framework::RunUnreserve(CycleState& state, NodeInfo& node) const {
-  const auto& reservers = impl_->reservers;
-  for (std::size_t j = reservers.size(); j-- > 0;) reservers[j]->Unreserve(state, node);
-}
-
 int Framework::CapacityBandWidth() const {
   return impl_->capacity == nullptr ? -1 : impl_->config.capacity.band;
 }

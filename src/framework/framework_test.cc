@@ -353,18 +353,6 @@ TEST(FrameworkTest, ReserveFailureUnreservesTheEarlierOnesInReverse) {
   EXPECT_TRUE(node.labels.empty()) << "the node is as it was";
 }
 
-TEST(FrameworkTest, ReserveThenUnreserve) {
-  Fixture fx;
-  const Framework f = fx.Make({{"Ok", 1, {}}, {"R1", 1, {}}, {"R2", 1, {}}});
-  CycleState state = f.NewCycle(RequestBuilder().Gpus(1).Build());
-  NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
-  EXPECT_TRUE(f.RunReserve(state, node).ok());
-  EXPECT_EQ(node.labels.size(), 2u);
-  f.RunUnreserve(state, node);
-  EXPECT_TRUE(node.labels.empty());
-  EXPECT_EQ(*fx.log, (std::vector<std::string>{"reserve R1", "reserve R2", "unreserve R2", "unreserve R1"}));
-}
-
 TEST(FrameworkTest, Explanations) {
   NodeScore score;
   score.total = 85;

@@ -416,15 +416,6 @@ Result<nlohmann::json> Api::Patch(const std::string& path, PatchType type, const
   return ParseBody(*response, request);
 }
 
-Status Api::Delete(const std::string& path) {
-  Request request;
-  request.method = "DELETE";
-  request.path = path;
-  auto response = Send(request, true);
-  if (!response) return response.error();
-  return Status::Ok();
-}
-
 Result<nlohmann::json> Api::Update(const std::string& path,
                                    const std::function<Result<bool>(nlohmann::json& object)>& mutate) {
   // Conflicts clear up at once when the other writer is done: short waits, as client-go's

@@ -343,12 +343,13 @@ TEST(ApiRequestTest, PatchTypesAndDelete) {
     EXPECT_EQ(h.transport.requests()[0].content_type, c.content_type);
     EXPECT_EQ(json::parse(h.transport.requests()[0].body)["metadata"]["labels"]["a"], "b");
   }
+  // A 5xx is retried.
   Harness h;
   h.transport.Respond(500, "");
-  h.transport.RespondJson(200, StatusBody(200, "", ""));
-  EXPECT_TRUE(h.api->Delete(PodPath("ns", "p")).ok());
+  h.transport.RespondJson(200, Pod("p", "4"));
+  EXPECT_TRUE(h.api->Patch(PodPath("ns", "p"), PatchType::kMerge, {{"metadata", {{"labels", {{"a", "b"}}}}}}).ok());
   EXPECT_EQ(h.transport.requests().size(), 2u);
-  EXPECT_EQ(h.transport.requests()[1].method, "DELETE");
+  EXPECT_EQ(h.transport.requests()[1].method, "PATCH");
 }
 
 TEST(BackoffTest, StaysWithinTheCappedExponentialAndResets) {

@@ -2,7 +2,7 @@
 // The Framework: runs the configured plugins for one pod over candidate nodes. It is the runner,
 // separate from the plugin interfaces (plugin.h), as in kube-scheduler. The extender maps its
 // verbs onto it: filter -> RunFilter per node; prioritize -> RunScore per node, then
-// ToExtenderScore at the wire; bind -> RunFilter on the node as it is now, then the cluster store
+// CapacityBand::ExtenderScore at the wire; bind -> RunFilter on the node as it is now, then the cluster store
 // applies the placement under the node's lock (the store is the extender's Reserve). The
 // simulators run RunReserve on their own node copies.
 //
@@ -130,8 +130,6 @@ class Framework {
   // Reserve plugins in config order. When one fails, the ones that succeeded before it are
   // unreserved in reverse order, so `node` is as it was; returns the failing status.
   PluginStatus RunReserve(CycleState& state, NodeInfo& node) const;
-  // Every Reserve plugin's Unreserve, in reverse config order (each is idempotent).
-  void RunUnreserve(CycleState& state, NodeInfo& node) const;
 
   const SchedulerConfig& config() const;
   // The capacity band to rank this framework's scores with (-1: capacity first is off).

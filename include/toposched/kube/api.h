@@ -115,7 +115,6 @@ class Api {
   // PUT. The object's metadata.resourceVersion makes it conditional (409 when stale).
   Result<nlohmann::json> Replace(const std::string& path, const nlohmann::json& object);
   Result<nlohmann::json> Patch(const std::string& path, PatchType type, const nlohmann::json& patch);
-  Status Delete(const std::string& path);
 
   // Read-modify-write: GET `path`, call `mutate` on the object (true: changed, write it; false:
   // nothing to do, return it as read), PUT it with its resourceVersion; on 409 GET again and
