@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <variant>
+
+#include "toposched/common/quantity.h"
 
 namespace toposched::cmd {
 
@@ -116,30 +119,11 @@ std::string FormatDuration(std::chrono::milliseconds d) {
   return std::to_string(ms) + "ms";
 }
 
+// A size flag is a Kubernetes quantity, read by the parser pod resources use.
 Result<std::int64_t> ParseQuantity(std::string_view text) {
-  std::int64_t n = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || n < 0 || end == text.data()) return Error("not a quantity");
-  const std::string_view suffix(end, static_cast<std::size_t>(text.data() + text.size() - end));
-  struct Unit {
-    std::string_view suffix;
-    std::int64_t factor;
-  };
-  static constexpr Unit kUnits[] = {{"", 1},
-                                    {"Ki", 1LL << 10},
-                                    {"Mi", 1LL << 20},
-                                    {"Gi", 1LL << 30},
-                                    {"Ti", 1LL << 40},
-                                    {"k", 1000},
-                                    {"M", 1000'000},
-                                    {"G", 1000'000'000},
-                                    {"T", 1000'000'000'000}};
-  for (const Unit& u : kUnits) {
-    if (suffix != u.suffix) continue;
-    if (n > std::numeric_limits<std::int64_t>::max() / u.factor) return Error("too large");
-    return n * u.factor;
-  }
-  return Error("not a quantity");
+  const std::variant<Quantity, std::string> q = ::toposched::ParseQuantity(text);
+  if (const auto* why = std::get_if<std::string>(&q)) return Error(*why);
+  return std::get<Quantity>(q).value;
 }
 
 Result<bool> ParseBoolValue(std::string_view text) {

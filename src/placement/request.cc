@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/common/quantity.h"
 #include "toposched/common/text.h"
 
 namespace toposched {
@@ -57,8 +58,6 @@ constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{1} << 24;  // 16 TiB
 // bound above is far below it.
 constexpr std::int64_t kSaturated = std::int64_t{1} << 62;
 // Values quoted in error messages are cut to this many characters.
-// A quantity longer than this is not one anybody wrote ("9223372036854775807" is 19).
-constexpr std::size_t kMaxQuantityLength = 64;
 // The deepest value the parser keeps is spec.containers[i].resources.limits.<name> (depth 6);
 // everything deeper is dropped while parsing, which bounds the memory a hostile document costs.
 constexpr int kMaxKeptDepth = 6;
@@ -87,108 +86,13 @@ std::vector<std::string> SplitList(std::string_view s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kubernetes quantities (k8s.io/apimachinery resource.ParseQuantity):
-//   quantity ::= [+-] digits [. digits] suffix
-//   suffix   ::= "" | n u m k M G T P E | Ki Mi Gi Ti Pi Ei | e<int> | E<int>
-// Only whole values are accepted; the value is computed exactly (no floating point), so
-// "1500m" is rejected while "2000m" is 2.
-
-struct Quantity {
-  std::int64_t value = 0;      // in base units: bytes when `binary`, else the number itself
-  bool binary = false;         // a binary suffix (Ki, Mi, ...) was used
-};
-
-// Returns the quantity or the reason it is not acceptable, phrased to follow the quoted value.
-std::variant<Quantity, std::string> ParseQuantityString(std::string_view s) {
-  if (s.size() > kMaxQuantityLength) return std::string("is not a Kubernetes quantity (too long)");
-  std::size_t i = 0;
-  bool negative = false;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
-  std::string digits;  // integer and fraction digits together
-  int fraction_digits = 0;
-  bool any_digit = false;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
-    digits += s[i++];
-    any_digit = true;
-  }
-  if (i < s.size() && s[i] == '.') {
-    ++i;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
-      digits += s[i++];
-      ++fraction_digits;
-      any_digit = true;
-    }
-  }
-  if (!any_digit) return std::string("is not a Kubernetes quantity");
-
-  int exp10 = 0, exp2 = 0;
-  const std::string_view suffix = s.substr(i);
-  bool binary = false;
-  if (suffix.empty()) {
-    // A plain number.
-  } else if (suffix.size() == 2 && suffix[1] == 'i') {
-    const std::string_view units = "KMGTPE";
-    const std::size_t u = units.find(suffix[0]);
-    if (u == std::string_view::npos) return std::string("is not a Kubernetes quantity (unknown suffix)");
-    exp2 = 10 * static_cast<int>(u + 1);
-    binary = true;
-  } else if ((suffix[0] == 'e' || suffix[0] == 'E') && suffix.size() > 1) {
-    std::size_t j = 1;
-    bool exp_negative = false;
-    if (suffix[j] == '+' || suffix[j] == '-') exp_negative = suffix[j++] == '-';
-    if (j == suffix.size()) return std::string("is not a Kubernetes quantity");
-    int e = 0;
-    for (; j < suffix.size(); ++j) {
-      if (!std::isdigit(static_cast<unsigned char>(suffix[j]))) {
-        return std::string("is not a Kubernetes quantity");
-      }
-      e = std::min(e * 10 + (suffix[j] - '0'), 10000);  // far past any int64; stays small
-    }
-    exp10 = exp_negative ? -e : e;
-  } else if (suffix.size() == 1) {
-    switch (suffix[0]) {
-      case 'n': exp10 = -9; break;
-      case 'u': exp10 = -6; break;
-      case 'm': exp10 = -3; break;
-      case 'k': exp10 = 3; break;
-      case 'M': exp10 = 6; break;
-      case 'G': exp10 = 9; break;
-      case 'T': exp10 = 12; break;
-      case 'P': exp10 = 15; break;
-      case 'E': exp10 = 18; break;
-      default: return std::string("is not a Kubernetes quantity (unknown suffix)");
-    }
-  } else {
-    return std::string("is not a Kubernetes quantity (unknown suffix)");
-  }
-
-  // digits x 10^(exp10 - fraction_digits) x 2^exp2, exactly.
-  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
-  if (digits.empty()) return Quantity{0, binary};  // zero, whatever the sign and suffix
-  if (negative) return std::string("is negative");
-  int scale = exp10 - fraction_digits;
-  while (scale < 0 && digits.back() == '0') {
-    digits.pop_back();
-    ++scale;
-  }
-  if (scale < 0) return std::string("is not a whole number");
-  // 18 digits always fit in int64; more would exceed every bound this parser serves.
-  if (digits.size() + static_cast<std::size_t>(scale) > 18) return std::string("is too large");
-  std::int64_t v = 0;
-  for (char c : digits) v = v * 10 + (c - '0');
-  for (int k = 0; k < scale; ++k) v *= 10;
-  if (exp2 > 0 && v > (std::numeric_limits<std::int64_t>::max() >> exp2)) {
-    return std::string("is too large");
-  }
-  v <<= exp2;
-  return Quantity{v, binary};
-}
+// Kubernetes quantities: common/quantity.h.
 
 // A resource value as the API server writes it (a string) or as people write it by hand (a JSON
 // number). `path` names the field for errors.
 Result<Quantity> ReadQuantity(const json& v, const std::string& path) {
   if (v.is_string()) {
-    auto parsed = ParseQuantityString(v.get_ref<const std::string&>());
+    auto parsed = ParseQuantity(v.get_ref<const std::string&>());
     if (auto* reason = std::get_if<std::string>(&parsed)) {
       return Error(path + ": " + Describe(v) + " " + *reason);
     }
