@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include <cctype>
 #include <cmath>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -601,6 +603,18 @@ constexpr int kImportsPerWorker = 1 << 30;
 constexpr int kImportsPerWorker = 1000;
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TOPOSCHED_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TOPOSCHED_ASAN 1
+#endif
+#endif
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void));
+#endif
+
+
 namespace {
 
 // Whole-buffer I/O on a stream socket; false on EOF or error. send() with MSG_NOSIGNAL: a worker
@@ -646,11 +660,44 @@ bool SendFrame(int fd, std::string_view payload) {
   return SendAll(fd, reinterpret_cast<const char*>(&size), sizeof size) && SendAll(fd, payload.data(), payload.size());
 }
 
+#ifndef TOPOSCHED_ASAN
+// What the worker may map beyond what the process had when it forked (RLIMIT_AS): a 64 MiB
+// export imports in a few hundred MiB, and hwloc 2.9 asks for gigabytes on some malformed files
+// (the fuzz target found reallocs of about 7 GB), which must cost an error, not the node's memory.
+// Not under AddressSanitizer, whose shadow mappings an address-space limit would break.
+constexpr std::uint64_t kWorkerAddressSpaceHeadroom = std::uint64_t{2} << 30;
+
+// Caps the worker's address space at what it has now (VmSize, /proc/self/statm) plus the
+// headroom; a malloc past it fails, and hwloc then returns an error or the worker dies of it.
+void LimitAddressSpace() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return;
+  unsigned long long pages = 0;
+  const bool read = std::fscanf(f, "%llu", &pages) == 1;
+  std::fclose(f);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (!read || page <= 0) return;
+  const std::uint64_t limit = pages * static_cast<std::uint64_t>(page) + kWorkerAddressSpaceHeadroom;
+  const rlimit r{limit, limit};
+  setrlimit(RLIMIT_AS, &r);
+}
+#endif
+
 // The worker's loop: one framed request, one framed answer, until the parent closes its end.
 [[noreturn]] void ServeImports(int fd) {
   // A crash here is the file's, reported by the parent: no handler of the caller's (a
   // sanitizer's, a fuzzer's) runs in the worker.
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  // libFuzzer's death callback would save, as the finding of a sanitizer report in here, the
+  // unit this copy of the fuzzer process holds: the one current at the fork, not the file that
+  // killed the worker. Without it the worker just exits (status 1); the parent, which holds the
+  // right unit, stops the run (ImportWorker::Import).
+  __sanitizer_set_death_callback(nullptr);
+#endif
+#ifndef TOPOSCHED_ASAN
+  LimitAddressSpace();
+#endif
   for (;;) {
     std::uint64_t size = 0;
     if (!ReadAll(fd, reinterpret_cast<char*>(&size), sizeof size) || size > kMaxTopologyFileBytes) _exit(0);
@@ -698,6 +745,14 @@ class ImportWorker {
       return Error("hwloc did not finish importing this XML in " + std::to_string(kHwlocImportTimeout.count()) +
                    " s (stopped): the file is malformed or far too large");
     }
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    // A sanitizer report in the worker (printed above: a bad access or an allocation past
+    // ASan's limits inside hwloc) is a finding of this input: stop so that libFuzzer saves it.
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
+      std::fprintf(stderr, "hwloc import worker: died of a sanitizer report (above) on this input\n");
+      std::abort();
+    }
+#endif
     if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
       return Error("hwloc crashed importing this XML (signal " + std::to_string(WTERMSIG(status)) + ", " +
                    strsignal(WTERMSIG(status)) + "): the file is malformed; lstopo --if xml --input FILE shows "
