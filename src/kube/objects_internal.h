@@ -63,7 +63,8 @@ inline std::vector<std::string_view> Split(std::string_view s, char sep) {
   }
 }
 
-// A decimal integer, optionally signed, nothing else.
+// A decimal integer, optionally signed ("+" too), nothing else: Go's strconv.Atoi, which HAMi
+// reads these fields with (common/text.h's ParseInt refuses "+", as the command line does).
 template <typename T>
 inline std::optional<T> ParseInt(std::string_view s) {
   if (s.size() > 1 && s.front() == '+' && s[1] != '-') s.remove_prefix(1);
