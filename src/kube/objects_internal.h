@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/json_errors.h"
+#include "../common/json_read.h"
 #include "toposched/common/status.h"
 #include "toposched/kube/objects.h"
 #include "toposched/placement/placement.h"
@@ -41,13 +42,8 @@ inline constexpr int kMaxAllocationDepth = 16;
 using json_errors::Expected;
 using json_errors::Quote;
 
-inline std::string Child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-
-inline std::string Element(const std::string& path, std::size_t i) {
-  return path + "[" + std::to_string(i) + "]";
-}
+using json_read::Child;
+using json_read::Element;
 
 inline std::vector<std::string_view> Split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -129,91 +125,42 @@ inline Result<json> ParseBoundedJson(std::string_view text, int max_depth) {
   }
 }
 
-// ---- typed readers over nlohmann::json; every one names the JSON path of a problem ----
+// ---- typed readers (common/json_read.h): API objects and HAMi's annotations are written by Go,
+// whose encoding/json reads a JSON null member as absent ----
 
+// This library's own Presence, so that argument-dependent lookup does not also find the
+// json_read readers these wrap.
 enum class Presence { kRequired, kOptional };
+inline json_read::Presence Common(Presence p) {
+  return p == Presence::kRequired ? json_read::Presence::kRequired : json_read::Presence::kOptional;
+}
 
-// The member `key` of object `o`, or null when absent (or JSON null, which Go's encoding/json
-// and the API server treat as absent). Errors when required and absent.
 inline Result<const json*> Member(const json& o, std::string_view key, const std::string& path, Presence presence) {
-  const auto it = o.find(key);
-  if (it == o.end() || it->is_null()) {
-    if (presence == Presence::kRequired) return Error(Child(path, key) + ": required");
-    return static_cast<const json*>(nullptr);
-  }
-  return &*it;
+  return json_read::Member(o, key, path, Common(presence), json_read::Null::kAbsent);
 }
-
 inline Status ReadString(const json& o, std::string_view key, const std::string& path, Presence presence,
-                  std::string* out) {
-  Result<const json*> v = Member(o, key, path, presence);
-  if (!v.ok()) return v.error();
-  if (*v == nullptr) return Status::Ok();
-  if (!(*v)->is_string()) return Expected(Child(path, key), "a string", **v);
-  *out = (*v)->get<std::string>();
-  return Status::Ok();
+                         std::string* out) {
+  return json_read::ReadString(o, key, path, Common(presence), out, json_read::Null::kAbsent);
 }
-
 template <typename T>
-inline Status ReadInt(const json& o, std::string_view key, const std::string& path, Presence presence, T min, T max,
+Status ReadInt(const json& o, std::string_view key, const std::string& path, Presence presence, T min, T max,
                T* out) {
-  Result<const json*> v = Member(o, key, path, presence);
-  if (!v.ok()) return v.error();
-  if (*v == nullptr) return Status::Ok();
-  const json& j = **v;
-  const std::string what = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-  if (!j.is_number_integer()) return Expected(Child(path, key), what, j);
-  if (j.is_number_unsigned()) {
-    const auto u = j.get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(max)) return Expected(Child(path, key), what, j);
-    *out = static_cast<T>(u);
-    return Status::Ok();
-  }
-  const auto s = j.get<std::int64_t>();
-  if (s < static_cast<std::int64_t>(min) || s > static_cast<std::int64_t>(max)) {
-    return Expected(Child(path, key), what, j);
-  }
-  *out = static_cast<T>(s);
-  return Status::Ok();
+  return json_read::ReadInt(o, key, path, Common(presence), min, max, out, json_read::Null::kAbsent);
 }
-
 inline Status ReadBool(const json& o, std::string_view key, const std::string& path, bool* out) {
-  Result<const json*> v = Member(o, key, path, Presence::kOptional);
-  if (!v.ok()) return v.error();
-  if (*v == nullptr) return Status::Ok();
-  if (!(*v)->is_boolean()) return Expected(Child(path, key), "true or false", **v);
-  *out = (*v)->get<bool>();
-  return Status::Ok();
+  return json_read::ReadBool(o, key, path, json_read::Presence::kOptional, out, json_read::Null::kAbsent);
 }
-
-// The object member `key` (null when absent and optional).
 inline Result<const json*> ReadObject(const json& o, std::string_view key, const std::string& path,
-                               Presence presence) {
-  Result<const json*> v = Member(o, key, path, presence);
-  if (!v.ok() || *v == nullptr) return v;
-  if (!(*v)->is_object()) return Expected(Child(path, key), "an object", **v);
-  return v;
+                                      Presence presence) {
+  return json_read::ReadObject(o, key, path, Common(presence), json_read::Null::kAbsent);
 }
-
 inline Result<const json*> ReadArray(const json& o, std::string_view key, const std::string& path,
-                              Presence presence) {
-  Result<const json*> v = Member(o, key, path, presence);
-  if (!v.ok() || *v == nullptr) return v;
-  if (!(*v)->is_array()) return Expected(Child(path, key), "an array", **v);
-  return v;
+                                     Presence presence) {
+  return json_read::ReadArray(o, key, path, Common(presence), json_read::Null::kAbsent);
 }
-
-// A map[string]string (labels, annotations); `keep` filters the keys kept (all are type-checked).
 inline Status ReadStringMap(const json& o, std::string_view key, const std::string& path,
-                     bool (*keep)(const std::string&), std::map<std::string, std::string>* out) {
-  Result<const json*> m = ReadObject(o, key, path, Presence::kOptional);
-  if (!m.ok()) return m.error();
-  if (*m == nullptr) return Status::Ok();
-  for (const auto& [k, v] : (*m)->items()) {
-    if (!v.is_string()) return Expected(Child(Child(path, key), k), "a string", v);
-    if (keep(k)) (*out)[k] = v.get<std::string>();
-  }
-  return Status::Ok();
+                            bool (*keep)(const std::string&), std::map<std::string, std::string>* out) {
+  return json_read::ReadStringMap(o, key, path, keep, out, json_read::Null::kAbsent);
 }
 
 // ---- devices of an allocation ----

@@ -1,6 +1,7 @@
 #include "toposched/topology/json_codec.h"
 
 #include "../common/json_errors.h"
+#include "../common/json_read.h"
 
 #include <algorithm>
 #include <cmath>
@@ -228,37 +229,29 @@ using json_errors::Shape;
 using json_errors::StripExceptionTag;
 using json_errors::Quote;
 
-std::string Child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
+// The typed readers are common/json_read.h's; a JSON null is a value here (toposched writes
+// none where a value belongs), except where a field documents null as "unknown".
+using json_read::Child;
+using json_read::Element;
+using json_read::Presence;
+using json_read::ReadBool;
+using json_read::ReadInt;
+using json_read::ReadString;
 
-std::string Element(const std::string& path, std::size_t i) {
-  return path + "[" + std::to_string(i) + "]";
-}
-
-enum class Presence { kRequired, kOptional };
-
-// Looks up obj[key] (obj is known to be an object). Sets *out to nullptr only when an optional
-// key is absent, so callers of required fields may dereference it once the status is ok (a
-// missing required field points at a null value, which no caller reads past the error).
+// obj[key] (obj is known to be an object) into *out: null only when an optional key is absent,
+// so callers of required fields may dereference it once the status is ok (a missing required
+// field points at a null value, which no caller reads past the error).
 Status Field(const json& obj, const char* key, const std::string& path, Presence presence, const json** out) {
   static const json& kMissing = *new json();  // never destroyed, per the style guide
-  auto it = obj.find(key);
-  if (it != obj.end()) {
-    *out = &*it;
-    return Status::Ok();
-  }
-  if (presence == Presence::kRequired) {
-    *out = &kMissing;
-    return Error(Child(path, key) + ": required field is missing");
-  }
-  *out = nullptr;
-  return Status::Ok();
+  Result<const json*> v = json_read::Member(obj, key, path, presence);
+  *out = v.ok() ? *v : &kMissing;
+  return v.ok() ? Status::Ok() : Status(v.error());
 }
 
 Status ReadObject(const json& obj, const char* key, const std::string& path, const json** out) {
-  TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, Presence::kRequired, out));
-  if (!(*out)->is_object()) return Expected(Child(path, key), "an object", **out);
+  Result<const json*> v = json_read::ReadObject(obj, key, path, Presence::kRequired);
+  if (!v.ok()) return v.error();
+  *out = *v;
   return Status::Ok();
 }
 
@@ -266,64 +259,14 @@ Status ReadObject(const json& obj, const char* key, const std::string& path, con
 // absent.
 Status ReadArray(const json& obj, const char* key, const std::string& path, Presence presence,
                  const json** out) {
-  TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, presence, out));
-  if (*out == nullptr) return Status::Ok();
-  if (!(*out)->is_array()) return Expected(Child(path, key), "an array", **out);
-  if ((*out)->size() > static_cast<std::size_t>(kMaxDevicesPerKind)) {
-    return Error(Child(path, key) + ": " + std::to_string((*out)->size()) +
-                 " entries, more than the limit of " + std::to_string(kMaxDevicesPerKind));
+  Result<const json*> v = json_read::ReadArray(obj, key, path, presence);
+  if (!v.ok()) return v.error();
+  *out = *v;
+  if (*out != nullptr && (*out)->size() > static_cast<std::size_t>(kMaxDevicesPerKind)) {
+    return Error(Child(path, key) + ": " + std::to_string((*out)->size()) + " entries, more than the limit of " +
+                 std::to_string(kMaxDevicesPerKind));
   }
   return Status::Ok();
-}
-
-Status ReadString(const json& obj, const char* key, const std::string& path, Presence presence,
-                  std::string* out) {
-  const json* v = nullptr;
-  TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, presence, &v));
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_string()) return Expected(Child(path, key), "a string", *v);
-  *out = v->get_ref<const std::string&>();
-  return Status::Ok();
-}
-
-Status ReadBool(const json& obj, const char* key, const std::string& path, Presence presence, bool* out) {
-  const json* v = nullptr;
-  TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, presence, &v));
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_boolean()) return Expected(Child(path, key), "true or false", *v);
-  *out = v->get<bool>();
-  return Status::Ok();
-}
-
-std::string IntegerRange(std::int64_t min, std::int64_t max) {
-  if (min == 0 && max == kMaxIndex) return "a non-negative integer";
-  return "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
-}
-
-// An integer value (not 1.0: writers emit integers for integer fields) within [min, max].
-Status IntValue(const json& v, const std::string& path, int min, int max, int* out) {
-  if (v.is_number_unsigned()) {
-    const std::uint64_t u = v.get<std::uint64_t>();
-    if (min <= 0 && u <= static_cast<std::uint64_t>(max)) {
-      *out = static_cast<int>(u);
-      return Status::Ok();
-    }
-  } else if (v.is_number_integer()) {
-    const std::int64_t i = v.get<std::int64_t>();
-    if (i >= min && i <= max) {
-      *out = static_cast<int>(i);
-      return Status::Ok();
-    }
-  }
-  return Expected(path, IntegerRange(min, max), v);
-}
-
-Status ReadInt(const json& obj, const char* key, const std::string& path, Presence presence, int min, int max,
-               int* out) {
-  const json* v = nullptr;
-  TOPOSCHED_RETURN_IF_ERROR(Field(obj, key, path, presence, &v));
-  if (v == nullptr) return Status::Ok();
-  return IntValue(*v, Child(path, key), min, max, out);
 }
 
 Status ReadUint64(const json& obj, const char* key, const std::string& path, std::uint64_t* out) {
