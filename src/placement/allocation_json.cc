@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "../common/json_read.h"
+
 namespace toposched {
 namespace {
 
@@ -39,13 +41,11 @@ Result<int> FindNic(const json& ref, const NodeTopology& t, const std::string& p
   return Error(path + ": no NIC \"" + s + "\" on this node");
 }
 
+// An optional integer member in [0, max]; 0 when absent.
 Result<std::int64_t> NonNegative(const json& o, const char* key, std::int64_t max, const std::string& path) {
-  if (!o.contains(key)) return std::int64_t{0};
-  const json& v = o.at(key);
-  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > max) {
-    return Error(path + "." + key + ": expected an integer from 0 to " + std::to_string(max));
-  }
-  return v.get<std::int64_t>();
+  std::int64_t v = 0;
+  TOPOSCHED_RETURN_IF_ERROR(json_read::ReadInt(o, key, path, json_read::Presence::kOptional, std::int64_t{0}, max, &v));
+  return v;
 }
 
 Status CheckKeys(const json& o, std::initializer_list<const char*> known, const std::string& path) {
@@ -67,10 +67,8 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
   a.gpu_exclusive.assign(t.gpus.size(), false);
   a.nic_used.assign(t.nics.size(), false);
   a.gpu_shares.assign(t.gpus.size(), GpuShareUsage{});
-  auto array = [&](const char* key) -> Result<const json*> {
-    if (!doc.contains(key)) return static_cast<const json*>(nullptr);
-    if (!doc.at(key).is_array()) return Error(std::string(key) + ": expected an array");
-    return &doc.at(key);
+  auto array = [&](const char* key) {
+    return json_read::ReadArray(doc, key, "", json_read::Presence::kOptional);
   };
   auto exclusive = array("exclusiveGpus");
   if (!exclusive.ok()) return exclusive.error();
@@ -98,8 +96,9 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
       const json& e = (**shared)[i];
       if (!e.is_object()) return Error(path + ": expected an object");
       if (Status s = CheckKeys(e, {"gpu", "shares", "memoryMiB", "coresPercent"}, path); !s.ok()) return s.error();
-      if (!e.contains("gpu")) return Error(path + ".gpu: required");
-      auto g = FindGpu(e.at("gpu"), t, path + ".gpu");
+      Result<const json*> gpu = json_read::Member(e, "gpu", path, json_read::Presence::kRequired);
+      if (!gpu.ok()) return gpu.error();
+      auto g = FindGpu(**gpu, t, path + ".gpu");
       if (!g.ok()) return g.error();
       auto shares = NonNegative(e, "shares", 1000, path);
       auto memory = NonNegative(e, "memoryMiB", std::int64_t{1} << 40, path);

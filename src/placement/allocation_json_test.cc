@@ -56,7 +56,7 @@ TEST(AllocationJsonTest, RejectsWhatWouldSilentlyMeanFree) {
       {R"({"usedNics": [3]})", "expected a NIC name"},
       {R"({"sharedGpus": [{"shares": 1}]})", "sharedGpus[0].gpu: required"},
       {R"({"sharedGpus": [{"gpu": 1, "memory": 5}]})", "unknown key \"memory\""},
-      {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 101}]})", "coresPercent: expected an integer from 0 to 100"},
+      {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 101}]})", "coresPercent: expected an integer in [0, 100]"},
       {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 60}, {"gpu": 1, "coresPercent": 50}]})", "more than 100%"},
       {R"({"sharedGpus": [{"gpu": 1, "memoryMiB": 90000}]})", "more than its 81559 MiB"},
       {R"({"exclusiveGpus": [1], "sharedGpus": [{"gpu": 1}]})", "exclusive and shared"},

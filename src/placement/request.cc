@@ -1,6 +1,7 @@
 #include "toposched/placement/request.h"
 
 #include "../common/json_errors.h"
+#include "../common/json_read.h"
 
 #include <algorithm>
 #include <cctype>
@@ -195,22 +196,12 @@ const json* Find(const json& object, std::string_view key) {
   return it == object.end() ? nullptr : &*it;
 }
 
-// Reads an optional string member into *out.
-Status ReadOptionalString(const json& object, std::string_view key, const std::string& path,
-                          std::string* out) {
-  const json* v = Find(object, key);
-  if (v == nullptr || v->is_null()) return Status::Ok();
-  if (!v->is_string()) return Expected(path, "a string", *v);
-  *out = v->get_ref<const std::string&>();
-  return Status::Ok();
+// Optional members of a Pod (written by Go: a JSON null is absent), common/json_read.h's readers.
+Status ReadOptionalString(const json& object, std::string_view key, const std::string& path, std::string* out) {
+  return json_read::ReadString(object, key, path, json_read::Presence::kOptional, out, json_read::Null::kAbsent);
 }
-
-// An optional member that must be an object when present (null counts as absent, as in Go).
 Result<const json*> ReadOptionalObject(const json& object, std::string_view key, const std::string& path) {
-  const json* v = Find(object, key);
-  if (v == nullptr || v->is_null()) return static_cast<const json*>(nullptr);
-  if (!v->is_object()) return Expected(path, "an object", *v);
-  return v;
+  return json_read::ReadObject(object, key, path, json_read::Presence::kOptional, json_read::Null::kAbsent);
 }
 
 // A label or annotation value; nullopt when absent.
@@ -260,17 +251,17 @@ Result<ContainerAsk> ReadContainer(const json& c, const std::string& path, const
   ContainerAsk ask;
   if (!c.is_object()) return Expected(path, "an object (a container)", c);
   std::string restart_policy;
-  if (Status s = ReadOptionalString(c, "restartPolicy", path + ".restartPolicy", &restart_policy); !s.ok()) {
+  if (Status s = ReadOptionalString(c, "restartPolicy", path, &restart_policy); !s.ok()) {
     return s.error();
   }
   ask.restartable_init = restart_policy == "Always";
-  auto resources = ReadOptionalObject(c, "resources", path + ".resources");
+  auto resources = ReadOptionalObject(c, "resources", path);
   if (!resources.ok()) return resources.error();
   if (*resources == nullptr) return ask;
   // Requests first, so that a limit fills in only what the requests leave out.
   for (std::string_view list : {"requests", "limits"}) {
     const std::string list_path = path + ".resources." + std::string(list);
-    auto entries = ReadOptionalObject(**resources, list, list_path);
+    auto entries = ReadOptionalObject(**resources, list, path + ".resources");
     if (!entries.ok()) return entries.error();
     if (*entries == nullptr) continue;
     for (const auto& [name, value] : (*entries)->items()) {
@@ -528,16 +519,16 @@ Status ReadPdRatio(std::string_view value, PlacementRequest* req) {
 
 Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementRequest* req,
                     std::vector<std::string>* rdma_annotation) {
-  auto metadata = ReadOptionalObject(doc, "metadata", "metadata");
+  auto metadata = ReadOptionalObject(doc, "metadata", "");
   if (!metadata.ok()) return metadata.error();
   if (*metadata == nullptr) return Status::Ok();
   const json& m = **metadata;
-  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "name", "metadata.name", &req->pod_name));
-  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "namespace", "metadata.namespace", &req->pod_namespace));
-  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "uid", "metadata.uid", &req->pod_uid));
-  auto labels = ReadOptionalObject(m, "labels", "metadata.labels");
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "name", "metadata", &req->pod_name));
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "namespace", "metadata", &req->pod_namespace));
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "uid", "metadata", &req->pod_uid));
+  auto labels = ReadOptionalObject(m, "labels", "metadata");
   if (!labels.ok()) return labels.error();
-  auto annotations = ReadOptionalObject(m, "annotations", "metadata.annotations");
+  auto annotations = ReadOptionalObject(m, "annotations", "metadata");
   if (!annotations.ok()) return annotations.error();
 
   // Labels.
@@ -643,7 +634,7 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   TOPOSCHED_RETURN_IF_ERROR(ReadMetadata(doc, config, &req, &rdma_annotation));
 
   std::vector<ContainerAsk> containers;
-  auto spec = ReadOptionalObject(doc, "spec", "spec");
+  auto spec = ReadOptionalObject(doc, "spec", "");
   if (!spec.ok()) return spec.error();
   if (*spec != nullptr) {
     TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(**spec, "initContainers", true, config, &containers));

@@ -1,6 +1,7 @@
 #include "journal.h"
 
 #include "../common/json_errors.h"
+#include "../common/json_read.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -68,11 +69,10 @@ Status CheckKeys(const json& o, std::initializer_list<std::string_view> known, c
   return Status::Ok();
 }
 
+// A required string member (common/json_read.h), bounded, and non-empty when asked.
 Result<std::string> ReadString(const json& o, const char* key, bool required_non_empty) {
-  if (!o.contains(key)) return Error(std::string(key) + ": required");
-  const json& v = o.at(key);
-  if (!v.is_string()) return Expected(key, "a string", v);
-  const auto& s = v.get_ref<const std::string&>();
+  std::string s;
+  TOPOSCHED_RETURN_IF_ERROR(json_read::ReadString(o, key, "", json_read::Presence::kRequired, &s));
   if (s.size() > kMaxJournalStringBytes) {
     return Error(std::string(key) + ": longer than " + std::to_string(kMaxJournalStringBytes) + " bytes");
   }
@@ -80,23 +80,16 @@ Result<std::string> ReadString(const json& o, const char* key, bool required_non
   return s;
 }
 
+// A required integer member in [min, max]; `path` names the object holding it ("" or "shares[2]").
 Result<std::int64_t> ReadInt(const json& o, const char* key, std::int64_t min, std::int64_t max,
                              const std::string& path) {
-  if (!o.contains(key)) return Error(path + key + ": required");
-  const json& v = o.at(key);
-  const std::string what = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-  if (!v.is_number_integer()) return Expected(path + key, what, v);
-  // Unsigned values above INT64_MAX must not wrap into range.
-  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
-    return Expected(path + key, what, v);
-  }
-  const auto i = v.get<std::int64_t>();
-  if (i < min || i > max) return Expected(path + key, what, v);
-  return i;
+  std::int64_t v = 0;
+  TOPOSCHED_RETURN_IF_ERROR(json_read::ReadInt(o, key, path, json_read::Presence::kRequired, min, max, &v));
+  return v;
 }
 
 Result<std::vector<int>> ReadIndices(const json& o, const char* key) {
-  if (!o.contains(key)) return Error(std::string(key) + ": required");
+  if (!o.contains(key)) return Error(std::string(key) + ": required field is missing");
   const json& v = o.at(key);
   if (!v.is_array()) return Expected(key, "an array of device indices", v);
   if (v.size() > static_cast<std::size_t>(kMaxJournalDevices)) {
@@ -176,10 +169,10 @@ Result<JournalEntry> DecodePayload(const json& doc) {
     return Error("shares: more than " + std::to_string(kMaxJournalDevices) + " entries");
   }
   for (std::size_t i = 0; i < shares.size(); ++i) {
-    const std::string path = "shares[" + std::to_string(i) + "].";
+    const std::string path = "shares[" + std::to_string(i) + "]";
     const json& e = shares[i];
     if (!e.is_object()) return Expected("shares[" + std::to_string(i) + "]", "an object", e);
-    if (Status s = CheckKeys(e, {"gpu", "shares", "memoryMiB", "cores"}, path); !s.ok()) return s.error();
+    if (Status s = CheckKeys(e, {"gpu", "shares", "memoryMiB", "cores"}, path + "."); !s.ok()) return s.error();
     std::int64_t gpu = 0;
     GpuShareUsage add;
     TOPOSCHED_ASSIGN_OR_RETURN(gpu, ReadInt(e, "gpu", 0, kMaxJournalDevices - 1, path));
