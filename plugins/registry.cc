@@ -34,7 +34,7 @@ Status RegisterBuiltinPlugins(framework::Registry& registry) {
       {pd_ratio::kName, pd_ratio::New, pd_ratio::kDefaultWeight},
   };
   for (const Builtin& b : builtins) {
-    if (Status s = registry.Register(std::string(b.name), b.factory, b.default_weight); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(registry.Register(std::string(b.name), b.factory, b.default_weight));
   }
   return Status::Ok();
 }

@@ -90,7 +90,7 @@ void DeviceFit::Unreserve(CycleState& state, NodeInfo& node) const {
 }
 
 Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {
-  if (Status s = RequireNoArgs(args); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(RequireNoArgs(args));
   return AsPlugin(std::make_unique<DeviceFit>());
 }
 

@@ -69,7 +69,7 @@ framework::ScoreResult Fragmentation::Score(framework::CycleState& state,
 }
 
 Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {
-  if (Status s = RequireNoArgs(args); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(RequireNoArgs(args));
   return AsPlugin(std::make_unique<Fragmentation>());
 }
 

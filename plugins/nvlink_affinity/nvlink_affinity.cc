@@ -43,7 +43,7 @@ framework::ScoreResult NvlinkAffinity::Score(framework::CycleState& state,
 }
 
 Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {
-  if (Status s = RequireNoArgs(args); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(RequireNoArgs(args));
   return AsPlugin(std::make_unique<NvlinkAffinity>());
 }
 

@@ -163,7 +163,7 @@ framework::ScoreResult PdRatio::Score(framework::CycleState& state, const framew
 }
 
 Result<Args> ParseArgs(const framework::PluginArgs& args) {
-  if (Status s = RequireKnownArgs(args, {"ratioTier", "defaultRatio"}); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(RequireKnownArgs(args, {"ratioTier", "defaultRatio"}));
   Args out;
   out.ratio_tier = ReadStringArg(args, "ratioTier", "");
   const std::string ratio = ReadStringArg(args, "defaultRatio", "");

@@ -722,7 +722,7 @@ class ImportWorker {
   Result<std::string> Import(std::string_view content) {
     std::lock_guard lock(mu_);
     if (pid_ < 0) {
-      if (Status s = Start(); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(Start());
     }
     const auto deadline = std::chrono::steady_clock::now() + kHwlocImportTimeout;
     std::string answer;
@@ -809,7 +809,7 @@ class ImportWorker {
 
 Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   if (content.size() > kMaxTopologyFileBytes) return Error("hwloc XML larger than 64 MiB");
-  if (Status s = CheckKnownHwlocImportCrashes(content); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(CheckKnownHwlocImportCrashes(content));
   static ImportWorker* const worker = new ImportWorker();  // never destroyed: the worker exits on EOF
   Result<std::string> answer = worker->Import(content);
   if (!answer.ok()) return answer.error();

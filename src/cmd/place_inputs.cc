@@ -95,7 +95,7 @@ Status Flatten(json value, std::vector<json>& out) {
   if (value.is_null()) return Status::Ok();  // an empty YAML document
   if (value.is_array()) {
     for (json& item : value) {
-      if (Status s = Flatten(std::move(item), out); !s.ok()) return s;
+      TOPOSCHED_RETURN_IF_ERROR(Flatten(std::move(item), out));
     }
     return Status::Ok();
   }
@@ -153,7 +153,7 @@ Result<std::vector<json>> ReadKubeObjects(std::string_view text) {
     if (shape.values > kMaxJsonValues) return Error("more than " + std::to_string(kMaxJsonValues) + " values");
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) return Error("not valid JSON");
-    if (Status s = Flatten(std::move(value), out); !s.ok()) return s.error();
+    TOPOSCHED_RETURN_IF_ERROR(Flatten(std::move(value), out));
     return out;
   }
   try {
@@ -163,7 +163,7 @@ Result<std::vector<json>> ReadKubeObjects(std::string_view text) {
       auto value = YamlToJson(doc, 0);
       if (!value.ok()) return value.error();
       any = any || !value->is_null();
-      if (Status s = Flatten(std::move(value).value(), out); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(Flatten(std::move(value).value(), out));
     }
     if (!any) return Error("no objects in it");
   } catch (const YAML::Exception& e) {

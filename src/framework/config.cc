@@ -114,16 +114,16 @@ class ConfigParser {
       config.plugins = std::move(*parsed);
     }
     if (const YAML::Node engine = root["engine"]) {
-      if (Status s = ParseEngine(engine, config.engine); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(ParseEngine(engine, config.engine));
     }
     if (const YAML::Node request = root["request"]) {
-      if (Status s = ParseRequest(request, config.request); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(ParseRequest(request, config.request));
     }
     if (const YAML::Node network = root["network"]) {
-      if (Status s = ParseNetwork(network, config.network); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(ParseNetwork(network, config.network));
     }
     if (const YAML::Node capacity = root["capacity"]) {
-      if (Status s = ParseCapacity(capacity, config.capacity); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(ParseCapacity(capacity, config.capacity));
     }
     // Tiers named in plugin args against the network tiers (the defaults when not given).
     for (std::size_t i = 0; i < config.plugins.size(); ++i) {
@@ -147,7 +147,7 @@ class ConfigParser {
     for (std::size_t i = 0; i < node.size(); ++i) {
       const std::string path = "plugins[" + std::to_string(i) + "]";
       const YAML::Node entry = node[i];
-      if (Status s = CheckMap(entry, path, {"name", "weight", "args"}); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(CheckMap(entry, path, {"name", "weight", "args"}));
       const YAML::Node name_node = entry["name"];
       if (!name_node) return Error(At(path, entry) + ": missing key \"name\"");
       Result<std::string> name = ParseString(name_node, path + ".name");
@@ -201,7 +201,7 @@ class ConfigParser {
   }
 
   Status ParseCapacity(const YAML::Node& node, CapacityConfig& capacity) {
-    if (Status s = CheckMap(node, "capacity", {"plugin", "band"}); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "capacity", {"plugin", "band"}));
     if (const YAML::Node plugin = node["plugin"]) {
       Result<std::string> name = ParseString(plugin, "capacity.plugin");
       if (!name.ok()) return name.error();
@@ -225,7 +225,7 @@ class ConfigParser {
   }
 
   Status ParseEngine(const YAML::Node& node, EngineOptions& engine) {
-    if (Status s = CheckMap(node, "engine", {"defaultGpuPolicy", "maxSharesPerGpu"}); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "engine", {"defaultGpuPolicy", "maxSharesPerGpu"}));
     if (const YAML::Node policy = node["defaultGpuPolicy"]) {
       Result<PackPolicy> p = ParsePolicy(policy, "engine.defaultGpuPolicy");
       if (!p.ok()) return p.error();
@@ -240,7 +240,7 @@ class ConfigParser {
   }
 
   Status ParseRequest(const YAML::Node& node, RequestConfig& request) {
-    if (Status s = CheckMap(node, "request", {"rdmaResources", "poolLabel"}); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "request", {"rdmaResources", "poolLabel"}));
     if (const YAML::Node resources = node["rdmaResources"]) {
       if (!resources.IsSequence()) return Error(At("request.rdmaResources", resources) + ": expected a list");
       request.rdma_resources.clear();
@@ -284,7 +284,7 @@ class ConfigParser {
       for (std::size_t i = 0; i < tiers.size(); ++i) {
         const std::string path = "network.tiers[" + std::to_string(i) + "]";
         const YAML::Node entry = tiers[i];
-        if (Status s = CheckMap(entry, path, {"label", "path"}); !s.ok()) return s;
+        TOPOSCHED_RETURN_IF_ERROR(CheckMap(entry, path, {"label", "path"}));
         for (const char* key : {"label", "path"}) {
           if (!entry[key]) return Error(At(path, entry) + ": missing key \"" + key + "\"");
         }
@@ -320,7 +320,7 @@ class ConfigParser {
       for (auto it = paths.begin(); it != paths.end(); ++it) {
         const std::string path = "network.paths." + it->first.Scalar();
         const YAML::Node cost = it->second;
-        if (Status s = CheckMap(cost, path, {"bandwidthGBps", "latencyUs"}); !s.ok()) return s;
+        TOPOSCHED_RETURN_IF_ERROR(CheckMap(cost, path, {"bandwidthGBps", "latencyUs"}));
         pd::PathCost& out = network.paths[static_cast<std::size_t>(*pd::ParsePathKind(it->first.Scalar()))];
         if (const YAML::Node v = cost["bandwidthGBps"]) {
           Result<double> d = ParseDouble(v, path + ".bandwidthGBps");

@@ -390,7 +390,7 @@ Result<framework::AllocationDelta> DecodeAllocation(std::string_view text, const
     Result<json> doc = ParseBoundedJson(text, kMaxAllocationDepth);
     if (!doc.ok()) return doc.error();
     framework::AllocationDelta delta;
-    if (Status s = DecodeAllocationDoc(*doc, topology, &delta); !s.ok()) return s.error();
+    TOPOSCHED_RETURN_IF_ERROR(DecodeAllocationDoc(*doc, topology, &delta));
     if (worst_gpu_nic != nullptr) {
       *worst_gpu_nic = LinkClass::kPIX;
       const json* links = doc->contains("links") ? &(*doc)["links"] : nullptr;

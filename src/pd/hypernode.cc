@@ -184,7 +184,7 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
     ns.kind = NodeSelector::Kind::kRegex;
   } else {
     ns.kind = NodeSelector::Kind::kLabels;
-    if (Status s = ParseLabelSelector(body, spath + ".labelMatch", ns); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(ParseLabelSelector(body, spath + ".labelMatch", ns));
   }
   hn.node_members.push_back(std::move(ns));
   return Status::Ok();
@@ -284,7 +284,7 @@ class Resolver {
 
   Status Resolve() {
     for (const auto& [name, hn] : hyper_nodes_) {
-      if (Status s = Visit(hn); !s.ok()) return s;
+      TOPOSCHED_RETURN_IF_ERROR(Visit(hn));
     }
     return Status::Ok();
   }
@@ -313,7 +313,7 @@ class Resolver {
     for (const std::string& child : hn.child_hyper_nodes) {
       const auto it = hyper_nodes_.find(child);
       if (it == hyper_nodes_.end()) continue;  // not created yet: Volcano skips it too
-      if (Status s = Visit(it->second); !s.ok()) return s;
+      TOPOSCHED_RETURN_IF_ERROR(Visit(it->second));
       const std::set<std::string>& below = held_.at(child);
       held.insert(below.begin(), below.end());
     }

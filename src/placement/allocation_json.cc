@@ -62,7 +62,7 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
   const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Error("not valid JSON");
   if (!doc.is_object()) return Error("expected a JSON object");
-  if (Status s = CheckKeys(doc, {"exclusiveGpus", "usedNics", "sharedGpus"}, "allocation"); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(CheckKeys(doc, {"exclusiveGpus", "usedNics", "sharedGpus"}, "allocation"));
   NodeAllocation a;
   a.gpu_exclusive.assign(t.gpus.size(), false);
   a.nic_used.assign(t.nics.size(), false);
@@ -95,7 +95,7 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
       const std::string path = "sharedGpus[" + std::to_string(i) + "]";
       const json& e = (**shared)[i];
       if (!e.is_object()) return Error(path + ": expected an object");
-      if (Status s = CheckKeys(e, {"gpu", "shares", "memoryMiB", "coresPercent"}, path); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(CheckKeys(e, {"gpu", "shares", "memoryMiB", "coresPercent"}, path));
       Result<const json*> gpu = json_read::Member(e, "gpu", path, json_read::Presence::kRequired);
       if (!gpu.ok()) return gpu.error();
       auto g = FindGpu(**gpu, t, path + ".gpu");

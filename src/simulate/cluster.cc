@@ -181,7 +181,7 @@ Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& 
 
 Result<VirtualCluster> DefaultCluster(int nodes) {
   VirtualCluster cluster;
-  if (Status s = AddSyntheticNodes(DefaultShapes(nodes), cluster); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(AddSyntheticNodes(DefaultShapes(nodes), cluster));
   return cluster;
 }
 

@@ -104,13 +104,13 @@ Status CheckCapacity(const NodeTopology& t, const NodeAllocation& after, const f
 // `allocated` with `d` added, checked against `record`'s topology and the store's limits.
 Result<NodeAllocation> Add(const NodeRecord& record, const framework::AllocationDelta& d,
                            int max_shares_per_gpu) {
-  if (Status s = CheckDelta(d, max_shares_per_gpu); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(CheckDelta(d, max_shares_per_gpu));
   NodeAllocation after = record.allocated;
   const bool empty = d.exclusive_gpus.empty() && d.shares.empty() && d.nics.empty();
   if (empty) return after;
   if (record.topology == nullptr) return Error("node " + record.name + " has published no topology");
-  if (Status s = framework::ApplyDelta(*record.topology, d, after); !s.ok()) return s.error();
-  if (Status s = CheckCapacity(*record.topology, after, d, max_shares_per_gpu); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(framework::ApplyDelta(*record.topology, d, after));
+  TOPOSCHED_RETURN_IF_ERROR(CheckCapacity(*record.topology, after, d, max_shares_per_gpu));
   return after;
 }
 

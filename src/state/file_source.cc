@@ -135,7 +135,7 @@ Result<NodeDocument> Parse(std::string_view text, std::size_t max_bytes) {
     const json& f = doc.at("topologyFile");
     if (!f.is_string()) return Expected("topologyFile", "a path relative to the cluster directory", f);
     out.topology_file = f.get<std::string>();
-    if (Status s = CheckTopologyFilePath(out.topology_file); !s.ok()) return s.error();
+    TOPOSCHED_RETURN_IF_ERROR(CheckTopologyFilePath(out.topology_file));
     out.topology_file = std::filesystem::path(out.topology_file).lexically_normal().string();
   } else {
     const json& p = doc.at("preset");
@@ -322,8 +322,8 @@ Result<std::unique_ptr<FileSource>> FileSource::Open(const std::string& dir, Fil
   impl->dir = dir;
   while (impl->dir.size() > 1 && impl->dir.back() == '/') impl->dir.pop_back();
   impl->options = options;
-  if (Status s = impl->Lock(); !s.ok()) return s.error();
-  if (Status s = impl->ReadNodes(); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(impl->Lock());
+  TOPOSCHED_RETURN_IF_ERROR(impl->ReadNodes());
   return std::unique_ptr<FileSource>(new FileSource(std::move(impl)));
 }
 

@@ -172,7 +172,7 @@ Result<JournalEntry> DecodePayload(const json& doc) {
     const std::string path = "shares[" + std::to_string(i) + "]";
     const json& e = shares[i];
     if (!e.is_object()) return Expected("shares[" + std::to_string(i) + "]", "an object", e);
-    if (Status s = CheckKeys(e, {"gpu", "shares", "memoryMiB", "cores"}, path + "."); !s.ok()) return s.error();
+    TOPOSCHED_RETURN_IF_ERROR(CheckKeys(e, {"gpu", "shares", "memoryMiB", "cores"}, path + "."));
     std::int64_t gpu = 0;
     GpuShareUsage add;
     TOPOSCHED_ASSIGN_OR_RETURN(gpu, ReadInt(e, "gpu", 0, kMaxJournalDevices - 1, path));
@@ -223,7 +223,7 @@ class Replayer {
   // A complete line (its '\n' was read), without the '\n'.
   Status Line(std::string_view line) {
     ++line_no_;
-    if (Status s = FailIfBadBefore(); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(FailIfBadBefore());
     if (line.size() > max_line_) return Bad(LongLine());
     auto entry = DecodeJournalLine(line);
     if (!entry.ok()) return Bad(entry.error().message());
@@ -234,7 +234,7 @@ class Replayer {
   // A complete line too long to keep.
   Status LongCompleteLine() {
     ++line_no_;
-    if (Status s = FailIfBadBefore(); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(FailIfBadBefore());
     return Bad(LongLine());
   }
 
@@ -242,7 +242,7 @@ class Replayer {
   Result<JournalReplay> End(std::size_t tail_bytes) {
     if (tail_bytes > 0) {
       ++line_no_;
-      if (Status s = FailIfBadBefore(); !s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(FailIfBadBefore());
       out_.warnings.push_back(
           Where(line_no_) + ": dropped a torn last line (" + std::to_string(tail_bytes) +
           " bytes without a newline: an append cut short by a crash; it was never acknowledged)");
@@ -390,7 +390,7 @@ Result<JournalReplay> ReplayJournalText(std::string_view text, const std::string
                                         std::size_t max_line_bytes) {
   Replayer replayer(path, max_line_bytes);
   for (std::size_t newline = text.find('\n'); newline != std::string_view::npos; newline = text.find('\n')) {
-    if (Status s = replayer.Line(text.substr(0, newline)); !s.ok()) return s.error();
+    TOPOSCHED_RETURN_IF_ERROR(replayer.Line(text.substr(0, newline)));
     text.remove_prefix(newline + 1);
   }
   return replayer.End(text.size());
@@ -450,7 +450,7 @@ Status ReplaceFileDurably(const std::string& dir, std::string_view temp_name, st
   {
     Fd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) return Error("cannot create " + temp_path + ": " + ErrnoText(errno));
-    if (Status s = WriteAll(fd.get(), contents, temp_path); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(WriteAll(fd.get(), contents, temp_path));
     if (::fsync(fd.get()) != 0) return Error("cannot fsync " + temp_path + ": " + ErrnoText(errno));
     if (::close(fd.release()) != 0) return Error("cannot close " + temp_path + ": " + ErrnoText(errno));
   }

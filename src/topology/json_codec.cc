@@ -738,7 +738,7 @@ Result<NodeTopology> Decode(std::string_view text) {
     return Error("not valid JSON: " + StripExceptionTag(e.what()));
   }
   NodeTopology t;
-  if (Status s = DecodeDocument(doc, &t); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(DecodeDocument(doc, &t));
   return t;
 }
 

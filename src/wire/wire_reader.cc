@@ -337,8 +337,8 @@ Status ForEachField(const Ctx& c, od::value& v, const Path& p, int depth, bool* 
     if (auto e = std::move(field_result).get(field)) return Malformed(p, e);
     std::string_view key;
     bool escaped = false;
-    if (Status s = KeyOf(c, field, p, &key, &escaped); !s.ok()) return s;
-    if (Status s = on_field(key, field, p.Field(key)); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(KeyOf(c, field, p, &key, &escaped));
+    TOPOSCHED_RETURN_IF_ERROR(on_field(key, field, p.Field(key)));
   }
   return Status::Ok();
 }
@@ -360,7 +360,7 @@ Status ForEachElement(od::value& v, const Path& p, int depth, bool* was_null, On
   for (auto element_result : array) {
     od::value element;
     if (auto e = element_result.get(element)) return Malformed(p.Index(index), e);
-    if (Status s = on_element(element, p.Index(index), index); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(on_element(element, p.Index(index), index));
     ++index;
   }
   return Status::Ok();
@@ -457,7 +457,7 @@ Status ReadNodeNames(const Ctx& c, od::value& v, const Path& p, int depth, std::
       if (element_token.empty() || element_token.front() != '"') {
         return Expected(p.Index(index), "a string", element_token);
       }
-      if (Status s = ReadString(c, element, p.Index(index), &node.name); !s.ok()) return s;
+      TOPOSCHED_RETURN_IF_ERROR(ReadString(c, element, p.Index(index), &node.name));
     }
     ++index;
   }
@@ -685,15 +685,15 @@ struct WireReader::Impl {
   template <typename OnField>
   Status ReadTop(std::string_view body, const Path& root, OnField&& on_field) {
     od::object top;
-    if (Status s = Start(body, root, &top); !s.ok()) return s;
+    TOPOSCHED_RETURN_IF_ERROR(Start(body, root, &top));
     const Ctx c(std::string_view(buffer.get(), body.size()));
     for (auto field_result : top) {
       od::field field;
       if (auto e = std::move(field_result).get(field)) return Malformed(root, e);
       std::string_view key;
       bool escaped = false;
-      if (Status s = KeyOf(c, field, root, &key, &escaped); !s.ok()) return s;
-      if (Status s = on_field(c, key, field, root.Field(key)); !s.ok()) return s;
+      TOPOSCHED_RETURN_IF_ERROR(KeyOf(c, field, root, &key, &escaped));
+      TOPOSCHED_RETURN_IF_ERROR(on_field(c, key, field, root.Field(key)));
     }
     return Finish(root);
   }
