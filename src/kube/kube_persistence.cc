@@ -1,0 +1,226 @@
+// state::Persistence and the bind: a bind's allocation written to the pod's annotations (ours
+// and HAMi's device records) and undone on release, HAMi's node lock around it, the Binding
+// (CompleteBind), and whether a pod may be bound again (MayRebind).
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "json_util.h"
+#include "kube_source_impl.h"
+#include "toposched/kube/objects.h"
+#include "toposched/kube/time.h"
+#include "toposched/metrics/logging.h"
+
+namespace toposched::kube {
+
+namespace {
+
+using nlohmann::json;
+using metrics::LogLevel;
+using SystemClock = std::chrono::system_clock;
+using SteadyClock = std::chrono::steady_clock;
+using detail::kVerb;
+using detail::PodLabel;
+
+// Every annotation a bind writes, so that an undo removes exactly these.
+constexpr std::string_view kBindAnnotations[] = {
+    kAllocationAnnotation, kVisibleGpusAnnotation, kNcclIbHcaAnnotation, kBindTimeAnnotation,
+    kHamiDevicesToAllocate, kHamiDevicesAllocated, kHamiAmdDevicesToAllocate, kHamiAmdDevicesAllocated,
+    kHamiVgpuNode, kHamiVgpuTime, kHamiBindPhase, kHamiBindTime,
+};
+
+bool HasDevices(const framework::AllocationDelta& d) {
+  return !d.exclusive_gpus.empty() || !d.shares.empty() || !d.nics.empty();
+}
+
+}  // namespace
+
+// Whether a bind of `allocation` takes HAMi's node lock (KubeSourceOptions::hami_node_lock):
+// only when it writes HAMi's device records, all of them for GPUs of the records' vendor,
+// which that vendor's HAMi device plugin then allocates and unlocks. HAMi's scheduler locks for
+// both vendors alike (pkg/device/amd/device.go @070101260b7a LockNode: hami.io/mutex.lock when
+// the pod asks amd.com/gpu), and HAMi's AMD device plugin finds the pod by the lock and
+// releases it once the pod's devices are allocated (Project-HAMi/amd-device-plugin
+// internal/pkg/utils/utils.go @138a0b0eb9a7 GetAllocatePodByNode, PodAllocationTrySuccess);
+// some of its versions refuse a CU slice without it (internal/pkg/plugin/plugin.go
+// @0121aa5d9262 validateNodeLockOwner).
+bool KubeSource::Impl::LocksFor(const state::PodAllocation& allocation, const NodeTopology& t,
+                                const AllocationAnnotations& a) const {
+  if (options.hami_node_lock == HamiNodeLockMode::kOff || a.hami_devices.empty()) return false;
+  auto of_vendor = [&](int g) {
+    return g >= 0 && g < static_cast<int>(t.gpus.size()) &&
+           t.gpus[static_cast<std::size_t>(g)].vendor == a.hami_vendor;
+  };
+  for (int g : allocation.delta.exclusive_gpus) {
+    if (!of_vendor(g)) return false;
+  }
+  for (const auto& [g, usage] : allocation.delta.shares) {
+    if (!of_vendor(g)) return false;
+  }
+  if (options.hami_node_lock == HamiNodeLockMode::kOn) return true;
+  std::lock_guard lock(hami_mu);
+  return (a.hami_vendor == GpuVendor::kAmd ? hami_amd_nodes : hami_nodes).contains(allocation.node);
+}
+
+// Why HAMi's node lock on `node`, held by another pod, can never be released, or "": its pod
+// no longer exists (HAMi's own LockNode takes such a lock over: pkg/util/nodelock @02fba77),
+// or it is bound to another node, so HAMi's device plugin on this node will never allocate
+// for it (a bind that took the lock and failed, its pod scheduled elsewhere since: a leader
+// killed mid-bind). A lock whose pod is still unbound may be another scheduler's bind in
+// flight: it is honoured until it expires.
+std::string KubeSource::Impl::DanglingLock(const std::string& node, const HamiNodeLock& lock) {
+  Result<json> pod = api.Get(PodPath(lock.pod_namespace, lock.pod_name));
+  if (!pod.ok()) return IsNotFound(pod.error()) ? "no longer exists" : "";
+  const std::string bound = StringAt(*pod, "/spec/nodeName");
+  return !bound.empty() && bound != node ? "is bound to node " + bound : "";
+}
+
+Status KubeSource::Impl::LockNode(const std::string& node, const std::string& ns, const std::string& name) {
+  Result<json> locked = api.Update(NodePath(node), [&](json& object) -> Result<bool> {
+    json& annotations = object["metadata"]["annotations"];
+    if (annotations.is_null()) annotations = json::object();
+    if (annotations.contains(kHamiNodeLock) && annotations[std::string(kHamiNodeLock)].is_string()) {
+      Result<HamiNodeLock> other = DecodeHamiNodeLock(annotations[std::string(kHamiNodeLock)].get<std::string>());
+      if (other.ok() && !(other->pod_namespace == ns && other->pod_name == name) &&
+          SystemClock::now() - other->time < kHamiNodeLockExpiry) {
+        const std::string dangling = DanglingLock(node, *other);
+        if (dangling.empty()) {
+          return Error("node " + node + " is locked (" + std::string(kHamiNodeLock) + ") by pod " +
+                       other->pod_namespace + "/" + other->pod_name + " since " + FormatTime(other->time) +
+                       "; HAMi's device plugin releases it once that pod's devices are allocated");
+        }
+        metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node},
+                     "taking over HAMi's node lock of pod " + other->pod_namespace + "/" + other->pod_name +
+                         ", which " + dangling + ": nothing would release it before it expires");
+      }
+    }
+    annotations[std::string(kHamiNodeLock)] = EncodeHamiNodeLock({SystemClock::now(), ns, name});
+    return true;
+  });
+  if (!locked.ok()) return locked.error();
+  return Status::Ok();
+}
+
+void KubeSource::Impl::UnlockNode(const std::string& node, const std::string& ns, const std::string& name) {
+  Result<json> r = api.Update(NodePath(node), [&](json& object) -> Result<bool> {
+    json* annotations = object.contains("metadata") ? &object["metadata"]["annotations"] : nullptr;
+    if (annotations == nullptr || !annotations->is_object() || !annotations->contains(kHamiNodeLock)) return false;
+    Result<HamiNodeLock> ours = DecodeHamiNodeLock((*annotations)[std::string(kHamiNodeLock)].get<std::string>());
+    if (!ours.ok() || ours->pod_namespace != ns || ours->pod_name != name) return false;  // not ours
+    annotations->erase(std::string(kHamiNodeLock));
+    return true;
+  });
+  if (!r.ok() && !IsNotFound(r.error())) {
+    metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node}, "cannot release the node lock: " + r.error().message());
+  }
+}
+
+Status KubeSource::RecordBind(const state::PodAllocation& allocation, const state::NodeRecord& node) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.bind_mu);
+    d.recent_binds[allocation.uid] = {SteadyClock::now()};
+  }
+  // A pod without devices of ours carries no annotations; its bind is just the Binding.
+  if (!HasDevices(allocation.delta) || node.topology == nullptr) return Status::Ok();
+  const auto now = SystemClock::now();
+  const AllocationAnnotations a = EncodeAllocation(allocation, *node.topology, d.options.policy_name);
+  const std::string unix_seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                      now.time_since_epoch()).count());
+  json annotations = {
+      {std::string(kAllocationAnnotation), a.allocation},
+      {std::string(kVisibleGpusAnnotation), a.visible_gpus},
+      {std::string(kNcclIbHcaAnnotation), a.nccl_ib_hca},
+      {std::string(kBindTimeAnnotation), FormatTime(now)},
+  };
+  if (!a.hami_devices.empty()) {
+    const HamiDeviceKeys keys = HamiDeviceKeysFor(a.hami_vendor);
+    annotations[std::string(keys.to_allocate)] = a.hami_devices;
+    annotations[std::string(keys.allocated)] = a.hami_devices;
+    annotations[std::string(kHamiVgpuNode)] = allocation.node;
+    annotations[std::string(kHamiVgpuTime)] = unix_seconds;
+    annotations[std::string(kHamiBindPhase)] = "allocating";
+    annotations[std::string(kHamiBindTime)] = unix_seconds;
+  }
+  const bool lock = d.LocksFor(allocation, *node.topology, a);
+  if (lock) {
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+  }
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                                     json{{"metadata", {{"annotations", annotations}}}});
+  if (!patched.ok()) {
+    d.annotation_writes.With({"error"}).Inc();
+    if (lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    return patched.error().WithContext("cannot write the allocation annotations");
+  }
+  if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
+    // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
+    d.annotation_writes.With({"error"}).Inc();
+    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                      json{{"metadata", {{"annotations", [&] {
+                              json undo = json::object();
+                              for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
+                              return undo;
+                            }()}}}});
+    if (lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
+                 StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
+  }
+  d.annotation_writes.With({"bind"}).Inc();
+  return Status::Ok();
+}
+
+Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.bind_mu);
+    d.recent_binds.erase(allocation.uid);
+  }
+  if (!HasDevices(allocation.delta)) return Status::Ok();
+  json undo = json::object();
+  for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                                     json{{"metadata", {{"annotations", undo}}}});
+  if (!patched.ok() && !IsNotFound(patched.error())) {
+    d.annotation_writes.With({"error"}).Inc();
+    return patched.error().WithContext("cannot remove the allocation annotations");
+  }
+  d.annotation_writes.With({"undo"}).Inc();
+  // Unlocking is idempotent and only removes a lock this pod holds: no need to know whether
+  // the bind took one.
+  if (d.options.hami_node_lock != HamiNodeLockMode::kOff) {
+    d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+  }
+  return Status::Ok();
+}
+
+Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
+  Impl& d = *impl_;
+  Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node);
+  d.bindings.With({s.ok() ? "created" : "failed"}).Inc();
+  if (s.ok()) {
+    {
+      std::lock_guard lock(d.mu);
+      if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
+    }
+  }
+  return s;
+}
+
+bool KubeSource::MayRebind(const state::PodAllocation& previous) {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.mu);
+    if (auto it = d.pods.find(previous.uid); it != d.pods.end() && !it->second.node_name.empty()) return false;
+  }
+  // Ask the API server: the informer may be behind, and a wrong "yes" would move a running pod.
+  Result<json> pod = d.api.Get(PodPath(previous.pod_namespace, previous.pod_name));
+  if (!pod.ok()) return false;
+  return StringAt(*pod, "/metadata/uid") == previous.uid &&
+         StringAt(*pod, "/spec/nodeName").empty();
+}
+
+}  // namespace toposched::kube
