@@ -8,6 +8,7 @@
 
 #include "../common/json_errors.h"
 #include "toposched/agent/discovery.h"
+#include "toposched/common/pod_label.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/kube/objects.h"
 #include "toposched/placement/allocation_json.h"
@@ -118,8 +119,6 @@ std::string Names(const std::vector<const json*>& objects) {
   if (objects.size() > 8) out += ", ...";
   return out;
 }
-
-std::string PodLabel(const kube::PodView& pod) { return pod.pod_namespace + "/" + pod.pod_name; }
 
 // Another scheduler's pod: its devices are unknown, so it is counted on the last free GPUs of its
 // vendor and the last free RDMA NICs (PCI order), as the extender counts it (docs/operations.md).
@@ -300,9 +299,10 @@ Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopo
       continue;
     }
     for (const auto& [annotation, delta] : records) {
-      if (!delta.ok()) return delta.error().WithContext("pod " + PodLabel(*pod) + " " + annotation);
+      const std::string label = PodLabel(pod->pod_namespace, pod->pod_name);
+      if (!delta.ok()) return delta.error().WithContext("pod " + label + " " + annotation);
       if (Status s = framework::ApplyDelta(topology, *delta, out.allocated); !s.ok()) {
-        return s.error().WithContext("pod " + PodLabel(*pod) + " (a device another pod holds)");
+        return s.error().WithContext("pod " + label + " (a device another pod holds)");
       }
     }
     ++counted;

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "toposched/common/pod_label.h"
 #include "toposched/common/status.h"
 #include "toposched/wire/wire.h"
 #include "toposched/server/http_server.h"
@@ -48,14 +49,7 @@ constexpr bool IsVolcano(Verb v) { return v >= Verb::kVPredicate && v <= Verb::k
 // Read-only routes (GET, HEAD); /explain takes a POSTed Pod too.
 constexpr bool IsGet(Verb v) { return v >= Verb::kHealthz; }
 
-// "ns/name" for logs; the UID when the pod has no name (a Volcano task without its Pod).
-inline std::string PodLabel(std::string_view ns, std::string_view name, std::string_view uid) {
-  if (name.empty()) return std::string(uid);
-  std::string s;
-  s.reserve(ns.size() + name.size() + 1);
-  s.append(ns).append("/").append(name);
-  return s;
-}
+using ::toposched::PodLabel;  // common/pod_label.h
 
 // An error reply: `status`, the message under the verb's scheduler's error key.
 inline void WriteError(server::HttpResponse& resp, Verb verb, int status, std::string_view message) {

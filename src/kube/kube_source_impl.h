@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_util.h"
+#include "toposched/common/pod_label.h"
 #include "toposched/kube/event_correlator.h"
 #include "toposched/kube/informer.h"
 #include "toposched/kube/objects.h"
@@ -31,9 +32,7 @@ namespace detail {
 
 inline constexpr std::string_view kVerb = "kube";
 
-inline std::string PodLabel(std::string_view ns, std::string_view name) {
-  return std::string(ns) + "/" + std::string(name);
-}
+using ::toposched::PodLabel;
 
 // What a node's NodeSpec is built from; an event that changes none of it changes nothing
 // (kubelet rewrites Node status every few seconds).
