@@ -207,12 +207,12 @@ int RunSimulate(const std::vector<std::string>& args) {
   flags.Group("trace replay (the Alibaba GPU trace with FGD's protocol, see docs/placement.md)");
   flags.Text("--trace", trace_dir, "DIR",
              "replay DIR/openb_node_list_gpu_node.csv with each\n"
-             "DIR/openb_pod_list_<variant>.csv: tasks in creation order, tuned\n"
+             "DIR/openb_pod_list_<variant>.csv: tasks shuffled by the seed, tuned\n"
              "to 130% of GPU capacity, and report the GPU allocation ratio at\n"
              "100% and 130% arrived per policy (toposched, fgd, best-fit,\n"
              "first-fit, random), mean over the seeds");
   flags.Text("--variants", variants_arg, "a,b,...", "trace variants (default: every pod list in DIR)");
-  flags.Text("--seeds", seeds_arg, "A-B|a,b,...", "tuning seeds (default 42-51, as the FGD paper)");
+  flags.Text("--seeds", seeds_arg, "A-B|a,b,...", "seeds of the shuffle and tuning (default 42-51, as the FGD paper)");
   flags.Integer("--max-tasks", max_tasks, 1, 100000000, "N", "replay only the first N tasks of each tuned workload")
       ->default_str("");
   if (const auto exit_code = flags.Parse(args)) return *exit_code;

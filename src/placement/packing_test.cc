@@ -33,6 +33,21 @@ TEST(PackingTest, TypicalShapesKeepTheMostFrequentUpToTheCoverage) {
   EXPECT_TRUE(TypicalShapes({}).shapes.empty());
 }
 
+TEST(PackingTest, TypicalShapesBreakCountTiesAsTheFgdSimulator) {
+  // Two shapes of two pods each and one of one; 40 % coverage keeps one shape. The FGD
+  // simulator sorts equal counts larger first by (CPU, milli, GPUs, model): equal CPU, so the
+  // 500-milli share goes before the 300-milli one (a smaller-first order would keep the 300).
+  const std::vector<Shape> pods = {Share(300, 1000), Share(500, 1000), Share(300, 1000), Share(500, 1000),
+                                   Whole(1)};
+  const ShapeMix mix = TypicalShapes(pods, 0.4);
+  ASSERT_EQ(mix.shapes.size(), 1u);
+  EXPECT_EQ(mix.shapes[0].shape, Share(500, 1000));
+  // CPU first: 2 cores of 100 milli before 1 core of 900 milli.
+  const ShapeMix by_cpu = TypicalShapes({Share(900, 1000), Share(100, 2000)}, 0.5);
+  ASSERT_EQ(by_cpu.shapes.size(), 1u);
+  EXPECT_EQ(by_cpu.shapes[0].shape, Share(100, 2000));
+}
+
 TEST(PackingTest, TypicalShapesByGpuDemandKeepTheRareLargeShape) {
   std::vector<Shape> pods;
   for (int i = 0; i < 80; ++i) pods.push_back(Whole(1));

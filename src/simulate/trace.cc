@@ -108,17 +108,19 @@ class TracePolicy {
 struct ReplayState {
   const Trace* trace = nullptr;
   std::vector<NodeRuntime> nodes;
-  std::mt19937 rng;  // the random policy
+  std::vector<int> node_rank;  // TraceWorkload::node_rank: ties go to the lowest
+  std::mt19937 rng;            // the random policy
 };
 
-// The highest score wins; ties go to the lexicographically smallest node name, as the FGD
-// simulator's selectHost does "for reproducibility" (its vendored generic_scheduler.go replaces
-// kube-scheduler's reservoir sampling with that rule).
+// The highest score wins; ties go to the node of the lowest rank. The FGD simulator's
+// selectHost keeps the lexicographically smallest node name "for reproducibility" (its vendored
+// generic_scheduler.go replaces kube-scheduler's reservoir sampling with that rule), and its
+// node names start with their index in a seeded random permutation (syncClusterResourceList).
 class BestNode {
  public:
-  explicit BestNode(const std::vector<TraceNode>& nodes) : nodes_(nodes) {}
+  explicit BestNode(const std::vector<int>& rank) : rank_(rank) {}
   void Offer(std::int64_t score, int node) {
-    if (best_ < 0 || score > score_ || (score == score_ && nodes_[Idx(node)].name < nodes_[Idx(best_)].name)) {
+    if (best_ < 0 || score > score_ || (score == score_ && rank_[Idx(node)] < rank_[Idx(best_)])) {
       best_ = node;
       score_ = score;
     }
@@ -126,7 +128,7 @@ class BestNode {
   int best() const { return best_; }
 
  private:
-  const std::vector<TraceNode>& nodes_;
+  const std::vector<int>& rank_;
   int best_ = -1;
   std::int64_t score_ = 0;
 };
@@ -146,11 +148,14 @@ class FirstFitPolicy : public TracePolicy {
   ReplayState& s_;
 };
 
+// FGD simulator's Random (plugin/random_score.go, -gpusel random): a node uniformly among those
+// that fit; a share on a GPU uniformly among those with enough left
+// (open_gpu_share.go allocateGpuIdBasedOnRandomFit), whole GPUs the lowest fully free ones.
 class RandomPolicy : public TracePolicy {
  public:
   explicit RandomPolicy(ReplayState& s) : s_(s) {}
   Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
-    // Uniform among the nodes that fit (reservoir sampling).
+    // Reservoir sampling, for the node and for the share's GPU.
     int pick = -1;
     std::uint32_t seen = 0;
     for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
@@ -158,16 +163,28 @@ class RandomPolicy : public TracePolicy {
       if (s_.rng() % ++seen == 0) pick = static_cast<int>(i);
     }
     if (pick < 0) return Choice{};
-    return Choice{pick, LowestGpus(s_.nodes[Idx(pick)], task)};
+    const NodeRuntime& rt = s_.nodes[Idx(pick)];
+    if (task.gpus == 1 && task.gpu_milli < kMilli) {
+      int gpu = -1;
+      std::uint32_t fitting = 0;
+      for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
+        if (rt.milli_left[Idx(g)] >= task.gpu_milli && s_.rng() % ++fitting == 0) gpu = g;
+      }
+      return Choice{pick, {gpu}};
+    }
+    return Choice{pick, LowestGpus(rt, task)};
   }
 
  private:
   ReplayState& s_;
 };
 
-// FGD simulator's BestFit: score (1 - sum_r w_r (free_r - request_r) / maxSpec_r) x 100 over CPU
-// and total GPU (weights 0.5, 0.5; maxSpec 128 cores, 8 GPUs), truncated to an integer; highest
-// wins after the simulator's min-max normalisation. A share goes to the GPU with the least left that fits (lowest index on ties).
+// FGD simulator's BestFit (plugin/best_fit_score.go): score (1 - sum_r w_r (free_r - request_r) /
+// maxSpec_r) x 100 over CPU and total GPU (weights 0.5, 0.5; maxSpec 128 cores, 8 GPUs),
+// truncated to an integer; highest wins after the simulator's min-max normalisation
+// (plugin_utils.go NormalizeScore). GPUs as Open-Gpu-Share's default "best" selection
+// (open_gpu_share.go allocateGpuIdBasedOnBestFit): a share on the GPU with the least left that
+// fits (lowest index on ties), whole GPUs the lowest fully free ones.
 class BestFitPolicy : public TracePolicy {
  public:
   explicit BestFitPolicy(ReplayState& s) : s_(s) {}
@@ -189,7 +206,7 @@ class BestFitPolicy : public TracePolicy {
       lo = std::min(lo, score);
       hi = std::max(hi, score);
     }
-    BestNode pick(s_.trace->nodes);
+    BestNode pick(s_.node_rank);
     for (const auto& [score, node] : scores_) pick.Offer(hi == lo ? 0 : (score - lo) * 100 / (hi - lo), node);
     const NodeRuntime& rt = s_.nodes[Idx(pick.best())];
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
@@ -226,7 +243,7 @@ class FgdPolicy : public TracePolicy {
     auto& cache = cache_[ShapeKeyOf(task)];
     cache.resize(s_.nodes.size());
     const packing::Shape shape = ShapeOfTask(task);
-    BestNode pick(s_.trace->nodes);
+    BestNode pick(s_.node_rank);
     for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
       const TraceNode& node = s_.trace->nodes[i];
       const NodeRuntime& rt = s_.nodes[i];
@@ -291,8 +308,9 @@ class FgdPolicy : public TracePolicy {
 
 // toposched: the framework (the builtin plugins, or the given config) on nodes with machine
 // shapes, after kube-scheduler's CPU/memory fit and the gpu_spec selector. Ties go to the lowest
-// node index (the simulator's rule). Filter verdicts and scores are cached per node and task
-// shape until the node changes: the framework's answer depends on nothing else here (no pools).
+// node rank (the simulator's rule, as for the baselines). Filter verdicts and scores are cached
+// per node and task shape until the node changes: the framework's answer depends on nothing else
+// here (no pools).
 class ToposchedTracePolicy : public TracePolicy {
  public:
   static Result<std::unique_ptr<ToposchedTracePolicy>> Make(ReplayState& s, const framework::SchedulerConfig& config,
@@ -344,10 +362,11 @@ class ToposchedTracePolicy : public TracePolicy {
         band.Offer(e.score);
       }
     }
-    std::sort(candidates_.begin(), candidates_.end(), [&band](const Candidate& a, const Candidate& b) {
+    const std::vector<int>& rank = s_.node_rank;
+    std::sort(candidates_.begin(), candidates_.end(), [&band, &rank](const Candidate& a, const Candidate& b) {
       if (band.Ahead(a.score, b.score)) return true;
       if (band.Ahead(b.score, a.score)) return false;
-      return a.index < b.index;
+      return rank[Idx(a.index)] < rank[Idx(b.index)];
     });
     for (const Candidate& c : candidates_) {
       framework::NodeInfo& info = infos_[Idx(c.index)];
@@ -436,6 +455,13 @@ const framework::Registry& ToposchedTracePolicy::BuiltinRegistryForTrace() {
   return registry;
 }
 
+std::vector<packing::Shape> TraceShapes(const Trace& trace) {
+  std::vector<packing::Shape> shapes;
+  shapes.reserve(trace.tasks.size());
+  for (const TraceTask& t : trace.tasks) shapes.push_back(ShapeOfTask(t));
+  return shapes;
+}
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -446,21 +472,19 @@ double Percentile(std::vector<double> v, double p) {
 Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint32_t seed,
                         const TraceReplayOptions& options, const framework::SchedulerConfig& config) {
   const std::int64_t capacity = trace.GpuCapacityMilli();
-  std::vector<TraceTask> tasks = TuneTasks(trace.tasks, capacity, options.tune_ratio, seed);
-  // FGD's typical pods come from the workload it schedules (the 95 % most frequent shapes);
-  // toposched's from the same workload, keeping also the shapes that hold the GPU demand (the
-  // simulator's WorkloadMix).
-  std::vector<packing::Shape> shapes;
-  shapes.reserve(tasks.size());
-  for (const TraceTask& t : tasks) shapes.push_back(ShapeOfTask(t));
-  const packing::ShapeMix mix = packing::TypicalShapes(shapes);
+  TraceWorkload workload = PrepareWorkload(trace, options.tune_ratio, seed, options.shuffle);
+  std::vector<TraceTask>& tasks = workload.tasks;
+  // FGD's typical pods (TraceTypicalShapes); toposched's from the same tasks, keeping also the
+  // shapes that hold the GPU demand (the simulator's WorkloadMix).
+  const packing::ShapeMix mix = TraceTypicalShapes(trace);
   const packing::ShapeMix demand_mix =
-      packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand);
+      packing::TypicalShapes(TraceShapes(trace), 0.95, packing::Coverage::kPodsAndGpuDemand);
   if (options.max_tasks > 0 && tasks.size() > options.max_tasks) tasks.resize(options.max_tasks);
 
   ReplayState state;
   state.trace = &trace;
-  state.rng.seed(seed);
+  state.node_rank = std::move(workload.node_rank);
+  state.rng = workload.rng;  // one stream, as the simulator's math/rand
   for (const TraceNode& n : trace.nodes) {
     NodeRuntime rt;
     rt.cpu_left = n.cpu_milli;
@@ -548,6 +572,10 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
 }
 
 }  // namespace
+
+packing::ShapeMix TraceTypicalShapes(const Trace& trace) {
+  return packing::TypicalShapes(TraceShapes(trace));
+}
 
 Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptions& options) {
   if (options.policies.empty()) return Error("no policy to replay");

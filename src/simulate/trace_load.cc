@@ -255,26 +255,66 @@ std::vector<std::string> TraceVariants(const std::string& dir) {
   return out;
 }
 
-std::vector<TraceTask> TuneTasks(const std::vector<TraceTask>& tasks, std::int64_t capacity_milli, double ratio,
-                                 std::uint32_t seed) {
-  std::vector<TraceTask> out = tasks;
-  if (tasks.empty()) return out;
+namespace {
+
+// Appends to `out` tasks drawn uniformly with replacement from `pool` (the index is the draw
+// modulo the count) while the total requested GPU is below ratio x capacity.
+void AppendTuningDraws(std::vector<TraceTask>& out, const std::vector<TraceTask>& pool,
+                       std::int64_t capacity_milli, double ratio, std::mt19937& rng) {
+  if (pool.empty()) return;
   double requested = 0;
   bool any_gpu = false;
-  for (const TraceTask& t : tasks) {
-    requested += static_cast<double>(t.GpuMilli());
-    any_gpu = any_gpu || t.GpuMilli() > 0;
-  }
-  if (!any_gpu) return out;
-  std::mt19937 rng(seed);
+  for (const TraceTask& t : pool) any_gpu = any_gpu || t.GpuMilli() > 0;
+  if (!any_gpu) return;
+  for (const TraceTask& t : out) requested += static_cast<double>(t.GpuMilli());
   const double target = ratio * static_cast<double>(capacity_milli);
   while (requested < target) {
-    const TraceTask& pick = tasks[rng() % tasks.size()];
+    const TraceTask& pick = pool[rng() % pool.size()];
     out.push_back(pick);
     out.back().name += "-t" + std::to_string(out.size());
     requested += static_cast<double>(pick.GpuMilli());
   }
+}
+
+// Fisher-Yates, from the back (as Go's rand.Shuffle).
+template <typename T>
+void Shuffle(std::vector<T>& v, std::mt19937& rng) {
+  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng() % i]);
+}
+
+}  // namespace
+
+std::vector<TraceTask> TuneTasks(const std::vector<TraceTask>& tasks, std::int64_t capacity_milli,
+                                 double ratio, std::uint32_t seed) {
+  std::vector<TraceTask> out = tasks;
+  std::mt19937 rng(seed);
+  AppendTuningDraws(out, tasks, capacity_milli, ratio, rng);
   return out;
+}
+
+TraceWorkload PrepareWorkload(const Trace& trace, double tune_ratio, std::uint32_t seed, bool shuffle) {
+  TraceWorkload w;
+  std::mt19937& rng = w.rng;
+  rng.seed(seed);
+  w.tasks = trace.tasks;
+  if (shuffle) {
+    std::stable_sort(w.tasks.begin(), w.tasks.end(),
+                     [](const TraceTask& a, const TraceTask& b) { return a.name < b.name; });
+    Shuffle(w.tasks, rng);
+  }
+  AppendTuningDraws(w.tasks, trace.tasks, trace.GpuCapacityMilli(), tune_ratio, rng);
+  // The simulator sorts the nodes by name and prefixes the i-th with perm[i]; the trace's names
+  // are unique, so the rank of a node is perm[its place in name order].
+  std::vector<std::size_t> by_name(trace.nodes.size());
+  for (std::size_t i = 0; i < by_name.size(); ++i) by_name[i] = i;
+  std::stable_sort(by_name.begin(), by_name.end(),
+                   [&](std::size_t a, std::size_t b) { return trace.nodes[a].name < trace.nodes[b].name; });
+  std::vector<int> perm(trace.nodes.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+  Shuffle(perm, rng);
+  w.node_rank.assign(trace.nodes.size(), 0);
+  for (std::size_t i = 0; i < by_name.size(); ++i) w.node_rank[by_name[i]] = perm[i];
+  return w;
 }
 
 Result<SyntheticSpec> TraceMachine(const TraceNode& node) {

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include "plugins/registry.h"
 #include "testing/shared_topologies.h"
+#include "toposched/placement/packing.h"
 #include "toposched/topology/synthetic.h"
 
 namespace toposched::simulate {
@@ -94,6 +96,114 @@ TEST(TraceTest, TuningAppendsSeededDrawsUpToTheRatio) {
   bool differs = a.size() != c.size();
   for (std::size_t i = 3; !differs && i < a.size(); ++i) differs = a[i].GpuMilli() != c[i].GpuMilli();
   EXPECT_TRUE(differs);
+}
+
+// The FGD simulator's set-up of one seed (core.go Simulate): the trace shuffled, then tuned,
+// then the nodes ranked, all from one seeded stream.
+TEST(TraceTest, WorkloadIsShuffledThenTunedAndNodesRankedBySeed) {
+  Trace trace;
+  for (int i = 0; i < 4; ++i) trace.nodes.push_back(TraceNode{"n" + std::to_string(i), 8000, 8192, 1, "T4"});
+  for (int i = 0; i < 12; ++i) {
+    // Created in reverse name order: creation order is tl .. ta.
+    const std::string name = std::string("t") + static_cast<char>('a' + 11 - i);
+    trace.tasks.push_back(TraceTask{name, 1000, 1024, 1, 250, {}, static_cast<double>(i)});
+  }
+  // 12 x 250 = 3000 of 4000 milli: tuning appends draws up to 1.3 x 4000 = 5200.
+  const auto names = [](const std::vector<TraceTask>& tasks, std::size_t n) {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < n && i < tasks.size(); ++i) out.push_back(tasks[i].name);
+    return out;
+  };
+  const TraceWorkload created = PrepareWorkload(trace, 1.3, 42, /*shuffle=*/false);
+  EXPECT_EQ(names(created.tasks, 12), names(trace.tasks, 12));
+  EXPECT_EQ(created.tasks.size(), 21u);  // (5200 - 3000) / 250 = 8.8: 9 draws
+  const TraceWorkload a = PrepareWorkload(trace, 1.3, 42);
+  const TraceWorkload b = PrepareWorkload(trace, 1.3, 42);
+  const TraceWorkload c = PrepareWorkload(trace, 1.3, 43);
+  EXPECT_EQ(names(a.tasks, 21), names(b.tasks, 21));
+  EXPECT_EQ(a.node_rank, b.node_rank);
+  EXPECT_NE(names(a.tasks, 12), names(trace.tasks, 12));  // not creation order
+  EXPECT_NE(names(a.tasks, 12), names(c.tasks, 12));      // the seed decides
+  std::vector<std::string> first = names(a.tasks, 12), all = names(trace.tasks, 12);
+  std::sort(first.begin(), first.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(first, all);  // the trace's tasks, each once, before the draws
+  for (std::size_t i = 12; i < a.tasks.size(); ++i) EXPECT_NE(a.tasks[i].name.find("-t"), std::string::npos);
+  // Node ranks: a permutation, seeded.
+  bool ranks_differ = false;
+  for (std::uint32_t seed = 43; seed < 53 && !ranks_differ; ++seed) {
+    ranks_differ = PrepareWorkload(trace, 1.3, seed).node_rank != a.node_rank;
+  }
+  EXPECT_TRUE(ranks_differ);
+  std::vector<int> ranks = a.node_rank;
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3}));
+}
+
+// Equal scores go to the node of the lower rank, not to the smaller name. BestFit scores a T4
+// and a P100 node alike for a task that takes any GPU; the second task needs the T4. Taking
+// the T4 first strands it (50 % allocated), taking the P100 places both (100 %).
+TEST(TraceTest, TiesGoToTheNodeOfTheLowerSeededRank) {
+  Trace trace;
+  trace.variant = "ties";
+  trace.nodes = {TraceNode{"a-t4", 8000, 8192, 1, "T4"}, TraceNode{"b-p100", 8000, 8192, 1, "P100"}};
+  trace.tasks = {TraceTask{"any", 1000, 1024, 1, 1000, {}, 0},
+                 TraceTask{"t4", 1000, 1024, 1, 1000, {"T4"}, 1}};
+  TraceReplayOptions options;
+  options.policies = {"best-fit"};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;  // 2000 milli asked of 2000: no draws
+  options.marks = {1.0};
+  std::set<double> outcomes;
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    options.seeds = {seed};
+    auto r = ReplayTrace(trace, options);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    const std::vector<int> rank = PrepareWorkload(trace, 1.0, seed, false).node_rank;
+    const double want = rank[0] < rank[1] ? 0.5 : 1.0;
+    EXPECT_DOUBLE_EQ(r->policies[0].mean_ratio_at[0], want) << "seed " << seed;
+    outcomes.insert(r->policies[0].mean_ratio_at[0]);
+  }
+  EXPECT_EQ(outcomes.size(), 2u);  // the name would always pick a-t4: 0.5 at every seed
+}
+
+// Random puts a share on a random GPU that fits (the simulator's -gpusel random), not the lowest.
+// One node of two GPUs: two half shares, then a whole GPU. Both shares on one GPU leave the
+// other for the whole GPU (100 %); on different GPUs the whole GPU finds none (50 %).
+TEST(TraceTest, RandomPutsASharedTaskOnARandomGpu) {
+  Trace trace;
+  trace.variant = "random-gpu";
+  trace.nodes = {TraceNode{"n", 8000, 8192, 2, "T4"}};
+  trace.tasks = {TraceTask{"a", 1000, 1024, 1, 500, {}, 0}, TraceTask{"b", 1000, 1024, 1, 500, {}, 1},
+                 TraceTask{"c", 1000, 1024, 1, 1000, {}, 2}};
+  TraceReplayOptions options;
+  options.policies = {"random"};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;  // 2000 milli asked of 2000: no draws
+  options.marks = {1.0};
+  std::set<double> outcomes;
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    options.seeds = {seed};
+    auto r = ReplayTrace(trace, options);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    outcomes.insert(r->policies[0].mean_ratio_at[0]);
+  }
+  EXPECT_EQ(outcomes, (std::set<double>{0.5, 1.0}));  // the lowest GPU would give 1.0 at every seed
+}
+
+// FGD's typical pods are the trace's own task shapes, before tuning.
+TEST(TraceTest, TypicalPodsComeFromTheTraceBeforeTuning) {
+  Trace trace;
+  trace.nodes = {TraceNode{"n", 8000, 8192, 100, "T4"}};
+  for (int i = 0; i < 19; ++i) {
+    trace.tasks.push_back(TraceTask{"s" + std::to_string(i), 1000, 1024, 1, 500, {}, 0});
+  }
+  trace.tasks.push_back(TraceTask{"w", 2000, 1024, 2, 1000, {}, 0});
+  // 19 of 20 tasks (95 %) are the share: the 2-GPU shape is left out, whatever tuning draws.
+  const packing::ShapeMix mix = TraceTypicalShapes(trace);
+  ASSERT_EQ(mix.shapes.size(), 1u);
+  EXPECT_EQ(mix.shapes[0].shape.milli, 500);
+  EXPECT_DOUBLE_EQ(mix.shapes[0].weight, 1.0);
 }
 
 TEST(TraceTest, EveryTraceNodeHasAMachineShape) {

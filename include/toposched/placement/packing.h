@@ -57,9 +57,10 @@ struct ShapeMix {
 };
 
 // FGD's typical pods from a workload's pods: shapes counted, most frequent first (ties: the
-// smaller shape first), the shortest prefix holding at least `coverage` of the pods, weights
-// renormalised to sum to 1. CPU-only pods are included, as in the FGD experiments
-// (isInvolvedCpuPods: true, podPopularityThreshold: 95). Empty input: an empty mix.
+// larger shape by CPU, then milli, GPUs and models first, as the FGD simulator orders them), the
+// shortest prefix holding at least `coverage` of the pods, weights renormalised to sum to 1.
+// CPU-only pods are included, as in the FGD experiments (isInvolvedCpuPods: true,
+// podPopularityThreshold: 95). Empty input: an empty mix.
 //
 // kPodsAndGpuDemand also keeps the shortest prefix, by GPU demand (pods x GPUs x milli), that
 // holds `coverage` of the workload's GPU demand: a rare large shape (5 % of pods asking 8 GPUs

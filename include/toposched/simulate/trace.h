@@ -7,9 +7,15 @@
 //   - every node of the node list, with its CPU, memory, GPU count and model; a task fits a node
 //     when CPU, memory and GPUs fit (kube-scheduler's NodeResourcesFit) and, with gpu_spec, only
 //     on the listed models;
-//   - tasks in creation order (ties by name), then "tuned": while the requested GPU is below
-//     tune_ratio x the cluster's GPU capacity, a task drawn uniformly at random (with
-//     replacement, seeded) from the trace is appended;
+//   - tasks in a seeded random order (the published runs pass --shuffle-pod=true: the trace
+//     sorted by name, then shuffled), then "tuned": while the requested GPU is below tune_ratio x
+//     the cluster's GPU capacity, a task drawn uniformly at random (with replacement) from the
+//     trace is appended;
+//   - the typical pods (FGD's task shapes and their frequencies) from the trace's tasks before
+//     tuning (the simulator's SetTypicalPods runs before TunePodsByNodeTotalResource);
+//   - equal scores go to the node of the lowest rank in a seeded random permutation of the
+//     nodes (the simulator prefixes each node's name with its index in rand.Perm and its
+//     selectHost keeps the smallest name);
 //   - each task scheduled once, in order, never leaving; a task that fits nowhere stays
 //     unscheduled;
 //   - the figure: GPU allocation ratio (allocated milli-GPU / capacity) when the arrived tasks'
@@ -24,12 +30,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "toposched/common/status.h"
 #include "toposched/framework/config.h"
+#include "toposched/placement/packing.h"
 #include "toposched/topology/synthetic.h"
 
 namespace toposched::simulate {
@@ -82,11 +90,28 @@ std::vector<std::string> TraceVariants(const std::string& dir);
 std::vector<TraceTask> TuneTasks(const std::vector<TraceTask>& tasks, std::int64_t capacity_milli,
                                  double ratio, std::uint32_t seed);
 
+// One seed's run as the FGD simulator sets it up (pkg/simulator/core.go Simulate, simulator.go
+// SortClusterPods, TunePodsByNodeTotalResource, syncClusterResourceList): one random stream
+// (std::mt19937 seeded with `seed`) first shuffles the trace's tasks, sorted by name (when
+// `shuffle`; else creation order), then appends the tuning draws from the trace, then ranks the
+// nodes with a random permutation; the random policy continues the stream.
+struct TraceWorkload {
+  std::vector<TraceTask> tasks;  // arrival order
+  std::vector<int> node_rank;    // per trace node, a permutation of 0..n-1: ties go to the lowest
+  std::mt19937 rng;              // the stream after the set-up
+};
+TraceWorkload PrepareWorkload(const Trace& trace, double tune_ratio, std::uint32_t seed, bool shuffle = true);
+
 // The machine shape a trace node is simulated as (the trace has no topology): NVSwitch boards
 // with 4 PCIe switches and 4 RDMA NICs for the 8-GPU G2/G3 nodes, NVLink-paired PCIe boxes for
 // the V100 nodes, plain PCIe cards on one or two sockets for T4, P100 and A10. The GPU model is
 // the trace's name so that gpu_spec matches it.
 Result<SyntheticSpec> TraceMachine(const TraceNode& node);
+
+// FGD's typical pods for a trace: packing::TypicalShapes (the 95 % most frequent task shapes,
+// CPU-only tasks included) over the trace's tasks before tuning, as the simulator computes them
+// (SetTypicalPods runs before TunePodsByNodeTotalResource in core.go's Simulate).
+packing::ShapeMix TraceTypicalShapes(const Trace& trace);
 
 inline constexpr std::string_view kTracePolicyToposched = "toposched";
 inline constexpr std::string_view kTracePolicyFgd = "fgd";
@@ -103,6 +128,8 @@ struct TraceReplayOptions {
   std::vector<std::string> policies = TracePolicyNames();
   std::vector<std::uint32_t> seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
   double tune_ratio = 1.3;
+  // Arrival order: seeded random (the published runs), or false: the trace's creation order.
+  bool shuffle = true;
   std::vector<double> marks = {1.0, 1.3};  // arrived GPU / capacity at which the ratio is read
   // The toposched policy's config; absent: the builtin defaults. Its engine's share limit is
   // raised to the trace's finest share (the trace has no per-GPU share count limit).
