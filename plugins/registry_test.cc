@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -215,6 +217,57 @@ TEST(BuiltinFrameworkTest, PrefersTheAlignedNodeAndReservesIt) {
   ASSERT_TRUE(f->RunReserve(state, nodes[0]).ok());
   EXPECT_TRUE(nodes[0].allocated.gpu_exclusive[0]);
   EXPECT_TRUE(nodes[0].allocated.gpu_exclusive[1]);
+}
+
+// Packing by the mix: when ExpectedFragmentation is counted and the workload's typical pods ask no
+// RDMA NIC, Fragmentation, RdmaAffinity and SharedGpu stand down (not counted) for a pod that asks
+// none either; a typical pod asking NICs, a pod asking NICs, ExpectedFragmentation at weight 0 or
+// no mix keep them counted.
+TEST(BuiltinFrameworkTest, BlindPackingHeuristicsStandDownWhenTheMixAsksNoNics) {
+  const framework::NodeInfo node = NodeBuilder("hgx", "hgx-h100-8gpu").Build();
+  const PlacementRequest shared = RequestBuilder().Shared(1, 8000, 30).Build();
+  const PlacementRequest whole = RequestBuilder().Gpus(1).Build();
+  const PlacementRequest with_nics = RequestBuilder().Gpus(2).Nics(2).Build();
+  auto mix_of = [](std::vector<PlacementRequest> pods) {
+    auto mix = std::make_shared<packing::ShapeMix>();
+    for (const PlacementRequest& r : pods) mix->shapes.push_back({packing::ShapeOf(r), 1.0 / pods.size()});
+    return std::shared_ptr<const packing::ShapeMix>(std::move(mix));
+  };
+  auto counted = [&](const Framework& f, const PlacementRequest& r, std::shared_ptr<const packing::ShapeMix> mix) {
+    framework::CycleState state = f.NewCycle(r);
+    state.SetShapeMix(std::move(mix));
+    EXPECT_TRUE(f.RunFilter(state, node).ok());
+    std::map<std::string, bool> out;
+    for (const framework::ScorePart& p : f.RunScore(state, node).parts) out[p.plugin] = p.counted;
+    return out;
+  };
+  Result<Framework> f = Framework::Create(DefaultSchedulerConfig(), BuiltinRegistry());
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  const auto no_nic_mix = mix_of({shared, whole});
+  for (const PlacementRequest& pod : {shared, whole}) {
+    const auto c = counted(*f, pod, no_nic_mix);
+    EXPECT_FALSE(c.at("RdmaAffinity"));
+    EXPECT_FALSE(c.at("Fragmentation"));
+    EXPECT_FALSE(c.at("SharedGpu")) << "also for a whole-GPU pod: a neutral part would only compress the others";
+    EXPECT_TRUE(c.at("ExpectedFragmentation"));
+    EXPECT_TRUE(c.at("GpuNicAlignment"));
+  }
+  for (const auto& c : {counted(*f, shared, mix_of({shared, with_nics})), counted(*f, shared, nullptr),
+                        counted(*f, with_nics, no_nic_mix)}) {
+    EXPECT_TRUE(c.at("RdmaAffinity"));
+    EXPECT_TRUE(c.at("Fragmentation"));
+    EXPECT_TRUE(c.at("SharedGpu"));
+  }
+  framework::SchedulerConfig off = DefaultSchedulerConfig();
+  for (framework::PluginConfig& p : off.plugins) {
+    if (p.name == "ExpectedFragmentation") p.weight = 0;
+  }
+  Result<Framework> without = Framework::Create(off, BuiltinRegistry());
+  ASSERT_TRUE(without.ok()) << without.error().message();
+  const auto c = counted(*without, shared, no_nic_mix);
+  EXPECT_TRUE(c.at("RdmaAffinity")) << "nothing packs by the mix: the heuristics stay";
+  EXPECT_TRUE(c.at("Fragmentation"));
+  EXPECT_TRUE(c.at("SharedGpu"));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "common/plugin_util.h"
 
+#include <algorithm>
+
 namespace toposched::plugins {
 
 std::string_view RankName(int rank) {
@@ -26,6 +28,13 @@ Status RequireNoArgs(const framework::PluginArgs& args) {
   std::string keys;
   for (const auto& [key, value] : args) keys += (keys.empty() ? "" : ", ") + key;
   return Error("takes no args (got: " + keys + ")");
+}
+
+bool PacksByMixWithoutNics(const framework::CycleState& state) {
+  if (!state.packs_for_shape_mix() || state.request().rdma_nics > 0) return false;
+  const packing::ShapeMix* mix = state.shape_mix();
+  if (mix == nullptr || mix->shapes.empty()) return false;
+  return std::none_of(mix->shapes.begin(), mix->shapes.end(), [](const auto& s) { return s.shape.nics > 0; });
 }
 
 }  // namespace toposched::plugins

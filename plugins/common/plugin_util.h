@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "toposched/common/status.h"
+#include "toposched/framework/cycle_state.h"
 #include "toposched/framework/registry.h"
 
 namespace toposched::plugins {
@@ -18,6 +19,15 @@ std::string_view RankName(int rank);
 
 // Error naming every key when `args` is not empty: for plugins that take no arguments.
 Status RequireNoArgs(const framework::PluginArgs& args);
+
+// True when the cycle packs by the workload's typical pods (a counted ExpectedFragmentation and a
+// shape mix: CycleState::packs_for_shape_mix, shape_mix) and neither the pod nor any typical pod
+// asks for RDMA NICs. The blind packing heuristics (Fragmentation's intact PCIe groups,
+// RdmaAffinity's NIC nodes kept for NIC pods, SharedGpu's node packing) then protect nothing the
+// measure does not see, and would only pull against it: they stand down (not counted).
+bool PacksByMixWithoutNics(const framework::CycleState& state);
+inline constexpr std::string_view kPacksByMix =
+    "the workload's typical pods ask no RDMA NIC and ExpectedFragmentation packs for them: not counted";
 
 // Round half up to an int, for scores computed in floating point.
 inline int RoundScore(double score) {

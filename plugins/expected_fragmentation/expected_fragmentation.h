@@ -43,6 +43,7 @@ class ExpectedFragmentation final : public framework::ScorePlugin {
  public:
   explicit ExpectedFragmentation(double scale = kDefaultScale) : scale_(scale) {}
   std::string_view Name() const override { return kName; }
+  bool PacksForShapeMix() const override { return true; }
   framework::ScoreResult Score(framework::CycleState& state, const framework::NodeInfo& node) const override;
 
  private:

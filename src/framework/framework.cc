@@ -74,6 +74,8 @@ struct Framework::Impl {
   // owned) and its place in `scorers` (-1: not configured, scored on its own).
   const ScorePlugin* capacity = nullptr;
   int capacity_index = -1;
+  // A counted Score plugin packs for the typical shapes (CycleState::packs_for_shape_mix).
+  bool packs_for_shape_mix = false;
   std::vector<const FilterPlugin*> filters;
   std::vector<ScorePluginEntry> scorers;
   std::vector<const ReservePlugin*> reservers;
@@ -125,6 +127,10 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
       impl->owned.push_back(std::move(*plugin));
     }
   }
+  for (const ScorePluginEntry& e : impl->scorers) {
+    if (e.weight > 0 && e.plugin->PacksForShapeMix()) impl->packs_for_shape_mix = true;
+  }
+  if (impl->capacity != nullptr && impl->capacity->PacksForShapeMix()) impl->packs_for_shape_mix = true;
   if (impl->filters.empty()) {
     return Error("plugins: no Filter plugin enabled (enable DeviceFit): nodes would never be checked");
   }
@@ -137,12 +143,14 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
 CycleState Framework::NewCycle(PlacementRequest request) const {
   SharedMemo* memo = impl_->memo.get();
   const EngineOptions options = impl_->config.engine;
-  return CycleState(std::move(request),
-                    [memo, options](const NodeTopology& topology, std::string_view fingerprint,
-                                    const NodeAllocation& allocated, const PlacementRequest& req) {
-                      std::lock_guard<std::mutex> lock(memo->mu);
-                      return memo->memo.Place(topology, allocated, req, options, fingerprint);
-                    });
+  CycleState state(std::move(request),
+                   [memo, options](const NodeTopology& topology, std::string_view fingerprint,
+                                   const NodeAllocation& allocated, const PlacementRequest& req) {
+                     std::lock_guard<std::mutex> lock(memo->mu);
+                     return memo->memo.Place(topology, allocated, req, options, fingerprint);
+                   });
+  state.set_packs_for_shape_mix(impl_->packs_for_shape_mix);
+  return state;
 }
 
 FilterResult Framework::RunFilter(CycleState& state, const NodeInfo& node) const {

@@ -59,6 +59,10 @@ class CycleState {
   // more pods of the request's own shape). The same for every node of the cycle.
   void SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix) { mix_ = std::move(mix); }
   const packing::ShapeMix* shape_mix() const { return mix_.get(); }
+  // Whether a Score plugin that packs for the typical shapes (ScorePlugin::PacksForShapeMix) is
+  // counted in this cycle (weighted, or ranking capacity first); the Framework sets it.
+  void set_packs_for_shape_mix(bool packs) { packs_for_shape_mix_ = packs; }
+  bool packs_for_shape_mix() const { return packs_for_shape_mix_; }
 
   // Whether Score plugins should say how they scored (ScoreResult::explanation); true unless the
   // caller keeps the numbers only, as the extender's verbs do (the CLI and the simulator explain).
@@ -101,6 +105,7 @@ class CycleState {
   Placer placer_;
   std::shared_ptr<const ClusterView> cluster_;
   std::shared_ptr<const packing::ShapeMix> mix_;
+  bool packs_for_shape_mix_ = false;
   bool explain_ = true;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
   std::unordered_map<std::string, std::unique_ptr<StateData>, StringHash, std::equal_to<>> data_;

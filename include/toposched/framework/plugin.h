@@ -65,6 +65,10 @@ class ScorePlugin : public virtual Plugin {
   // only which of the pool's pods stand on it and in each of its domains and its placement's
   // worst GPU->NIC class: the extender computes it once per such position (plugins/README.md).
   virtual bool ReadsCluster() const { return false; }
+  // True when the score packs for the workload's typical pods (CycleState::shape_mix), as
+  // ExpectedFragmentation does: with it counted, the blind packing heuristics may stand down
+  // (CycleState::packs_for_shape_mix).
+  virtual bool PacksForShapeMix() const { return false; }
 };
 
 // Reserve claims the pod's devices on `node` (in `node.allocated`) before binding, so that pods
