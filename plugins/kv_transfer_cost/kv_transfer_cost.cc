@@ -372,13 +372,30 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
     const std::uint64_t* hashes;
     double mean;
   };
-  std::vector<Known> known;
-  FlatHashIndex<std::size_t> known_by_hash;
+  // The thread's buffers, reused call after call (clear keeps their arrays).
+  thread_local std::vector<Known> known;
+  thread_local FlatHashIndex<std::size_t> known_by_hash;
+  known.clear();
+  known_by_hash.clear();
+  // The nodes of a domain mostly come one after another (the store's order is by name): the
+  // last plain node's domains and mean, and whether its innermost domain holds a site at all
+  // (when not, none of its nodes is a site and the name needs no lookup).
+  const std::uint64_t* last = nullptr;
+  double last_mean = 0;
+  bool last_leaf_has_site = true;
+  const std::uint64_t no_domain = framework::PositionHash("");
   cluster.ForEachNode([&](const framework::NodeSummary& n) {
     if (!n.schedulable) return;
     if (!req.IsShared() && n.free_gpus < req.gpus) return;
     if (n.free_rdma_nics < req.rdma_nics) return;
-    const bool plain = n.domain_hashes != nullptr && c.hashes_usable && c.site_name_hashes.Find(n.name_hash) == nullptr;
+    const bool hashed = n.domain_hashes != nullptr && c.hashes_usable;
+    if (hashed && tiers > 0 && last != nullptr && std::equal(n.domain_hashes, n.domain_hashes + tiers, last) &&
+        (!last_leaf_has_site || c.site_name_hashes.Find(n.name_hash) == nullptr)) {
+      best = std::min(best, last_mean);
+      worst = std::max(worst, last_mean);
+      return;
+    }
+    const bool plain = hashed && c.site_name_hashes.Find(n.name_hash) == nullptr;
     double mean = 0;
     bool found = false;
     std::uint64_t h = 0;
@@ -405,6 +422,11 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
         known_by_hash.Insert(h, known.size());
         known.push_back(Known{n.domain_hashes, mean});
       }
+    }
+    if (plain && tiers > 0) {
+      last = n.domain_hashes;
+      last_mean = mean;
+      last_leaf_has_site = n.domain_hashes[0] == no_domain || c.ids_by_hash[0].Find(n.domain_hashes[0]) != nullptr;
     }
     best = std::min(best, mean);
     worst = std::max(worst, mean);

@@ -343,6 +343,11 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     // mis-score a node, as class keys could).
     const std::uint64_t* hashes = snap_->position_hashes().data() + i * tiers;
     const auto* on_node = node_by_hash_.Find(snap_->briefs()[i].name_hash);
+    if (on_node == nullptr && last_hashes_ != nullptr && std::equal(hashes, hashes + tiers, last_hashes_)) {
+      parts_.position = last_position_;  // the previous node's domains, and no pool pod on either
+      return Mix64(last_position_ ^ class_keys_[i]) & ~kOwn;
+    }
+    last_hashes_ = nullptr;
     std::uint64_t key = Mix64(on_node == nullptr ? 0 : on_node->second);
     for (std::size_t t = 0; t < tiers; ++t) {
       const Content* found = domain_by_hash_[t].Find(hashes[t]);
@@ -352,6 +357,10 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
       key = Mix64(key ^ (found == nullptr ? 0 : found->hash) ^ (t + 1));
     }
     parts_.position = key;
+    if (on_node == nullptr) {
+      last_hashes_ = hashes;
+      last_position_ = key;
+    }
     return Mix64(key ^ class_keys_[i]) & ~kOwn;
   }
   const state::NodeRecord& record = *snap_->nodes()[i];

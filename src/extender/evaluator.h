@@ -180,6 +180,10 @@ class NodeVerdicts {
   bool by_hash_ = false;
   FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node_by_hash_;
   std::vector<FlatHashIndex<Content>> domain_by_hash_;
+  // KeyOf by hash: the last node without pool pods on it, its tiers' hashes and position key
+  // (the nodes of a domain mostly come one after another; null: none yet, or it was keyed alone).
+  const std::uint64_t* last_hashes_ = nullptr;
+  std::uint64_t last_position_ = 0;
 };
 
 }  // namespace toposched::extender

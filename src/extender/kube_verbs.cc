@@ -26,6 +26,8 @@ struct Scratch {
   std::vector<HostScore> scores;
   std::vector<const ClassVerdict*> verdicts;
   std::vector<std::uint32_t> passed_at;  // snapshot positions of `passed`
+  std::vector<std::string_view> names;    // the call's node names
+  std::vector<std::size_t> at;            // their snapshot positions
 };
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
@@ -118,8 +120,12 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
   unresolvable.clear();
   passed_at.clear();
   std::string error;
-  for (const NodeRef& n : nodes) {
-    const std::size_t i = snap.IndexOf(n.name);
+  scratch.names.clear();
+  for (const NodeRef& n : nodes) scratch.names.push_back(n.name);
+  snap.IndexOf(scratch.names, scratch.at);
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const NodeRef& n = nodes[k];
+    const std::size_t i = scratch.at[k];
     if (i == state::Snapshot::npos) {
       unresolvable.push_back({n.name, Evaluator::kUnknownNode});
       evaluator_.CountUnknownNode();

@@ -192,14 +192,16 @@ std::size_t Snapshot::Hash::operator()(std::string_view s) const noexcept {
   return std::hash<std::string_view>{}(s);
 }
 
-// Open addressing with linear probing over (hash tag, position + 1) slots, at most half full;
-// the names themselves sit in one arena in nodes_ order, so a probe and its comparison touch
-// two small contiguous tables. Node names come from the scheduler, not from tenants, so a
-// fast non-keyed hash is fine.
+// Open addressing with linear probing over (hash tag, position + 1, the name's place in the
+// arena) slots, at most half full; the names themselves sit in one arena in nodes_ order, so a
+// probe and its comparison touch one slot and the name. Node names come from the scheduler, not
+// from tenants, so a fast non-keyed hash is fine.
 struct Snapshot::NameIndex {
   struct Slot {
     std::uint32_t tag = 0;  // high half of the hash
     std::uint32_t pos = 0;  // position in nodes_ + 1; 0 = empty
+    std::uint32_t offset = 0;  // the name: arena[offset, offset + size)
+    std::uint32_t size = 0;
   };
   std::vector<Slot> slots;  // a power of two
   std::string arena;
@@ -226,15 +228,43 @@ struct Snapshot::NameIndex {
     return std::string_view(arena).substr(offsets[i], offsets[i + 1] - offsets[i]);
   }
 
-  std::size_t Find(std::string_view name) const {
-    if (slots.empty()) return npos;
-    const std::uint64_t h = HashName(name);
+  const Slot* SlotOf(std::uint64_t h) const { return &slots[static_cast<std::size_t>(h) & (slots.size() - 1)]; }
+
+  std::size_t Find(std::string_view name, std::uint64_t h) const {
     const std::uint32_t tag = static_cast<std::uint32_t>(h >> 32);
     const std::size_t mask = slots.size() - 1;
     for (std::size_t p = static_cast<std::size_t>(h) & mask;; p = (p + 1) & mask) {
-      const Slot s = slots[p];
+      const Slot& s = slots[p];
       if (s.pos == 0) return npos;
-      if (s.tag == tag && NameAt(s.pos - 1) == name) return s.pos - 1;
+      if (s.tag == tag && s.size == name.size() && std::memcmp(arena.data() + s.offset, name.data(), s.size) == 0) {
+        return s.pos - 1;
+      }
+    }
+  }
+  std::size_t Find(std::string_view name) const { return slots.empty() ? npos : Find(name, HashName(name)); }
+
+  // Every name's position: each name's slot is fetched a few names ahead of its comparison, so
+  // the table's cache misses overlap instead of following one another.
+  void FindAll(std::span<const std::string_view> names, std::vector<std::size_t>& out) const {
+    out.resize(names.size());
+    if (slots.empty()) {
+      std::fill(out.begin(), out.end(), npos);
+      return;
+    }
+    constexpr std::size_t kAhead = 8;
+    std::uint64_t ring[kAhead];
+    const std::size_t n = names.size();
+    for (std::size_t k = 0; k < n && k < kAhead; ++k) {
+      ring[k] = HashName(names[k]);
+      __builtin_prefetch(SlotOf(ring[k]));
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint64_t h = ring[k % kAhead];
+      if (k + kAhead < n) {
+        ring[k % kAhead] = HashName(names[k + kAhead]);
+        __builtin_prefetch(SlotOf(ring[k % kAhead]));
+      }
+      out[k] = Find(names[k], h);
     }
   }
 
@@ -253,7 +283,8 @@ struct Snapshot::NameIndex {
       const std::uint64_t h = HashName(nodes[i]->name);
       std::size_t p = static_cast<std::size_t>(h) & (size - 1);
       while (index->slots[p].pos != 0) p = (p + 1) & (size - 1);
-      index->slots[p] = {static_cast<std::uint32_t>(h >> 32), static_cast<std::uint32_t>(i + 1)};
+      index->slots[p] = {static_cast<std::uint32_t>(h >> 32), static_cast<std::uint32_t>(i + 1), index->offsets[i],
+                         index->offsets[i + 1] - index->offsets[i]};
     }
     return index;
   }
@@ -261,6 +292,14 @@ struct Snapshot::NameIndex {
 
 std::size_t Snapshot::IndexOf(std::string_view name) const {
   return index_ ? index_->Find(name) : npos;
+}
+
+void Snapshot::IndexOf(std::span<const std::string_view> names, std::vector<std::size_t>& out) const {
+  if (index_ == nullptr) {
+    out.assign(names.size(), npos);
+    return;
+  }
+  index_->FindAll(names, out);
 }
 
 std::size_t Snapshot::IndexOf(std::string_view name, std::size_t hint) const {

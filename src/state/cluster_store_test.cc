@@ -64,6 +64,39 @@ TEST(ClusterStoreTest, IndexOfWithAHintAnswersLikeTheLookup) {
   EXPECT_EQ(Snapshot().IndexOf("gpu-a", 0), Snapshot::npos);
 }
 
+// The batched lookup (the filter's, with its slots fetched ahead) answers as one lookup per
+// name does: known names, unknown ones, prefixes, repeats, more names than it reads ahead, the
+// empty list and a snapshot without an index.
+TEST(ClusterStoreTest, IndexOfManyNamesAnswersLikeOneLookupEach) {
+  ClusterStore store(nullptr);
+  std::vector<NodeSpec> specs;
+  for (int i = 0; i < 40; ++i) specs.push_back(Node("gpu-node-with-a-long-name-" + std::to_string(i)));
+  ASSERT_TRUE(store.UpsertNodes(std::move(specs)).ok());
+  const auto snapshot = store.snapshot();
+  std::vector<std::string> names;
+  for (int i = 45; i >= 0; --i) names.push_back("gpu-node-with-a-long-name-" + std::to_string(i));
+  names.push_back("gpu-node-with-a-long-name-");
+  names.push_back("");
+  names.push_back("gpu-node-with-a-long-name-7");
+  std::vector<std::string_view> views(names.begin(), names.end());
+  std::vector<std::size_t> at{123};
+  snapshot->IndexOf(views, at);
+  ASSERT_EQ(at.size(), names.size());
+  std::size_t known = 0;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    EXPECT_EQ(at[k], snapshot->IndexOf(names[k])) << names[k];
+    if (at[k] != Snapshot::npos) {
+      ++known;
+      EXPECT_EQ(snapshot->nodes()[at[k]]->name, names[k]);
+    }
+  }
+  EXPECT_EQ(known, 41u);  // 40 nodes, one of them twice
+  snapshot->IndexOf({}, at);
+  EXPECT_TRUE(at.empty());
+  Snapshot().IndexOf(views, at);
+  EXPECT_EQ(at, std::vector<std::size_t>(names.size(), Snapshot::npos));
+}
+
 TEST(ClusterStoreTest, ReplacingANodeKeepsTheIndexAndTheOrder) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
