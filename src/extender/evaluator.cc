@@ -386,6 +386,13 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
 
 const ClassVerdict* NodeVerdicts::At(std::size_t i) {
   const std::uint64_t key = KeyOf(i);
+  auto& direct = direct_[(key ^ (key >> 29) ^ (key >> 47)) & (kDirect - 1)];
+  if (direct.second != nullptr && direct.first == key) return direct.second;
+  direct = {key, Lookup(key, i)};
+  return direct.second;
+}
+
+const ClassVerdict* NodeVerdicts::Lookup(std::uint64_t key, std::size_t i) {
   if (local_.size() <= kLinearClasses) {
     for (const auto& [k, v] : local_) {
       if (k == key) return v.get();

@@ -12,6 +12,7 @@
 // part, which depends on where the node sits relative to the pool: computed on every scoring
 // call, never cached; nodes that sit alike relative to the pool share one result per call.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -143,9 +144,16 @@ class NodeVerdicts {
 
  private:
   std::uint64_t KeyOf(std::size_t index);
+  const ClassVerdict* Lookup(std::uint64_t key, std::size_t index);  // At without the direct table
   std::string_view DomainAt(const state::NodeRecord& record, std::size_t tier) const;
 
   static constexpr std::size_t kLinearClasses = 24;
+  // A direct-mapped table in front of the lookups below: one predictable comparison per node
+  // when a call's nodes come in an order whose classes do not repeat in a pattern
+  // (kube-scheduler's workers interleave their chunks), where the linear scan's exit branch is
+  // mispredicted most of the time.
+  static constexpr std::size_t kDirect = 64;
+  std::array<std::pair<std::uint64_t, const ClassVerdict*>, kDirect> direct_{};
   Evaluator& evaluator_;
   PodEntry& entry_;
   const std::shared_ptr<const state::Snapshot> snap_;
