@@ -140,6 +140,24 @@ TEST(TraceTest, WorkloadIsShuffledThenTunedAndNodesRankedBySeed) {
   EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3}));
 }
 
+// The ratio at 100 % arrived of `policy` on `trace`, one replay per seed 1..12, in creation order
+// and without tuning draws (the tests' traces ask exactly their capacity).
+std::vector<double> RatioPerSeed(const Trace& trace, const std::string& policy) {
+  TraceReplayOptions options;
+  options.policies = {policy};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;
+  options.marks = {1.0};
+  std::vector<double> out;
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    options.seeds = {seed};
+    auto r = ReplayTrace(trace, options);
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    out.push_back(r.ok() ? r->policies[0].mean_ratio_at[0] : -1);
+  }
+  return out;
+}
+
 // Equal scores go to the node of the lower rank, not to the smaller name. BestFit scores a T4
 // and a P100 node alike for a task that takes any GPU; the second task needs the T4. Taking
 // the T4 first strands it (50 % allocated), taking the P100 places both (100 %).
@@ -149,22 +167,12 @@ TEST(TraceTest, TiesGoToTheNodeOfTheLowerSeededRank) {
   trace.nodes = {TraceNode{"a-t4", 8000, 8192, 1, "T4"}, TraceNode{"b-p100", 8000, 8192, 1, "P100"}};
   trace.tasks = {TraceTask{"any", 1000, 1024, 1, 1000, {}, 0},
                  TraceTask{"t4", 1000, 1024, 1, 1000, {"T4"}, 1}};
-  TraceReplayOptions options;
-  options.policies = {"best-fit"};
-  options.shuffle = false;
-  options.tune_ratio = 1.0;  // 2000 milli asked of 2000: no draws
-  options.marks = {1.0};
-  std::set<double> outcomes;
+  const std::vector<double> ratios = RatioPerSeed(trace, "best-fit");  // 2000 milli asked of 2000
   for (std::uint32_t seed = 1; seed <= 12; ++seed) {
-    options.seeds = {seed};
-    auto r = ReplayTrace(trace, options);
-    ASSERT_TRUE(r.ok()) << r.error().message();
     const std::vector<int> rank = PrepareWorkload(trace, 1.0, seed, false).node_rank;
-    const double want = rank[0] < rank[1] ? 0.5 : 1.0;
-    EXPECT_DOUBLE_EQ(r->policies[0].mean_ratio_at[0], want) << "seed " << seed;
-    outcomes.insert(r->policies[0].mean_ratio_at[0]);
+    EXPECT_DOUBLE_EQ(ratios[seed - 1], rank[0] < rank[1] ? 0.5 : 1.0) << "seed " << seed;
   }
-  EXPECT_EQ(outcomes.size(), 2u);  // the name would always pick a-t4: 0.5 at every seed
+  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()).size(), 2u);  // the name would always pick a-t4: 0.5 at every seed
 }
 
 // Random puts a share on a random GPU that fits (the simulator's -gpusel random), not the lowest.
@@ -176,19 +184,8 @@ TEST(TraceTest, RandomPutsASharedTaskOnARandomGpu) {
   trace.nodes = {TraceNode{"n", 8000, 8192, 2, "T4"}};
   trace.tasks = {TraceTask{"a", 1000, 1024, 1, 500, {}, 0}, TraceTask{"b", 1000, 1024, 1, 500, {}, 1},
                  TraceTask{"c", 1000, 1024, 1, 1000, {}, 2}};
-  TraceReplayOptions options;
-  options.policies = {"random"};
-  options.shuffle = false;
-  options.tune_ratio = 1.0;  // 2000 milli asked of 2000: no draws
-  options.marks = {1.0};
-  std::set<double> outcomes;
-  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
-    options.seeds = {seed};
-    auto r = ReplayTrace(trace, options);
-    ASSERT_TRUE(r.ok()) << r.error().message();
-    outcomes.insert(r->policies[0].mean_ratio_at[0]);
-  }
-  EXPECT_EQ(outcomes, (std::set<double>{0.5, 1.0}));  // the lowest GPU would give 1.0 at every seed
+  const std::vector<double> ratios = RatioPerSeed(trace, "random");  // 2000 milli asked of 2000
+  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()), (std::set<double>{0.5, 1.0}));  // the lowest GPU would give 1.0 at every seed
 }
 
 // FGD's typical pods are the trace's own task shapes, before tuning.
