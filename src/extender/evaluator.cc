@@ -133,6 +133,10 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     cycle.emplace(framework_.NewCycle(entry.request));
     cycle->set_explain(false);  // the verbs answer with numbers only
     cycle->SetShapeMix(entry.mix);
+    // The window's mix describes the pods this replica saw last, not the workload: a new leader
+    // may hold only NIC-less pods and would let them take GPU+NIC nodes (e2e TestKubeScheduler
+    // left a Prefill pod unplaceable so). The blind heuristics stay counted here.
+    cycle->set_packs_for_shape_mix(false);
     if (pool_scores) {
       if (positions == nullptr) positions = store_.node_locations();
       const pd::NetworkConfig& network = framework_.config().network;
