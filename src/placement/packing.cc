@@ -70,10 +70,11 @@ ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage, Coverage
   if (by == Coverage::kPodsAndGpuDemand) {
     keep_prefix([&](const auto& a, const auto& b) { return demand_of(a) > demand_of(b); }, demand_of);
   }
-  // Most frequent first; among equals the larger shape by (CPU, milli, GPUs, models) first, as
-  // the FGD simulator's SortTargetPodInDecreasingCount orders them (sort.Reverse of
-  // TargetPodList.Less, pkg/type/resource.go). Sorted from the map's order again so that ties do
-  // not depend on the demand pass.
+  // Most frequent first; among equals (kPods) the larger shape by (CPU, milli, GPUs, models)
+  // first, as the FGD simulator's SortTargetPodInDecreasingCount orders them (sort.Reverse of
+  // TargetPodList.Less, pkg/type/resource.go); toposched's demand mix keeps the map's order
+  // (smaller first). Sorted from the map's order again so that ties do not depend on the demand
+  // pass.
   auto larger = [](const Shape& a, const Shape& b) {
     return std::tie(a.cpu_milli, a.milli, a.gpus, a.models, a.nics) >
            std::tie(b.cpu_milli, b.milli, b.gpus, b.models, b.nics);
@@ -81,7 +82,8 @@ ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage, Coverage
   sorted.assign(counts.begin(), counts.end());
   keep_prefix(
       [&](const auto& a, const auto& b) {
-        return a.second != b.second ? a.second > b.second : larger(a.first, b.first);
+        if (a.second != b.second) return a.second > b.second;
+        return by == Coverage::kPods && larger(a.first, b.first);
       },
       pods_of);
   double total = 0;

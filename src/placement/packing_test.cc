@@ -46,6 +46,15 @@ TEST(PackingTest, TypicalShapesBreakCountTiesAsTheFgdSimulator) {
   const ShapeMix by_cpu = TypicalShapes({Share(900, 1000), Share(100, 2000)}, 0.5);
   ASSERT_EQ(by_cpu.shapes.size(), 1u);
   EXPECT_EQ(by_cpu.shapes[0].shape, Share(100, 2000));
+  // toposched's demand mix keeps the smaller shape among equal counts: the demand pass keeps the
+  // whole GPU (1000 of 2200 milli at 40 %), the pods pass one of the two 2-pod shares: the one
+  // of 300 CPU milli, where FGD's order keeps the one of 500.
+  const std::vector<Shape> mixed = {Share(300, 500), Share(300, 300), Share(300, 500), Share(300, 300), Whole(1)};
+  const ShapeMix demand = TypicalShapes(mixed, 0.4, Coverage::kPodsAndGpuDemand);
+  ASSERT_EQ(demand.shapes.size(), 2u);
+  EXPECT_EQ(demand.shapes[0].shape, Share(300, 300));
+  EXPECT_EQ(demand.shapes[1].shape, Whole(1));
+  EXPECT_EQ(TypicalShapes(mixed, 0.4).shapes.at(0).shape, Share(300, 500));
 }
 
 TEST(PackingTest, TypicalShapesByGpuDemandKeepTheRareLargeShape) {

@@ -65,7 +65,9 @@ struct ShapeMix {
 // kPodsAndGpuDemand also keeps the shortest prefix, by GPU demand (pods x GPUs x milli), that
 // holds `coverage` of the workload's GPU demand: a rare large shape (5 % of pods asking 8 GPUs
 // each) holds a third of the demand, and packing that forgets it strands whole nodes. The
-// weights stay each shape's share of the kept pods.
+// weights stay each shape's share of the kept pods. Equal counts keep the map's order here
+// (the smaller shape first): this mix is toposched's, not the FGD simulator's, and the
+// embedded `simulate` default was measured with it (docs/placement.md, "Capacity by default").
 enum class Coverage : std::uint8_t { kPods, kPodsAndGpuDemand };
 ShapeMix TypicalShapes(const std::vector<Shape>& pods, double coverage = 0.95, Coverage by = Coverage::kPods);
 
