@@ -260,8 +260,10 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
                    std::array<int, pd::kPathKinds>* per_kind = nullptr) {
   // Instances per (path kind, endpoint), then one estimate per pair that occurs.
   const std::size_t endpoints = c.endpoints.size();
-  std::vector<int> count(pd::kPathKinds * endpoints, 0);
-  std::vector<int> near(endpoints, 0);  // instances counted on a path other than beyond
+  // The thread's buffers (a scale pass computes hundreds of means): assign keeps their arrays.
+  thread_local std::vector<int> count, near;
+  count.assign(pd::kPathKinds * endpoints, 0);
+  near.assign(endpoints, 0);  // instances counted on a path other than beyond
   if (++c.generation == 0) {
     std::fill(c.mark.begin(), c.mark.end(), 0);
     c.generation = 1;
@@ -365,71 +367,31 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
                      PoolCycle& c) {
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
-  // A node that holds no site has the mean of every node with its domains: remembered by its
-  // domain hashes (one lookup for the many nodes of a domain).
-  const std::size_t tiers = net.tiers.size();
-  struct Known {
-    const std::uint64_t* hashes;
-    double mean;
+  auto hosts = [&](const framework::NodeSummary& n) {
+    return n.schedulable && (req.IsShared() || n.free_gpus >= req.gpus) && n.free_rdma_nics >= req.rdma_nics;
   };
-  // The thread's buffers, reused call after call (clear keeps their arrays).
-  thread_local std::vector<Known> known;
-  thread_local FlatHashIndex<std::size_t> known_by_hash;
-  known.clear();
-  known_by_hash.clear();
-  // The nodes of a domain mostly come one after another (the store's order is by name): the
-  // last plain node's domains and mean, and whether its innermost domain holds a site at all
-  // (when not, none of its nodes is a site and the name needs no lookup).
-  const std::uint64_t* last = nullptr;
-  double last_mean = 0;
-  bool last_leaf_has_site = true;
-  const std::uint64_t no_domain = framework::PositionHash("");
-  cluster.ForEachNode([&](const framework::NodeSummary& n) {
-    if (!n.schedulable) return;
-    if (!req.IsShared() && n.free_gpus < req.gpus) return;
-    if (n.free_rdma_nics < req.rdma_nics) return;
-    const bool hashed = n.domain_hashes != nullptr && c.hashes_usable;
-    if (hashed && tiers > 0 && last != nullptr && std::equal(n.domain_hashes, n.domain_hashes + tiers, last) &&
-        (!last_leaf_has_site || c.site_name_hashes.Find(n.name_hash) == nullptr)) {
-      best = std::min(best, last_mean);
-      worst = std::max(worst, last_mean);
-      return;
-    }
-    const bool plain = hashed && c.site_name_hashes.Find(n.name_hash) == nullptr;
-    double mean = 0;
-    bool found = false;
-    std::uint64_t h = 0;
-    if (plain) {
-      h = 0x9e3779b97f4a7c15ull;
-      for (std::size_t t = 0; t < tiers; ++t) h = (h ^ n.domain_hashes[t]) * 0x100000001b3ull;
-      h ^= h >> 31;
-      for (std::uint64_t probe = h;; probe = probe * 0x9e3779b97f4a7c15ull + 1) {
-        const std::size_t* at = known_by_hash.Find(probe);
-        if (at == nullptr) {
-          h = probe;  // where this tuple goes
-          break;
-        }
-        if (std::equal(n.domain_hashes, n.domain_hashes + tiers, known[*at].hashes)) {
-          mean = known[*at].mean;
-          found = true;
-          break;
-        }
-      }
-    }
-    if (!found) {
-      mean = CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n);
-      if (plain) {
-        known_by_hash.Insert(h, known.size());
-        known.push_back(Known{n.domain_hashes, mean});
-      }
-    }
-    if (plain && tiers > 0) {
-      last = n.domain_hashes;
-      last_mean = mean;
-      last_leaf_has_site = n.domain_hashes[0] == no_domain || c.ids_by_hash[0].Find(n.domain_hashes[0]) != nullptr;
-    }
+  auto offer = [&](double mean) {
     best = std::min(best, mean);
     worst = std::max(worst, mean);
+  };
+  // A site (a node that holds pool pods) has a mean of its own: the sites first, by name.
+  for (const Site& site : c.sites) {
+    cluster.WithNode(site.location.node, [&](const framework::NodeSummary& n) {
+      if (hosts(n)) offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
+    });
+  }
+  // Every other node has the mean of every node with its domains (CachedMean remembers it by
+  // their site numbers). The view gives the nodes of equal domains one after another
+  // (ClusterView::ForEachNodeByPosition): the first one that could host the pod gives the run's
+  // mean and the rest of the run is skipped, a few nodes a leaf instead of every node. A view
+  // that gives them in another order visits every node, each through the cache.
+  cluster.ForEachNodeByPosition([&](const framework::NodeSummary& n) {
+    if (!hosts(n)) return true;
+    // A site was counted above (its name hash first: most nodes are told apart by it alone).
+    const bool hashed = n.domain_hashes != nullptr && c.hashes_usable;
+    if ((!hashed || c.site_name_hashes.Find(n.name_hash) != nullptr) && c.site_at.contains(n.name)) return true;
+    offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
+    return false;
   });
   if (!(best < std::numeric_limits<double>::infinity()) || !(best > 0)) {
     c.bounds = Bounds(net, own, req.kv_ipc, c.bytes);

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <span>
+#include <string_view>
 #include <map>
 #include <memory>
 #include <set>
@@ -457,6 +461,84 @@ TEST(KvTransferCostTest, WithoutExplanationsTheScoresAreTheSame) {
       }
     }
   }
+}
+
+// A view that gives the nodes of equal domains one after another and honours the skip, as the
+// extender's store-backed view does (ClusterView::ForEachNodeByPosition); it counts the nodes
+// it gave.
+class ByPositionView : public framework::ClusterView {
+ public:
+  explicit ByPositionView(std::shared_ptr<const StaticClusterView> view) : view_(std::move(view)) {}
+  const pd::NetworkConfig& network() const override { return view_->network(); }
+  pd::Location Locate(std::string_view node) const override { return view_->Locate(node); }
+  std::span<const PoolMember> PoolMembers(std::string_view pool) const override { return view_->PoolMembers(pool); }
+  void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
+    view_->ForEachNode(fn);
+  }
+  bool WithNode(std::string_view node, const std::function<void(const framework::NodeSummary&)>& fn) const override {
+    return view_->WithNode(node, fn);
+  }
+  void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+    std::vector<framework::NodeSummary> nodes;
+    view_->ForEachNode([&](const framework::NodeSummary& n) { nodes.push_back(n); });
+    std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
+      return a.location->domains < b.location->domains;
+    });
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      ++given;
+      if (fn(nodes[i])) continue;
+      while (i + 1 < nodes.size() && nodes[i + 1].location->domains == nodes[i].location->domains) ++i;
+    }
+  }
+  mutable int given = 0;
+
+ private:
+  std::shared_ptr<const StaticClusterView> view_;
+};
+
+// The scale (cheapest and costliest node that could host the pod) from one node per position
+// and every site is the scale a pass over every node finds: sites in the middle of a leaf, full
+// nodes first in a leaf, a full site, a leaf with nothing free.
+TEST(KvTransferCostTest, TheScaleFromOneNodeAPositionEqualsThePassOverEveryNode) {
+  pd::NetworkConfig ipc;
+  ipc.same_node_ipc = true;
+  auto flat = std::make_shared<StaticClusterView>(ipc);
+  for (int leaf = 0; leaf < 4; ++leaf) {
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = "l" + std::to_string(leaf) + "-n" + std::to_string(i);
+      // Leaf 1's first two nodes are full; leaf 3 has nothing free.
+      const int free = (leaf == 1 && i < 2) || leaf == 3 ? 0 : 8;
+      flat->SetNode(name, {{kLeaf, "l" + std::to_string(leaf)}, {kSpine, leaf < 2 ? "s0" : "s1"}}, free, free);
+    }
+  }
+  flat->SetNode("far", {{kLeaf, "l9"}, {kSpine, "s9"}, {kZone, "z9"}}, 8, 8);
+  // Prefill on the last node of leaf 1, with same-node CUDA IPC (the cheapest place for a decode
+  // pod that consents too, and a site the pass never reaches: leaf 1's run is skipped at its
+  // first free node), on leaf 2, and on a full node of leaf 1.
+  flat->AddMember("chat", Member("p1", "l1-n3", PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
+  flat->AddMember("chat", Member("p2", "l2-n1", PodRole::kPrefill));
+  flat->AddMember("chat", Member("p3", "l1-n0", PodRole::kPrefill));
+  auto grouped = std::make_shared<ByPositionView>(flat);
+  const KvTransferCost plugin{Args{}};
+  PlacementRequest pod = PoolPod(PodRole::kDecode);
+  pod.kv_ipc = true;
+  std::vector<std::string> names;
+  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
+  for (const std::string& node : names) {
+    SCOPED_TRACE(node);
+    const framework::ScoreResult all = ScoreOn(plugin, pod, flat, node);
+    const framework::ScoreResult by_position = ScoreOn(plugin, pod, grouped, node);
+    EXPECT_EQ(by_position.score, all.score);
+    EXPECT_EQ(by_position.explanation, all.explanation);
+  }
+  // The site is the cheapest: it sets the scale's best, so it scores 100 and its leaf mates less.
+  EXPECT_EQ(ScoreOn(plugin, pod, grouped, "l1-n3").score, 100);
+  EXPECT_LT(ScoreOn(plugin, pod, grouped, "l1-n2").score, 100);
+  // Each pass gave, per leaf, the full nodes and the first that could host the pod (leaf 3: all
+  // four), not the 17 nodes.
+  grouped->given = 0;
+  ScoreOn(plugin, pod, grouped, "far");
+  EXPECT_EQ(grouped->given, 1 + 3 + 1 + 4 + 1);
 }
 
 // The pod itself, already in the view (re-scored after its Reserve), is not its own anchor.

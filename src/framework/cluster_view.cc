@@ -62,4 +62,26 @@ void StaticClusterView::ForEachNode(const std::function<void(const NodeSummary&)
   }
 }
 
+bool StaticClusterView::WithNode(std::string_view node, const std::function<void(const NodeSummary&)>& fn) const {
+  const auto it = nodes_.find(node);
+  if (it == nodes_.end()) return false;
+  const Node& n = it->second;
+  fn(NodeSummary{it->first, &n.location, n.free_gpus, n.free_rdma_nics, n.schedulable});
+  return true;
+}
+
+bool ClusterView::WithNode(std::string_view node, const std::function<void(const NodeSummary&)>& fn) const {
+  bool found = false;
+  ForEachNode([&](const NodeSummary& n) {
+    if (found || n.name != node) return;
+    found = true;
+    fn(n);
+  });
+  return found;
+}
+
+void ClusterView::ForEachNodeByPosition(const std::function<bool(const NodeSummary&)>& fn) const {
+  ForEachNode([&](const NodeSummary& n) { fn(n); });
+}
+
 }  // namespace toposched::framework

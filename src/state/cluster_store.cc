@@ -313,6 +313,11 @@ const std::vector<std::string>& Snapshot::tier_labels() const {
   return tier_labels_ != nullptr ? *tier_labels_ : kNone;
 }
 
+const Snapshot::PositionRuns& Snapshot::position_runs() const {
+  static const PositionRuns kNone;
+  return position_runs_ != nullptr ? *position_runs_ : kNone;
+}
+
 const NodeRecord* Snapshot::Find(std::string_view name) const {
   const std::size_t i = IndexOf(name);
   return i == npos ? nullptr : nodes_[i].get();
@@ -406,9 +411,11 @@ struct ClusterStore::Impl {
       next->class_keys_ = old.class_keys_;
       next->briefs_ = old.briefs_;
       next->position_hashes_ = old.position_hashes_;
+      const bool moved = (*it)->position_hashes != record->position_hashes;
       next->nodes_[static_cast<std::size_t>(at)] = std::move(record);
       FillArraysAt(*next, static_cast<std::size_t>(at));
       next->index_ = old.index_;
+      next->position_runs_ = moved ? BuildPositionRuns(*next) : old.position_runs_;
     } else {
       next->nodes_.reserve(old.nodes_.size() + 1);
       next->nodes_.insert(next->nodes_.end(), old.nodes_.begin(), it);
@@ -416,6 +423,7 @@ struct ClusterStore::Impl {
       next->nodes_.insert(next->nodes_.end(), present ? it + 1 : it, old.nodes_.end());
       next->index_ = BuildIndex(next->nodes_);
       FillArrays(*next);
+      next->position_runs_ = BuildPositionRuns(*next);
     }
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
@@ -431,11 +439,12 @@ struct ClusterStore::Impl {
     next->version_ = old.version_ + 1;
     next->tier_labels_ = old.tier_labels_;
     next->nodes_.reserve(old.nodes_.size() + records.size());
-    bool inserted = false;
+    bool inserted = false, moved = false;
     auto it = old.nodes_.begin();
     for (auto& record : records) {
       while (it != old.nodes_.end() && (*it)->name < record->name) next->nodes_.push_back(*it++);
       if (it != old.nodes_.end() && (*it)->name == record->name) {
+        moved = moved || (*it)->position_hashes != record->position_hashes;
         ++it;
       } else {
         inserted = true;
@@ -449,6 +458,7 @@ struct ClusterStore::Impl {
       next->index_ = old.index_;
     }
     FillArrays(*next);
+    next->position_runs_ = inserted || moved ? BuildPositionRuns(*next) : old.position_runs_;
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
   }
@@ -456,6 +466,27 @@ struct ClusterStore::Impl {
   static std::shared_ptr<const Snapshot::NameIndex> BuildIndex(
       const std::vector<std::shared_ptr<const NodeRecord>>& nodes) {
     return Snapshot::NameIndex::Build(nodes);
+  }
+
+  // Snapshot::position_runs from the snapshot's position hashes (filled before).
+  static std::shared_ptr<const Snapshot::PositionRuns> BuildPositionRuns(const Snapshot& s) {
+    auto runs = std::make_shared<Snapshot::PositionRuns>();
+    const std::size_t tiers = s.tier_labels().size();
+    const std::uint64_t* hashes = s.position_hashes_.data();
+    runs->order.resize(s.nodes_.size());
+    for (std::size_t i = 0; i < runs->order.size(); ++i) runs->order[i] = static_cast<std::uint32_t>(i);
+    auto at = [&](std::uint32_t i) { return hashes + static_cast<std::size_t>(i) * tiers; };
+    // Stable: within a run the store's order (by name) stays.
+    std::stable_sort(runs->order.begin(), runs->order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return std::lexicographical_compare(at(a), at(a) + tiers, at(b), at(b) + tiers);
+    });
+    for (std::size_t k = 0; k < runs->order.size(); ++k) {
+      if (k == 0 || !std::equal(at(runs->order[k]), at(runs->order[k]) + tiers, at(runs->order[k - 1]))) {
+        runs->starts.push_back(static_cast<std::uint32_t>(k));
+      }
+    }
+    runs->starts.push_back(static_cast<std::uint32_t>(runs->order.size()));
+    return runs;
   }
 
   // The snapshot's arrays parallel to nodes_ (class keys, briefs, position hashes).

@@ -43,46 +43,80 @@ class SnapshotClusterView : public framework::ClusterView {
     // places a node: nothing is looked up or copied per node. Otherwise one Location refilled in
     // place (its strings keep their buffers, so the pass allocates nothing per node).
     const auto nodes = snapshot_->nodes();
-    if (resolved_ && hyper_nodes_ == nullptr) {
+    if (Hashed()) {
       // The snapshot's contiguous arrays: no record is read unless `fn` reads its location.
-      const auto briefs = snapshot_->briefs();
-      const std::uint64_t* hashes = snapshot_->position_hashes().data();
-      const std::size_t tiers = network_.tiers.size();
-      for (std::size_t i = 0; i < nodes.size(); ++i) {
-        const Snapshot::Brief& b = briefs[i];
-        fn(framework::NodeSummary{b.name, &nodes[i]->position, b.free_gpus, b.free_rdma_nics, b.schedulable,
-                                  tiers == 0 ? nullptr : hashes + i * tiers, b.name_hash});
-      }
+      for (std::size_t i = 0; i < nodes.size(); ++i) fn(Brief(i));
       return;
     }
     pd::Location location;
     location.domains.resize(network_.tiers.size());
     for (const auto& record : nodes) {
-      const pd::Location* placed = nullptr;
-      if (hyper_nodes_ != nullptr) {
-        if (const auto it = hyper_nodes_->find(record->name); it != hyper_nodes_->end()) placed = &it->second;
+      fn(Summarize(*record, location));
+    }
+  }
+
+  bool WithNode(std::string_view node, const std::function<void(const framework::NodeSummary&)>& fn) const override {
+    const std::size_t i = snapshot_->IndexOf(node);
+    if (i == Snapshot::npos) return false;
+    if (Hashed()) {
+      fn(Brief(i));
+      return true;
+    }
+    pd::Location location;
+    location.domains.resize(network_.tiers.size());
+    fn(Summarize(*snapshot_->nodes()[i], location));
+    return true;
+  }
+
+  void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+    // The runs group nodes by the records' position hashes: only where ForEachNode gives those.
+    if (!Hashed()) return ClusterView::ForEachNodeByPosition(fn);
+    const Snapshot::PositionRuns& runs = snapshot_->position_runs();
+    for (std::size_t r = 0; r + 1 < runs.starts.size(); ++r) {
+      for (std::uint32_t k = runs.starts[r]; k < runs.starts[r + 1]; ++k) {
+        if (!fn(Brief(runs.order[k]))) break;
       }
-      const pd::Location* at = &location;
-      if (placed == nullptr && resolved_) {
-        at = &record->position;
-      } else {
-        location.node.assign(record->name);
-        for (std::size_t t = 0; t < network_.tiers.size(); ++t) {  // as Locate does
-          if (placed != nullptr) {
-            location.domains[t].assign(t < placed->domains.size() ? placed->domains[t] : std::string());
-            continue;
-          }
-          const auto label = record->labels.find(network_.tiers[t].label);
-          if (label == record->labels.end()) location.domains[t].clear();
-          else location.domains[t].assign(label->second);
-        }
-      }
-      fn(framework::NodeSummary{record->name, at, record->free_gpus, record->free_rdma_nics,
-                                record->schedulable && !record->held()});
     }
   }
 
  private:
+  // ForEachNode reads the snapshot's arrays and the records' own positions.
+  bool Hashed() const { return resolved_ && hyper_nodes_ == nullptr; }
+
+  framework::NodeSummary Brief(std::size_t i) const {
+    const Snapshot::Brief& b = snapshot_->briefs()[i];
+    const std::size_t tiers = network_.tiers.size();
+    return framework::NodeSummary{b.name, &snapshot_->nodes()[i]->position, b.free_gpus, b.free_rdma_nics,
+                                  b.schedulable,
+                                  tiers == 0 ? nullptr : snapshot_->position_hashes().data() + i * tiers, b.name_hash};
+  }
+
+  // A record's summary when the view places nodes by HyperNodes or by other tiers than the
+  // store's: `location` is refilled in place when the record's own position does not serve.
+  framework::NodeSummary Summarize(const NodeRecord& record, pd::Location& location) const {
+    const pd::Location* placed = nullptr;
+    if (hyper_nodes_ != nullptr) {
+      if (const auto it = hyper_nodes_->find(record.name); it != hyper_nodes_->end()) placed = &it->second;
+    }
+    const pd::Location* at = &location;
+    if (placed == nullptr && resolved_) {
+      at = &record.position;
+    } else {
+      location.node.assign(record.name);
+      for (std::size_t t = 0; t < network_.tiers.size(); ++t) {  // as Locate does
+        if (placed != nullptr) {
+          location.domains[t].assign(t < placed->domains.size() ? placed->domains[t] : std::string());
+          continue;
+        }
+        const auto label = record.labels.find(network_.tiers[t].label);
+        if (label == record.labels.end()) location.domains[t].clear();
+        else location.domains[t].assign(label->second);
+      }
+    }
+    return framework::NodeSummary{record.name, at, record.free_gpus, record.free_rdma_nics,
+                                  record.schedulable && !record.held()};
+  }
+
   std::shared_ptr<const Snapshot> snapshot_;
   const pd::NetworkConfig& network_;
   std::string pool_;

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "journal.h"
 #include "state_testing.h"
 #include "toposched/state/cluster_state.h"
@@ -124,6 +129,66 @@ TEST(StoreClusterViewTest, HyperNodePositionsWinOverLabels) {
   const pd::NetworkConfig network;
   const auto view = MakeClusterView(store, store.snapshot(), network, "chat", hyper);
   EXPECT_EQ(view->Locate("a").domains[1], "s0-leaf-7");
+}
+
+// The view gives nodes of equal domains one after another and honours the skip (KvTransferCost's
+// scale visits one node a position); the runs are the snapshot's, shared until a position moves.
+TEST(StoreClusterViewTest, NodesComeByPositionAndRunsAreSharedUntilAPositionMoves) {
+  const pd::NetworkConfig network;
+  StoreOptions options;
+  for (const pd::Tier& tier : network.tiers) options.tier_labels.push_back(tier.label);
+  ClusterStore store(nullptr, options);
+  const std::map<std::string, std::string> leaves = {{"a", "l1"}, {"b", "l2"}, {"c", "l1"},
+                                                     {"d", "l2"}, {"e", ""},   {"f", "l1"}};
+  for (const auto& [name, leaf] : leaves) {
+    std::map<std::string, std::string> labels;
+    if (!leaf.empty()) labels["toposched.io/leaf"] = leaf;
+    ASSERT_TRUE(store.UpsertNode(PresetNode(name, "hgx-h100-8gpu", labels)).ok());
+  }
+  // Runs as the view gives them: each node once, a run's nodes in one leaf, no leaf in two runs.
+  auto runs_of = [&](const framework::ClusterView& view) {
+    std::vector<std::vector<std::string>> runs;
+    std::vector<std::string> last;
+    view.ForEachNodeByPosition([&](const framework::NodeSummary& n) {
+      if (runs.empty() || n.location->domains != last) runs.emplace_back();
+      last = n.location->domains;
+      runs.back().emplace_back(n.name);
+      return true;
+    });
+    std::sort(runs.begin(), runs.end());
+    return runs;
+  };
+  const auto view = MakeClusterView(store, store.snapshot(), network, "chat");
+  using Runs = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(runs_of(*view), (Runs{{"a", "c", "f"}, {"b", "d"}, {"e"}}));
+  // false skips the rest of the run: one node a position.
+  std::vector<std::string> firsts;
+  view->ForEachNodeByPosition([&](const framework::NodeSummary& n) {
+    firsts.emplace_back(n.name);
+    return false;
+  });
+  std::sort(firsts.begin(), firsts.end());
+  EXPECT_EQ(firsts, (std::vector<std::string>{"a", "b", "e"}));
+
+  // A bind moves nothing: the runs are shared. A node whose leaf changes: new runs.
+  const Snapshot::PositionRuns* before = &store.snapshot()->position_runs();
+  ASSERT_TRUE(store.Bind("a", "p1", TakeFor(Whole({0}, {0}), PodRole::kPrefill, "chat")).ok());
+  EXPECT_EQ(&store.snapshot()->position_runs(), before);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu", {{"toposched.io/leaf", "l2"}})).ok());
+  EXPECT_NE(&store.snapshot()->position_runs(), before);
+  EXPECT_EQ(runs_of(*MakeClusterView(store, store.snapshot(), network, "chat")),
+            (Runs{{"a", "b", "d"}, {"c", "f"}, {"e"}}));
+
+  // One node by name, as the pass gives it.
+  const auto now = MakeClusterView(store, store.snapshot(), network, "chat");
+  int free_gpus = -1;
+  EXPECT_TRUE(now->WithNode("a", [&](const framework::NodeSummary& n) {
+    EXPECT_EQ(n.name, "a");
+    EXPECT_EQ(n.location->domains[1], "l2");
+    free_gpus = n.free_gpus;
+  }));
+  EXPECT_EQ(free_gpus, 7);
+  EXPECT_FALSE(now->WithNode("zz", [](const framework::NodeSummary&) { ADD_FAILURE() << "called for zz"; }));
 }
 
 TEST(JournalPoolTest, RoleAndPoolRoundTripAndOldLinesStillRead) {

@@ -59,6 +59,15 @@ class ClusterView {
   virtual std::span<const PoolMember> PoolMembers(std::string_view pool) const = 0;
   // Every node, in a stable order (the store's / the cluster's).
   virtual void ForEachNode(const std::function<void(const NodeSummary&)>& fn) const = 0;
+  // Calls `fn` with one node's summary, as ForEachNode would give it (its pointers valid during
+  // the call); false, without calling it, when the view does not know the node. The default is
+  // a pass over every node.
+  virtual bool WithNode(std::string_view node, const std::function<void(const NodeSummary&)>& fn) const;
+  // Every node, those of equal domains (NodeSummary::domain_hashes) one after another: a pass
+  // that needs one node per position returns false from `fn` to skip the rest of the current
+  // run of equal domains. The default gives ForEachNode's order and never skips, which is
+  // always correct (every node is visited), only not faster.
+  virtual void ForEachNodeByPosition(const std::function<bool(const NodeSummary&)>& fn) const;
 };
 
 // A plain in-memory view: tests, the simulator, `toposched advise`.
@@ -85,6 +94,7 @@ class StaticClusterView : public ClusterView {
   pd::Location Locate(std::string_view node) const override;
   std::span<const PoolMember> PoolMembers(std::string_view pool) const override;
   void ForEachNode(const std::function<void(const NodeSummary&)>& fn) const override;
+  bool WithNode(std::string_view node, const std::function<void(const NodeSummary&)>& fn) const override;
 
  private:
   pd::NetworkConfig network_;

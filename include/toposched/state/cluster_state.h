@@ -135,6 +135,16 @@ class Snapshot {
   // NodeRecord::position_hashes of node i at [i * tier_labels().size(), ...): a node whose
   // record has another count of domains gets zeros.
   std::span<const std::uint64_t> position_hashes() const { return position_hashes_; }
+  // The nodes grouped by position: indices into nodes(), those whose position_hashes are equal
+  // over every tier one after another; run r is order[starts[r]] .. order[starts[r + 1] - 1]
+  // (starts ends with order.size()). A pass that needs one node per position (KvTransferCost's
+  // scale) visits a few nodes per run instead of every node. Shared between snapshots until
+  // the node set or a node's position changes.
+  struct PositionRuns {
+    std::vector<std::uint32_t> order;
+    std::vector<std::uint32_t> starts;
+  };
+  const PositionRuns& position_runs() const;
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
   std::size_t size() const { return nodes_.size(); }
   std::uint64_t version() const { return version_; }  // +1 per published change
@@ -151,6 +161,7 @@ class Snapshot {
   std::vector<std::uint64_t> class_keys_;                  // parallel to nodes_
   std::vector<Brief> briefs_;                              // parallel to nodes_
   std::vector<std::uint64_t> position_hashes_;             // tiers per node
+  std::shared_ptr<const PositionRuns> position_runs_;
   // Name -> index into nodes_; shared between snapshots until the node set changes.
   struct NameIndex;
   std::shared_ptr<const NameIndex> index_;
