@@ -281,17 +281,25 @@ Explanation Explain(const ExplainInput& in) {
   }
   // Ranked as prioritize ranks (kube_verbs.cc): the capacity band first, then the total, then
   // the capacity score; the name breaks ties.
+  // The two fields the band reads (assigned: a designated initializer that leaves the others
+  // out draws -Wmissing-field-initializers).
+  const auto score_of = [](const NodeExplanation& n) {
+    framework::NodeScore s;
+    s.total = n.score100;
+    s.capacity = n.capacity;
+    return s;
+  };
   for (NodeExplanation& n : all) {
     if (!n.fits || !e.interested) continue;
-    const framework::NodeScore s{.total = n.score100, .capacity = n.capacity};
+    const framework::NodeScore s = score_of(n);
     n.in_band = band.In(s);
     n.extender_score = band.ExtenderScore(s);
   }
-  std::stable_sort(all.begin(), all.end(), [&band](const NodeExplanation& a, const NodeExplanation& b) {
+  std::stable_sort(all.begin(), all.end(), [&band, &score_of](const NodeExplanation& a, const NodeExplanation& b) {
     if (a.fits != b.fits) return a.fits;
     if (a.fits) {
-      const framework::NodeScore sa{.total = a.score100, .capacity = a.capacity};
-      const framework::NodeScore sb{.total = b.score100, .capacity = b.capacity};
+      const framework::NodeScore sa = score_of(a);
+      const framework::NodeScore sb = score_of(b);
       if (band.Ahead(sa, sb)) return true;
       if (band.Ahead(sb, sa)) return false;
     }
