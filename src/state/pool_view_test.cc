@@ -131,6 +131,33 @@ TEST(StoreClusterViewTest, HyperNodePositionsWinOverLabels) {
   EXPECT_EQ(view->Locate("a").domains[1], "s0-leaf-7");
 }
 
+// With HyperNodes the store's runs (by labels) are not the view's positions: the view gives
+// every node, skip or not, and a node by name where its HyperNode places it.
+TEST(StoreClusterViewTest, WithHyperNodesEveryNodeIsGivenAndPlacedByItsHyperNode) {
+  const pd::NetworkConfig network;
+  StoreOptions options;
+  for (const pd::Tier& tier : network.tiers) options.tier_labels.push_back(tier.label);
+  ClusterStore store(nullptr, options);
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_TRUE(store.UpsertNode(PresetNode(name, "hgx-h100-8gpu", {{"toposched.io/leaf", "l1"}})).ok());
+  }
+  auto hyper = std::make_shared<std::map<std::string, pd::Location>>();
+  (*hyper)["a"] = pd::Location{"a", {"", "h-leaf-1", "s0", ""}};
+  (*hyper)["b"] = pd::Location{"b", {"", "h-leaf-2", "s0", ""}};
+  const auto view = MakeClusterView(store, store.snapshot(), network, "chat", hyper);
+  std::vector<std::string> given;
+  view->ForEachNodeByPosition([&](const framework::NodeSummary& n) {
+    given.emplace_back(n.name);
+    return false;  // one run by labels, three positions by HyperNodes: nothing may be skipped
+  });
+  EXPECT_EQ(given, (std::vector<std::string>{"a", "b", "c"}));
+  std::string leaf;
+  EXPECT_TRUE(view->WithNode("b", [&](const framework::NodeSummary& n) { leaf = n.location->domains[1]; }));
+  EXPECT_EQ(leaf, "h-leaf-2");
+  EXPECT_TRUE(view->WithNode("c", [&](const framework::NodeSummary& n) { leaf = n.location->domains[1]; }));
+  EXPECT_EQ(leaf, "l1");
+}
+
 // The view gives nodes of equal domains one after another and honours the skip (KvTransferCost's
 // scale visits one node a position); the runs are the snapshot's, shared until a position moves.
 TEST(StoreClusterViewTest, NodesComeByPositionAndRunsAreSharedUntilAPositionMoves) {
