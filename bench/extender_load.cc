@@ -378,7 +378,9 @@ int main(int argc, char** argv) {
   int iterations = 1000;
   double seconds = 5;
   int clients = 4;
-  std::string only;  // "inprocess", "http", "predicate" or "pool": one part (profiling)
+  // "inprocess", "http", "predicate" or "pool" (or "pool-gathered", "pool-spread"): one part
+  // (profiling)
+  std::string only;
   bool every_label = false;
   bool uuids = true;
   for (int i = 1; i < argc; ++i) {
@@ -411,10 +413,11 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
-  if (only.empty() || only == "pool") {
+  if (only.empty() || only.starts_with("pool")) {
     // A decode pod of a 192-instance pool: scored node by node (nodes of one class and one
     // leaf, holding no pod of the pool, share a result), KvTransferCost and PdRatio on top.
     for (const auto& [pool, name] : {std::pair{World::Pool::kGathered, "gathered"}, {World::Pool::kSpread, "spread"}}) {
+      if (only.starts_with("pool-") && only != std::string("pool-") + name) continue;
       World pooled(every_label, uuids, pool);
       for (int n : {500, 5000}) InProcess(pooled, n, std::max(1, iterations / 10), name);
     }
