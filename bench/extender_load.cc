@@ -10,7 +10,7 @@
 // third of them partly allocated, so the filter sees several node classes.
 //
 // usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
-//                                [--shared-topologies] [--kube-order]
+//                                [--shared-topologies] [--kube-order] [--churn]
 
 #include <algorithm>
 #include <atomic>
@@ -113,7 +113,8 @@ void Populate(state::ClusterStore& store, int nodes, bool uuids) {
 // GPUs 6 and 7), for the pool-pod measurement. `spread`: one every 23 nodes, in most leaves of
 // the cluster (the worst case for sharing results); otherwise every other node of the first 24
 // leaves, gathered as KvTransferCost gathers a pool.
-void AddPool(state::ClusterStore& store, bool spread) {
+std::vector<state::PodAllocation> AddPool(state::ClusterStore& store, bool spread) {
+  std::vector<state::PodAllocation> pods;
   int placed = 0;
   for (int i = spread ? 5 : 0; placed < 192; i += spread ? 23 : 2) {
     if (i % 10 == 9) continue;  // the PCIe nodes have 4 GPUs
@@ -132,8 +133,12 @@ void AddPool(state::ClusterStore& store, bool spread) {
       a.delta.nics = {6, 7};
       return a;
     });
-    if (bound.ok()) ++placed;
+    if (bound.ok()) {
+      pods.push_back(bound->allocation);
+      ++placed;
+    }
   }
+  return pods;
 }
 
 std::vector<std::string> Names(int n) {
@@ -219,7 +224,7 @@ struct World {
   explicit World(bool every_label, bool uuids, Pool pool = Pool::kNone)
       : store(nullptr, StoreFor(framework.config(), every_label)) {
     Populate(store, 5000, uuids);
-    if (pool != Pool::kNone) AddPool(store, pool == Pool::kSpread);
+    if (pool != Pool::kNone) pool_pods = AddPool(store, pool == Pool::kSpread);
     service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
   }
   framework::Framework framework =
@@ -227,7 +232,24 @@ struct World {
   state::ClusterStore store;
   metrics::Registry metrics;
   std::unique_ptr<extender::ExtenderService> service;
+  std::vector<state::PodAllocation> pool_pods;
 };
+
+// --churn: between two timed calls one pool pod leaves and binds again where it was, as when
+// kube-scheduler places a Deployment's pods one after another: every call then sees a new
+// snapshot and a pool that changed since the last call (nothing keyed on either is reused),
+// and the pool ends each step as it began, so the figures stay comparable.
+bool g_churn = false;
+void Churn(World& w, int step) {
+  if (!g_churn || w.pool_pods.empty()) return;
+  const state::PodAllocation& p = w.pool_pods[static_cast<std::size_t>(step) % w.pool_pods.size()];
+  if (!w.store.Release(p.uid, false).ok()) std::exit(2);
+  const auto bound = w.store.Bind(p.node, p.uid, [&](const state::NodeRecord&) -> Result<state::PodAllocation> { return p; });
+  if (!bound.ok()) {
+    std::fprintf(stderr, "bench: churn bind failed: %s\n", bound.error().message().c_str());
+    std::exit(2);
+  }
+}
 
 void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr) {
   const std::vector<std::string> names = Names(names_count);
@@ -257,6 +279,7 @@ void InProcess(World& w, int names_count, int iterations, const char* pool = nul
     floor_p.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
     ours_f.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
     ours_p.push_back(std::chrono::duration<double, std::micro>(t4 - t3).count());
+    Churn(w, i);
   }
   const Stats of = Summarize(ours_f), op = Summarize(ours_p), ff = Summarize(floor_f), fp = Summarize(floor_p);
   std::vector<double> ours_sum, floor_sum;
@@ -265,10 +288,10 @@ void InProcess(World& w, int names_count, int iterations, const char* pool = nul
     floor_sum.push_back(floor_f[i] + floor_p[i]);
   }
   const Stats os = Summarize(ours_sum), fs = Summarize(floor_sum);
-  std::printf("in-process%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
+  std::printf("in-process%s%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
               "floor filter p50 %6.1f prioritize p50 %6.1f | filter+prioritize p50 %7.1f vs floor %6.1f = %.2fx, "
               "p99 %7.1f vs %6.1f\n",
-              pool ? ", pool pod, pool " : "", pool ? pool : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
+              pool ? ", pool pod, pool " : "", pool ? pool : "", pool && g_churn ? " (churn)" : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
               os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
 }
 
@@ -395,6 +418,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--kube-order") {
       g_kube_order = true;
+      continue;
+    }
+    if (a == "--churn") {
+      g_churn = true;
       continue;
     }
     if (i + 1 >= argc) break;

@@ -69,6 +69,24 @@ TEST(AppendJsonStringTest, Escapes) {
   }
 }
 
+// Long strings are scanned 8 bytes at a time: a byte that needs escaping (or a UTF-8 check) at
+// any offset of a long name comes out as it does alone, which the byte-by-byte path decides.
+TEST(AppendJsonStringTest, EveryOffsetOfALongStringEscapesAsAlone) {
+  const std::string plain = "gpu-node-rack-07-slot-12-abcdefgh";  // 33 bytes
+  const std::vector<std::string> specials = {"\"", "\\", "\n", std::string(1, '\0'), "\x1f", " ",
+                                             "\x7f", "\xc3\xa9", "\xe2\x82\xac", "\x80", "\xff", "\xc3"};
+  for (const std::string& special : specials) {
+    const std::string alone = JsonString(special);
+    const std::string_view escaped = std::string_view(alone).substr(1, alone.size() - 2);
+    for (std::size_t at = 0; at <= plain.size(); ++at) {
+      const std::string in = plain.substr(0, at) + special + plain.substr(at);
+      const std::string want = "\"" + plain.substr(0, at) + std::string(escaped) + plain.substr(at) + "\"";
+      EXPECT_EQ(JsonString(in), want) << "special " << testing::PrintToString(special) << " at " << at;
+    }
+  }
+  EXPECT_EQ(JsonString(plain), "\"" + plain + "\"");
+}
+
 TEST(AppendJsonStringTest, Appends) {
   std::string out = "prefix:";
   AppendJsonString(out, "x");
