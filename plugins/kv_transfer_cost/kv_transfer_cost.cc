@@ -115,7 +115,30 @@ struct PoolCycle final : framework::StateData {
   std::vector<Mean> means;
   FlatHashIndex<std::size_t> mean_by_ids;  // hash of a Mean's key -> its position in `means`
   std::vector<int> key;  // CachedMean's lookup key, reused
+  // A node's mean depends only on *what* its domains hold, not on which domains they are, when
+  // the sites of each of its domains all stand in its next tier's domain too (the tiers nest):
+  // the anchors it reaches at tier t are then those of its tier t domain less those of its tier
+  // t - 1 domain. So two leaves that each hold one decode instance, under spines that hold the
+  // same, give their nodes one mean (a pool spread over hundreds of leaves has a few dozen
+  // distinct means). Per tier and domain number: the multiset of instances there as a
+  // commutative hash, and the tier t + 1 domain all its sites share (nested false: they differ).
+  struct DomainContent {
+    std::uint64_t hash = 0;
+    std::uint64_t parent = 0;  // framework::PositionHash of the shared tier t + 1 domain
+    bool nested = true;
+  };
+  std::vector<std::vector<DomainContent>> content;  // per tier, by domain number
+  std::vector<std::uint64_t> site_content;          // per site: its own instances, hashed
+  FlatHashIndex<std::size_t> mean_by_content;       // content key -> position in `means`
 };
+
+std::uint64_t Mix64(std::uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 // Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
 void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
@@ -148,6 +171,34 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
     for (const SiteEndpoint& s : site.endpoints) c.total_by_endpoint[s.endpoint] += s.count;
   }
   c.mark.assign(c.sites.size(), 0);
+  // What each domain holds (PoolCycle::content).
+  c.content.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) c.content[t].resize(c.domain_ids[t].size());
+  c.site_content.assign(c.sites.size(), 0);
+  std::vector<bool> seen;
+  for (std::size_t i = 0; i < c.sites.size(); ++i) {
+    const Site& site = c.sites[i];
+    std::uint64_t h = 0;
+    for (const SiteEndpoint& e : site.endpoints) {
+      h += static_cast<std::uint64_t>(e.count) * Mix64((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0));
+    }
+    c.site_content[i] = h;
+    for (std::size_t t = 0; t < tiers; ++t) {
+      if (site.domain_ids[t] < 0) continue;
+      PoolCycle::DomainContent& d = c.content[t][static_cast<std::size_t>(site.domain_ids[t])];
+      d.hash += h;
+      const bool has_parent = t + 1 < tiers && t + 1 < site.location.domains.size() &&
+                              !site.location.domains[t + 1].empty();
+      const std::uint64_t parent = has_parent ? framework::PositionHash(site.location.domains[t + 1]) : 0;
+      const bool first = c.sites_in[t][static_cast<std::size_t>(site.domain_ids[t])].front() == i;
+      if (first) {
+        d.parent = parent;
+        d.nested = has_parent || t + 1 == tiers;
+      } else if (d.parent != parent || !has_parent) {
+        if (t + 1 < tiers) d.nested = false;
+      }
+    }
+  }
 }
 
 // DomainIdsOf from the node's domain hashes (NodeSummary::domain_hashes), without reading its
@@ -322,11 +373,40 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
   } else {
     DomainIdsOf(c, location, c.key);
   }
+  std::size_t own_site = kNoSite;
   if (site) {
-    if (const auto at = c.site_at.find(std::string_view(location.node)); at != c.site_at.end()) {
-      return MeanSeconds(net, c, at->second, c.key, own, role, kv_ipc, per_kind);
+    if (const auto at = c.site_at.find(std::string_view(location.node)); at != c.site_at.end()) own_site = at->second;
+  }
+  // By content (PoolCycle::content), when the node's domains nest; the hashes give its tier
+  // t + 1 domain to check that against.
+  if (hashed) {
+    const std::size_t tiers = c.key.size();
+    std::uint64_t k = Mix64(static_cast<std::uint64_t>(own.worst_class) + 1);
+    if (own_site != kNoSite) k = Mix64(k ^ c.site_content[own_site] ^ 0x5bd1e995ull);
+    bool nested = true;
+    for (std::size_t t = 0; t < tiers && nested; ++t) {
+      std::uint64_t h = 0;
+      if (c.key[t] >= 0) {
+        const PoolCycle::DomainContent& d = c.content[t][static_cast<std::size_t>(c.key[t])];
+        nested = d.nested && (t + 1 == tiers || d.parent == summary->domain_hashes[t + 1]);
+        h = d.hash;
+      }
+      k = Mix64(k ^ h ^ (t + 1));
+    }
+    if (nested) {
+      if (const std::size_t* at = c.mean_by_content.Find(k); at != nullptr) {
+        if (per_kind != nullptr) *per_kind = c.means[*at].per_kind;
+        return c.means[*at].seconds;
+      }
+      PoolCycle::Mean m;
+      m.seconds = MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, &m.per_kind);
+      c.mean_by_content.Insert(k, c.means.size());
+      c.means.push_back(std::move(m));  // no `key`: never matched by mean_by_ids
+      if (per_kind != nullptr) *per_kind = c.means.back().per_kind;
+      return c.means.back().seconds;
     }
   }
+  if (own_site != kNoSite) return MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, per_kind);
   c.key.push_back(static_cast<int>(own.worst_class));
   std::uint64_t h = 0x9e3779b97f4a7c15ull;
   for (int id : c.key) h = (h ^ static_cast<std::uint32_t>(id)) * 0x100000001b3ull;

@@ -541,6 +541,100 @@ TEST(KvTransferCostTest, TheScaleFromOneNodeAPositionEqualsThePassOverEveryNode)
   EXPECT_EQ(grouped->given, 1 + 3 + 1 + 4 + 1);
 }
 
+// The view as the store gives it to the extender: summaries carry each domain's hash and the
+// name's (NodeSummary::domain_hashes, name_hash), which the scale's means are then cached by.
+class HashedView : public framework::ClusterView {
+ public:
+  explicit HashedView(std::shared_ptr<const StaticClusterView> view) : view_(std::move(view)) {
+    view_->ForEachNode([&](const framework::NodeSummary& n) {
+      std::vector<std::uint64_t>& h = hashes_[std::string(n.name)];
+      for (const std::string& d : n.location->domains) h.push_back(framework::PositionHash(d));
+    });
+  }
+  const pd::NetworkConfig& network() const override { return view_->network(); }
+  pd::Location Locate(std::string_view node) const override { return view_->Locate(node); }
+  std::span<const PoolMember> PoolMembers(std::string_view pool) const override { return view_->PoolMembers(pool); }
+  void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
+    view_->ForEachNode([&](const framework::NodeSummary& n) { fn(Hashed(n)); });
+  }
+  bool WithNode(std::string_view node, const std::function<void(const framework::NodeSummary&)>& fn) const override {
+    return view_->WithNode(node, [&](const framework::NodeSummary& n) { fn(Hashed(n)); });
+  }
+
+ private:
+  framework::NodeSummary Hashed(framework::NodeSummary n) const {
+    n.domain_hashes = hashes_.at(std::string(n.name)).data();
+    n.name_hash = framework::PositionHash(n.name);
+    return n;
+  }
+  std::shared_ptr<const StaticClusterView> view_;
+  std::map<std::string, std::vector<std::uint64_t>> hashes_;
+};
+
+// Every node of `flat` scores the same through the view with hashes as without.
+void ExpectTheSameScoresWithHashes(const std::shared_ptr<StaticClusterView>& flat, const PlacementRequest& pod) {
+  auto hashed = std::make_shared<HashedView>(flat);
+  const KvTransferCost plugin{Args{}};
+  std::vector<std::string> names;
+  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
+  for (const std::string& node : names) {
+    SCOPED_TRACE(node);
+    const framework::ScoreResult without = ScoreOn(plugin, pod, flat, node);
+    const framework::ScoreResult with = ScoreOn(plugin, pod, hashed, node);
+    EXPECT_EQ(with.score, without.score);
+    EXPECT_EQ(with.explanation, without.explanation);
+  }
+}
+
+// With the hashes, nodes whose domains hold the same instances share one mean (a spread pool
+// computes a few dozen, not one per leaf), but only where the tiers nest, and a site only with
+// sites holding what it holds; every node scores as it does through the view without hashes.
+TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiersNest) {
+  // Leaf x spans two spines: its node x-n1 has a prefill instance in its leaf and another in its
+  // spine, and must not take the mean of a-n1 or b-n1 (one instance in their leaf, the same one
+  // in their spine: the same contents, a dearer mean). x-n1 is the cheapest node that could
+  // host the pod (the sites are full), so a shared mean would move the scale and every score.
+  auto flat = std::make_shared<StaticClusterView>();
+  const auto add = [&](StaticClusterView& view, const std::string& name, const std::string& leaf,
+                       const std::string& spine, int free) {
+    view.SetNode(name, {{kLeaf, leaf}, {kSpine, spine}, {kZone, "z1"}}, free, free);
+  };
+  for (const std::string leaf : {"a", "b"}) {
+    add(*flat, leaf + "-n0", leaf, "s-" + leaf, 0);  // the leaf's prefill instance
+    add(*flat, leaf + "-n1", leaf, "s-" + leaf, 8);
+  }
+  add(*flat, "x-n0", "x", "s2", 0);  // leaf x's prefill instance, under spine s2
+  add(*flat, "x-n1", "x", "s3", 8);  // the same leaf label under spine s3
+  add(*flat, "z-n0", "z", "s3", 0);  // spine s3's own prefill instance
+  add(*flat, "far", "f", "s8", 8);
+  for (const char* node : {"a-n0", "b-n0", "x-n0", "z-n0"}) {
+    flat->AddMember("chat", Member(std::string("p-") + node, node, PodRole::kPrefill));
+  }
+  ExpectTheSameScoresWithHashes(flat, PoolPod(PodRole::kDecode));
+  const KvTransferCost plugin{Args{}};
+  EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), flat, "x-n1").score, 100);
+  EXPECT_LT(ScoreOn(plugin, PoolPod(PodRole::kDecode), flat, "a-n1").score, 100);
+
+  // Sites: u-n0 (two instances) and v-n0 (three) each stand in a leaf and a spine that hold
+  // three; with same-node CUDA IPC v-n0 is the cheapest, and must not take u-n0's mean.
+  pd::NetworkConfig ipc;
+  ipc.same_node_ipc = true;
+  auto sites = std::make_shared<StaticClusterView>(ipc);
+  add(*sites, "u-n0", "u", "s-u", 8);
+  add(*sites, "u-n1", "u", "s-u", 8);
+  add(*sites, "v-n0", "v", "s-v", 8);
+  add(*sites, "far", "f", "s8", 8);
+  for (const auto& [uid, node] : std::vector<std::pair<std::string, std::string>>{
+           {"u0", "u-n0"}, {"u1", "u-n0"}, {"u2", "u-n1"}, {"v0", "v-n0"}, {"v1", "v-n0"}, {"v2", "v-n0"}}) {
+    sites->AddMember("chat", Member(uid, node, PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
+  }
+  PlacementRequest pod = PoolPod(PodRole::kDecode);
+  pod.kv_ipc = true;
+  ExpectTheSameScoresWithHashes(sites, pod);
+  EXPECT_EQ(ScoreOn(plugin, pod, sites, "v-n0").score, 100);
+  EXPECT_LT(ScoreOn(plugin, pod, sites, "u-n0").score, 100);
+}
+
 // The pod itself, already in the view (re-scored after its Reserve), is not its own anchor.
 TEST(KvTransferCostTest, SkipsThePodItself) {
   auto view = Fabric();
