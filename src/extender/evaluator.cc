@@ -271,7 +271,9 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
   // HyperNodes place nodes, or when two names or domains share a hash.
   by_hash_ = positions_ == nullptr && positions_resolved_ && snap_->tier_labels().size() == tiers;
   if (by_hash_) {
+    node_by_hash_.clear();
     domain_by_hash_.resize(tiers);
+    for (auto& d : domain_by_hash_) d.clear();
     const std::span<const std::uint64_t> hashes = snap_->position_hashes();
     for (const framework::PoolMember& p : *pool_members_) {
       if (skip(p)) continue;
@@ -319,6 +321,11 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       if (!inserted && it->second.parent != parent) it->second.mixed = true;
     }
   }
+}
+
+NodeVerdicts::HashTables& NodeVerdicts::ThreadTables() {
+  thread_local HashTables tables;
+  return tables;
 }
 
 // Tier t's domain of `record`, pointing into the positions or the snapshot (both held here).

@@ -186,8 +186,13 @@ class NodeVerdicts {
   // instead of the records when the records' positions are the ones that count (no
   // HyperNodes); unusable when two keys share a hash.
   bool by_hash_ = false;
-  FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node_by_hash_;
-  std::vector<FlatHashIndex<Content>> domain_by_hash_;
+  struct HashTables {  // the thread's, reused call after call (their arrays stay allocated)
+    FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;
+    std::vector<FlatHashIndex<Content>> domain;
+  };
+  static HashTables& ThreadTables();
+  FlatHashIndex<std::pair<std::string_view, std::uint64_t>>& node_by_hash_ = ThreadTables().node;
+  std::vector<FlatHashIndex<Content>>& domain_by_hash_ = ThreadTables().domain;
   // KeyOf by hash: the last node without pool pods on it, its tiers' hashes and position key
   // (the nodes of a domain mostly come one after another; null: none yet, or it was keyed alone).
   const std::uint64_t* last_hashes_ = nullptr;
