@@ -303,7 +303,19 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
         if (c->parent_hash != parent) c->mixed = true;
       }
     }
-    if (by_hash_) return;
+    if (by_hash_) {
+      // This call's generation for the run keys (KeyOf), and an array for every run.
+      thread_local std::uint64_t generation = 0;
+      generation_ = ++generation;
+      const state::Snapshot::PositionRuns& runs = snap_->position_runs();
+      if (runs.run_of.size() == snap_->size()) {
+        run_of_ = &runs.run_of;
+        std::vector<RunKey>& keys = ThreadRunKeys();
+        if (keys.size() < runs.starts.size()) keys.resize(runs.starts.size());
+        run_keys_ = keys.data();
+      }
+      return;
+    }
     other_members_ = 0;
   }
   for (const framework::PoolMember& p : *pool_members_) {
@@ -321,6 +333,11 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       if (!inserted && it->second.parent != parent) it->second.mixed = true;
     }
   }
+}
+
+std::vector<NodeVerdicts::RunKey>& NodeVerdicts::ThreadRunKeys() {
+  thread_local std::vector<RunKey> keys;
+  return keys;
 }
 
 NodeVerdicts::HashTables& NodeVerdicts::ThreadTables() {
@@ -354,24 +371,28 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     // mis-score a node, as class keys could).
     const std::uint64_t* hashes = snap_->position_hashes().data() + i * tiers;
     const auto* on_node = node_by_hash_.Find(snap_->briefs()[i].name_hash);
-    if (on_node == nullptr && last_hashes_ != nullptr && std::equal(hashes, hashes + tiers, last_hashes_)) {
-      parts_.position = last_position_;  // the previous node's domains, and no pool pod on either
-      return Mix64(last_position_ ^ class_keys_[i]) & ~kOwn;
+    RunKey* run = nullptr;
+    if (on_node == nullptr && run_of_ != nullptr) {
+      run = &run_keys_[(*run_of_)[i]];
+      if (run->generation == generation_) {  // a node of equal domains came before, no pool pod on either
+        if (run->own) return kOwn | i;
+        parts_.position = run->position;
+        return Mix64(run->position ^ class_keys_[i]) & ~kOwn;
+      }
+      run->generation = generation_;
+      run->own = false;
     }
-    last_hashes_ = nullptr;
     std::uint64_t key = Mix64(on_node == nullptr ? 0 : on_node->second);
     for (std::size_t t = 0; t < tiers; ++t) {
       const Content* found = domain_by_hash_[t].Find(hashes[t]);
       if (found != nullptr && (found->mixed || (t + 1 < tiers && found->parent_hash != hashes[t + 1]))) {
+        if (run != nullptr) run->own = true;
         return kOwn | i;  // tiers do not nest here
       }
       key = Mix64(key ^ (found == nullptr ? 0 : found->hash) ^ (t + 1));
     }
     parts_.position = key;
-    if (on_node == nullptr) {
-      last_hashes_ = hashes;
-      last_position_ = key;
-    }
+    if (run != nullptr) run->position = key;
     return Mix64(key ^ class_keys_[i]) & ~kOwn;
   }
   const state::NodeRecord& record = *snap_->nodes()[i];

@@ -193,10 +193,18 @@ class NodeVerdicts {
   static HashTables& ThreadTables();
   FlatHashIndex<std::pair<std::string_view, std::uint64_t>>& node_by_hash_ = ThreadTables().node;
   std::vector<FlatHashIndex<Content>>& domain_by_hash_ = ThreadTables().domain;
-  // KeyOf by hash: the last node without pool pods on it, its tiers' hashes and position key
-  // (the nodes of a domain mostly come one after another; null: none yet, or it was keyed alone).
-  const std::uint64_t* last_hashes_ = nullptr;
-  std::uint64_t last_position_ = 0;
+  // KeyOf by hash: a node without pool pods on it has its run's position key (the snapshot's
+  // runs of nodes of equal domains, Snapshot::position_runs), computed once per run and call
+  // whatever order the names come in. The thread's array, stamped with this call's generation.
+  struct RunKey {
+    std::uint64_t generation = 0;
+    std::uint64_t position = 0;
+    bool own = false;  // the tiers do not nest there: every node is its own key
+  };
+  static std::vector<RunKey>& ThreadRunKeys();
+  const std::vector<std::uint32_t>* run_of_ = nullptr;
+  RunKey* run_keys_ = nullptr;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace toposched::extender

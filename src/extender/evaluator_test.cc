@@ -262,5 +262,48 @@ TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {
   EXPECT_GT(after.at("n5")->score100, far);
 }
 
+// A pool pod's verdicts are shared by position (a run of nodes of equal domains keys once per
+// call), and equal the verdict each node gets on its own, whatever order the names come in:
+// leaves of nodes with and without pool pods, two leaves holding alike, and a leaf label under
+// two spines (its nodes are keyed alone).
+TEST_F(EvaluatorTest, APoolPodsVerdictsEqualTheNodeByNodeVerdictsInAnyOrder) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  for (int i = 0; i < 16; ++i) {
+    const std::string leaf = i < 12 ? "l" + std::to_string(i / 4) : "lx";  // lx: nodes 12-15
+    const std::string spine = i < 8 ? "s0" : (i < 14 ? "s1" : "s2");       // lx spans s1 and s2
+    AddNode("n" + std::to_string(i), hgx, {{"toposched.io/leaf", leaf}, {"toposched.io/spine", spine}});
+  }
+  const auto pool_pod = [](const std::string& name, const char* role) {
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 2,
+                   .rdma = 2,
+                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+  };
+  Bind(pool_pod("prefill-0", "prefill"), "n0");  // leaf l0
+  Bind(pool_pod("prefill-1", "prefill"), "n8");  // leaf l2: alike l0, another spine
+  Bind(pool_pod("prefill-2", "prefill"), "n13");  // leaf lx, spine s1
+  std::shared_ptr<PodEntry> decode = Entry(pool_pod("decode-0", "decode"));
+  const auto snap = store_.snapshot();
+  std::map<std::string, int> alone;
+  std::optional<framework::CycleState> cycle;
+  for (const auto& record : snap->nodes()) {
+    alone[record->name] = evaluator_.Evaluate(*decode, cycle, *record, Want::kScores, snap)->score100;
+  }
+  for (const bool reverse : {false, true}) {
+    SCOPED_TRACE(reverse ? "reverse order" : "snapshot order");
+    NodeVerdicts verdicts(evaluator_, *decode, snap, Want::kScores);
+    std::vector<std::size_t> order(snap->size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = reverse ? order.size() - 1 - i : i;
+    for (std::size_t i : order) {
+      const std::string& name = snap->nodes()[i]->name;
+      EXPECT_EQ(verdicts.At(i)->score100, alone.at(name)) << name;
+    }
+    // Fewer keys than nodes: the leaves without pool pods share one key per position.
+    EXPECT_LT(verdicts.evaluated(), snap->size());
+  }
+  EXPECT_GT(alone.at("n1"), alone.at("n5")) << "the leaf holding a prefill instance is the cheaper KV path";
+}
+
 }  // namespace
 }  // namespace toposched::extender

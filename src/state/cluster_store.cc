@@ -486,6 +486,12 @@ struct ClusterStore::Impl {
       }
     }
     runs->starts.push_back(static_cast<std::uint32_t>(runs->order.size()));
+    runs->run_of.resize(runs->order.size());
+    for (std::size_t r = 0; r + 1 < runs->starts.size(); ++r) {
+      for (std::uint32_t k = runs->starts[r]; k < runs->starts[r + 1]; ++k) {
+        runs->run_of[runs->order[k]] = static_cast<std::uint32_t>(r);
+      }
+    }
     return runs;
   }
 

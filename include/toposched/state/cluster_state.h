@@ -143,6 +143,7 @@ class Snapshot {
   struct PositionRuns {
     std::vector<std::uint32_t> order;
     std::vector<std::uint32_t> starts;
+    std::vector<std::uint32_t> run_of;  // node index -> the run it is in
   };
   const PositionRuns& position_runs() const;
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
