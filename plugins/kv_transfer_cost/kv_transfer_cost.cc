@@ -58,11 +58,6 @@ struct Site {
 
 enum class AnchorKind { kCounterparts, kSameRole, kGang };
 
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
-
 // Everything about the pool that does not depend on the scored node. The first Score call of a
 // cycle builds it; the other (up to thousands of) nodes read it.
 struct PoolCycle final : framework::StateData {
@@ -85,7 +80,9 @@ struct PoolCycle final : framework::StateData {
 
   std::optional<std::size_t> spread_tier;  // nullopt: by node
   std::string spread_label;
-  std::map<std::string, int, std::less<>> same_by_domain, same_by_node;
+  std::map<std::string, int, std::less<>> same_by_domain;
+  // Per node (the members' names, which the cycle's view keeps), by name: no allocation per pod.
+  std::vector<std::pair<std::string_view, int>> same_by_node;
   int same_total = 0;
 
   // A node's path to a site is decided by the first tier at which both stand in one domain, so
@@ -93,7 +90,8 @@ struct PoolCycle final : framework::StateData {
   // those numbers (-1: no site there). A node that holds no site sees every site through its
   // numbers alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle
   // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
-  std::vector<std::unordered_map<std::string, int, StringHash, std::equal_to<>>> domain_ids;  // per tier
+  // Per tier; the keys view the sites' locations (c.sites is complete before they are numbered).
+  std::vector<std::unordered_map<std::string_view, int>> domain_ids;
   // For MeanSeconds: each site by its node; per tier and domain number, the sites there; the
   // instances per endpoint over all sites; and a mark per site (this generation: counted).
   std::unordered_map<std::string_view, std::size_t> site_at;
@@ -143,13 +141,14 @@ std::uint64_t Mix64(std::uint64_t x) {  // splitmix64's finalizer
 // Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
 void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
   c.domain_ids.assign(tiers, {});
+  for (auto& ids : c.domain_ids) ids.reserve(c.sites.size());
   for (Site& site : c.sites) {
     site.domain_ids.assign(tiers, -1);
     for (std::size_t t = 0; t < tiers && t < site.location.domains.size(); ++t) {
       const std::string& d = site.location.domains[t];
       if (d.empty()) continue;
       auto& ids = c.domain_ids[t];
-      site.domain_ids[t] = ids.try_emplace(d, static_cast<int>(ids.size())).first->second;
+      site.domain_ids[t] = ids.try_emplace(std::string_view(d), static_cast<int>(ids.size())).first->second;
     }
   }
   c.ids_by_hash.assign(tiers, {});
@@ -544,14 +543,25 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
       same_role.push_back(&m);
     }
   }
+  c->same_by_node.reserve(same_role.size());
   for (const PoolMember* m : same_role) {
     ++c->same_total;
-    ++c->same_by_node[m->node];
+    c->same_by_node.emplace_back(m->node, 1);
     if (c->spread_tier) {
       const std::string d = DomainAt(cluster->Locate(m->node), *c->spread_tier);
       if (!d.empty()) ++c->same_by_domain[d];
     }
   }
+  std::sort(c->same_by_node.begin(), c->same_by_node.end());
+  std::size_t kept = 0;  // one entry per node, its count summed
+  for (std::size_t i = 0; i < c->same_by_node.size(); ++i) {
+    if (kept > 0 && c->same_by_node[kept - 1].first == c->same_by_node[i].first) {
+      c->same_by_node[kept - 1].second += c->same_by_node[i].second;
+    } else {
+      c->same_by_node[kept++] = c->same_by_node[i];
+    }
+  }
+  c->same_by_node.resize(kept);
 
   const std::string opposite(ToString(Opposite(req.role)));
   if (!counterparts.empty()) {
@@ -667,9 +677,15 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
   const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
   const bool by_domain = domain != nullptr && !domain->empty();
   if (args_.spread_points > 0 && c->same_total > 0) {
-    const auto& counts = by_domain ? c->same_by_domain : c->same_by_node;
-    const auto it = counts.find(by_domain ? std::string_view(*domain) : std::string_view(node.name));
-    here = it == counts.end() ? 0 : it->second;
+    if (by_domain) {
+      const auto it = c->same_by_domain.find(std::string_view(*domain));
+      here = it == c->same_by_domain.end() ? 0 : it->second;
+    } else {
+      const std::string_view name(node.name);
+      const auto it = std::lower_bound(c->same_by_node.begin(), c->same_by_node.end(), name,
+                                       [](const auto& entry, std::string_view n) { return entry.first < n; });
+      here = it == c->same_by_node.end() || it->first != name ? 0 : it->second;
+    }
     if (here > 0) {
       penalty = RoundScore(static_cast<double>(args_.spread_points) * here / c->same_total);
       score = std::max(framework::kMinScore, base - penalty);
