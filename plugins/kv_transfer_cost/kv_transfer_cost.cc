@@ -179,7 +179,9 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
     const Site& site = c.sites[i];
     std::uint64_t h = 0;
     for (const SiteEndpoint& e : site.endpoints) {
-      h += static_cast<std::uint64_t>(e.count) * Mix64((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0));
+      // Offset: splitmix64's finalizer maps 0 to 0, and endpoint 0 without IPC must count.
+      const std::uint64_t instance = ((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0)) + 0x9e3779b97f4a7c15ull;
+      h += static_cast<std::uint64_t>(e.count) * Mix64(instance);
     }
     c.site_content[i] = h;
     for (std::size_t t = 0; t < tiers; ++t) {
@@ -591,6 +593,66 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   return c;
 }
 
+// KvTransferCost::Score on a node at `location` (`summary`: the view's, when it has one).
+framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state, const framework::NodeInfo& node,
+                               PoolCycle* c, const pd::Location& location, const framework::NodeSummary* summary) {
+  const PlacementRequest& req = state.request();
+  const pd::NetworkConfig& net = state.cluster()->network();
+  if (c->anchor == AnchorKind::kGang) {
+    const bool inside = c->gang_domain.empty() ? node.name == c->gang_node
+                                               : DomainAt(location, *c->gang_tier) == c->gang_domain;
+    if (inside) {
+      return {kMaxScore, state.explain() ? c->prefix + c->anchor_text + ": this node is inside it -> 100" : ""};
+    }
+  }
+
+  const PlacementOutcome& outcome = state.Outcome(node);
+  const pd::Endpoint own{req.IsShared() ? req.shared.count : req.gpus, std::max(0, req.rdma_nics),
+                         outcome.placement ? outcome.placement->worst_class : LinkClass::kPIX, 0};
+  std::array<int, pd::kPathKinds> per_kind{};
+  const double mean = CachedMean(net, *c, location, own, req.role, req.kv_ipc, &per_kind, summary);
+  const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
+
+  int score = base, penalty = 0, here = 0;
+  const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
+  const bool by_domain = domain != nullptr && !domain->empty();
+  if (args.spread_points > 0 && c->same_total > 0) {
+    if (by_domain) {
+      const auto it = c->same_by_domain.find(std::string_view(*domain));
+      here = it == c->same_by_domain.end() ? 0 : it->second;
+    } else {
+      const std::string_view name(node.name);
+      const auto it = std::lower_bound(c->same_by_node.begin(), c->same_by_node.end(), name,
+                                       [](const auto& entry, std::string_view n) { return entry.first < n; });
+      here = it == c->same_by_node.end() || it->first != name ? 0 : it->second;
+    }
+    if (here > 0) {
+      penalty = RoundScore(static_cast<double>(args.spread_points) * here / c->same_total);
+      score = std::max(framework::kMinScore, base - penalty);
+    }
+  }
+  if (!state.explain()) return {score, {}};
+
+  std::string paths;
+  for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
+    if (per_kind[k] == 0) continue;
+    paths += (paths.empty() ? "" : ", ") + std::to_string(per_kind[k]) + " " +
+             std::string(pd::ToString(static_cast<pd::PathKind>(k)));
+  }
+  std::string why = c->prefix + c->anchor_text;
+  why += c->anchor == AnchorKind::kGang ? ", via its node " + c->gang_node + ": expected KV transfer "
+                                        : ", expected KV transfer ";
+  why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
+         std::to_string(base);
+  if (here > 0) {
+    why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
+           std::to_string(c->same_total) + " " + std::string(ToString(req.role)) + " " +
+           (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
+           std::to_string(score);
+  }
+  return {score, std::move(why)};
+}
+
 }  // namespace
 
 int LogScore(double cost_seconds, double best_seconds, double worst_seconds) {
@@ -654,63 +716,16 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
   // Nothing to say about this pod: out of the total (ScoreResult::counted).
   if (!c->neutral.empty()) return {kMaxScore, c->neutral, /*counted=*/false};
 
-  const PlacementRequest& req = state.request();
+  // The node's summary from the view (its position without a copy, and its domains' hashes,
+  // by which its mean is cached as in the scale's pass); a node the view does not know is
+  // located by name (a position that shares no tier).
   const framework::ClusterView& cluster = *state.cluster();
-  const pd::NetworkConfig& net = cluster.network();
-  const pd::Location location = cluster.Locate(node.name);
-  if (c->anchor == AnchorKind::kGang) {
-    const bool inside = c->gang_domain.empty() ? node.name == c->gang_node
-                                               : DomainAt(location, *c->gang_tier) == c->gang_domain;
-    if (inside) {
-      return {kMaxScore, state.explain() ? c->prefix + c->anchor_text + ": this node is inside it -> 100" : ""};
-    }
-  }
-
-  const PlacementOutcome& outcome = state.Outcome(node);
-  const pd::Endpoint own{req.IsShared() ? req.shared.count : req.gpus, std::max(0, req.rdma_nics),
-                         outcome.placement ? outcome.placement->worst_class : LinkClass::kPIX, 0};
-  std::array<int, pd::kPathKinds> per_kind{};
-  const double mean = CachedMean(net, *c, location, own, req.role, req.kv_ipc, &per_kind);
-  const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
-
-  int score = base, penalty = 0, here = 0;
-  const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
-  const bool by_domain = domain != nullptr && !domain->empty();
-  if (args_.spread_points > 0 && c->same_total > 0) {
-    if (by_domain) {
-      const auto it = c->same_by_domain.find(std::string_view(*domain));
-      here = it == c->same_by_domain.end() ? 0 : it->second;
-    } else {
-      const std::string_view name(node.name);
-      const auto it = std::lower_bound(c->same_by_node.begin(), c->same_by_node.end(), name,
-                                       [](const auto& entry, std::string_view n) { return entry.first < n; });
-      here = it == c->same_by_node.end() || it->first != name ? 0 : it->second;
-    }
-    if (here > 0) {
-      penalty = RoundScore(static_cast<double>(args_.spread_points) * here / c->same_total);
-      score = std::max(framework::kMinScore, base - penalty);
-    }
-  }
-  if (!state.explain()) return {score, {}};
-
-  std::string paths;
-  for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
-    if (per_kind[k] == 0) continue;
-    paths += (paths.empty() ? "" : ", ") + std::to_string(per_kind[k]) + " " +
-             std::string(pd::ToString(static_cast<pd::PathKind>(k)));
-  }
-  std::string why = c->prefix + c->anchor_text;
-  why += c->anchor == AnchorKind::kGang ? ", via its node " + c->gang_node + ": expected KV transfer "
-                                        : ", expected KV transfer ";
-  why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
-         std::to_string(base);
-  if (here > 0) {
-    why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
-           std::to_string(c->same_total) + " " + std::string(ToString(req.role)) + " " +
-           (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
-           std::to_string(score);
-  }
-  return {score, std::move(why)};
+  std::optional<framework::ScoreResult> result;
+  const bool known = cluster.WithNode(node.name, [&](const framework::NodeSummary& summary) {
+    result = ScoreAt(args_, state, node, c, *summary.location, &summary);
+  });
+  if (!known) result = ScoreAt(args_, state, node, c, cluster.Locate(node.name), nullptr);
+  return std::move(*result);
 }
 
 Result<Args> ParseArgs(const framework::PluginArgs& args) {
