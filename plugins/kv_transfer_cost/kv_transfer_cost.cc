@@ -255,9 +255,10 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
   c.anchors = static_cast<int>(members.size());
 }
 
-// The gang anchor: the domain at `tier` with the most free GPUs over schedulable nodes. A node
-// without a label for the tier is a domain of its own. False when no node is schedulable.
-bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& pool,
+// The gang anchor: the domain at `tier` with the most free GPUs of the pod's vendor over
+// schedulable nodes. A node without a label for the tier is a domain of its own. False when no
+// node is schedulable.
+bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& pool, GpuVendor vendor,
                       const std::optional<std::size_t>& tier, PoolCycle& c) {
   struct Domain {
     long long free = 0;
@@ -275,7 +276,7 @@ bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& 
       it->second.first_node = std::string(n.name);
       it->second.location = *n.location;
     }
-    it->second.free += std::max(0, n.free_gpus);
+    it->second.free += std::max(0, n.FreeGpusFor(vendor));  // GPUs the pool's pods could use
   });
   const std::pair<const std::pair<bool, std::string>, Domain>* best = nullptr;
   std::uint64_t best_hash = 0;
@@ -449,7 +450,8 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
   auto hosts = [&](const framework::NodeSummary& n) {
-    return n.schedulable && (req.IsShared() || n.free_gpus >= req.gpus) && n.free_rdma_nics >= req.rdma_nics;
+    return n.schedulable && (req.IsShared() || n.FreeGpusFor(req.vendor) >= req.gpus) &&
+           n.free_rdma_nics >= req.rdma_nics;
   };
   auto offer = [&](double mean) {
     best = std::min(best, mean);
@@ -579,7 +581,7 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
     c->anchor_text = "no " + opposite + " instances yet, anchored on " +
                      Instances(static_cast<int>(same_role.size()), role);
     AddSites(*cluster, same_role, *c);
-  } else if (ChooseGangAnchor(*cluster, req.pool, anchor_tier.tier, *c)) {
+  } else if (ChooseGangAnchor(*cluster, req.pool, req.vendor, anchor_tier.tier, *c)) {
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
     // The anchor stands for an instance like this pod, with its IPC consent.
     c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), true, 1}}, {}});

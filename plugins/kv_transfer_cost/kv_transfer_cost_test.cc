@@ -332,6 +332,29 @@ TEST(KvTransferCostTest, GangAnchor) {
 
 // Equal leaves: the pool's name breaks the tie, so pools spread over leaves, while every pod of
 // one pool picks the same leaf.
+// A pod's GPUs are all of its vendor: the gang anchor counts, and the scale takes, only GPUs the
+// pod could use. Leaf "amd" has the most free GPUs, none of them NVIDIA: an NVIDIA pool anchors
+// on leaf "nv" (a mixed node counts its NVIDIA GPUs), an AMD pool on leaf "amd".
+TEST(KvTransferCostTest, GangAnchorCountsTheGpusOfThePodsVendor) {
+  auto view = std::make_shared<StaticClusterView>();
+  const auto gpus = [](int nvidia, int amd) { return StaticClusterView::VendorCounts{nvidia, amd}; };
+  view->SetNode("amd-1", {{kLeaf, "amd"}, {kSpine, "s1"}}, gpus(0, 16), 8);
+  view->SetNode("amd-2", {{kLeaf, "amd"}, {kSpine, "s1"}}, gpus(0, 8), 8);
+  view->SetNode("nv-1", {{kLeaf, "nv"}, {kSpine, "s1"}}, gpus(8, 0), 8);
+  view->SetNode("mixed", {{kLeaf, "nv"}, {kSpine, "s1"}}, gpus(2, 2), 4);
+  const KvTransferCost plugin{Args{}};
+  const framework::ScoreResult nvidia = ScoreOn(plugin, PoolPod(PodRole::kDecode), view, "nv-1");
+  EXPECT_EQ(nvidia.score, 100);
+  EXPECT_NE(nvidia.explanation.find("gang anchor toposched.io/leaf=nv (10 free GPUs)"), std::string::npos)
+      << nvidia.explanation;
+  PlacementRequest amd_pod = PoolPod(PodRole::kDecode);
+  amd_pod.vendor = GpuVendor::kAmd;
+  const framework::ScoreResult amd = ScoreOn(plugin, amd_pod, view, "amd-2");
+  EXPECT_EQ(amd.score, 100);
+  EXPECT_NE(amd.explanation.find("gang anchor toposched.io/leaf=amd (24 free GPUs)"), std::string::npos)
+      << amd.explanation;
+}
+
 TEST(KvTransferCostTest, GangAnchorTieBreakByPool) {
   auto view = std::make_shared<StaticClusterView>();
   view->SetNode("a1", {{kLeaf, "la"}}, 8, 8);

@@ -5,23 +5,49 @@
 
 namespace toposched::framework {
 
-void StaticClusterView::SetNode(const std::string& name, const std::map<std::string, std::string>& labels,
-                                int free_gpus, int free_rdma_nics, bool schedulable) {
-  SetNodeLocation(name, pd::LocateByLabels(network_, name, labels), free_gpus, free_rdma_nics, schedulable);
+namespace {
+
+NodeSummary SummaryOf(std::string_view name, const StaticClusterView::Node& n) {
+  int total = 0;
+  for (int count : n.free_by_vendor) total += count;
+  NodeSummary s{name, &n.location, total, n.free_rdma_nics, n.schedulable};
+  s.free_by_vendor = n.free_by_vendor;
+  return s;
 }
 
-void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location, int free_gpus,
-                                        int free_rdma_nics, bool schedulable) {
+}  // namespace
+
+void StaticClusterView::SetNode(const std::string& name, const std::map<std::string, std::string>& labels,
+                                int free_gpus, int free_rdma_nics, bool schedulable) {
+  SetNode(name, labels, Nvidia(free_gpus), free_rdma_nics, schedulable);
+}
+
+void StaticClusterView::SetNode(const std::string& name, const std::map<std::string, std::string>& labels,
+                                VendorCounts free_gpus, int free_rdma_nics, bool schedulable) {
+  pd::Location location = pd::LocateByLabels(network_, name, labels);
   location.node = name;
   auto [it, inserted] = nodes_.insert_or_assign(name, Node{std::move(location), free_gpus, free_rdma_nics, schedulable});
   (void)it;
   if (inserted) order_.push_back(name);
 }
 
+void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location, int free_gpus,
+                                        int free_rdma_nics, bool schedulable) {
+  location.node = name;
+  auto [it, inserted] =
+      nodes_.insert_or_assign(name, Node{std::move(location), Nvidia(free_gpus), free_rdma_nics, schedulable});
+  (void)it;
+  if (inserted) order_.push_back(name);
+}
+
 void StaticClusterView::SetFree(std::string_view name, int free_gpus, int free_rdma_nics) {
+  SetFree(name, Nvidia(free_gpus), free_rdma_nics);
+}
+
+void StaticClusterView::SetFree(std::string_view name, VendorCounts free_gpus, int free_rdma_nics) {
   const auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
-  it->second.free_gpus = free_gpus;
+  it->second.free_by_vendor = free_gpus;
   it->second.free_rdma_nics = free_rdma_nics;
 }
 
@@ -57,16 +83,14 @@ std::span<const PoolMember> StaticClusterView::PoolMembers(std::string_view pool
 
 void StaticClusterView::ForEachNode(const std::function<void(const NodeSummary&)>& fn) const {
   for (const std::string& name : order_) {
-    const Node& n = nodes_.find(name)->second;
-    fn(NodeSummary{name, &n.location, n.free_gpus, n.free_rdma_nics, n.schedulable});
+    fn(SummaryOf(name, nodes_.find(name)->second));
   }
 }
 
 bool StaticClusterView::WithNode(std::string_view node, const std::function<void(const NodeSummary&)>& fn) const {
   const auto it = nodes_.find(node);
   if (it == nodes_.end()) return false;
-  const Node& n = it->second;
-  fn(NodeSummary{it->first, &n.location, n.free_gpus, n.free_rdma_nics, n.schedulable});
+  fn(SummaryOf(it->first, it->second));
   return true;
 }
 

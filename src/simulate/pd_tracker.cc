@@ -48,11 +48,15 @@ bool CouldHost(const VirtualNode& node, const PlacementRequest& r) {
   return nics >= r.rdma_nics;
 }
 
-std::pair<int, int> FreeDevices(const VirtualNode& node) {
-  int gpus = 0, nics = 0;
-  if (node.topology == nullptr) return {0, 0};
+// Free GPUs by vendor (framework::NodeSummary::free_by_vendor) and free RDMA NICs.
+std::pair<framework::StaticClusterView::VendorCounts, int> FreeDevices(const VirtualNode& node) {
+  framework::StaticClusterView::VendorCounts gpus{};
+  int nics = 0;
+  if (node.topology == nullptr) return {gpus, 0};
   const NodeTopology& t = *node.topology;
-  for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) gpus += GpuFree(node.allocated, g) ? 1 : 0;
+  for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
+    if (GpuFree(node.allocated, g)) ++gpus[VendorIndex(t.gpus[Index(g)].vendor)];
+  }
   for (int n = 0; n < static_cast<int>(t.nics.size()); ++n) {
     if (t.nics[Index(n)].rdma && !NicUsed(node.allocated, n)) ++nics;
   }
@@ -303,8 +307,9 @@ Status PdTracker::Check(const std::vector<VirtualNode>& nodes, const std::vector
       status = Error("cluster view: node " + std::string(s.name) + " out of the cluster's order");
       return;
     }
-    const auto [gpus, nics] = FreeDevices(nodes[i]);
-    if (s.free_gpus != gpus || s.free_rdma_nics != nics) {
+    const auto [by_vendor, nics] = FreeDevices(nodes[i]);
+    const int gpus = by_vendor[0] + by_vendor[1];
+    if (s.free_gpus != gpus || s.free_by_vendor != by_vendor || s.free_rdma_nics != nics) {
       status = Error("cluster view: " + nodes[i].name + " has " + std::to_string(s.free_gpus) + " free GPUs and " +
                      std::to_string(s.free_rdma_nics) + " free RDMA NICs, the node " + std::to_string(gpus) +
                      " and " + std::to_string(nics));

@@ -342,10 +342,12 @@ struct ClusterStore::Impl {
       record.position_hashes[t] = framework::PositionHash(record.position.domains[t]);
     }
     record.free_gpus = record.free_rdma_nics = 0;
+    record.free_by_vendor = {};
     if (record.topology == nullptr || record.held()) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
       if (GpuFree(record.allocated, static_cast<int>(g)) && record.topology->gpus[g].unusable.empty()) {
         ++record.free_gpus;
+        ++record.free_by_vendor[VendorIndex(record.topology->gpus[g].vendor)];
       }
     }
     for (std::size_t n = 0; n < record.topology->nics.size(); ++n) {
@@ -506,7 +508,8 @@ struct ClusterStore::Impl {
   static void FillArraysAt(Snapshot& s, std::size_t i) {
     const NodeRecord& r = *s.nodes_[i];
     s.class_keys_[i] = r.class_key;
-    s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held()};
+    s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held(),
+                                   r.free_by_vendor};
     const std::size_t tiers = s.tier_labels().size();
     for (std::size_t t = 0; t < tiers; ++t) {
       s.position_hashes_[i * tiers + t] = r.position_hashes.size() == tiers ? r.position_hashes[t] : 0;

@@ -86,9 +86,14 @@ class SnapshotClusterView : public framework::ClusterView {
   framework::NodeSummary Brief(std::size_t i) const {
     const Snapshot::Brief& b = snapshot_->briefs()[i];
     const std::size_t tiers = network_.tiers.size();
-    return framework::NodeSummary{b.name, &snapshot_->nodes()[i]->position, b.free_gpus, b.free_rdma_nics,
+    return framework::NodeSummary{b.name,
+                                  &snapshot_->nodes()[i]->position,
+                                  b.free_gpus,
+                                  b.free_rdma_nics,
                                   b.schedulable,
-                                  tiers == 0 ? nullptr : snapshot_->position_hashes().data() + i * tiers, b.name_hash};
+                                  tiers == 0 ? nullptr : snapshot_->position_hashes().data() + i * tiers,
+                                  b.name_hash,
+                                  b.free_by_vendor};
   }
 
   // A record's summary when the view places nodes by HyperNodes or by other tiers than the
@@ -113,8 +118,8 @@ class SnapshotClusterView : public framework::ClusterView {
         else location.domains[t].assign(label->second);
       }
     }
-    return framework::NodeSummary{record.name, at, record.free_gpus, record.free_rdma_nics,
-                                  record.schedulable && !record.held()};
+    return framework::NodeSummary{record.name,   at, record.free_gpus, record.free_rdma_nics,
+                                  record.schedulable && !record.held(), nullptr, 0, record.free_by_vendor};
   }
 
   std::shared_ptr<const Snapshot> snapshot_;

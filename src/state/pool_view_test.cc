@@ -121,6 +121,35 @@ TEST(StoreClusterViewTest, ListsThePoolLocatesByLabelsAndCountsFreeDevices) {
   EXPECT_EQ(free.at("b"), std::make_pair(7, 8));
 }
 
+// Free GPUs by vendor: a node whose first four GPUs are AMD has 4 NVIDIA and 4 AMD free, then
+// 4 and 2 once a pod takes two of the AMD ones; the view gives the same counts from the
+// snapshot's arrays and, placed by HyperNodes, from the record.
+TEST(StoreClusterViewTest, CountsFreeGpusByVendor) {
+  ClusterStore store(nullptr);
+  NodeSpec mixed = PresetNode("m", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-1"}});
+  auto topology = std::make_shared<NodeTopology>(*mixed.topology);
+  for (int g = 0; g < 4; ++g) topology->gpus[static_cast<std::size_t>(g)].vendor = GpuVendor::kAmd;
+  mixed.topology = topology;
+  ASSERT_TRUE(store.UpsertNode(std::move(mixed)).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("n", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-1"}})).ok());
+  ASSERT_TRUE(store.Bind("m", "p1", TakeFor(Whole({0, 1}), PodRole::kPrefill, "chat")).ok());
+  const pd::NetworkConfig network;
+  const auto hyper = std::make_shared<const std::map<std::string, pd::Location>>();
+  for (const auto& positions : {std::shared_ptr<const std::map<std::string, pd::Location>>(), hyper}) {
+    SCOPED_TRACE(positions == nullptr ? "by the snapshot's arrays" : "by the records");
+    const auto view = MakeClusterView(store, store.snapshot(), network, "chat", positions);
+    std::map<std::string, std::array<int, kGpuVendors>> by_vendor;
+    view->ForEachNode([&](const framework::NodeSummary& n) { by_vendor[std::string(n.name)] = n.free_by_vendor; });
+    EXPECT_EQ(by_vendor.at("m"), (std::array<int, kGpuVendors>{4, 2}));
+    EXPECT_EQ(by_vendor.at("n"), (std::array<int, kGpuVendors>{8, 0}));
+    EXPECT_TRUE(view->WithNode("m", [](const framework::NodeSummary& n) {
+      EXPECT_EQ(n.FreeGpusFor(GpuVendor::kNvidia), 4);
+      EXPECT_EQ(n.FreeGpusFor(GpuVendor::kAmd), 2);
+      EXPECT_EQ(n.free_gpus, 6);
+    }));
+  }
+}
+
 TEST(StoreClusterViewTest, HyperNodePositionsWinOverLabels) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-1"}})).ok());

@@ -5,6 +5,7 @@
 // snapshot; the simulator keeps one over its virtual cluster; tests fill a StaticClusterView.
 // Immutable while a cycle reads it (CycleState holds a shared_ptr).
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,6 +47,10 @@ struct NodeSummary {
   // of the name; a plugin matching nodes against a few known domains compares these first.
   const std::uint64_t* domain_hashes = nullptr;
   std::uint64_t name_hash = 0;
+  // free_gpus by the GPUs' vendor (VendorIndex): a pod's GPUs are all of its vendor, so a node
+  // of AMD GPUs has no room for an NVIDIA pod however many are free.
+  std::array<int, kGpuVendors> free_by_vendor{};
+  int FreeGpusFor(GpuVendor vendor) const { return free_by_vendor[VendorIndex(vendor)]; }
 };
 
 class ClusterView {
@@ -75,18 +80,24 @@ class StaticClusterView : public ClusterView {
  public:
   struct Node {
     pd::Location location;
-    int free_gpus = 0;
+    std::array<int, kGpuVendors> free_by_vendor{};
     int free_rdma_nics = 0;
     bool schedulable = true;
   };
+  using VendorCounts = std::array<int, kGpuVendors>;
+  // `free_gpus` alone: NVIDIA GPUs.
+  static VendorCounts Nvidia(int free_gpus) { return {free_gpus, 0}; }
   explicit StaticClusterView(pd::NetworkConfig network = {}) : network_(std::move(network)) {}
 
   // Adds or replaces a node (located by its labels, or by `location` when given).
   void SetNode(const std::string& name, const std::map<std::string, std::string>& labels, int free_gpus,
                int free_rdma_nics = 0, bool schedulable = true);
+  void SetNode(const std::string& name, const std::map<std::string, std::string>& labels, VendorCounts free_gpus,
+               int free_rdma_nics, bool schedulable = true);
   void SetNodeLocation(const std::string& name, pd::Location location, int free_gpus, int free_rdma_nics = 0,
                        bool schedulable = true);
   void SetFree(std::string_view name, int free_gpus, int free_rdma_nics);
+  void SetFree(std::string_view name, VendorCounts free_gpus, int free_rdma_nics);
   void AddMember(const std::string& pool, PoolMember member);
   void RemoveMember(std::string_view uid);  // from whichever pool holds it; no-op when absent
 

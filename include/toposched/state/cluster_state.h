@@ -8,6 +8,7 @@
 // GPU exclusive to one pod or shared within its share count, memory and cores; each RDMA NIC
 // to one pod). ClusterStore checks it on every change, whatever the caller computed.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -96,6 +97,7 @@ struct NodeRecord {
   std::uint64_t name_hash = 0;
   std::vector<std::uint64_t> position_hashes;
   int free_gpus = 0;       // GPUs neither exclusive nor shared (0 while held_pods is not empty)
+  std::array<int, kGpuVendors> free_by_vendor{};  // free_gpus by the GPUs' vendor
   int free_rdma_nics = 0;  // RDMA NICs no pod holds (0 while held_pods is not empty)
   bool held() const { return !held_pods.empty(); }
 };
@@ -130,6 +132,7 @@ class Snapshot {
     int free_gpus = 0;
     int free_rdma_nics = 0;
     bool schedulable = false;  // schedulable and not held
+    std::array<int, kGpuVendors> free_by_vendor{};
   };
   std::span<const Brief> briefs() const { return briefs_; }
   // NodeRecord::position_hashes of node i at [i * tier_labels().size(), ...): a node whose

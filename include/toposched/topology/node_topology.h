@@ -72,6 +72,8 @@ struct PcieNode {
 };
 
 enum class GpuVendor : std::uint8_t { kNvidia, kAmd };
+inline constexpr std::size_t kGpuVendors = 2;
+constexpr std::size_t VendorIndex(GpuVendor v) { return static_cast<std::size_t>(v); }
 std::string_view ToString(GpuVendor v);
 
 // A GPU's direct or switch-mediated high-speed link to another GPU.
