@@ -241,6 +241,89 @@ std::uint64_t MemberHash(const framework::PoolMember& p) {
 
 }  // namespace
 
+namespace {
+
+// What BuildPoolTables found: the members counted, and whether the hashes told every name and
+// domain apart.
+struct PoolTables {
+  int count = 0;
+  bool usable = true;
+};
+
+// NodeVerdicts' by-hash tables of what `members` (all but `skip_uid`'s) hold on each node and
+// in each tier's domain, from `snap`'s hashes; `keep` gives a view of a domain name that lives
+// as long as the tables.
+PoolTables BuildPoolTables(const std::vector<framework::PoolMember>& members, const state::Snapshot& snap,
+                           std::size_t tiers, std::string_view skip_uid,
+                           FlatHashIndex<std::pair<std::string_view, std::uint64_t>>& node,
+                           std::vector<FlatHashIndex<PoolContent>>& domain,
+                           const std::function<std::string_view(std::string_view)>& keep) {
+  PoolTables out;
+  node.clear();
+  domain.resize(tiers);
+  for (auto& d : domain) d.clear();
+  const std::span<const std::uint64_t> hashes = snap.position_hashes();
+  for (const framework::PoolMember& p : members) {
+    // The pod itself, when re-scored, is not one of the pool's pods to the plugins.
+    if (!skip_uid.empty() && p.uid == skip_uid) continue;
+    const std::uint64_t h = MemberHash(p);
+    ++out.count;
+    const std::uint64_t name_hash = framework::PositionHash(p.node);
+    if (auto* on = node.Find(name_hash); on != nullptr) {
+      if (on->first != p.node) out.usable = false;
+      on->second += h;
+    } else {
+      node.Insert(name_hash, {p.node, h});
+    }
+    const std::size_t i = snap.IndexOf(p.node);
+    if (i == state::Snapshot::npos) continue;
+    const state::NodeRecord& record = *snap.nodes()[i];
+    for (std::size_t t = 0; t < tiers; ++t) {
+      const std::string_view d = record.position.domains[t];
+      if (d.empty()) continue;
+      const std::uint64_t parent = t + 1 < tiers ? hashes[i * tiers + t + 1] : 0;
+      PoolContent* c = domain[t].Find(hashes[i * tiers + t]);
+      if (c == nullptr) {
+        domain[t].Insert(hashes[i * tiers + t], PoolContent{h, {}, parent, false, keep(d)});
+        continue;
+      }
+      if (c->domain != d) out.usable = false;  // two domains, one hash
+      c->hash += h;
+      if (c->parent_hash != parent) c->mixed = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, const state::Snapshot& snap,
+                                                         std::size_t tiers) {
+  std::shared_ptr<const state::Snapshot::PositionRuns> runs = snap.shared_position_runs();
+  if (runs == nullptr) return nullptr;
+  std::lock_guard lock(pool_mu_);
+  const auto it = pool_index_.find(pool);
+  if (it != pool_index_.end() && it->second->runs == runs && it->second->tiers == tiers &&
+      it->second->version == store_.PoolVersion(pool)) {
+    return it->second;
+  }
+  auto [version, members] = store_.VersionedPoolMembers(pool);
+  auto index = std::make_shared<PoolIndex>();
+  index->version = version;
+  index->runs = std::move(runs);
+  index->tiers = tiers;
+  index->members = std::make_shared<const std::vector<framework::PoolMember>>(std::move(members));
+  for (const framework::PoolMember& m : *index->members) index->uids.Insert(framework::PositionHash(m.uid), true);
+  std::deque<std::string>& names = index->domain_names;
+  const PoolTables built = BuildPoolTables(*index->members, snap, tiers, {}, index->node, index->domain,
+                                           [&names](std::string_view d) { return std::string_view(names.emplace_back(d)); });
+  index->count = built.count;
+  index->usable = built.usable;
+  std::shared_ptr<const PoolIndex> out = std::move(index);
+  pool_index_.insert_or_assign(std::string(pool), out);
+  return out;
+}
+
 NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_ptr<const state::Snapshot> snap,
                            Want want)
     : evaluator_(evaluator),
@@ -259,8 +342,6 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
   const std::size_t tiers = network.tiers.size();
   positions_resolved_ = state::PositionsResolvedFor(*snap_, network);
   domain_content_.resize(tiers);
-  pool_members_ = std::make_shared<const std::vector<framework::PoolMember>>(
-      evaluator_.store().PoolMembers(entry.request.pool));
   positions_ = evaluator_.store().node_locations();
   if (positions_ != nullptr && positions_->empty()) positions_ = nullptr;
   const auto skip = [&](const framework::PoolMember& p) {
@@ -268,40 +349,33 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
     return !entry.request.pod_uid.empty() && p.uid == entry.request.pod_uid;
   };
   // By hash, from the snapshot's arrays, when the records' positions count; by string when
-  // HyperNodes place nodes, or when two names or domains share a hash.
+  // HyperNodes place nodes, or when two names or domains share a hash. By hash, the tables come
+  // from the pool's index (built once per version of the pool and of the positions), unless
+  // the scored pod is one of the pool's own: then from the thread's, without it.
   by_hash_ = positions_ == nullptr && positions_resolved_ && snap_->tier_labels().size() == tiers;
   if (by_hash_) {
-    node_by_hash_.clear();
-    domain_by_hash_.resize(tiers);
-    for (auto& d : domain_by_hash_) d.clear();
-    const std::span<const std::uint64_t> hashes = snap_->position_hashes();
-    for (const framework::PoolMember& p : *pool_members_) {
-      if (skip(p)) continue;
-      const std::uint64_t h = MemberHash(p);
-      ++other_members_;
-      const std::uint64_t name_hash = framework::PositionHash(p.node);
-      if (auto* on = node_by_hash_.Find(name_hash); on != nullptr) {
-        if (on->first != p.node) by_hash_ = false;
-        on->second += h;
-      } else {
-        node_by_hash_.Insert(name_hash, {p.node, h});
+    index_ = evaluator_.PoolIndexFor(entry.request.pool, *snap_, tiers);
+    if (index_ != nullptr) pool_members_ = index_->members;
+    const bool self = index_ != nullptr && !entry.request.pod_uid.empty() &&
+                      index_->uids.Find(framework::PositionHash(entry.request.pod_uid)) != nullptr;
+    if (index_ != nullptr && index_->usable && !self) {
+      node_by_hash_ = &index_->node;
+      domain_by_hash_ = &index_->domain;
+      other_members_ = index_->count;
+    } else if (index_ == nullptr || index_->usable) {
+      if (pool_members_ == nullptr) {
+        pool_members_ = std::make_shared<const std::vector<framework::PoolMember>>(
+            evaluator_.store().PoolMembers(entry.request.pool));
       }
-      const std::size_t i = snap_->IndexOf(p.node);
-      if (i == state::Snapshot::npos) continue;
-      const state::NodeRecord& record = *snap_->nodes()[i];
-      for (std::size_t t = 0; t < tiers; ++t) {
-        const std::string_view d = record.position.domains[t];
-        if (d.empty()) continue;
-        const std::uint64_t parent = t + 1 < tiers ? hashes[i * tiers + t + 1] : 0;
-        Content* c = domain_by_hash_[t].Find(hashes[i * tiers + t]);
-        if (c == nullptr) {
-          domain_by_hash_[t].Insert(hashes[i * tiers + t], Content{h, {}, parent, false, d});
-          continue;
-        }
-        if (c->domain != d) by_hash_ = false;  // two domains, one hash
-        c->hash += h;
-        if (c->parent_hash != parent) c->mixed = true;
-      }
+      HashTables& tables = ThreadTables();
+      const PoolTables built = BuildPoolTables(*pool_members_, *snap_, tiers, entry.request.pod_uid, tables.node,
+                                               tables.domain, [](std::string_view d) { return d; });
+      by_hash_ = built.usable;
+      other_members_ = built.count;
+      node_by_hash_ = &tables.node;
+      domain_by_hash_ = &tables.domain;
+    } else {
+      by_hash_ = false;
     }
     if (by_hash_) {
       // This call's generation for the run keys (KeyOf), and an array for every run.
@@ -317,6 +391,10 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       return;
     }
     other_members_ = 0;
+  }
+  if (pool_members_ == nullptr) {
+    pool_members_ = std::make_shared<const std::vector<framework::PoolMember>>(
+        evaluator_.store().PoolMembers(entry.request.pool));
   }
   for (const framework::PoolMember& p : *pool_members_) {
     if (skip(p)) continue;
@@ -370,7 +448,7 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     // The snapshot's contiguous hashes, no record read (a 64-bit hash collision could at worst
     // mis-score a node, as class keys could).
     const std::uint64_t* hashes = snap_->position_hashes().data() + i * tiers;
-    const auto* on_node = node_by_hash_.Find(snap_->briefs()[i].name_hash);
+    const auto* on_node = node_by_hash_->Find(snap_->briefs()[i].name_hash);
     RunKey* run = nullptr;
     if (on_node == nullptr && run_of_ != nullptr) {
       run = &run_keys_[(*run_of_)[i]];
@@ -384,7 +462,7 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     }
     std::uint64_t key = Mix64(on_node == nullptr ? 0 : on_node->second);
     for (std::size_t t = 0; t < tiers; ++t) {
-      const Content* found = domain_by_hash_[t].Find(hashes[t]);
+      const Content* found = (*domain_by_hash_)[t].Find(hashes[t]);
       if (found != nullptr && (found->mixed || (t + 1 < tiers && found->parent_hash != hashes[t + 1]))) {
         if (run != nullptr) run->own = true;
         return kOwn | i;  // tiers do not nest here

@@ -17,8 +17,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,6 +52,34 @@ bool IsPoolPod(const PlacementRequest& r);
 // A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
 // the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config);
+
+// What a Prefill/Decode pool holds in one domain of a tier, for NodeVerdicts' keys: the multiset
+// of its pods there (role, devices, worst class, IPC consent) as a commutative 64-bit hash, and
+// the tier t + 1 domain all of them sit in (mixed: they sit in several).
+struct PoolContent {
+  std::uint64_t hash = 0;
+  std::string_view parent;
+  std::uint64_t parent_hash = 0;  // framework::PositionHash(parent)
+  bool mixed = false;
+  std::string_view domain;  // by hash: the domain (two domains with one hash: by string)
+};
+
+// A pool's members and what they hold where, by the snapshot's hashes (NodeVerdicts' keys), as
+// of one version of the pool (ClusterStore::PoolVersion) and one set of node positions
+// (Snapshot::shared_position_runs): what every prioritize call for the pool's pods would build
+// again while neither changes, as when other pods bind between them.
+struct PoolIndex {
+  std::uint64_t version = 0;
+  std::shared_ptr<const state::Snapshot::PositionRuns> runs;  // kept: compared by identity
+  std::size_t tiers = 0;
+  std::shared_ptr<const std::vector<framework::PoolMember>> members;
+  FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;  // name hash -> (name, content)
+  std::vector<FlatHashIndex<PoolContent>> domain;                  // per tier: domain hash -> content
+  std::deque<std::string> domain_names;                            // what PoolContent::domain views
+  FlatHashIndex<bool> uids;  // PositionHash of each member's UID
+  int count = 0;
+  bool usable = true;  // no two names, nor two domains of a tier, share a hash
+};
 
 class Evaluator {
  public:
@@ -107,6 +137,10 @@ class Evaluator {
   // when the pod was first seen, what its verbs use), else the window's current one.
   std::shared_ptr<const packing::ShapeMix> ShapeMixFor(std::string_view uid);
   state::ClusterStore& store() const { return store_; }
+  // `pool`'s index for snapshots with `snap`'s positions, built when the pool or the positions
+  // changed since the last one (null: `snap` has no position runs).
+  std::shared_ptr<const PoolIndex> PoolIndexFor(std::string_view pool, const state::Snapshot& snap,
+                                                std::size_t tiers);
   BindHooks* hooks() const { return hooks_; }
   PodCache::TimePoint now() const { return clock_(); }
 
@@ -122,6 +156,8 @@ class Evaluator {
   framework::ShapeWindow shapes_;  // the pods asked about: the mix capacity first packs for
   metrics::Family<metrics::Counter>& rejections_;
   metrics::Counter* unknown_node_rejections_;
+  std::mutex pool_mu_;  // guards pool_index_ (taken before the store's own locks)
+  std::map<std::string, std::shared_ptr<const PoolIndex>, std::less<>> pool_index_;
 };
 
 // One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which
@@ -171,13 +207,7 @@ class NodeVerdicts {
   // What the pool holds where: the multiset of its pods (role, devices, worst class, IPC
   // consent) on each node and in each tier's domain, as a commutative 64-bit hash; and, per
   // domain of tier t, the tier t + 1 domain all its pods sit in (mixed: they sit in several).
-  struct Content {
-    std::uint64_t hash = 0;
-    std::string_view parent;
-    std::uint64_t parent_hash = 0;  // framework::PositionHash(parent)
-    bool mixed = false;
-    std::string_view domain;  // in domain_by_hash_: the domain (two domains with one hash: by string)
-  };
+  using Content = PoolContent;
   int other_members_ = 0;  // the pool's pods other than the one scored
   Evaluator::PoolParts parts_;
   std::unordered_map<std::string_view, std::uint64_t> node_content_;
@@ -191,8 +221,11 @@ class NodeVerdicts {
     std::vector<FlatHashIndex<Content>> domain;
   };
   static HashTables& ThreadTables();
-  FlatHashIndex<std::pair<std::string_view, std::uint64_t>>& node_by_hash_ = ThreadTables().node;
-  std::vector<FlatHashIndex<Content>>& domain_by_hash_ = ThreadTables().domain;
+  // The tables KeyOf reads: the pool's cached index (Evaluator::PoolIndexFor), or the thread's
+  // when the scored pod is one of the pool's own (it must not count itself).
+  std::shared_ptr<const PoolIndex> index_;
+  const FlatHashIndex<std::pair<std::string_view, std::uint64_t>>* node_by_hash_ = nullptr;
+  const std::vector<FlatHashIndex<Content>>* domain_by_hash_ = nullptr;
   // KeyOf by hash: a node without pool pods on it has its run's position key (the snapshot's
   // runs of nodes of equal domains, Snapshot::position_runs), computed once per run and call
   // whatever order the names come in. The thread's array, stamped with this call's generation.

@@ -305,5 +305,48 @@ TEST_F(EvaluatorTest, APoolPodsVerdictsEqualTheNodeByNodeVerdictsInAnyOrder) {
   EXPECT_GT(alone.at("n1"), alone.at("n5")) << "the leaf holding a prefill instance is the cheaper KV path";
 }
 
+// The pool's index (Evaluator::PoolIndexFor) is reused only while neither the pool nor the
+// nodes' positions change, and never for a pod of the pool itself: after each change, and for a
+// pool pod scored again once bound, every node's keyed verdict is still its own.
+TEST_F(EvaluatorTest, APoolsIndexFollowsThePoolThePositionsAndThePodItself) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  const auto leaf_of = [](int i) -> std::map<std::string, std::string> {
+    return {{"toposched.io/leaf", "l" + std::to_string(i / 4)}, {"toposched.io/spine", "s0"}};
+  };
+  for (int i = 0; i < 12; ++i) AddNode("n" + std::to_string(i), hgx, leaf_of(i));
+  const auto pool_pod = [](const std::string& name, const char* role) {
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 2,
+                   .rdma = 2,
+                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+  };
+  const auto expect_own_verdicts = [&](PodEntry& pod, const std::string& step) {
+    SCOPED_TRACE(step);
+    const auto snap = store_.snapshot();
+    std::optional<framework::CycleState> cycle;
+    NodeVerdicts verdicts(evaluator_, pod, snap, Want::kScores);
+    for (std::size_t i = 0; i < snap->size(); ++i) {
+      const state::NodeRecord& record = *snap->nodes()[i];
+      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, record, Want::kScores, snap)->score100)
+          << record.name;
+    }
+  };
+  Bind(pool_pod("prefill-0", "prefill"), "n0");
+  std::shared_ptr<PodEntry> decode = Entry(pool_pod("decode-0", "decode"));
+  expect_own_verdicts(*decode, "first call");
+  expect_own_verdicts(*decode, "the index reused");
+  Bind(pool_pod("prefill-1", "prefill"), "n5");
+  expect_own_verdicts(*decode, "a pod joined the pool");
+  // n5 moves from leaf l1 to leaf l2: its prefill instance with it.
+  AddNode("n5", hgx, leaf_of(9));
+  expect_own_verdicts(*decode, "a node moved");
+  // The pod itself bound on n9, a decode of the same shape on n10 (leaf l2): scored again,
+  // decode-0 must not count itself, or n9 would look like n10 (one decode instance on it).
+  Bind(pool_pod("decode-0", "decode"), "n9");
+  Bind(pool_pod("decode-1", "decode"), "n10");
+  expect_own_verdicts(*decode, "the pod itself in the pool");
+}
+
 }  // namespace
 }  // namespace toposched::extender

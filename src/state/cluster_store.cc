@@ -375,6 +375,11 @@ struct ClusterStore::Impl {
   std::condition_variable uid_released;
   ByName<PodAllocation> pods;
   ByName<std::set<std::string>> pools;  // pool name -> UIDs of its pods (under pods_mu)
+  ByName<std::uint64_t> pool_versions;  // ClusterStore::PoolVersion (under pods_mu)
+  std::uint64_t last_pool_version = 0;
+  void TouchPoolLocked(const std::string& pool) {
+    if (!pool.empty()) pool_versions.insert_or_assign(pool, ++last_pool_version);
+  }
   std::unordered_set<std::string, Snapshot::Hash, std::equal_to<>> claimed;
 
   std::atomic<bool> synced{false};
@@ -562,6 +567,7 @@ struct ClusterStore::Impl {
     if (const auto it = pods.find(allocation.uid); it != pods.end()) UnindexPoolLocked(it->second);
     pods.insert_or_assign(allocation.uid, allocation);
     if (!allocation.pool.empty()) pools[allocation.pool].insert(allocation.uid);
+    TouchPoolLocked(allocation.pool);
   }
 
   // Erases a pod from the pod and pool indexes; pods_mu held.
@@ -572,6 +578,7 @@ struct ClusterStore::Impl {
 
   void UnindexPoolLocked(const PodAllocation& allocation) {
     if (allocation.pool.empty()) return;
+    TouchPoolLocked(allocation.pool);
     const auto pool = pools.find(allocation.pool);
     if (pool == pools.end()) return;
     pool->second.erase(allocation.uid);
@@ -929,6 +936,20 @@ std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
 std::vector<framework::PoolMember> ClusterStore::PoolMembers(std::string_view pool) const {
   std::lock_guard lock(impl_->pods_mu);
   return PodsOfPool(impl_->pods, impl_->pools, pool, [](const PodAllocation& a) { return MemberOf(a); });
+}
+
+std::uint64_t ClusterStore::PoolVersion(std::string_view pool) const {
+  std::lock_guard lock(impl_->pods_mu);
+  const auto it = impl_->pool_versions.find(pool);
+  return it == impl_->pool_versions.end() ? 0 : it->second;
+}
+
+std::pair<std::uint64_t, std::vector<framework::PoolMember>> ClusterStore::VersionedPoolMembers(
+    std::string_view pool) const {
+  std::lock_guard lock(impl_->pods_mu);
+  const auto it = impl_->pool_versions.find(pool);
+  return {it == impl_->pool_versions.end() ? 0 : it->second,
+          PodsOfPool(impl_->pods, impl_->pools, pool, [](const PodAllocation& a) { return MemberOf(a); })};
 }
 
 std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) const {

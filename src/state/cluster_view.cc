@@ -118,7 +118,7 @@ class SnapshotClusterView : public framework::ClusterView {
         else location.domains[t].assign(label->second);
       }
     }
-    return framework::NodeSummary{record.name,   at, record.free_gpus, record.free_rdma_nics,
+    return framework::NodeSummary{record.name, at, record.free_gpus, record.free_rdma_nics,
                                   record.schedulable && !record.held(), nullptr, 0, record.free_by_vendor};
   }
 

@@ -148,6 +148,9 @@ class Snapshot {
     std::vector<std::uint32_t> starts;
     std::vector<std::uint32_t> run_of;  // node index -> the run it is in
   };
+  // The same object, shared: a cache of anything derived from the nodes' positions keeps it and
+  // compares it with a later snapshot's (the same object: no node and no position changed).
+  std::shared_ptr<const PositionRuns> shared_position_runs() const { return position_runs_; }
   const PositionRuns& position_runs() const;
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
   std::size_t size() const { return nodes_.size(); }
@@ -268,6 +271,11 @@ class ClusterStore {
   std::vector<PodAllocation> PoolPods(std::string_view pool) const;
   // The same as pool-aware plugins see them (framework::PoolMember: no devices, no containers).
   std::vector<framework::PoolMember> PoolMembers(std::string_view pool) const;
+  // The pool's version: it changes (to a value never used before) whenever one of its pods is
+  // indexed, replaced or dropped; 0 for a pool that never had one. PoolMembers with the version
+  // they were read at, under one lock, for caches of what a pool holds.
+  std::uint64_t PoolVersion(std::string_view pool) const;
+  std::pair<std::uint64_t, std::vector<framework::PoolMember>> VersionedPoolMembers(std::string_view pool) const;
   std::size_t pod_count() const;
 
   // Node positions that override the labels' (Volcano HyperNodes, network.hyperNodes): the
