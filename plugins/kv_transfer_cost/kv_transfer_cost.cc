@@ -130,13 +130,6 @@ struct PoolCycle final : framework::StateData {
   FlatHashIndex<std::size_t> mean_by_content;       // content key -> position in `means`
 };
 
-std::uint64_t Mix64(std::uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
 void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {

@@ -223,14 +223,6 @@ namespace {
 
 constexpr std::uint64_t kOwnKey = std::uint64_t{1} << 63;  // NodeVerdicts' keys of one node alone
 
-std::uint64_t Mix64(std::uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // One pool pod as the pool plugins see it (framework::PoolMember without uid and node).
 std::uint64_t MemberHash(const framework::PoolMember& p) {
   const auto gpus = static_cast<std::uint64_t>(p.gpus);

@@ -107,6 +107,15 @@ class EvaluatorTest : public ::testing::Test {
 
 const PodSpec kTwoGpus{.name = "two", .uid = "uid-two", .gpus = 2, .rdma = 2};
 
+// A pod of Prefill/Decode pool "chat" (2 GPUs + 2 RDMA NICs), UID "uid-" + name.
+PodSpec PoolPod(const std::string& name, const char* role) {
+  return PodSpec{.name = name,
+                 .uid = "uid-" + name,
+                 .gpus = 2,
+                 .rdma = 2,
+                 .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+}
+
 TEST_F(EvaluatorTest, NodesOfOneClassShareOneVerdictKeptAcrossCallsForThePod) {
   const auto hgx = Preset("hgx-h100-8gpu");
   AddNode("a", hgx);
@@ -235,15 +244,8 @@ TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {
     AddNode("n" + std::to_string(i), hgx,
             {{"toposched.io/leaf", "l" + std::to_string(i / 4)}, {"toposched.io/spine", "s0"}});
   }
-  const auto pool_pod = [](const std::string& name, const char* role) {
-    return PodSpec{.name = name,
-                   .uid = "uid-" + name,
-                   .gpus = 2,
-                   .rdma = 2,
-                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
-  };
-  Bind(pool_pod("prefill-0", "prefill"), "n0");
-  std::shared_ptr<PodEntry> decode = Entry(pool_pod("decode-0", "decode"));
+  Bind(PoolPod("prefill-0", "prefill"), "n0");
+  std::shared_ptr<PodEntry> decode = Entry(PoolPod("decode-0", "decode"));
   std::size_t evaluated = 0;
   const auto before = Verdicts(*decode, Want::kScores, &evaluated);
   // n0 (holds the prefill) is its own key; leaf l0's other nodes share one, leaf l1's another.
@@ -256,7 +258,7 @@ TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {
 
   // A prefill instance in leaf l1 too: the next call sees it, although nothing about the nodes'
   // classes changed.
-  Bind(pool_pod("prefill-1", "prefill"), "n4");
+  Bind(PoolPod("prefill-1", "prefill"), "n4");
   const auto after = Verdicts(*decode, Want::kScores);
   EXPECT_EQ(after.at("n1")->score100, after.at("n5")->score100);
   EXPECT_GT(after.at("n5")->score100, far);
@@ -273,17 +275,10 @@ TEST_F(EvaluatorTest, APoolPodsVerdictsEqualTheNodeByNodeVerdictsInAnyOrder) {
     const std::string spine = i < 8 ? "s0" : (i < 14 ? "s1" : "s2");       // lx spans s1 and s2
     AddNode("n" + std::to_string(i), hgx, {{"toposched.io/leaf", leaf}, {"toposched.io/spine", spine}});
   }
-  const auto pool_pod = [](const std::string& name, const char* role) {
-    return PodSpec{.name = name,
-                   .uid = "uid-" + name,
-                   .gpus = 2,
-                   .rdma = 2,
-                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
-  };
-  Bind(pool_pod("prefill-0", "prefill"), "n0");  // leaf l0
-  Bind(pool_pod("prefill-1", "prefill"), "n8");  // leaf l2: alike l0, another spine
-  Bind(pool_pod("prefill-2", "prefill"), "n13");  // leaf lx, spine s1
-  std::shared_ptr<PodEntry> decode = Entry(pool_pod("decode-0", "decode"));
+  Bind(PoolPod("prefill-0", "prefill"), "n0");  // leaf l0
+  Bind(PoolPod("prefill-1", "prefill"), "n8");  // leaf l2: alike l0, another spine
+  Bind(PoolPod("prefill-2", "prefill"), "n13");  // leaf lx, spine s1
+  std::shared_ptr<PodEntry> decode = Entry(PoolPod("decode-0", "decode"));
   const auto snap = store_.snapshot();
   std::map<std::string, int> alone;
   std::optional<framework::CycleState> cycle;
@@ -314,13 +309,6 @@ TEST_F(EvaluatorTest, APoolsIndexFollowsThePoolThePositionsAndThePodItself) {
     return {{"toposched.io/leaf", "l" + std::to_string(i / 4)}, {"toposched.io/spine", "s0"}};
   };
   for (int i = 0; i < 12; ++i) AddNode("n" + std::to_string(i), hgx, leaf_of(i));
-  const auto pool_pod = [](const std::string& name, const char* role) {
-    return PodSpec{.name = name,
-                   .uid = "uid-" + name,
-                   .gpus = 2,
-                   .rdma = 2,
-                   .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
-  };
   const auto expect_own_verdicts = [&](PodEntry& pod, const std::string& step) {
     SCOPED_TRACE(step);
     const auto snap = store_.snapshot();
@@ -332,19 +320,19 @@ TEST_F(EvaluatorTest, APoolsIndexFollowsThePoolThePositionsAndThePodItself) {
           << record.name;
     }
   };
-  Bind(pool_pod("prefill-0", "prefill"), "n0");
-  std::shared_ptr<PodEntry> decode = Entry(pool_pod("decode-0", "decode"));
+  Bind(PoolPod("prefill-0", "prefill"), "n0");
+  std::shared_ptr<PodEntry> decode = Entry(PoolPod("decode-0", "decode"));
   expect_own_verdicts(*decode, "first call");
   expect_own_verdicts(*decode, "the index reused");
-  Bind(pool_pod("prefill-1", "prefill"), "n5");
+  Bind(PoolPod("prefill-1", "prefill"), "n5");
   expect_own_verdicts(*decode, "a pod joined the pool");
   // n5 moves from leaf l1 to leaf l2: its prefill instance with it.
   AddNode("n5", hgx, leaf_of(9));
   expect_own_verdicts(*decode, "a node moved");
   // The pod itself bound on n9, a decode of the same shape on n10 (leaf l2): scored again,
   // decode-0 must not count itself, or n9 would look like n10 (one decode instance on it).
-  Bind(pool_pod("decode-0", "decode"), "n9");
-  Bind(pool_pod("decode-1", "decode"), "n10");
+  Bind(PoolPod("decode-0", "decode"), "n9");
+  Bind(PoolPod("decode-1", "decode"), "n10");
   expect_own_verdicts(*decode, "the pod itself in the pool");
 }
 
