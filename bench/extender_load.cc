@@ -244,7 +244,8 @@ void Churn(World& w, int step) {
   if (!g_churn || w.pool_pods.empty()) return;
   const state::PodAllocation& p = w.pool_pods[static_cast<std::size_t>(step) % w.pool_pods.size()];
   if (!w.store.Release(p.uid, false).ok()) std::exit(2);
-  const auto bound = w.store.Bind(p.node, p.uid, [&](const state::NodeRecord&) -> Result<state::PodAllocation> { return p; });
+  const auto bound =
+      w.store.Bind(p.node, p.uid, [&](const state::NodeRecord&) -> Result<state::PodAllocation> { return p; });
   if (!bound.ok()) {
     std::fprintf(stderr, "bench: churn bind failed: %s\n", bound.error().message().c_str());
     std::exit(2);

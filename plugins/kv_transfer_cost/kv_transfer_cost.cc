@@ -130,7 +130,6 @@ struct PoolCycle final : framework::StateData {
   FlatHashIndex<std::size_t> mean_by_content;       // content key -> position in `means`
 };
 
-
 // Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
 void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
   c.domain_ids.assign(tiers, {});
@@ -167,7 +166,6 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
   c.content.assign(tiers, {});
   for (std::size_t t = 0; t < tiers; ++t) c.content[t].resize(c.domain_ids[t].size());
   c.site_content.assign(c.sites.size(), 0);
-  std::vector<bool> seen;
   for (std::size_t i = 0; i < c.sites.size(); ++i) {
     const Site& site = c.sites[i];
     std::uint64_t h = 0;
@@ -181,16 +179,13 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
       if (site.domain_ids[t] < 0) continue;
       PoolCycle::DomainContent& d = c.content[t][static_cast<std::size_t>(site.domain_ids[t])];
       d.hash += h;
-      const bool has_parent = t + 1 < tiers && t + 1 < site.location.domains.size() &&
-                              !site.location.domains[t + 1].empty();
+      if (t + 1 == tiers) continue;  // the top tier nests in nothing
+      // Nested while every site of the domain has one and the same tier t + 1 domain.
+      const bool has_parent = t + 1 < site.location.domains.size() && !site.location.domains[t + 1].empty();
       const std::uint64_t parent = has_parent ? framework::PositionHash(site.location.domains[t + 1]) : 0;
       const bool first = c.sites_in[t][static_cast<std::size_t>(site.domain_ids[t])].front() == i;
-      if (first) {
-        d.parent = parent;
-        d.nested = has_parent || t + 1 == tiers;
-      } else if (d.parent != parent || !has_parent) {
-        if (t + 1 < tiers) d.nested = false;
-      }
+      if (first) d.parent = parent;
+      if (!has_parent || d.parent != parent) d.nested = false;
     }
   }
 }

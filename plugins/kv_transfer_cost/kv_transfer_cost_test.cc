@@ -638,6 +638,27 @@ TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiers
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), flat, "x-n1").score, 100);
   EXPECT_LT(ScoreOn(plugin, PoolPod(PodRole::kDecode), flat, "a-n1").score, 100);
 
+  // Leaf z spans two spines with a site under each, so its domain does not nest, even for z-n1,
+  // whose spine (s6) is the one of the leaf's first site: z-n1 reaches z-n0 and z-n2 through the
+  // leaf and w-n0 through its spine, t-n2 (a nested leaf of two sites, the same in its spine)
+  // the two through the leaf and nothing through the spine. Both see two instances in the leaf
+  // and two in the spine; t-n2 comes first, and z-n1, the cheaper, must not take its mean.
+  auto spans = std::make_shared<StaticClusterView>();
+  add(*spans, "t-n0", "t", "s-t", 0);
+  add(*spans, "t-n1", "t", "s-t", 0);
+  add(*spans, "t-n2", "t", "s-t", 8);
+  add(*spans, "z-n0", "z", "s6", 0);
+  add(*spans, "z-n1", "z", "s6", 8);
+  add(*spans, "z-n2", "z", "s7", 0);
+  add(*spans, "w-n0", "w", "s6", 0);
+  add(*spans, "far", "f", "s8", 8);
+  for (const char* node : {"t-n0", "t-n1", "z-n0", "z-n2", "w-n0"}) {
+    spans->AddMember("chat", Member(std::string("p-") + node, node, PodRole::kPrefill));
+  }
+  ExpectTheSameScoresWithHashes(spans, PoolPod(PodRole::kDecode));
+  EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), spans, "z-n1").score, 100);
+  EXPECT_LT(ScoreOn(plugin, PoolPod(PodRole::kDecode), spans, "t-n2").score, 100);
+
   // Sites: u-n0 (two instances) and v-n0 (three) each stand in a leaf and a spine that hold
   // three; with same-node CUDA IPC v-n0 is the cheapest, and must not take u-n0's mean.
   pd::NetworkConfig ipc;

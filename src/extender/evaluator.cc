@@ -231,10 +231,6 @@ std::uint64_t MemberHash(const framework::PoolMember& p) {
                (static_cast<std::uint64_t>(p.worst_class) << 40) | (static_cast<std::uint64_t>(p.kv_ipc) << 48));
 }
 
-}  // namespace
-
-namespace {
-
 // What BuildPoolTables found: the members counted, and whether the hashes told every name and
 // domain apart.
 struct PoolTables {
@@ -312,7 +308,10 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
   index->count = built.count;
   index->usable = built.usable;
   std::shared_ptr<const PoolIndex> out = std::move(index);
-  pool_index_.insert_or_assign(std::string(pool), out);
+  // An empty pool (all its pods gone) is not kept: a cluster that names pools per rollout would
+  // otherwise keep one entry per pool it ever saw.
+  if (out->members->empty()) pool_index_.erase(std::string(pool));
+  else pool_index_.insert_or_assign(std::string(pool), out);
   return out;
 }
 

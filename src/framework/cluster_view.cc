@@ -1,6 +1,7 @@
 #include "toposched/framework/cluster_view.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 namespace toposched::framework {
@@ -8,8 +9,7 @@ namespace toposched::framework {
 namespace {
 
 NodeSummary SummaryOf(std::string_view name, const StaticClusterView::Node& n) {
-  int total = 0;
-  for (int count : n.free_by_vendor) total += count;
+  const int total = std::accumulate(n.free_by_vendor.begin(), n.free_by_vendor.end(), 0);
   NodeSummary s{name, &n.location, total, n.free_rdma_nics, n.schedulable};
   s.free_by_vendor = n.free_by_vendor;
   return s;
@@ -24,18 +24,13 @@ void StaticClusterView::SetNode(const std::string& name, const std::map<std::str
 
 void StaticClusterView::SetNode(const std::string& name, const std::map<std::string, std::string>& labels,
                                 VendorCounts free_gpus, int free_rdma_nics, bool schedulable) {
-  pd::Location location = pd::LocateByLabels(network_, name, labels);
-  location.node = name;
-  auto [it, inserted] = nodes_.insert_or_assign(name, Node{std::move(location), free_gpus, free_rdma_nics, schedulable});
-  (void)it;
-  if (inserted) order_.push_back(name);
+  SetNodeLocation(name, pd::LocateByLabels(network_, name, labels), free_gpus, free_rdma_nics, schedulable);
 }
 
-void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location, int free_gpus,
+void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location, VendorCounts free_gpus,
                                         int free_rdma_nics, bool schedulable) {
   location.node = name;
-  auto [it, inserted] =
-      nodes_.insert_or_assign(name, Node{std::move(location), Nvidia(free_gpus), free_rdma_nics, schedulable});
+  auto [it, inserted] = nodes_.insert_or_assign(name, Node{std::move(location), free_gpus, free_rdma_nics, schedulable});
   (void)it;
   if (inserted) order_.push_back(name);
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -308,7 +309,7 @@ Status PdTracker::Check(const std::vector<VirtualNode>& nodes, const std::vector
       return;
     }
     const auto [by_vendor, nics] = FreeDevices(nodes[i]);
-    const int gpus = by_vendor[0] + by_vendor[1];
+    const int gpus = std::accumulate(by_vendor.begin(), by_vendor.end(), 0);
     if (s.free_gpus != gpus || s.free_by_vendor != by_vendor || s.free_rdma_nics != nics) {
       status = Error("cluster view: " + nodes[i].name + " has " + std::to_string(s.free_gpus) + " free GPUs and " +
                      std::to_string(s.free_rdma_nics) + " free RDMA NICs, the node " + std::to_string(gpus) +

@@ -78,15 +78,15 @@ class ClusterView {
 // A plain in-memory view: tests, the simulator, `toposched advise`.
 class StaticClusterView : public ClusterView {
  public:
+  using VendorCounts = std::array<int, kGpuVendors>;  // free GPUs by VendorIndex
+  // `free_gpus` alone: NVIDIA GPUs.
+  static VendorCounts Nvidia(int free_gpus) { return {free_gpus, 0}; }
   struct Node {
     pd::Location location;
-    std::array<int, kGpuVendors> free_by_vendor{};
+    VendorCounts free_by_vendor{};
     int free_rdma_nics = 0;
     bool schedulable = true;
   };
-  using VendorCounts = std::array<int, kGpuVendors>;
-  // `free_gpus` alone: NVIDIA GPUs.
-  static VendorCounts Nvidia(int free_gpus) { return {free_gpus, 0}; }
   explicit StaticClusterView(pd::NetworkConfig network = {}) : network_(std::move(network)) {}
 
   // Adds or replaces a node (located by its labels, or by `location` when given).
@@ -94,8 +94,8 @@ class StaticClusterView : public ClusterView {
                int free_rdma_nics = 0, bool schedulable = true);
   void SetNode(const std::string& name, const std::map<std::string, std::string>& labels, VendorCounts free_gpus,
                int free_rdma_nics, bool schedulable = true);
-  void SetNodeLocation(const std::string& name, pd::Location location, int free_gpus, int free_rdma_nics = 0,
-                       bool schedulable = true);
+  void SetNodeLocation(const std::string& name, pd::Location location, VendorCounts free_gpus,
+                       int free_rdma_nics = 0, bool schedulable = true);
   void SetFree(std::string_view name, int free_gpus, int free_rdma_nics);
   void SetFree(std::string_view name, VendorCounts free_gpus, int free_rdma_nics);
   void AddMember(const std::string& pool, PoolMember member);
