@@ -67,18 +67,22 @@ struct PoolContent {
 // A pool's members and what they hold where, by the snapshot's hashes (NodeVerdicts' keys), as
 // of one version of the pool (ClusterStore::PoolVersion) and one set of node positions
 // (Snapshot::shared_position_runs): what every prioritize call for the pool's pods would build
-// again while neither changes, as when other pods bind between them.
+// again while neither changes, as when other pods bind between them. When only the pool changed
+// (a pod of it bound or left, as in a rollout), the next index is the last one patched with the
+// members that differ, not rebuilt: contents are sums, so a pod that leaves is subtracted.
 struct PoolIndex {
   std::uint64_t version = 0;
   std::shared_ptr<const state::Snapshot::PositionRuns> runs;  // kept: compared by identity
   std::size_t tiers = 0;
-  std::shared_ptr<const std::vector<framework::PoolMember>> members;
+  std::shared_ptr<const std::vector<framework::PoolMember>> members;  // by UID
   FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;  // name hash -> (name, content)
   std::vector<FlatHashIndex<PoolContent>> domain;                  // per tier: domain hash -> content
-  std::deque<std::string> domain_names;                            // what PoolContent::domain views
+  // What PoolContent::domain and `node` view: append-only, shared by the patched successors.
+  std::shared_ptr<std::deque<std::string>> names = std::make_shared<std::deque<std::string>>();
   FlatHashIndex<bool> uids;  // PositionHash of each member's UID
   int count = 0;
-  bool usable = true;  // no two names, nor two domains of a tier, share a hash
+  bool usable = true;   // no two names, nor two domains of a tier, share a hash
+  bool patched = false;  // built from the last index and the members that differ (for tests)
 };
 
 class Evaluator {

@@ -336,5 +336,51 @@ TEST_F(EvaluatorTest, APoolsIndexFollowsThePoolThePositionsAndThePodItself) {
   expect_own_verdicts(*decode, "the pod itself in the pool");
 }
 
+// When only the pool changed (its pods bind and leave one by one, as in a rollout), the next
+// index is the last one patched (PoolIndex::patched): a pod that left is subtracted from its
+// node and domains. Leaf l1 holds two prefill instances like leaf l2; once one leaves l1, l1's
+// nodes must no longer share l2's nodes' verdicts (they would if it were not subtracted).
+TEST_F(EvaluatorTest, APoolsIndexIsPatchedWithThePodsThatCameAndLeft) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  for (int i = 0; i < 12; ++i) {
+    AddNode("n" + std::to_string(i), hgx,
+            {{"toposched.io/leaf", "l" + std::to_string(i / 4)}, {"toposched.io/spine", "s0"}});
+  }
+  const auto expect_own_verdicts = [&](PodEntry& pod, bool patched, const std::string& step) {
+    SCOPED_TRACE(step);
+    const auto snap = store_.snapshot();
+    std::optional<framework::CycleState> cycle;
+    NodeVerdicts verdicts(evaluator_, pod, snap, Want::kScores);
+    const auto index = evaluator_.PoolIndexFor("chat", *snap, framework_.config().network.tiers.size());
+    ASSERT_NE(index, nullptr);
+    EXPECT_EQ(index->patched, patched);
+    EXPECT_EQ(static_cast<std::size_t>(index->count), store_.PoolMembers("chat").size());
+    for (std::size_t i = 0; i < snap->size(); ++i) {
+      const state::NodeRecord& record = *snap->nodes()[i];
+      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, record, Want::kScores, snap)->score100)
+          << record.name;
+    }
+  };
+  Bind(PoolPod("prefill-1", "prefill"), "n5");
+  Bind(PoolPod("prefill-2", "prefill"), "n6");
+  Bind(PoolPod("prefill-3", "prefill"), "n9");
+  Bind(PoolPod("prefill-4", "prefill"), "n10");
+  std::shared_ptr<PodEntry> decode = Entry(PoolPod("decode-0", "decode"));
+  expect_own_verdicts(*decode, false, "built");
+  ASSERT_TRUE(store_.Release("uid-prefill-1", false).ok());
+  expect_own_verdicts(*decode, true, "a pod left");
+  Bind(PoolPod("prefill-5", "prefill"), "n1");
+  expect_own_verdicts(*decode, true, "a pod came");
+  // One pod moves between two calls: the same UID on another node.
+  ASSERT_TRUE(store_.Release("uid-prefill-3", false).ok());
+  Bind(PoolPod("prefill-3", "prefill"), "n2");
+  expect_own_verdicts(*decode, true, "a pod moved");
+  // Most of the pool changed: built afresh.
+  for (const char* uid : {"uid-prefill-2", "uid-prefill-4", "uid-prefill-5"}) {
+    ASSERT_TRUE(store_.Release(uid, false).ok());
+  }
+  expect_own_verdicts(*decode, false, "most of the pool left");
+}
+
 }  // namespace
 }  // namespace toposched::extender

@@ -377,8 +377,33 @@ struct ClusterStore::Impl {
   ByName<std::set<std::string>> pools;  // pool name -> UIDs of its pods (under pods_mu)
   ByName<std::uint64_t> pool_versions;  // ClusterStore::PoolVersion (under pods_mu)
   std::uint64_t last_pool_version = 0;
+  // Each pool's members as of its version, by UID, shared with the readers (under pods_mu): built
+  // when a bind or a release changes the pool (WarmPool), else on the first read after a change
+  // (a bulk load indexes thousands of pods; building the list after each would be quadratic).
+  ByName<std::shared_ptr<const std::vector<framework::PoolMember>>> pool_members;
   void TouchPoolLocked(const std::string& pool) {
-    if (!pool.empty()) pool_versions.insert_or_assign(pool, ++last_pool_version);
+    if (pool.empty()) return;
+    pool_versions.insert_or_assign(pool, ++last_pool_version);
+    if (const auto it = pool_members.find(pool); it != pool_members.end()) pool_members.erase(it);
+  }
+  std::shared_ptr<const std::vector<framework::PoolMember>> PoolMembersLocked(std::string_view pool) {
+    static const auto kNone = std::make_shared<const std::vector<framework::PoolMember>>();
+    if (pool.empty()) return kNone;
+    if (const auto it = pool_members.find(pool); it != pool_members.end()) return it->second;
+    const auto uids = pools.find(pool);
+    if (uids == pools.end()) return kNone;  // not kept: a pool with no pods left
+    auto members = std::make_shared<std::vector<framework::PoolMember>>();
+    members->reserve(uids->second.size());
+    for (const std::string& uid : uids->second) {
+      if (const auto pod = pods.find(uid); pod != pods.end()) members->push_back(MemberOf(pod->second));
+    }
+    return pool_members.emplace(std::string(pool), std::move(members)).first->second;
+  }
+  // The binding path builds the changed pool's list, so that the next scoring call finds it.
+  void WarmPool(std::string_view pool) {
+    if (pool.empty()) return;
+    std::lock_guard lock(pods_mu);
+    PoolMembersLocked(pool);
   }
   std::unordered_set<std::string, Snapshot::Hash, std::equal_to<>> claimed;
 
@@ -627,6 +652,7 @@ struct ClusterStore::Impl {
       std::lock_guard pods_lock(pods_mu);
       if (const auto it = pods.find(allocation.uid); it != pods.end()) ErasePodLocked(it);
     }
+    WarmPool(allocation.pool);
     return std::optional<PodAllocation>(allocation);
   }
 };
@@ -835,6 +861,7 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   }
   impl_->Publish(node, std::move(next).value());
   impl_->IndexPod(allocation);
+  impl_->WarmPool(allocation.pool);
   return BindResult{BindKind::kBound, std::move(allocation)};
 }
 
@@ -935,7 +962,7 @@ std::vector<PodAllocation> ClusterStore::PoolPods(std::string_view pool) const {
 
 std::vector<framework::PoolMember> ClusterStore::PoolMembers(std::string_view pool) const {
   std::lock_guard lock(impl_->pods_mu);
-  return PodsOfPool(impl_->pods, impl_->pools, pool, [](const PodAllocation& a) { return MemberOf(a); });
+  return *impl_->PoolMembersLocked(pool);
 }
 
 std::uint64_t ClusterStore::PoolVersion(std::string_view pool) const {
@@ -944,12 +971,11 @@ std::uint64_t ClusterStore::PoolVersion(std::string_view pool) const {
   return it == impl_->pool_versions.end() ? 0 : it->second;
 }
 
-std::pair<std::uint64_t, std::vector<framework::PoolMember>> ClusterStore::VersionedPoolMembers(
-    std::string_view pool) const {
+std::pair<std::uint64_t, std::shared_ptr<const std::vector<framework::PoolMember>>>
+ClusterStore::VersionedPoolMembers(std::string_view pool) const {
   std::lock_guard lock(impl_->pods_mu);
   const auto it = impl_->pool_versions.find(pool);
-  return {it == impl_->pool_versions.end() ? 0 : it->second,
-          PodsOfPool(impl_->pods, impl_->pools, pool, [](const PodAllocation& a) { return MemberOf(a); })};
+  return {it == impl_->pool_versions.end() ? 0 : it->second, impl_->PoolMembersLocked(pool)};
 }
 
 std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) const {

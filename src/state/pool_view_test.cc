@@ -69,6 +69,41 @@ TEST(PoolIndexTest, BindReleaseAndNodeRemovalKeepThePoolIndexExact) {
   EXPECT_TRUE(store.PoolPods("chat").empty());
 }
 
+// VersionedPoolMembers: one list per version of the pool, shared by its readers and sorted by
+// UID (the extender's pool index diffs two versions by UID); a bind or release of the pool's
+// pods makes a new one with a new version, another pool's pods do not.
+TEST(PoolIndexTest, EachVersionOfAPoolHasOneSharedMemberListByUid) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu")).ok());
+  ASSERT_TRUE(store.Bind("a", "p2", TakeFor(Whole({0}, {0}), PodRole::kPrefill, "chat")).ok());
+  ASSERT_TRUE(store.Bind("a", "d1", TakeFor(Whole({1}, {1}), PodRole::kDecode, "chat")).ok());
+  const auto [v1, first] = store.VersionedPoolMembers("chat");
+  const auto [v1_again, first_again] = store.VersionedPoolMembers("chat");
+  EXPECT_EQ(v1, v1_again);
+  EXPECT_EQ(first, first_again);  // the same list, not a copy
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].uid, "d1");
+  EXPECT_EQ((*first)[1].uid, "p2");
+
+  ASSERT_TRUE(store.Bind("a", "x1", TakeFor(Whole({2}), PodRole::kDecode, "code")).ok());
+  EXPECT_EQ(store.VersionedPoolMembers("chat").second, first);
+
+  ASSERT_TRUE(store.Bind("a", "a0", TakeFor(Whole({3}, {3}), PodRole::kDecode, "chat")).ok());
+  const auto [v2, second] = store.VersionedPoolMembers("chat");
+  EXPECT_NE(v2, v1);
+  ASSERT_EQ(second->size(), 3u);
+  EXPECT_EQ((*second)[0].uid, "a0");
+  EXPECT_EQ(first->size(), 2u);  // the first version's readers keep what they read
+
+  ASSERT_TRUE(store.Release("p2").ok());
+  const auto [v3, third] = store.VersionedPoolMembers("chat");
+  EXPECT_NE(v3, v2);
+  ASSERT_EQ(third->size(), 2u);
+  EXPECT_EQ((*third)[1].uid, "d1");
+  store.RemoveNode("a");
+  EXPECT_TRUE(store.VersionedPoolMembers("chat").second->empty());
+}
+
 TEST(PoolIndexTest, RestoredPodsJoinTheirPool) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu")).ok());

@@ -273,9 +273,11 @@ class ClusterStore {
   std::vector<framework::PoolMember> PoolMembers(std::string_view pool) const;
   // The pool's version: it changes (to a value never used before) whenever one of its pods is
   // indexed, replaced or dropped; 0 for a pool that never had one. PoolMembers with the version
-  // they were read at, under one lock, for caches of what a pool holds.
+  // they were read at, under one lock, for caches of what a pool holds: sorted by UID, and
+  // shared, not copied (a bind or release of a pool pod builds the list, not the next reader).
   std::uint64_t PoolVersion(std::string_view pool) const;
-  std::pair<std::uint64_t, std::vector<framework::PoolMember>> VersionedPoolMembers(std::string_view pool) const;
+  std::pair<std::uint64_t, std::shared_ptr<const std::vector<framework::PoolMember>>> VersionedPoolMembers(
+      std::string_view pool) const;
   std::size_t pod_count() const;
 
   // Node positions that override the labels' (Volcano HyperNodes, network.hyperNodes): the
