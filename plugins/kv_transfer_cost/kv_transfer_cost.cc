@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -58,11 +59,12 @@ struct Site {
 
 enum class AnchorKind { kCounterparts, kSameRole, kGang };
 
-// Everything about the pool that does not depend on the scored node. The first Score call of a
-// cycle builds it; the other (up to thousands of) nodes read it.
-struct PoolCycle final : framework::StateData {
-  std::string neutral;  // non-empty: every node scores 100 with this explanation
-  std::string prefix;   // "decode of pool chat: "
+// Everything about the pool's instances that depends on neither the scored node nor the
+// cluster's free devices: where the anchors stand and what each domain holds. Built by the first
+// Score call of a cycle; kept across cycles while the view gives the same PoolToken (the pool's
+// version and the node positions), as the extender's does: a pool that does not change between
+// two of its pods' calls (other pods bind) is not gathered and numbered again.
+struct PoolSites {
   AnchorKind anchor = AnchorKind::kCounterparts;
   std::string anchor_text;  // "4 prefill instances"
   std::vector<pd::Endpoint> endpoints;
@@ -73,16 +75,9 @@ struct PoolCycle final : framework::StateData {
   std::optional<std::size_t> gang_tier;
   std::string gang_domain, gang_node;
 
-  double bytes = 0;
-  std::string bytes_text;  // "2048 tok x 320 KiB"
-  CostBounds bounds;       // the scale: see AvailableBounds
-  std::string bounds_text;  // "cheapest available 13.7 ms, scale to 27.5 ms"
-
-  std::optional<std::size_t> spread_tier;  // nullopt: by node
-  std::string spread_label;
   std::map<std::string, int, std::less<>> same_by_domain;
-  // Per node (the members' names, which the cycle's view keeps), by name: no allocation per pod.
-  std::vector<std::pair<std::string_view, int>> same_by_node;
+  // Per node, by name (sorted): no allocation per scored node.
+  std::vector<std::pair<std::string, int>> same_by_node;
   int same_total = 0;
 
   // A node's path to a site is decided by the first tier at which both stand in one domain, so
@@ -90,29 +85,19 @@ struct PoolCycle final : framework::StateData {
   // those numbers (-1: no site there). A node that holds no site sees every site through its
   // numbers alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle
   // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
-  // Per tier; the keys view the sites' locations (c.sites is complete before they are numbered).
+  // Per tier; the keys view the sites' locations (sites is complete before they are numbered).
   std::vector<std::unordered_map<std::string_view, int>> domain_ids;
   // For MeanSeconds: each site by its node; per tier and domain number, the sites there; the
-  // instances per endpoint over all sites; and a mark per site (this generation: counted).
+  // instances per endpoint over all sites.
   std::unordered_map<std::string_view, std::size_t> site_at;
   std::vector<std::vector<std::vector<std::size_t>>> sites_in;
   std::vector<int> total_by_endpoint;
-  std::vector<std::uint32_t> mark;
-  std::uint32_t generation = 0;
   // The same by framework::PositionHash, for passes over every node that bring the nodes'
   // hashes (NodeSummary::domain_hashes): per tier, a site domain's hash -> its number; unusable
   // when two of a tier's site domains share a hash.
   std::vector<FlatHashIndex<int>> ids_by_hash;
   bool hashes_usable = true;
   FlatHashIndex<bool> site_name_hashes;
-  struct Mean {
-    std::vector<int> key;  // domain numbers, then the GPU->NIC class
-    double seconds = 0;
-    std::array<int, pd::kPathKinds> per_kind{};
-  };
-  std::vector<Mean> means;
-  FlatHashIndex<std::size_t> mean_by_ids;  // hash of a Mean's key -> its position in `means`
-  std::vector<int> key;  // CachedMean's lookup key, reused
   // A node's mean depends only on *what* its domains hold, not on which domains they are, when
   // the sites of each of its domains all stand in its next tier's domain too (the tiers nest):
   // the anchors it reaches at tier t are then those of its tier t domain less those of its tier
@@ -127,11 +112,45 @@ struct PoolCycle final : framework::StateData {
   };
   std::vector<std::vector<DomainContent>> content;  // per tier, by domain number
   std::vector<std::uint64_t> site_content;          // per site: its own instances, hashed
-  FlatHashIndex<std::size_t> mean_by_content;       // content key -> position in `means`
+};
+
+// The expected transfers CachedMean computed for one pool's sites (PoolSites) and one pod shape
+// (its GPUs, NICs, IPC consent and KV bytes): valid as long as the sites are, so a thread keeps
+// the last few across cycles (MeansFor).
+struct MeanCache {
+  struct Mean {
+    std::vector<int> key;  // domain numbers, then the GPU->NIC class
+    double seconds = 0;
+    std::array<int, pd::kPathKinds> per_kind{};
+  };
+  std::vector<Mean> means;
+  FlatHashIndex<std::size_t> by_ids;      // hash of a Mean's key -> its position in `means`
+  FlatHashIndex<std::size_t> by_content;  // content key (PoolSites::content) -> position in `means`
+};
+
+// One cycle's view of the pool: its sites, the scale and the means computed so far.
+struct PoolCycle final : framework::StateData {
+  std::string neutral;  // non-empty: every node scores 100 with this explanation
+  std::string prefix;   // "decode of pool chat: "
+  std::shared_ptr<const PoolSites> pool;
+
+  double bytes = 0;
+  std::string bytes_text;  // "2048 tok x 320 KiB"
+  CostBounds bounds;       // the scale: see AvailableBounds
+  std::string bounds_text;  // "cheapest available 13.7 ms, scale to 27.5 ms"
+
+  std::optional<std::size_t> spread_tier;  // nullopt: by node
+  std::string spread_label;
+
+  // MeanSeconds' mark per site (this generation: counted).
+  std::vector<std::uint32_t> mark;
+  std::uint32_t generation = 0;
+  std::vector<int> key;  // CachedMean's lookup key, reused
+  std::shared_ptr<MeanCache> means;  // never null once the pool is known
 };
 
 // Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
-void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
+void NumberSiteDomains(std::size_t tiers, PoolSites& c) {
   c.domain_ids.assign(tiers, {});
   for (auto& ids : c.domain_ids) ids.reserve(c.sites.size());
   for (Site& site : c.sites) {
@@ -161,7 +180,6 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
     }
     for (const SiteEndpoint& s : site.endpoints) c.total_by_endpoint[s.endpoint] += s.count;
   }
-  c.mark.assign(c.sites.size(), 0);
   // What each domain holds (PoolCycle::content).
   c.content.assign(tiers, {});
   for (std::size_t t = 0; t < tiers; ++t) c.content[t].resize(c.domain_ids[t].size());
@@ -177,7 +195,7 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
     c.site_content[i] = h;
     for (std::size_t t = 0; t < tiers; ++t) {
       if (site.domain_ids[t] < 0) continue;
-      PoolCycle::DomainContent& d = c.content[t][static_cast<std::size_t>(site.domain_ids[t])];
+      PoolSites::DomainContent& d = c.content[t][static_cast<std::size_t>(site.domain_ids[t])];
       d.hash += h;
       if (t + 1 == tiers) continue;  // the top tier nests in nothing
       // Nested while every site of the domain has one and the same tier t + 1 domain.
@@ -194,7 +212,7 @@ void NumberSiteDomains(std::size_t tiers, PoolCycle& c) {
 // location (a pass over thousands of nodes would wait on memory for each): the same numbers,
 // unless a node's domain shares a 64-bit hash with a site's, which could at worst mis-score it
 // (as the store's class keys could), never place a pod where it does not fit.
-void DomainIdsOfHashed(const PoolCycle& c, const std::uint64_t* hashes, std::vector<int>& out) {
+void DomainIdsOfHashed(const PoolSites& c, const std::uint64_t* hashes, std::vector<int>& out) {
   out.assign(c.domain_ids.size(), -1);
   for (std::size_t t = 0; t < out.size(); ++t) {
     if (const int* id = c.ids_by_hash[t].Find(hashes[t]); id != nullptr) out[t] = *id;
@@ -202,7 +220,7 @@ void DomainIdsOfHashed(const PoolCycle& c, const std::uint64_t* hashes, std::vec
 }
 
 // `location`'s domain numbers into `out` (size: tiers).
-void DomainIdsOf(const PoolCycle& c, const pd::Location& location, std::vector<int>& out) {
+void DomainIdsOf(const PoolSites& c, const pd::Location& location, std::vector<int>& out) {
   out.assign(c.domain_ids.size(), -1);
   for (std::size_t t = 0; t < out.size() && t < location.domains.size(); ++t) {
     const std::string& d = location.domains[t];
@@ -220,7 +238,7 @@ std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint
 }
 
 void AddSites(const framework::ClusterView& cluster, const std::vector<const PoolMember*>& members,
-              PoolCycle& c) {
+              PoolSites& c) {
   std::map<std::string_view, std::size_t> site_of;
   for (const PoolMember* m : members) {
     auto [it, inserted] = site_of.try_emplace(m->node, c.sites.size());
@@ -247,7 +265,7 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
 // schedulable nodes. A node without a label for the tier is a domain of its own. False when no
 // node is schedulable.
 bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& pool, GpuVendor vendor,
-                      const std::optional<std::size_t>& tier, PoolCycle& c) {
+                      const std::optional<std::size_t>& tier, PoolSites& c) {
   struct Domain {
     long long free = 0;
     std::string first_node;
@@ -299,8 +317,9 @@ constexpr std::size_t kNoSite = static_cast<std::size_t>(-1);
 double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_site, const std::vector<int>& ids,
                    const pd::Endpoint& own, PodRole role, bool kv_ipc,
                    std::array<int, pd::kPathKinds>* per_kind = nullptr) {
+  const PoolSites& p = *c.pool;
   // Instances per (path kind, endpoint), then one estimate per pair that occurs.
-  const std::size_t endpoints = c.endpoints.size();
+  const std::size_t endpoints = p.endpoints.size();
   // The thread's buffers (a scale pass computes hundreds of means): assign keeps their arrays.
   thread_local std::vector<int> count, near;
   count.assign(pd::kPathKinds * endpoints, 0);
@@ -312,7 +331,7 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
   const auto add = [&](std::size_t i, pd::PathKind path) {
     if (c.mark[i] == c.generation) return;
     c.mark[i] = c.generation;
-    for (const SiteEndpoint& s : c.sites[i].endpoints) {
+    for (const SiteEndpoint& s : p.sites[i].endpoints) {
       // CUDA IPC between two pods needs both to allow it; otherwise RDMA loopback.
       const auto kind = static_cast<std::size_t>(
           path == pd::PathKind::kSameNodeIpc && !s.ipc ? pd::PathKind::kSameNodeRdma : path);
@@ -324,13 +343,13 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
   if (own_site != kNoSite) {
     add(own_site, net.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma);
   }
-  for (std::size_t t = 0; t < ids.size() && t < c.sites_in.size(); ++t) {
+  for (std::size_t t = 0; t < ids.size() && t < p.sites_in.size(); ++t) {
     if (ids[t] < 0) continue;
-    for (std::size_t i : c.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
+    for (std::size_t i : p.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
   }
   const auto beyond = static_cast<std::size_t>(pd::PathKind::kBeyond);
   for (std::size_t e = 0; e < endpoints; ++e) {
-    const int n = c.total_by_endpoint[e] - near[e];
+    const int n = p.total_by_endpoint[e] - near[e];
     count[beyond * endpoints + e] += n;
     if (per_kind != nullptr) (*per_kind)[beyond] += n;
   }
@@ -341,59 +360,60 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
       if (n == 0) continue;
       const auto kind = static_cast<pd::PathKind>(k);
       // Prefill always sends: (prefill end, decode end).
-      const pd::PathEstimate est = role == PodRole::kPrefill ? pd::Estimate(net, kind, own, c.endpoints[e])
-                                                             : pd::Estimate(net, kind, c.endpoints[e], own);
+      const pd::PathEstimate est = role == PodRole::kPrefill ? pd::Estimate(net, kind, own, p.endpoints[e])
+                                                             : pd::Estimate(net, kind, p.endpoints[e], own);
       total += n * pd::TransferSeconds(est, c.bytes);
     }
   }
-  return total / std::max(1, c.anchors);
+  return total / std::max(1, p.anchors);
 }
 
-// MeanSeconds through the cycle's cache (PoolCycle::mean_by_ids).
+// MeanSeconds through the cycle's cache (MeanCache).
 // `summary` (may be null): the node's hashes, when its view gives them.
 double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location, const pd::Endpoint& own,
                   PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr,
                   const framework::NodeSummary* summary = nullptr) {
-  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && c.hashes_usable;
+  const PoolSites& p = *c.pool;
+  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && p.hashes_usable;
   // Whether the node holds a site: the hashes rule most nodes out without reading the location.
   bool site = true;
   if (hashed) {
-    DomainIdsOfHashed(c, summary->domain_hashes, c.key);
-    site = c.site_name_hashes.Find(summary->name_hash) != nullptr;
+    DomainIdsOfHashed(p, summary->domain_hashes, c.key);
+    site = p.site_name_hashes.Find(summary->name_hash) != nullptr;
   } else {
-    DomainIdsOf(c, location, c.key);
+    DomainIdsOf(p, location, c.key);
   }
   std::size_t own_site = kNoSite;
   if (site) {
-    if (const auto at = c.site_at.find(std::string_view(location.node)); at != c.site_at.end()) own_site = at->second;
+    if (const auto at = p.site_at.find(std::string_view(location.node)); at != p.site_at.end()) own_site = at->second;
   }
-  // By content (PoolCycle::content), when the node's domains nest; the hashes give its tier
+  // By content (PoolSites::content), when the node's domains nest; the hashes give its tier
   // t + 1 domain to check that against.
   if (hashed) {
     const std::size_t tiers = c.key.size();
     std::uint64_t k = Mix64(static_cast<std::uint64_t>(own.worst_class) + 1);
-    if (own_site != kNoSite) k = Mix64(k ^ c.site_content[own_site] ^ 0x5bd1e995ull);
+    if (own_site != kNoSite) k = Mix64(k ^ p.site_content[own_site] ^ 0x5bd1e995ull);
     bool nested = true;
     for (std::size_t t = 0; t < tiers && nested; ++t) {
       std::uint64_t h = 0;
       if (c.key[t] >= 0) {
-        const PoolCycle::DomainContent& d = c.content[t][static_cast<std::size_t>(c.key[t])];
+        const PoolSites::DomainContent& d = p.content[t][static_cast<std::size_t>(c.key[t])];
         nested = d.nested && (t + 1 == tiers || d.parent == summary->domain_hashes[t + 1]);
         h = d.hash;
       }
       k = Mix64(k ^ h ^ (t + 1));
     }
     if (nested) {
-      if (const std::size_t* at = c.mean_by_content.Find(k); at != nullptr) {
-        if (per_kind != nullptr) *per_kind = c.means[*at].per_kind;
-        return c.means[*at].seconds;
+      if (const std::size_t* at = c.means->by_content.Find(k); at != nullptr) {
+        if (per_kind != nullptr) *per_kind = c.means->means[*at].per_kind;
+        return c.means->means[*at].seconds;
       }
-      PoolCycle::Mean m;
+      MeanCache::Mean m;
       m.seconds = MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, &m.per_kind);
-      c.mean_by_content.Insert(k, c.means.size());
-      c.means.push_back(std::move(m));  // no `key`: never matched by mean_by_ids
-      if (per_kind != nullptr) *per_kind = c.means.back().per_kind;
-      return c.means.back().seconds;
+      c.means->by_content.Insert(k, c.means->means.size());
+      c.means->means.push_back(std::move(m));  // no `key`: never matched by mean_by_ids
+      if (per_kind != nullptr) *per_kind = c.means->means.back().per_kind;
+      return c.means->means.back().seconds;
     }
   }
   if (own_site != kNoSite) return MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, per_kind);
@@ -402,22 +422,22 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
   for (int id : c.key) h = (h ^ static_cast<std::uint32_t>(id)) * 0x100000001b3ull;
   h ^= h >> 29;
   // Keys that share a hash are told apart by probing on with a derived one.
-  const PoolCycle::Mean* found = nullptr;
+  const MeanCache::Mean* found = nullptr;
   for (std::uint64_t probe = h;; probe = probe * 0x9e3779b97f4a7c15ull + 1) {
-    const std::size_t* at = c.mean_by_ids.Find(probe);
+    const std::size_t* at = c.means->by_ids.Find(probe);
     if (at == nullptr) {
-      PoolCycle::Mean m;
+      MeanCache::Mean m;
       m.key = c.key;
       m.key.pop_back();
       m.seconds = MeanSeconds(net, c, kNoSite, m.key, own, role, kv_ipc, &m.per_kind);
       m.key = c.key;
-      c.mean_by_ids.Insert(probe, c.means.size());
-      c.means.push_back(std::move(m));
-      found = &c.means.back();
+      c.means->by_ids.Insert(probe, c.means->means.size());
+      c.means->means.push_back(std::move(m));
+      found = &c.means->means.back();
       break;
     }
-    if (c.means[*at].key == c.key) {
-      found = &c.means[*at];
+    if (c.means->means[*at].key == c.key) {
+      found = &c.means->means[*at];
       break;
     }
   }
@@ -445,8 +465,9 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
     best = std::min(best, mean);
     worst = std::max(worst, mean);
   };
+  const PoolSites& p = *c.pool;
   // A site (a node that holds pool pods) has a mean of its own: the sites first, by name.
-  for (const Site& site : c.sites) {
+  for (const Site& site : p.sites) {
     cluster.WithNode(site.location.node, [&](const framework::NodeSummary& n) {
       if (hosts(n)) offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
     });
@@ -459,8 +480,8 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
   cluster.ForEachNodeByPosition([&](const framework::NodeSummary& n) {
     if (!hosts(n)) return true;
     // A site was counted above (its name hash first: most nodes are told apart by it alone).
-    const bool hashed = n.domain_hashes != nullptr && c.hashes_usable;
-    if ((!hashed || c.site_name_hashes.Find(n.name_hash) != nullptr) && c.site_at.contains(n.name)) return true;
+    const bool hashed = n.domain_hashes != nullptr && p.hashes_usable;
+    if ((!hashed || p.site_name_hashes.Find(n.name_hash) != nullptr) && p.site_at.contains(n.name)) return true;
     offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
     return false;
   });
@@ -475,7 +496,140 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
       "cheapest available " + FormatSeconds(best) + ", scale to " + FormatSeconds(c.bounds.worst_seconds);
 }
 
-std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const Args& args) {
+}  // namespace
+
+// PoolSites kept across cycles, by pool and role, while the view's PoolToken for the pool holds.
+// Bounded: a cluster that names pools per rollout would otherwise keep one entry per pool.
+class SitesCache {
+ public:
+  std::shared_ptr<const PoolSites> Find(std::string_view pool, PodRole role, const framework::PoolToken& token,
+                                        std::size_t tiers) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(std::pair<std::string_view, PodRole>(pool, role));
+    if (it == entries_.end() || !(it->second.token == token) || it->second.tiers != tiers) return nullptr;
+    return it->second.sites;
+  }
+  void Put(std::string_view pool, PodRole role, framework::PoolToken token, std::size_t tiers,
+           std::shared_ptr<const PoolSites> sites) {
+    std::lock_guard lock(mu_);
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    entries_.insert_or_assign(std::pair<std::string, PodRole>(pool, role),
+                              Entry{std::move(token), tiers, std::move(sites)});
+  }
+
+ private:
+  static constexpr std::size_t kMaxEntries = 256;
+  struct Entry {
+    framework::PoolToken token;
+    std::size_t tiers = 0;
+    std::shared_ptr<const PoolSites> sites;
+  };
+  struct Less {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return std::pair<std::string_view, PodRole>(a.first, a.second) <
+             std::pair<std::string_view, PodRole>(b.first, b.second);
+    }
+  };
+  std::mutex mu_;
+  std::map<std::pair<std::string, PodRole>, Entry, Less> entries_;
+};
+
+namespace {
+
+// The means for `sites` and a pod of this shape: the thread's, kept for the last few (sites,
+// shape) it scored while the sites stay the same object (a cached PoolSites); a fresh cache
+// otherwise, or when a cycle still holds the thread's (cycles are scored on one thread each,
+// but one may outlive another).
+std::shared_ptr<MeanCache> MeansFor(const std::shared_ptr<const PoolSites>& sites, bool cached, int gpus, int nics,
+                                    bool kv_ipc, double bytes) {
+  if (!cached) return std::make_shared<MeanCache>();
+  struct Slot {
+    std::shared_ptr<const PoolSites> sites;  // held: compared by identity
+    int gpus = 0, nics = 0;
+    bool kv_ipc = false;
+    double bytes = 0;
+    std::shared_ptr<MeanCache> means;
+  };
+  thread_local std::array<Slot, 4> slots;
+  thread_local std::size_t next = 0;
+  for (Slot& slot : slots) {
+    if (slot.sites == sites && slot.gpus == gpus && slot.nics == nics && slot.kv_ipc == kv_ipc && slot.bytes == bytes) {
+      if (slot.means.use_count() != 1) return std::make_shared<MeanCache>();
+      return slot.means;
+    }
+  }
+  Slot& slot = slots[next++ % slots.size()];
+  slot = Slot{sites, gpus, nics, kv_ipc, bytes, std::make_shared<MeanCache>()};
+  return slot.means;
+}
+
+// The pool's sites for a pod of `req`'s role (PoolSites): its counterparts, else its same-role
+// instances, else the gang anchor. False when there is nothing to anchor on.
+bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& req,
+                std::span<const PoolMember> members, const std::optional<std::size_t>& anchor_tier,
+                const std::optional<std::size_t>& spread_tier, const pd::Endpoint& own_shape, PoolSites& c) {
+  const std::string role(ToString(req.role));
+  std::vector<const PoolMember*> counterparts, same_role;
+  int both = 0;
+  for (const PoolMember& m : members) {
+    if (!req.pod_uid.empty() && m.uid == req.pod_uid) continue;  // the pod itself, when re-scored
+    if (IsCounterpart(req.role, m.role)) {
+      counterparts.push_back(&m);
+      if (m.role == PodRole::kBoth) ++both;
+    } else if (m.role == req.role) {
+      same_role.push_back(&m);
+    }
+  }
+  c.same_by_node.reserve(same_role.size());
+  for (const PoolMember* m : same_role) {
+    ++c.same_total;
+    c.same_by_node.emplace_back(m->node, 1);
+    if (spread_tier) {
+      const std::string d = DomainAt(cluster.Locate(m->node), *spread_tier);
+      if (!d.empty()) ++c.same_by_domain[d];
+    }
+  }
+  std::sort(c.same_by_node.begin(), c.same_by_node.end());
+  std::size_t kept = 0;  // one entry per node, its count summed
+  for (std::size_t i = 0; i < c.same_by_node.size(); ++i) {
+    if (kept > 0 && c.same_by_node[kept - 1].first == c.same_by_node[i].first) {
+      c.same_by_node[kept - 1].second += c.same_by_node[i].second;
+    } else {
+      if (kept != i) c.same_by_node[kept] = std::move(c.same_by_node[i]);
+      ++kept;
+    }
+  }
+  c.same_by_node.resize(kept);
+
+  const std::string opposite(ToString(Opposite(req.role)));
+  if (!counterparts.empty()) {
+    c.anchor = AnchorKind::kCounterparts;
+    const int plain = static_cast<int>(counterparts.size()) - both;
+    c.anchor_text = both == 0    ? Instances(plain, opposite)
+                    : plain == 0 ? Instances(both, "both")
+                                 : std::to_string(plain) + " " + opposite + " + " + std::to_string(both) +
+                                       " both instances";
+    AddSites(cluster, counterparts, c);
+  } else if (!same_role.empty()) {
+    c.anchor = AnchorKind::kSameRole;
+    c.anchor_text = "no " + opposite + " instances yet, anchored on " +
+                    Instances(static_cast<int>(same_role.size()), role);
+    AddSites(cluster, same_role, c);
+  } else if (ChooseGangAnchor(cluster, req.pool, req.vendor, anchor_tier, c)) {
+    // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
+    // The anchor stands for an instance like this pod, with its IPC consent.
+    c.sites.push_back(Site{cluster.Locate(c.gang_node), {{AddEndpoint(c.endpoints, own_shape), true, 1}}, {}});
+    c.anchors = 1;
+  } else {
+    return false;
+  }
+  NumberSiteDomains(cluster.network().tiers.size(), c);
+  return true;
+}
+
+std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const Args& args, SitesCache& cache) {
   auto c = std::make_unique<PoolCycle>();
   const PlacementRequest& req = state.request();
   const std::string role(ToString(req.role));
@@ -524,61 +678,29 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   const pd::Endpoint own_shape{gpus, std::max(0, req.rdma_nics), LinkClass::kPIX, 0};
 
   const std::span<const PoolMember> members = cluster->PoolMembers(req.pool);
-  std::vector<const PoolMember*> counterparts, same_role;
-  int both = 0;
-  for (const PoolMember& m : members) {
-    if (!req.pod_uid.empty() && m.uid == req.pod_uid) continue;  // the pod itself, when re-scored
-    if (IsCounterpart(req.role, m.role)) {
-      counterparts.push_back(&m);
-      if (m.role == PodRole::kBoth) ++both;
-    } else if (m.role == req.role) {
-      same_role.push_back(&m);
+  // Kept across cycles while the view's token for the pool holds (PoolSites), unless the pod is
+  // one of the pool's own (it must not count itself) or the pool has no instance yet (the gang
+  // anchor follows the free GPUs).
+  const bool self = !req.pod_uid.empty() && std::any_of(members.begin(), members.end(), [&](const PoolMember& m) {
+    return m.uid == req.pod_uid;
+  });
+  const framework::PoolToken token = self || members.empty() ? framework::PoolToken{} : cluster->PoolVersion(req.pool);
+  const std::size_t tiers = net.tiers.size();
+  std::shared_ptr<const PoolSites> sites = token.version != 0 ? cache.Find(req.pool, req.role, token, tiers) : nullptr;
+  bool kept = sites != nullptr;
+  if (sites == nullptr) {
+    auto built = std::make_shared<PoolSites>();
+    if (!BuildSites(*cluster, req, members, anchor_tier.tier, c->spread_tier, own_shape, *built)) {
+      c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
+      return c;
     }
+    sites = std::move(built);
+    kept = token.version != 0 && sites->anchor != AnchorKind::kGang;
+    if (kept) cache.Put(req.pool, req.role, token, tiers, sites);
   }
-  c->same_by_node.reserve(same_role.size());
-  for (const PoolMember* m : same_role) {
-    ++c->same_total;
-    c->same_by_node.emplace_back(m->node, 1);
-    if (c->spread_tier) {
-      const std::string d = DomainAt(cluster->Locate(m->node), *c->spread_tier);
-      if (!d.empty()) ++c->same_by_domain[d];
-    }
-  }
-  std::sort(c->same_by_node.begin(), c->same_by_node.end());
-  std::size_t kept = 0;  // one entry per node, its count summed
-  for (std::size_t i = 0; i < c->same_by_node.size(); ++i) {
-    if (kept > 0 && c->same_by_node[kept - 1].first == c->same_by_node[i].first) {
-      c->same_by_node[kept - 1].second += c->same_by_node[i].second;
-    } else {
-      c->same_by_node[kept++] = c->same_by_node[i];
-    }
-  }
-  c->same_by_node.resize(kept);
-
-  const std::string opposite(ToString(Opposite(req.role)));
-  if (!counterparts.empty()) {
-    c->anchor = AnchorKind::kCounterparts;
-    const int plain = static_cast<int>(counterparts.size()) - both;
-    c->anchor_text = both == 0    ? Instances(plain, opposite)
-                     : plain == 0 ? Instances(both, "both")
-                                  : std::to_string(plain) + " " + opposite + " + " + std::to_string(both) +
-                                        " both instances";
-    AddSites(*cluster, counterparts, *c);
-  } else if (!same_role.empty()) {
-    c->anchor = AnchorKind::kSameRole;
-    c->anchor_text = "no " + opposite + " instances yet, anchored on " +
-                     Instances(static_cast<int>(same_role.size()), role);
-    AddSites(*cluster, same_role, *c);
-  } else if (ChooseGangAnchor(*cluster, req.pool, req.vendor, anchor_tier.tier, *c)) {
-    // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
-    // The anchor stands for an instance like this pod, with its IPC consent.
-    c->sites.push_back(Site{cluster->Locate(c->gang_node), {{AddEndpoint(c->endpoints, own_shape), true, 1}}, {}});
-    c->anchors = 1;
-  } else {
-    c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
-    return c;
-  }
-  NumberSiteDomains(net.tiers.size(), *c);
+  c->means = MeansFor(sites, kept, own_shape.gpus, own_shape.rdma_nics, req.kv_ipc, c->bytes);
+  c->pool = std::move(sites);
+  c->mark.assign(c->pool->sites.size(), 0);
   AvailableBounds(*cluster, req, own_shape, *c);
   return c;
 }
@@ -588,11 +710,11 @@ framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state, c
                                PoolCycle* c, const pd::Location& location, const framework::NodeSummary* summary) {
   const PlacementRequest& req = state.request();
   const pd::NetworkConfig& net = state.cluster()->network();
-  if (c->anchor == AnchorKind::kGang) {
-    const bool inside = c->gang_domain.empty() ? node.name == c->gang_node
-                                               : DomainAt(location, *c->gang_tier) == c->gang_domain;
+  if (c->pool->anchor == AnchorKind::kGang) {
+    const bool inside = c->pool->gang_domain.empty() ? node.name == c->pool->gang_node
+                                               : DomainAt(location, *c->pool->gang_tier) == c->pool->gang_domain;
     if (inside) {
-      return {kMaxScore, state.explain() ? c->prefix + c->anchor_text + ": this node is inside it -> 100" : ""};
+      return {kMaxScore, state.explain() ? c->prefix + c->pool->anchor_text + ": this node is inside it -> 100" : ""};
     }
   }
 
@@ -606,18 +728,18 @@ framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state, c
   int score = base, penalty = 0, here = 0;
   const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
   const bool by_domain = domain != nullptr && !domain->empty();
-  if (args.spread_points > 0 && c->same_total > 0) {
+  if (args.spread_points > 0 && c->pool->same_total > 0) {
     if (by_domain) {
-      const auto it = c->same_by_domain.find(std::string_view(*domain));
-      here = it == c->same_by_domain.end() ? 0 : it->second;
+      const auto it = c->pool->same_by_domain.find(std::string_view(*domain));
+      here = it == c->pool->same_by_domain.end() ? 0 : it->second;
     } else {
       const std::string_view name(node.name);
-      const auto it = std::lower_bound(c->same_by_node.begin(), c->same_by_node.end(), name,
-                                       [](const auto& entry, std::string_view n) { return entry.first < n; });
-      here = it == c->same_by_node.end() || it->first != name ? 0 : it->second;
+      const auto it = std::lower_bound(c->pool->same_by_node.begin(), c->pool->same_by_node.end(), name,
+                                       [](const auto& entry, std::string_view n) { return std::string_view(entry.first) < n; });
+      here = it == c->pool->same_by_node.end() || it->first != name ? 0 : it->second;
     }
     if (here > 0) {
-      penalty = RoundScore(static_cast<double>(args.spread_points) * here / c->same_total);
+      penalty = RoundScore(static_cast<double>(args.spread_points) * here / c->pool->same_total);
       score = std::max(framework::kMinScore, base - penalty);
     }
   }
@@ -629,14 +751,14 @@ framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state, c
     paths += (paths.empty() ? "" : ", ") + std::to_string(per_kind[k]) + " " +
              std::string(pd::ToString(static_cast<pd::PathKind>(k)));
   }
-  std::string why = c->prefix + c->anchor_text;
-  why += c->anchor == AnchorKind::kGang ? ", via its node " + c->gang_node + ": expected KV transfer "
+  std::string why = c->prefix + c->pool->anchor_text;
+  why += c->pool->anchor == AnchorKind::kGang ? ", via its node " + c->pool->gang_node + ": expected KV transfer "
                                         : ", expected KV transfer ";
   why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
          std::to_string(base);
   if (here > 0) {
     why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
-           std::to_string(c->same_total) + " " + std::string(ToString(req.role)) + " " +
+           std::to_string(c->pool->same_total) + " " + std::string(ToString(req.role)) + " " +
            (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
            std::to_string(score);
   }
@@ -685,6 +807,8 @@ std::uint64_t StableHash(std::string_view pool, std::string_view domain) {
   return h;
 }
 
+KvTransferCost::KvTransferCost(Args args) : args_(std::move(args)), cache_(std::make_shared<SitesCache>()) {}
+
 Status KvTransferCost::CheckNetwork(const pd::NetworkConfig& network) const {
   if (const TierChoice anchor = ResolveTier(network, args_.anchor_tier); !anchor.ok) {
     return Error("anchorTier: " + anchor.error);
@@ -699,7 +823,7 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
                                              const framework::NodeInfo& node) const {
   PoolCycle* c = state.ReadAs<PoolCycle>(kCycleKey);
   if (c == nullptr) {
-    std::unique_ptr<PoolCycle> built = BuildCycle(state, args_);
+    std::unique_ptr<PoolCycle> built = BuildCycle(state, args_, *cache_);
     c = built.get();
     state.Write(std::string(kCycleKey), std::move(built));
   }

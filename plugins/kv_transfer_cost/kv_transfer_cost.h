@@ -76,7 +76,7 @@ Result<Args> ParseArgs(const framework::PluginArgs& args);
 // 100 saying why. README.md has the worked numbers.
 class KvTransferCost final : public framework::ScorePlugin {
  public:
-  explicit KvTransferCost(Args args) : args_(std::move(args)) {}
+  explicit KvTransferCost(Args args);
   std::string_view Name() const override { return kName; }
   // anchorTier and spreadTier (unless "node") must be configured tiers.
   Status CheckNetwork(const pd::NetworkConfig& network) const override;
@@ -85,6 +85,9 @@ class KvTransferCost final : public framework::ScorePlugin {
 
  private:
   Args args_;
+  // The pools' sites kept across cycles (kv_transfer_cost.cc, PoolSites); shared by the threads
+  // that score, under its own lock.
+  std::shared_ptr<class SitesCache> cache_;
 };
 
 // round(100 * (ln worst - ln cost) / (ln worst - ln best)) clamped to 0..100; 100 when

@@ -123,7 +123,8 @@ std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::Node
 std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
     const std::shared_ptr<const state::Snapshot>& snap, std::shared_ptr<const std::vector<framework::PoolMember>> members,
-    std::shared_ptr<const std::map<std::string, pd::Location>> positions, PoolParts* parts) {
+    std::shared_ptr<const std::map<std::string, pd::Location>> positions, PoolParts* parts,
+    std::uint64_t pool_version) {
   const bool pool_pod = IsPoolPod(entry.request);
   const bool pool_scores = pool_pod && want == Want::kScores;
   const std::uint64_t verdict_key = VerdictKey(entry.request, record);
@@ -141,12 +142,20 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
       if (positions == nullptr) positions = store_.node_locations();
       const pd::NetworkConfig& network = framework_.config().network;
       cycle->SetCluster(members != nullptr
-                            ? state::MakeClusterView(snap, network, entry.request.pool, std::move(members), positions)
+                            ? state::MakeClusterView(snap, network, entry.request.pool, std::move(members), positions,
+                                                     pool_version)
                             : state::MakeClusterView(store_, snap, network, entry.request.pool, positions));
     }
   }
-  const framework::NodeInfo info = NodeInfoOf(record);
+  // The node as the plugins see it, built when a plugin runs (a pool pod's pool part is mostly
+  // found among the call's parts: no copy of the node's allocation then).
+  std::optional<framework::NodeInfo> node_info;
+  const auto node = [&]() -> const framework::NodeInfo& {
+    if (!node_info) node_info.emplace(NodeInfoOf(record));
+    return *node_info;
+  };
   if (base == nullptr) {
+    const framework::NodeInfo& info = node();
     auto v = std::make_shared<ClassVerdict>();
     const framework::FilterResult filtered = framework_.RunFilter(*cycle, info);
     v->code = filtered.code();
@@ -175,7 +184,7 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
   auto v = std::make_shared<ClassVerdict>(*base);
   const auto run = [&] {
-    const framework::NodeScore score = framework_.RunScore(*cycle, info, framework::ScoreSet::kClusterOnly);
+    const framework::NodeScore score = framework_.RunScore(*cycle, node(), framework::ScoreSet::kClusterOnly);
     return std::pair<long long, long long>(score.weighted, score.weights);
   };
   std::pair<long long, long long> pool;
@@ -412,7 +421,10 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
   by_hash_ = positions_ == nullptr && positions_resolved_ && snap_->tier_labels().size() == tiers;
   if (by_hash_) {
     index_ = evaluator_.PoolIndexFor(entry.request.pool, *snap_, tiers);
-    if (index_ != nullptr) pool_members_ = index_->members;
+    if (index_ != nullptr) {
+      pool_members_ = index_->members;
+      pool_version_ = index_->version;
+    }
     const bool self = index_ != nullptr && !entry.request.pod_uid.empty() &&
                       index_->uids.Find(framework::PositionHash(entry.request.pod_uid)) != nullptr;
     if (index_ != nullptr && index_->usable && !self) {
@@ -569,7 +581,8 @@ const ClassVerdict* NodeVerdicts::Lookup(std::uint64_t key, std::size_t i) {
   }
   local_.emplace_back(key, evaluator_.Evaluate(entry_, cycle_, *snap_->nodes()[i], want_, snap_,
                                                pool_scoring_ ? pool_members_ : nullptr, positions_,
-                                               pool_scoring_ && (key & kOwnKey) == 0 ? &parts_ : nullptr));
+                                               pool_scoring_ && (key & kOwnKey) == 0 ? &parts_ : nullptr,
+                                               pool_version_));
   if (local_.size() == kLinearClasses + 1) {
     for (const auto& [k, v] : local_) many_.Insert(k, v.get());
   } else if (local_.size() > kLinearClasses + 1) {

@@ -112,13 +112,16 @@ class Evaluator {
   // The pod's verdict on one node (`record`, in `snap`). `cycle`: the call's cycle, created on
   // first use. `members`/`positions`: a pool pod's pool members and HyperNode positions as
   // the call fetched them (null: fetched here). `parts` (may be null): the call's pool parts
-  // by position (PoolParts).
+  // by position (PoolParts). `pool_version`: the ClusterStore::PoolVersion `members` were read at
+  // (0: unknown), which lets the pool plugins keep what they derive from them
+  // (framework::PoolToken).
   struct PoolParts;
   std::shared_ptr<const ClassVerdict> Evaluate(
       PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
       const std::shared_ptr<const state::Snapshot>& snap,
       std::shared_ptr<const std::vector<framework::PoolMember>> members = nullptr,
-      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr, PoolParts* parts = nullptr);
+      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr, PoolParts* parts = nullptr,
+      std::uint64_t pool_version = 0);
 
   // A pool pod's pool part (the pool plugins' weighted sum and weights) is a function of where
   // the node sits relative to the pool (NodeVerdicts' position key) and of its placement's worst
@@ -207,6 +210,7 @@ class NodeVerdicts {
   const bool per_node_;
   bool positions_resolved_ = false;
   std::shared_ptr<const std::vector<framework::PoolMember>> pool_members_;
+  std::uint64_t pool_version_ = 0;  // of pool_members_, when they are the pool's index's
   std::shared_ptr<const std::map<std::string, pd::Location>> positions_;
   // What the pool holds where: the multiset of its pods (role, devices, worst class, IPC
   // consent) on each node and in each tier's domain, as a commutative 64-bit hash; and, per

@@ -99,6 +99,8 @@ bool ClusterView::WithNode(std::string_view node, const std::function<void(const
   return found;
 }
 
+PoolToken ClusterView::PoolVersion(std::string_view) const { return {}; }
+
 void ClusterView::ForEachNodeByPosition(const std::function<bool(const NodeSummary&)>& fn) const {
   ForEachNode([&](const NodeSummary& n) { fn(n); });
 }

@@ -12,13 +12,14 @@ class SnapshotClusterView : public framework::ClusterView {
  public:
   SnapshotClusterView(std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string pool,
                       std::shared_ptr<const std::vector<framework::PoolMember>> members,
-                      std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes)
+                      std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes, std::uint64_t pool_version)
       : snapshot_(std::move(snapshot)),
         network_(network),
         pool_(std::move(pool)),
         members_(std::move(members)),
         hyper_nodes_(hyper_nodes != nullptr && !hyper_nodes->empty() ? std::move(hyper_nodes) : nullptr),
-        resolved_(PositionsResolvedFor(*snapshot_, network_)) {}
+        resolved_(PositionsResolvedFor(*snapshot_, network_)),
+        pool_version_(pool_version) {}
 
   const pd::NetworkConfig& network() const override { return network_; }
 
@@ -66,6 +67,15 @@ class SnapshotClusterView : public framework::ClusterView {
     location.domains.resize(network_.tiers.size());
     fn(Summarize(*snapshot_->nodes()[i], location));
     return true;
+  }
+
+  framework::PoolToken PoolVersion(std::string_view pool) const override {
+    // The members are those of pool_version_; the positions, the records' own (Hashed), are
+    // those of the runs while they are the same object.
+    if (pool != pool_ || pool_version_ == 0 || !Hashed()) return {};
+    std::shared_ptr<const Snapshot::PositionRuns> runs = snapshot_->shared_position_runs();
+    if (runs == nullptr) return {};
+    return {pool_version_, std::move(runs)};
   }
 
   void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
@@ -128,6 +138,7 @@ class SnapshotClusterView : public framework::ClusterView {
   std::shared_ptr<const std::vector<framework::PoolMember>> members_;
   std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes_;  // null when none
   bool resolved_;  // the records' positions are under network_'s tiers
+  std::uint64_t pool_version_;  // of members_ (ClusterStore::PoolVersion); 0: unknown
 };
 
 }  // namespace
@@ -164,9 +175,9 @@ framework::PoolMember MemberOf(const PodAllocation& a) {
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
     std::shared_ptr<const std::vector<framework::PoolMember>> members,
-    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes) {
+    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes, std::uint64_t pool_version) {
   return std::make_shared<SnapshotClusterView>(std::move(snapshot), network, std::string(pool), std::move(members),
-                                               std::move(hyper_nodes));
+                                               std::move(hyper_nodes), pool_version);
 }
 
 }  // namespace toposched::state

@@ -53,6 +53,17 @@ struct NodeSummary {
   int FreeGpusFor(GpuVendor vendor) const { return free_by_vendor[VendorIndex(vendor)]; }
 };
 
+// What lets a pool-aware plugin keep what it derived from a pool across cycles: while a view
+// gives an equal token for the pool, the pool's members and every node's position are what they
+// were when the token was first given (free devices may differ). version 0: the view keeps no
+// versions, nothing may be kept. `positions` is compared by identity (the one object is shared
+// until a position changes) and kept alive by whoever keeps the token.
+struct PoolToken {
+  std::uint64_t version = 0;
+  std::shared_ptr<const void> positions;
+  bool operator==(const PoolToken&) const = default;
+};
+
 class ClusterView {
  public:
   virtual ~ClusterView() = default;
@@ -73,6 +84,8 @@ class ClusterView {
   // run of equal domains. The default gives ForEachNode's order and never skips, which is
   // always correct (every node is visited), only not faster.
   virtual void ForEachNodeByPosition(const std::function<bool(const NodeSummary&)>& fn) const;
+  // The pool's token (PoolToken); the default keeps no versions.
+  virtual PoolToken PoolVersion(std::string_view pool) const;
 };
 
 // A plain in-memory view: tests, the simulator, `toposched advise`.

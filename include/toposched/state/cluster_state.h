@@ -307,10 +307,13 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
     const ClusterStore& store, std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,
     std::string_view pool, std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
 // The same with the pool's members given (ClusterStore::PoolMembers(pool)), shared, not copied.
+// `pool_version`: the ClusterStore::PoolVersion the members were read at (0: unknown); with it,
+// and where the view places nodes by the records' own positions, the view gives a
+// framework::PoolToken (the version and the snapshot's shared position runs).
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
     std::shared_ptr<const std::vector<framework::PoolMember>> members,
-    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr);
+    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr, std::uint64_t pool_version = 0);
 // A pool pod as pool-aware plugins see it.
 framework::PoolMember MemberOf(const PodAllocation& pod);
 
