@@ -679,6 +679,70 @@ TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiers
   EXPECT_LT(ScoreOn(plugin, pod, sites, "u-n0").score, 100);
 }
 
+// A view that gives a PoolToken as the extender's does (the pool's version, the positions'
+// identity), set by the test.
+class TokenView : public HashedView {
+ public:
+  explicit TokenView(std::shared_ptr<const StaticClusterView> view) : HashedView(std::move(view)) {}
+  framework::PoolToken PoolVersion(std::string_view) const override { return token; }
+  framework::PoolToken token;
+};
+
+// The pool's sites are kept across cycles while the view's token for the pool is the same, and
+// built again when its version or its positions change; a pod of the pool itself is never
+// scored with kept sites (it must not count itself). The means kept by the thread are per pod
+// shape: each shape scores as it does with a plugin that keeps nothing.
+TEST(KvTransferCostTest, APoolsSitesAreKeptWhileTheViewsTokenHolds) {
+  auto flat = Fabric();
+  flat->AddMember("chat", Member("p1", "leafmate", PodRole::kPrefill));
+  const auto positions = std::make_shared<int>(1);
+  auto view = std::make_shared<TokenView>(flat);
+  view->token = {7, positions};
+  const KvTransferCost plugin{Args{}};
+  const auto anchors = [&](const PlacementRequest& pod) {
+    const std::string why = ScoreOn(plugin, pod, view, "here").explanation;
+    return why.substr(0, why.find(", expected"));
+  };
+  EXPECT_EQ(anchors(PoolPod(PodRole::kDecode)), "decode of pool chat: 1 prefill instance");
+  flat->AddMember("chat", Member("p2", "spinemate", PodRole::kPrefill));
+  // The same token says the same pool: what was built for it stands.
+  EXPECT_EQ(anchors(PoolPod(PodRole::kDecode)), "decode of pool chat: 1 prefill instance");
+  view->token = {8, positions};
+  EXPECT_EQ(anchors(PoolPod(PodRole::kDecode)), "decode of pool chat: 2 prefill instances");
+  const PlacementRequest prefill = PoolPod(PodRole::kPrefill);
+  EXPECT_EQ(anchors(prefill), "prefill of pool chat: no decode instances yet, anchored on 2 prefill instances");
+  // The pod itself in the pool (RequestBuilder's uid), with p3, under the same token: the sites
+  // are built for the cycle, without it, not taken from what was kept.
+  flat->AddMember("chat", Member("uid-1", "far", PodRole::kPrefill));
+  flat->AddMember("chat", Member("p3", "far", PodRole::kPrefill));
+  EXPECT_EQ(anchors(prefill), "prefill of pool chat: no decode instances yet, anchored on 3 prefill instances");
+
+  // New positions under the same version: leafmate moves to leaf l5, away from "here".
+  flat->RemoveMember("uid-1");
+  flat->AddMember("chat", Member("d1", "here", PodRole::kDecode));
+  view->token = {9, positions};
+  const int before = ScoreOn(plugin, PoolPod(PodRole::kDecode), view, "here").score;
+  flat->SetNode("leafmate", {{kClique, "c2"}, {kLeaf, "l5"}, {kSpine, "s3"}, {kZone, "z2"}}, 8, 8);
+  auto moved = std::make_shared<TokenView>(flat);  // its hashes follow the move
+  moved->token = {9, std::make_shared<int>(2)};
+  const int after = ScoreOn(plugin, PoolPod(PodRole::kDecode), moved, "here").score;
+  EXPECT_LT(after, before);
+  EXPECT_EQ(after, ScoreOn(KvTransferCost{Args{}}, PoolPod(PodRole::kDecode), flat, "here").score);
+
+  // Shapes one after another against kept sites, each as a plugin that keeps nothing scores it
+  // (p4 shares an NVLink clique with "here", where the GPUs count as well as the NICs).
+  flat->AddMember("chat", Member("p4", "nvmate", PodRole::kPrefill));
+  moved->token = {10, moved->token.positions};
+  for (const auto& [gpus, nics] : std::vector<std::pair<int, int>>{{2, 2}, {1, 2}, {4, 4}, {1, 1}, {4, 4}, {8, 0}}) {
+    for (const char* node : {"here", "nvmate", "leafmate", "far"}) {
+      SCOPED_TRACE(std::to_string(gpus) + " GPUs, " + std::to_string(nics) + " NICs on " + node);
+      const PlacementRequest pod = PoolPod(PodRole::kDecode, gpus, nics);
+      EXPECT_EQ(ScoreOn(plugin, pod, moved, node).explanation,
+                ScoreOn(KvTransferCost{Args{}}, pod, flat, node).explanation);
+    }
+  }
+}
+
 // The pod itself, already in the view (re-scored after its Reserve), is not its own anchor.
 TEST(KvTransferCostTest, SkipsThePodItself) {
   auto view = Fabric();

@@ -224,6 +224,41 @@ TEST(StoreClusterViewTest, WithHyperNodesEveryNodeIsGivenAndPlacedByItsHyperNode
 
 // The view gives nodes of equal domains one after another and honours the skip (KvTransferCost's
 // scale visits one node a position); the runs are the snapshot's, shared until a position moves.
+// The view's PoolToken: the pool's version with the snapshot's shared position runs, equal for
+// two views while neither changes (a bind elsewhere), new when the pool changes or a node moves;
+// none without a version, for another pool, or where HyperNodes place the nodes.
+TEST(StoreClusterViewTest, APoolsTokenIsItsVersionAndThePositionsRuns) {
+  const pd::NetworkConfig network;
+  StoreOptions options;
+  for (const pd::Tier& tier : network.tiers) options.tier_labels.push_back(tier.label);
+  ClusterStore store(nullptr, options);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu", {{"toposched.io/leaf", "l1"}})).ok());
+  ASSERT_TRUE(store.UpsertNode(PresetNode("b", "hgx-h100-8gpu", {{"toposched.io/leaf", "l2"}})).ok());
+  ASSERT_TRUE(store.Bind("a", "p1", TakeFor(Whole({0}, {0}), PodRole::kPrefill, "chat")).ok());
+  const auto token = [&](std::string_view pool = "chat") {
+    auto [version, members] = store.VersionedPoolMembers("chat");
+    return MakeClusterView(store.snapshot(), network, "chat", members, nullptr, version)->PoolVersion(pool);
+  };
+  const framework::PoolToken first = token();
+  EXPECT_NE(first.version, 0u);
+  EXPECT_NE(first.positions, nullptr);
+  ASSERT_TRUE(store.Bind("b", "x1", TakeFor(Whole({1}), PodRole::kDecode, "code")).ok());
+  EXPECT_EQ(token(), first);
+  ASSERT_TRUE(store.Bind("b", "d1", TakeFor(Whole({2}, {2}), PodRole::kDecode, "chat")).ok());
+  const framework::PoolToken second = token();
+  EXPECT_NE(second.version, first.version);
+  EXPECT_EQ(second.positions, first.positions);
+  ASSERT_TRUE(store.UpsertNode(PresetNode("b", "hgx-h100-8gpu", {{"toposched.io/leaf", "l1"}})).ok());
+  EXPECT_NE(token().positions, first.positions);
+  EXPECT_EQ(token("code"), framework::PoolToken{});
+  EXPECT_EQ(MakeClusterView(store, store.snapshot(), network, "chat")->PoolVersion("chat"), framework::PoolToken{});
+  auto hyper = std::make_shared<const std::map<std::string, pd::Location>>(
+      std::map<std::string, pd::Location>{{"a", pd::Location{"a", {"", "h1", "", ""}}}});
+  auto [version, members] = store.VersionedPoolMembers("chat");
+  EXPECT_EQ(MakeClusterView(store.snapshot(), network, "chat", members, hyper, version)->PoolVersion("chat"),
+            framework::PoolToken{});
+}
+
 TEST(StoreClusterViewTest, NodesComeByPositionAndRunsAreSharedUntilAPositionMoves) {
   const pd::NetworkConfig network;
   StoreOptions options;
