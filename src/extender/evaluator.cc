@@ -182,7 +182,13 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     if (!(pool_scores && base->passes())) return base;
   }
   // A pool pod on a node that passes: the class's node-only part plus this node's pool part.
-  auto v = std::make_shared<ClassVerdict>(*base);
+  // In the call's arena when there is one: a non-owning pointer, no allocation per verdict.
+  std::shared_ptr<ClassVerdict> v;
+  if (parts != nullptr && parts->arena != nullptr) {
+    v = std::shared_ptr<ClassVerdict>(std::shared_ptr<ClassVerdict>(), &parts->arena->emplace_back(*base));
+  } else {
+    v = std::make_shared<ClassVerdict>(*base);
+  }
   const auto run = [&] {
     const framework::NodeScore score = framework_.RunScore(*cycle, node(), framework::ScoreSet::kClusterOnly);
     return std::pair<long long, long long>(score.weighted, score.weights);
@@ -192,10 +198,13 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     pool = run();
   } else {
     const std::uint64_t worst = base->worst_class ? static_cast<std::uint64_t>(*base->worst_class) + 1 : 0;
-    const std::uint64_t key = (parts->position ^ worst) * 0x9e3779b97f4a7c15ull;
-    auto [it, inserted] = parts->computed.try_emplace(key);
-    if (inserted) it->second = run();
-    pool = it->second;
+    const std::uint64_t key = Mix64(parts->position ^ worst);
+    if (const auto* known = parts->computed.Find(key); known != nullptr) {
+      pool = *known;
+    } else {
+      pool = run();
+      parts->computed.Insert(key, pool);
+    }
   }
   v->score_weighted += pool.first;
   v->score_weights += pool.second;
@@ -208,6 +217,7 @@ namespace {
 struct Buffers {
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const ClassVerdict>>> classes;
   FlatHashIndex<const ClassVerdict*> many;
+  std::deque<ClassVerdict> arena;  // Evaluator::PoolParts::arena
 };
 Buffers& ThreadBuffers() {
   thread_local Buffers buffers;
@@ -401,9 +411,11 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       many_(ThreadBuffers().many),
       pool_scoring_(IsPoolPod(entry.request) && want == Want::kScores),
       per_node_(entry.request.NamesGpuUuids()) {
-  local_.clear();
+  local_.clear();  // before the arena its pointers may point into
   many_.clear();
   if (!pool_scoring_) return;
+  ThreadBuffers().arena.clear();
+  parts_.arena = &ThreadBuffers().arena;
   const pd::NetworkConfig& network = evaluator_.framework().config().network;
   const std::size_t tiers = network.tiers.size();
   positions_resolved_ = state::PositionsResolvedFor(*snap_, network);

@@ -131,7 +131,10 @@ class Evaluator {
   struct PoolParts {
     std::uint64_t position = 0;  // the node's position key
     // (position, worst class) -> the pool plugins' weighted sum and weights
-    std::unordered_map<std::uint64_t, std::pair<long long, long long>> computed;
+    FlatHashIndex<std::pair<long long, long long>> computed;
+    // Where the call's (class, position) verdicts are made (null: each its own allocation): they
+    // live as long as the call's NodeVerdicts, which is one per thread at a time.
+    std::deque<ClassVerdict>* arena = nullptr;
   };
 
   // A name no NodeTopology exists for: counted, with the reason every reply gives.
