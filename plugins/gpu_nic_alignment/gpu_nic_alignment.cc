@@ -28,6 +28,7 @@ framework::ScoreResult GpuNicAlignment::Score(framework::CycleState& state,
   const int r = p.cost.worst_gpu_nic;
   const int sum = p.cost.sum_gpu_nic;
   const int score = AlignmentScore(r, sum, pairs);
+  if (!state.explain()) return {score, {}};  // numbers only (the extender's verbs)
   char mean[32];
   std::snprintf(mean, sizeof mean, "%.2f", static_cast<double>(sum) / pairs);
   std::string why = "worst GPU->NIC " + std::string(RankName(r)) + " (rank " + std::to_string(r) + "), sum " +

@@ -37,6 +37,7 @@ framework::ScoreResult NumaAlignment::Score(framework::CycleState& state,
                                                : "NUMA locality of the devices unknown: neutral -> 100"};
   }
   const int score = RoundScore(100.0 * best / known);
+  if (!state.explain()) return {score, {}};  // numbers only (the extender's verbs)
   std::string why = std::to_string(best) + " of " + std::to_string(known) +
                     " devices (GPUs and NICs) on NUMA " + std::to_string(best_numa) + " -> round(100*" +
                     std::to_string(best) + "/" + std::to_string(known) + ") = " + std::to_string(score);

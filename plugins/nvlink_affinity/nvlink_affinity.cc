@@ -31,6 +31,7 @@ framework::ScoreResult NvlinkAffinity::Score(framework::CycleState& state,
   const int r = p.cost.worst_gpu_gpu;
   const int links = -p.cost.neg_nvlinks;
   const int score = NvlinkScore(r, nv_pairs, pairs);
+  if (!state.explain()) return {score, {}};  // numbers only (the extender's verbs)
   std::string why = std::to_string(nv_pairs) + " of " + std::to_string(pairs) + " GPU pairs on NVLink (" +
                     std::to_string(links) + " links), worst pair " + std::string(RankName(r));
   if (r == 0) {
