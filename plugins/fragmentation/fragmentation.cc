@@ -1,7 +1,6 @@
 #include "fragmentation/fragmentation.h"
 
 #include <algorithm>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -20,14 +19,24 @@ bool Contains(const std::vector<int>& v, int x) {
 GroupCount CountIntactGroups(const NodeTopology& t, const NodeAllocation& allocated,
                              const Placement& placement) {
   struct Group {
+    int pcie = -1;  // the outermost switch (pcie index)
     bool intact_before = true;
     bool touched = false;  // the placement takes one of its devices
   };
-  std::map<int, Group> groups;  // outermost switch (pcie index) -> group
+  // A node has a few switches: a short vector searched linearly, no allocation per node scored
+  // beyond its array (the thread's).
+  thread_local std::vector<Group> groups;
+  groups.clear();
+  const auto group = [](int s) -> Group& {
+    for (Group& g : groups) {
+      if (g.pcie == s) return g;
+    }
+    return groups.emplace_back(Group{s});
+  };
   for (const Gpu& gpu : t.gpus) {
     const int s = t.SwitchOf(gpu.parent);
     if (s < 0) continue;
-    Group& g = groups[s];
+    Group& g = group(s);
     if (!GpuFree(allocated, gpu.index)) g.intact_before = false;
     if (Contains(placement.gpus, gpu.index)) g.touched = true;
   }
@@ -37,13 +46,13 @@ GroupCount CountIntactGroups(const NodeTopology& t, const NodeAllocation& alloca
     if (!t.nics[static_cast<std::size_t>(n)].rdma) continue;
     const int s = t.SwitchOf(t.nics[static_cast<std::size_t>(n)].parent);
     if (s < 0) continue;
-    Group& g = groups[s];
+    Group& g = group(s);
     if (NicUsed(allocated, n)) g.intact_before = false;
     if (Contains(placement.nics, n)) g.touched = true;
   }
   GroupCount count;
   count.groups = static_cast<int>(groups.size());
-  for (const auto& [s, g] : groups) {
+  for (const Group& g : groups) {
     if (!g.intact_before) continue;
     ++count.intact_before;
     if (!g.touched) ++count.intact_after;
@@ -63,6 +72,7 @@ framework::ScoreResult Fragmentation::Score(framework::CycleState& state,
   }
   const int broken = c.intact_before - c.intact_after;
   const int score = 100 - (200 * broken + c.groups) / (2 * c.groups);  // round half up of 100*broken/groups
+  if (!state.explain()) return {score, {}};  // numbers only (the extender's verbs)
   return {score, "breaks " + std::to_string(broken) + " of " + std::to_string(c.intact_before) +
                      " intact switch groups (" + std::to_string(c.intact_after) + " left, " +
                      std::to_string(c.groups) + " on the node) -> 100 - round(100*" + std::to_string(broken) +

@@ -198,8 +198,10 @@ int NodeTopology::RdmaNicCount() const {
 }
 
 int NodeTopology::SwitchOf(int pcie_parent) const {
+  // Chain's walk without its vector (scoring calls this per device of every node it scores).
   int outermost = -1;
-  for (int n : Chain(*this, pcie_parent)) {
+  std::size_t steps = 0;
+  for (int n = pcie_parent; n >= 0 && steps <= pcie.size(); n = pcie[static_cast<std::size_t>(n)].parent, ++steps) {
     if (pcie[static_cast<std::size_t>(n)].is_switch) outermost = n;
   }
   return outermost;
