@@ -126,6 +126,11 @@ struct MeanCache {
   std::vector<Mean> means;
   FlatHashIndex<std::size_t> by_ids;      // hash of a Mean's key -> its position in `means`
   FlatHashIndex<std::size_t> by_content;  // content key (PoolSites::content) -> position in `means`
+  // The positions ranked by mean (RankedBounds), once per cache: each run of the view's nodes of
+  // equal domains (ClusterView::ForEachNodeInRun) by the mean of its nodes that hold no site,
+  // and each site by its own, both ascending.
+  bool ranked = false;
+  std::vector<std::pair<double, std::uint32_t>> runs, sites;
 };
 
 // One cycle's view of the pool: its sites, the scale and the means computed so far.
@@ -147,6 +152,7 @@ struct PoolCycle final : framework::StateData {
   std::uint32_t generation = 0;
   std::vector<int> key;  // CachedMean's lookup key, reused
   std::shared_ptr<MeanCache> means;  // never null once the pool is known
+  bool means_kept = false;  // `means` is kept with the sites (their token's positions hold)
 };
 
 // Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
@@ -453,18 +459,17 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
 // bounds of the config's path kinds.
 constexpr double kMinScaleFactor = 2.0;
 
-void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                     PoolCycle& c) {
+// Whether `n` holds a site of the pool (the name hash first: most nodes are told apart by it).
+bool IsSite(const PoolSites& p, const framework::NodeSummary& n) {
+  const bool hashed = n.domain_hashes != nullptr && p.hashes_usable;
+  return (!hashed || p.site_name_hashes.Find(n.name_hash) != nullptr) && p.site_at.contains(n.name);
+}
+
+// AvailableBounds by a pass: the sites by name, then every position.
+template <class Hosts, class Offer>
+void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
+                PoolCycle& c, const Hosts& hosts, const Offer& offer) {
   const pd::NetworkConfig& net = cluster.network();
-  double best = std::numeric_limits<double>::infinity(), worst = 0;
-  auto hosts = [&](const framework::NodeSummary& n) {
-    return n.schedulable && (req.IsShared() || n.FreeGpusFor(req.vendor) >= req.gpus) &&
-           n.free_rdma_nics >= req.rdma_nics;
-  };
-  auto offer = [&](double mean) {
-    best = std::min(best, mean);
-    worst = std::max(worst, mean);
-  };
   const PoolSites& p = *c.pool;
   // A site (a node that holds pool pods) has a mean of its own: the sites first, by name.
   for (const Site& site : p.sites) {
@@ -479,12 +484,91 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
   // that gives them in another order visits every node, each through the cache.
   cluster.ForEachNodeByPosition([&](const framework::NodeSummary& n) {
     if (!hosts(n)) return true;
-    // A site was counted above (its name hash first: most nodes are told apart by it alone).
-    const bool hashed = n.domain_hashes != nullptr && p.hashes_usable;
-    if ((!hashed || p.site_name_hashes.Find(n.name_hash) != nullptr) && p.site_at.contains(n.name)) return true;
+    if (IsSite(p, n)) return true;  // counted above
     offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
     return false;
   });
+}
+
+// AvailableBounds from the positions ranked by mean (MeanCache::runs, sites), for a view that
+// gives its runs by index and means kept with the pool's sites: the ranking is made once, with
+// a pass over every run, and a call then looks at the cheapest and the dearest positions until
+// one of them can host the pod (a few runs and sites), not at every position. The scale is the
+// same: the cheapest and dearest mean over the hosting sites and the runs with a hosting node
+// that is not a site.
+template <class Hosts, class Offer>
+void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
+                  PoolCycle& c, const Hosts& hosts, const Offer& offer) {
+  const pd::NetworkConfig& net = cluster.network();
+  const PoolSites& p = *c.pool;
+  MeanCache& m = *c.means;
+  if (!m.ranked) {
+    const std::size_t runs = cluster.PositionRunCount();
+    for (std::size_t r = 0; r < runs; ++r) {
+      cluster.ForEachNodeInRun(r, [&](const framework::NodeSummary& n) {
+        if (IsSite(p, n)) return true;  // a site has its own mean
+        m.runs.emplace_back(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
+                            static_cast<std::uint32_t>(r));
+        return false;
+      });
+    }
+    for (std::size_t i = 0; i < p.sites.size(); ++i) {
+      cluster.WithNode(p.sites[i].location.node, [&](const framework::NodeSummary& n) {
+        m.sites.emplace_back(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
+                             static_cast<std::uint32_t>(i));
+      });
+    }
+    std::sort(m.runs.begin(), m.runs.end());
+    std::sort(m.sites.begin(), m.sites.end());
+    m.ranked = true;
+  }
+  const auto run_hosts = [&](std::uint32_t r) {
+    bool any = false;
+    cluster.ForEachNodeInRun(r, [&](const framework::NodeSummary& n) {
+      any = hosts(n) && !IsSite(p, n);
+      return !any;
+    });
+    return any;
+  };
+  const auto site_hosts = [&](std::uint32_t i) {
+    bool any = false;
+    cluster.WithNode(p.sites[i].location.node, [&](const framework::NodeSummary& n) { any = hosts(n); });
+    return any;
+  };
+  // The cheapest and the dearest of each ranking that can host the pod.
+  const auto ends = [&](const std::vector<std::pair<double, std::uint32_t>>& ranked, const auto& can_host) {
+    for (const auto& [mean, at] : ranked) {
+      if (!can_host(at)) continue;
+      offer(mean);
+      break;
+    }
+    for (auto it = ranked.rbegin(); it != ranked.rend(); ++it) {
+      if (!can_host(it->second)) continue;
+      offer(it->first);
+      break;
+    }
+  };
+  ends(m.runs, run_hosts);
+  ends(m.sites, site_hosts);
+}
+
+void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
+                     PoolCycle& c) {
+  const pd::NetworkConfig& net = cluster.network();
+  double best = std::numeric_limits<double>::infinity(), worst = 0;
+  auto hosts = [&](const framework::NodeSummary& n) {
+    return n.schedulable && (req.IsShared() || n.FreeGpusFor(req.vendor) >= req.gpus) &&
+           n.free_rdma_nics >= req.rdma_nics;
+  };
+  auto offer = [&](double mean) {
+    best = std::min(best, mean);
+    worst = std::max(worst, mean);
+  };
+  if (c.means_kept && cluster.PositionRunCount() > 0) {
+    RankedBounds(cluster, req, own, c, hosts, offer);
+  } else {
+    PassBounds(cluster, req, own, c, hosts, offer);
+  }
   if (!(best < std::numeric_limits<double>::infinity()) || !(best > 0)) {
     c.bounds = Bounds(net, own, req.kv_ipc, c.bytes);
     c.bounds_text = "no node could host it now; scale: the config's paths, best " +
@@ -699,6 +783,7 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
     if (kept) cache.Put(req.pool, req.role, token, tiers, sites);
   }
   c->means = MeansFor(sites, kept, own_shape.gpus, own_shape.rdma_nics, req.kv_ipc, c->bytes);
+  c->means_kept = kept;
   c->pool = std::move(sites);
   c->mark.assign(c->pool->sites.size(), 0);
   AvailableBounds(*cluster, req, own_shape, *c);

@@ -594,6 +594,100 @@ class HashedView : public framework::ClusterView {
   std::map<std::string, std::vector<std::uint64_t>> hashes_;
 };
 
+// HashedView with runs by index (ClusterView::ForEachNodeInRun) and a PoolToken, as the
+// store-backed view gives them: the runs are fixed when it is made (the token's positions); each
+// call reads the nodes' free devices from `flat` as they are then.
+class RankedView : public HashedView {
+ public:
+  explicit RankedView(std::shared_ptr<const StaticClusterView> flat) : HashedView(flat), flat_(std::move(flat)) {
+    std::map<std::vector<std::string>, std::vector<std::string>> by_domains;
+    flat_->ForEachNode([&](const framework::NodeSummary& n) { by_domains[n.location->domains].emplace_back(n.name); });
+    for (auto& [domains, names] : by_domains) runs_.push_back(std::move(names));
+  }
+  framework::PoolToken PoolVersion(std::string_view) const override { return token; }
+  std::size_t PositionRunCount() const override { return runs_.size(); }
+  void ForEachNodeInRun(std::size_t run, const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+    for (const std::string& name : runs_[run]) {
+      bool go_on = true;
+      WithNode(name, [&](const framework::NodeSummary& n) { go_on = fn(n); });
+      if (!go_on) return;
+    }
+  }
+  void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+    for (std::size_t r = 0; r < runs_.size(); ++r) ForEachNodeInRun(r, fn);
+  }
+  framework::PoolToken token;
+
+ private:
+  std::shared_ptr<const StaticClusterView> flat_;
+  std::vector<std::vector<std::string>> runs_;
+};
+
+// With the pool's sites kept (a token), the scale comes from the positions ranked by mean once:
+// each call looks for the cheapest and the dearest position that can host the pod. It is the
+// scale of a pass over every node, call after call, as nodes fill and free: a full site, a run
+// whose only free node is a site (its other nodes' mean must not count), a full leaf.
+TEST(KvTransferCostTest, TheScaleFromRankedPositionsEqualsThePassOverEveryNode) {
+  pd::NetworkConfig ipc;
+  ipc.same_node_ipc = true;
+  auto flat = std::make_shared<StaticClusterView>(ipc);
+  for (int leaf = 0; leaf < 4; ++leaf) {
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = "l" + std::to_string(leaf) + "-n" + std::to_string(i);
+      flat->SetNode(name, {{kLeaf, "l" + std::to_string(leaf)}, {kSpine, leaf < 2 ? "s0" : "s1"}}, 8, 8);
+    }
+  }
+  flat->SetNode("far", {{kLeaf, "l9"}, {kSpine, "s9"}, {kZone, "z9"}}, 8, 8);
+  flat->SetNode("near", {{kLeaf, "l8"}, {kSpine, "s0"}}, 8, 8);
+  flat->AddMember("chat", Member("p1", "l1-n3", PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
+  flat->AddMember("chat", Member("p2", "l2-n1", PodRole::kPrefill));
+  flat->AddMember("chat", Member("p3", "l1-n0", PodRole::kPrefill));
+  flat->AddMember("chat", Member("p4", "l1-n0", PodRole::kPrefill));
+  auto ranked = std::make_shared<RankedView>(flat);
+  ranked->token = {1, std::make_shared<int>(0)};
+  const KvTransferCost plugin{Args{}};
+  PlacementRequest pod = PoolPod(PodRole::kDecode);
+  pod.kv_ipc = true;
+  std::vector<std::string> names;
+  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
+  const auto expect_the_pass = [&](const std::string& step) {
+    SCOPED_TRACE(step);
+    for (const std::string& node : names) {
+      SCOPED_TRACE(node);
+      EXPECT_EQ(ScoreOn(plugin, pod, ranked, node).explanation, ScoreOn(KvTransferCost{Args{}}, pod, flat, node).explanation);
+    }
+  };
+  expect_the_pass("all free");
+  flat->SetFree("l1-n3", 0, 0);  // the IPC site, the cheapest
+  flat->SetFree("far", 0, 0);    // the dearest
+  expect_the_pass("the cheapest site and the dearest node full");
+  for (const char* node : {"l1-n1", "l1-n2", "l1-n3"}) flat->SetFree(node, 0, 0);
+  flat->SetFree("near", 0, 0);
+  expect_the_pass("leaf 1's only free node is a site");
+  for (const std::string& node : names) flat->SetFree(node, 0, 0);
+  flat->SetFree("l3-n2", 8, 8);
+  expect_the_pass("one free node");
+
+  // A remote leaf whose only free node is a site with a CUDA IPC instance: its mean (51.9 ms)
+  // is the dearest that can host the pod; its full leaf mate's (the IPC instance a leaf
+  // away) must not count.
+  auto remote = std::make_shared<StaticClusterView>(ipc);
+  remote->SetNode("a-n0", {{kLeaf, "la"}, {kSpine, "s0"}, {kZone, "z1"}}, 8, 8);
+  remote->SetNode("a-n1", {{kLeaf, "la"}, {kSpine, "s0"}, {kZone, "z1"}}, 8, 8);
+  remote->SetNode("r-site", {{kLeaf, "lr"}, {kSpine, "sr"}, {kZone, "z2"}}, 8, 8);
+  remote->SetNode("r-other", {{kLeaf, "lr"}, {kSpine, "sr"}, {kZone, "z2"}}, 0, 0);
+  for (const char* uid : {"p1", "p2", "p3"}) remote->AddMember("chat", Member(uid, "a-n0", PodRole::kPrefill));
+  remote->AddMember("chat", Member("p4", "r-site", PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
+  auto remote_ranked = std::make_shared<RankedView>(remote);
+  remote_ranked->token = {1, std::make_shared<int>(1)};
+  for (const char* node : {"a-n0", "a-n1", "r-site"}) {
+    SCOPED_TRACE(node);
+    const std::string why = ScoreOn(plugin, pod, remote_ranked, node).explanation;
+    EXPECT_EQ(why, ScoreOn(KvTransferCost{Args{}}, pod, remote, node).explanation);
+    EXPECT_NE(why.find("scale to 51.9 ms"), std::string::npos) << why;
+  }
+}
+
 // Every node of `flat` scores the same through the view with hashes as without.
 void ExpectTheSameScoresWithHashes(const std::shared_ptr<StaticClusterView>& flat, const PlacementRequest& pod) {
   auto hashed = std::make_shared<HashedView>(flat);

@@ -78,6 +78,21 @@ class SnapshotClusterView : public framework::ClusterView {
     return {pool_version_, std::move(runs)};
   }
 
+  std::size_t PositionRunCount() const override {
+    if (!Hashed()) return 0;
+    const Snapshot::PositionRuns& runs = snapshot_->position_runs();
+    return runs.starts.empty() ? 0 : runs.starts.size() - 1;
+  }
+
+  void ForEachNodeInRun(std::size_t run, const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+    if (!Hashed()) return;
+    const Snapshot::PositionRuns& runs = snapshot_->position_runs();
+    if (run + 1 >= runs.starts.size()) return;
+    for (std::uint32_t k = runs.starts[run]; k < runs.starts[run + 1]; ++k) {
+      if (!fn(Brief(runs.order[k]))) return;
+    }
+  }
+
   void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
     // The runs group nodes by the records' position hashes: only where ForEachNode gives those.
     if (!Hashed()) return ClusterView::ForEachNodeByPosition(fn);

@@ -86,6 +86,12 @@ class ClusterView {
   virtual void ForEachNodeByPosition(const std::function<bool(const NodeSummary&)>& fn) const;
   // The pool's token (PoolToken); the default keeps no versions.
   virtual PoolToken PoolVersion(std::string_view pool) const;
+  // The runs ForEachNodeByPosition gives, by index, in a view that gives PoolTokens: the same
+  // runs (the same nodes, by index) while a token's positions are the same object. 0: the view
+  // has none (the default).
+  virtual std::size_t PositionRunCount() const { return 0; }
+  // Calls `fn` with each node of run `run` (< PositionRunCount()) until it returns false.
+  virtual void ForEachNodeInRun(std::size_t /*run*/, const std::function<bool(const NodeSummary&)>& /*fn*/) const {}
 };
 
 // A plain in-memory view: tests, the simulator, `toposched advise`.
