@@ -287,6 +287,19 @@ TEST(StoreClusterViewTest, NodesComeByPositionAndRunsAreSharedUntilAPositionMove
   const auto view = MakeClusterView(store, store.snapshot(), network, "chat");
   using Runs = std::vector<std::vector<std::string>>;
   EXPECT_EQ(runs_of(*view), (Runs{{"a", "c", "f"}, {"b", "d"}, {"e"}}));
+  // The same runs by index (ClusterView::ForEachNodeInRun); false stops a run.
+  Runs by_index(view->PositionRunCount());
+  for (std::size_t r = 0; r < by_index.size(); ++r) {
+    view->ForEachNodeInRun(r, [&](const framework::NodeSummary& n) {
+      by_index[r].emplace_back(n.name);
+      return true;
+    });
+  }
+  std::sort(by_index.begin(), by_index.end());
+  EXPECT_EQ(by_index, runs_of(*view));
+  int given = 0;
+  view->ForEachNodeInRun(0, [&](const framework::NodeSummary&) { return ++given < 1; });
+  EXPECT_EQ(given, 1);
   // false skips the rest of the run: one node a position.
   std::vector<std::string> firsts;
   view->ForEachNodeByPosition([&](const framework::NodeSummary& n) {
