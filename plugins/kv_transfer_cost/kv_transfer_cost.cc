@@ -131,6 +131,7 @@ struct MeanCache {
   // and each site by its own, both ascending.
   bool ranked = false;
   std::vector<std::pair<double, std::uint32_t>> runs, sites;
+  int scales = 0;  // AvailableBounds calls that used this cache: ranked from the second on
 };
 
 // One cycle's view of the pool: its sites, the scale and the means computed so far.
@@ -564,7 +565,9 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
     best = std::min(best, mean);
     worst = std::max(worst, mean);
   };
-  if (c.means_kept && cluster.PositionRunCount() > 0) {
+  // Ranked once the means have served a cycle before: a pool that changes between every two
+  // of its pods' calls (a rollout) would pay the ranking's pass and sort each time for nothing.
+  if (c.means_kept && ++c.means->scales >= 2 && cluster.PositionRunCount() > 0) {
     RankedBounds(cluster, req, own, c, hosts, offer);
   } else {
     PassBounds(cluster, req, own, c, hosts, offer);
