@@ -522,18 +522,25 @@ class ByPositionView : public framework::ClusterView {
 // The scale (cheapest and costliest node that could host the pod) from one node per position
 // and every site is the scale a pass over every node finds: sites in the middle of a leaf, full
 // nodes first in a leaf, a full site, a leaf with nothing free.
-TEST(KvTransferCostTest, TheScaleFromOneNodeAPositionEqualsThePassOverEveryNode) {
+// Leaves l0..l3 of four nodes each (l<leaf>-n<i>), l0 and l1 under spine s0, the others under
+// s1, with same-node CUDA IPC in the network; `free(leaf, i)`: the node's free GPUs and NICs.
+std::shared_ptr<StaticClusterView> FourLeaves(const std::function<int(int, int)>& free) {
   pd::NetworkConfig ipc;
   ipc.same_node_ipc = true;
   auto flat = std::make_shared<StaticClusterView>(ipc);
   for (int leaf = 0; leaf < 4; ++leaf) {
     for (int i = 0; i < 4; ++i) {
       const std::string name = "l" + std::to_string(leaf) + "-n" + std::to_string(i);
-      // Leaf 1's first two nodes are full; leaf 3 has nothing free.
-      const int free = (leaf == 1 && i < 2) || leaf == 3 ? 0 : 8;
-      flat->SetNode(name, {{kLeaf, "l" + std::to_string(leaf)}, {kSpine, leaf < 2 ? "s0" : "s1"}}, free, free);
+      const int n = free(leaf, i);
+      flat->SetNode(name, {{kLeaf, "l" + std::to_string(leaf)}, {kSpine, leaf < 2 ? "s0" : "s1"}}, n, n);
     }
   }
+  return flat;
+}
+
+TEST(KvTransferCostTest, TheScaleFromOneNodeAPositionEqualsThePassOverEveryNode) {
+  // Leaf 1's first two nodes are full; leaf 3 has nothing free.
+  auto flat = FourLeaves([](int leaf, int i) { return (leaf == 1 && i < 2) || leaf == 3 ? 0 : 8; });
   flat->SetNode("far", {{kLeaf, "l9"}, {kSpine, "s9"}, {kZone, "z9"}}, 8, 8);
   // Prefill on the last node of leaf 1, with same-node CUDA IPC (the cheapest place for a decode
   // pod that consents too, and a site the pass never reaches: leaf 1's run is skipped at its
@@ -628,15 +635,8 @@ class RankedView : public HashedView {
 // scale of a pass over every node, call after call, as nodes fill and free: a full site, a run
 // whose only free node is a site (its other nodes' mean must not count), a full leaf.
 TEST(KvTransferCostTest, TheScaleFromRankedPositionsEqualsThePassOverEveryNode) {
-  pd::NetworkConfig ipc;
-  ipc.same_node_ipc = true;
-  auto flat = std::make_shared<StaticClusterView>(ipc);
-  for (int leaf = 0; leaf < 4; ++leaf) {
-    for (int i = 0; i < 4; ++i) {
-      const std::string name = "l" + std::to_string(leaf) + "-n" + std::to_string(i);
-      flat->SetNode(name, {{kLeaf, "l" + std::to_string(leaf)}, {kSpine, leaf < 2 ? "s0" : "s1"}}, 8, 8);
-    }
-  }
+  auto flat = FourLeaves([](int, int) { return 8; });
+  const pd::NetworkConfig& ipc = flat->network();
   flat->SetNode("far", {{kLeaf, "l9"}, {kSpine, "s9"}, {kZone, "z9"}}, 8, 8);
   flat->SetNode("near", {{kLeaf, "l8"}, {kSpine, "s0"}}, 8, 8);
   flat->AddMember("chat", Member("p1", "l1-n3", PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
