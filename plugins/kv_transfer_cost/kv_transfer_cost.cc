@@ -52,9 +52,40 @@ struct SiteEndpoint {
 // The instances standing at one node, by distinct endpoint: a node's path is computed once for
 // all of them, and a (path, endpoint) estimate once for all nodes sharing it.
 struct Site {
-  pd::Location location;
   std::vector<SiteEndpoint> endpoints;
-  std::vector<int> domain_ids;  // per tier: the number of its domain (PoolCycle::domain_ids), -1: none
+};
+
+// Where a pool's sites stand, whatever stands there: the sites' positions (by node name) and
+// their domains' numbers. Two versions of a pool whose instances stand on the same nodes share
+// one layout (a pod that leaves and comes back, a pool that grows on its nodes): only the counts
+// are made again (PoolSites).
+//
+// A node's path to a site is decided by the first tier at which both stand in one domain, so
+// only the sites' domains matter: per tier they are numbered, and a node's domains become those
+// numbers (-1: no site there). A node that holds no site sees every site through its numbers
+// alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle computes one
+// mean per leaf with sites, compares integers, and allocates nothing per node.
+struct SiteLayout {
+  std::vector<pd::Location> locations;  // per site, by node name
+  std::vector<std::vector<int>> ids;    // per site, per tier: its domain's number, -1: none
+  // Per tier; the keys view the locations.
+  std::vector<std::unordered_map<std::string_view, int>> domain_ids;
+  // For MeanSeconds: each site by its node; per tier and domain number, the sites there.
+  std::unordered_map<std::string_view, std::size_t> site_at;
+  std::vector<std::vector<std::vector<std::size_t>>> sites_in;
+  // The same by framework::PositionHash, for passes over every node that bring the nodes'
+  // hashes (NodeSummary::domain_hashes): per tier, a site domain's hash -> its number; unusable
+  // when two of a tier's site domains share a hash.
+  std::vector<FlatHashIndex<int>> ids_by_hash;
+  bool hashes_usable = true;
+  FlatHashIndex<bool> site_name_hashes;
+  // Per tier and domain number: the tier t + 1 domain all its sites share (nested false: they
+  // differ), which PoolSites::content relies on.
+  struct Nesting {
+    std::uint64_t parent = 0;  // framework::PositionHash of the shared tier t + 1 domain
+    bool nested = true;
+  };
+  std::vector<std::vector<Nesting>> nesting;
 };
 
 enum class AnchorKind { kCounterparts, kSameRole, kGang };
@@ -80,38 +111,18 @@ struct PoolSites {
   std::vector<std::pair<std::string, int>> same_by_node;
   int same_total = 0;
 
-  // A node's path to a site is decided by the first tier at which both stand in one domain, so
-  // only the sites' domains matter: per tier they are numbered, and a node's domains become
-  // those numbers (-1: no site there). A node that holds no site sees every site through its
-  // numbers alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle
-  // computes one mean per leaf with sites, compares integers, and allocates nothing per node.
-  // Per tier; the keys view the sites' locations (sites is complete before they are numbered).
-  std::vector<std::unordered_map<std::string_view, int>> domain_ids;
-  // For MeanSeconds: each site by its node; per tier and domain number, the sites there; the
-  // instances per endpoint over all sites.
-  std::unordered_map<std::string_view, std::size_t> site_at;
-  std::vector<std::vector<std::vector<std::size_t>>> sites_in;
+  std::shared_ptr<const SiteLayout> layout;  // where `sites` stand, site by site
+  // The instances per endpoint over all sites.
   std::vector<int> total_by_endpoint;
-  // The same by framework::PositionHash, for passes over every node that bring the nodes'
-  // hashes (NodeSummary::domain_hashes): per tier, a site domain's hash -> its number; unusable
-  // when two of a tier's site domains share a hash.
-  std::vector<FlatHashIndex<int>> ids_by_hash;
-  bool hashes_usable = true;
-  FlatHashIndex<bool> site_name_hashes;
   // A node's mean depends only on *what* its domains hold, not on which domains they are, when
-  // the sites of each of its domains all stand in its next tier's domain too (the tiers nest):
-  // the anchors it reaches at tier t are then those of its tier t domain less those of its tier
-  // t - 1 domain. So two leaves that each hold one decode instance, under spines that hold the
-  // same, give their nodes one mean (a pool spread over hundreds of leaves has a few dozen
-  // distinct means). Per tier and domain number: the multiset of instances there as a
-  // commutative hash, and the tier t + 1 domain all its sites share (nested false: they differ).
-  struct DomainContent {
-    std::uint64_t hash = 0;
-    std::uint64_t parent = 0;  // framework::PositionHash of the shared tier t + 1 domain
-    bool nested = true;
-  };
-  std::vector<std::vector<DomainContent>> content;  // per tier, by domain number
-  std::vector<std::uint64_t> site_content;          // per site: its own instances, hashed
+  // the sites of each of its domains all stand in its next tier's domain too (the tiers nest,
+  // SiteLayout::nesting): the anchors it reaches at tier t are then those of its tier t domain
+  // less those of its tier t - 1 domain. So two leaves that each hold one decode instance, under
+  // spines that hold the same, give their nodes one mean (a pool spread over hundreds of leaves
+  // has a few dozen distinct means). Per tier and domain number: the multiset of instances there
+  // as a commutative hash.
+  std::vector<std::vector<std::uint64_t>> content;
+  std::vector<std::uint64_t> site_content;  // per site: its own instances, hashed
 };
 
 // The expected transfers CachedMean computed for one pool's sites (PoolSites) and one pod shape
@@ -156,61 +167,69 @@ struct PoolCycle final : framework::StateData {
   bool means_kept = false;  // `means` is kept with the sites (their token's positions hold)
 };
 
-// Numbers the sites' domains per tier (PoolCycle::domain_ids); call once the sites are known.
-void NumberSiteDomains(std::size_t tiers, PoolSites& c) {
-  c.domain_ids.assign(tiers, {});
-  for (auto& ids : c.domain_ids) ids.reserve(c.sites.size());
-  for (Site& site : c.sites) {
-    site.domain_ids.assign(tiers, -1);
-    for (std::size_t t = 0; t < tiers && t < site.location.domains.size(); ++t) {
-      const std::string& d = site.location.domains[t];
+// Numbers the sites' domains per tier (SiteLayout); call once the locations are known.
+void LayOut(std::size_t tiers, SiteLayout& l) {
+  const std::size_t n = l.locations.size();
+  l.domain_ids.assign(tiers, {});
+  for (auto& ids : l.domain_ids) ids.reserve(n);
+  l.ids.assign(n, std::vector<int>(tiers, -1));
+  for (std::size_t i = 0; i < n; ++i) {
+    const pd::Location& location = l.locations[i];
+    for (std::size_t t = 0; t < tiers && t < location.domains.size(); ++t) {
+      const std::string& d = location.domains[t];
       if (d.empty()) continue;
-      auto& ids = c.domain_ids[t];
-      site.domain_ids[t] = ids.try_emplace(std::string_view(d), static_cast<int>(ids.size())).first->second;
+      auto& ids = l.domain_ids[t];
+      l.ids[i][t] = ids.try_emplace(std::string_view(d), static_cast<int>(ids.size())).first->second;
     }
   }
-  c.ids_by_hash.assign(tiers, {});
+  l.ids_by_hash.assign(tiers, {});
   for (std::size_t t = 0; t < tiers; ++t) {
-    for (const auto& [domain, id] : c.domain_ids[t]) {
-      if (!c.ids_by_hash[t].Insert(framework::PositionHash(domain), id)) c.hashes_usable = false;
+    for (const auto& [domain, id] : l.domain_ids[t]) {
+      if (!l.ids_by_hash[t].Insert(framework::PositionHash(domain), id)) l.hashes_usable = false;
     }
   }
-  c.sites_in.assign(tiers, {});
-  for (std::size_t t = 0; t < tiers; ++t) c.sites_in[t].resize(c.domain_ids[t].size());
-  c.total_by_endpoint.assign(c.endpoints.size(), 0);
-  for (std::size_t i = 0; i < c.sites.size(); ++i) {
-    const Site& site = c.sites[i];
-    c.site_at.emplace(site.location.node, i);
-    c.site_name_hashes.Insert(framework::PositionHash(site.location.node), true);
+  l.sites_in.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) l.sites_in[t].resize(l.domain_ids[t].size());
+  l.nesting.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) l.nesting[t].resize(l.domain_ids[t].size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const pd::Location& location = l.locations[i];
+    l.site_at.emplace(location.node, i);
+    l.site_name_hashes.Insert(framework::PositionHash(location.node), true);
     for (std::size_t t = 0; t < tiers; ++t) {
-      if (site.domain_ids[t] >= 0) c.sites_in[t][static_cast<std::size_t>(site.domain_ids[t])].push_back(i);
+      if (l.ids[i][t] < 0) continue;
+      std::vector<std::size_t>& there = l.sites_in[t][static_cast<std::size_t>(l.ids[i][t])];
+      there.push_back(i);
+      if (t + 1 == tiers) continue;  // the top tier nests in nothing
+      // Nested while every site of the domain has one and the same tier t + 1 domain.
+      SiteLayout::Nesting& d = l.nesting[t][static_cast<std::size_t>(l.ids[i][t])];
+      const bool has_parent = t + 1 < location.domains.size() && !location.domains[t + 1].empty();
+      const std::uint64_t parent = has_parent ? framework::PositionHash(location.domains[t + 1]) : 0;
+      if (there.size() == 1) d.parent = parent;
+      if (!has_parent || d.parent != parent) d.nested = false;
     }
-    for (const SiteEndpoint& s : site.endpoints) c.total_by_endpoint[s.endpoint] += s.count;
   }
-  // What each domain holds (PoolCycle::content).
+}
+
+// What the sites hold (PoolSites: totals per endpoint, each site's and each domain's content);
+// call once the sites' instances are counted.
+void CountSites(std::size_t tiers, PoolSites& c) {
+  const SiteLayout& l = *c.layout;
+  c.total_by_endpoint.assign(c.endpoints.size(), 0);
   c.content.assign(tiers, {});
-  for (std::size_t t = 0; t < tiers; ++t) c.content[t].resize(c.domain_ids[t].size());
+  for (std::size_t t = 0; t < tiers; ++t) c.content[t].assign(l.domain_ids[t].size(), 0);
   c.site_content.assign(c.sites.size(), 0);
   for (std::size_t i = 0; i < c.sites.size(); ++i) {
-    const Site& site = c.sites[i];
     std::uint64_t h = 0;
-    for (const SiteEndpoint& e : site.endpoints) {
+    for (const SiteEndpoint& e : c.sites[i].endpoints) {
+      c.total_by_endpoint[e.endpoint] += e.count;
       // Offset: splitmix64's finalizer maps 0 to 0, and endpoint 0 without IPC must count.
       const std::uint64_t instance = ((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0)) + 0x9e3779b97f4a7c15ull;
       h += static_cast<std::uint64_t>(e.count) * Mix64(instance);
     }
     c.site_content[i] = h;
     for (std::size_t t = 0; t < tiers; ++t) {
-      if (site.domain_ids[t] < 0) continue;
-      PoolSites::DomainContent& d = c.content[t][static_cast<std::size_t>(site.domain_ids[t])];
-      d.hash += h;
-      if (t + 1 == tiers) continue;  // the top tier nests in nothing
-      // Nested while every site of the domain has one and the same tier t + 1 domain.
-      const bool has_parent = t + 1 < site.location.domains.size() && !site.location.domains[t + 1].empty();
-      const std::uint64_t parent = has_parent ? framework::PositionHash(site.location.domains[t + 1]) : 0;
-      const bool first = c.sites_in[t][static_cast<std::size_t>(site.domain_ids[t])].front() == i;
-      if (first) d.parent = parent;
-      if (!has_parent || d.parent != parent) d.nested = false;
+      if (l.ids[i][t] >= 0) c.content[t][static_cast<std::size_t>(l.ids[i][t])] += h;
     }
   }
 }
@@ -219,7 +238,7 @@ void NumberSiteDomains(std::size_t tiers, PoolSites& c) {
 // location (a pass over thousands of nodes would wait on memory for each): the same numbers,
 // unless a node's domain shares a 64-bit hash with a site's, which could at worst mis-score it
 // (as the store's class keys could), never place a pod where it does not fit.
-void DomainIdsOfHashed(const PoolSites& c, const std::uint64_t* hashes, std::vector<int>& out) {
+void DomainIdsOfHashed(const SiteLayout& c, const std::uint64_t* hashes, std::vector<int>& out) {
   out.assign(c.domain_ids.size(), -1);
   for (std::size_t t = 0; t < out.size(); ++t) {
     if (const int* id = c.ids_by_hash[t].Find(hashes[t]); id != nullptr) out[t] = *id;
@@ -227,7 +246,7 @@ void DomainIdsOfHashed(const PoolSites& c, const std::uint64_t* hashes, std::vec
 }
 
 // `location`'s domain numbers into `out` (size: tiers).
-void DomainIdsOf(const PoolSites& c, const pd::Location& location, std::vector<int>& out) {
+void DomainIdsOf(const SiteLayout& c, const pd::Location& location, std::vector<int>& out) {
   out.assign(c.domain_ids.size(), -1);
   for (std::size_t t = 0; t < out.size() && t < location.domains.size(); ++t) {
     const std::string& d = location.domains[t];
@@ -244,28 +263,49 @@ std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint
   return endpoints.size() - 1;
 }
 
+// The sites of `members` (PoolSites): laid out by node name, in `previous` when it holds the
+// same nodes (its positions being the cycle's), counted.
 void AddSites(const framework::ClusterView& cluster, const std::vector<const PoolMember*>& members,
-              PoolSites& c) {
-  std::map<std::string_view, std::size_t> site_of;
-  for (const PoolMember* m : members) {
-    auto [it, inserted] = site_of.try_emplace(m->node, c.sites.size());
-    if (inserted) {
-      c.sites.push_back(Site{cluster.Locate(m->node), {}, {}});
+              const std::shared_ptr<const SiteLayout>& previous, PoolSites& c) {
+  const std::size_t tiers = cluster.network().tiers.size();
+  std::vector<std::string_view> nodes;
+  nodes.reserve(members.size());
+  for (const PoolMember* m : members) nodes.push_back(m->node);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const bool same = previous != nullptr && previous->locations.size() == nodes.size() &&
+                    std::equal(nodes.begin(), nodes.end(), previous->locations.begin(),
+                               [](std::string_view n, const pd::Location& l) { return n == l.node; });
+  if (same) {
+    c.layout = previous;
+  } else {
+    auto layout = std::make_shared<SiteLayout>();
+    layout->locations.reserve(nodes.size());
+    for (std::string_view n : nodes) {
+      layout->locations.push_back(cluster.Locate(n));
+      layout->locations.back().node = std::string(n);  // the key the sites are found by
     }
+    LayOut(tiers, *layout);
+    c.layout = std::move(layout);
+  }
+  c.sites.assign(nodes.size(), {});
+  for (const PoolMember* m : members) {
+    const std::size_t site = c.layout->site_at.find(std::string_view(m->node))->second;
     // A member recorded without GPUs still holds one instance's KV cache: count one lane.
     const std::size_t e = AddEndpoint(
         c.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
-    std::vector<SiteEndpoint>& at = c.sites[it->second].endpoints;
-    const auto same = std::find_if(at.begin(), at.end(), [&](const SiteEndpoint& s) {
+    std::vector<SiteEndpoint>& at = c.sites[site].endpoints;
+    const auto found = std::find_if(at.begin(), at.end(), [&](const SiteEndpoint& s) {
       return s.endpoint == e && s.ipc == m->kv_ipc;
     });
-    if (same == at.end()) {
+    if (found == at.end()) {
       at.push_back(SiteEndpoint{e, m->kv_ipc, 1});
     } else {
-      ++same->count;
+      ++found->count;
     }
   }
   c.anchors = static_cast<int>(members.size());
+  CountSites(tiers, c);
 }
 
 // The gang anchor: the domain at `tier` with the most free GPUs of the pod's vendor over
@@ -350,9 +390,10 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
   if (own_site != kNoSite) {
     add(own_site, net.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma);
   }
-  for (std::size_t t = 0; t < ids.size() && t < p.sites_in.size(); ++t) {
+  const SiteLayout& l = *p.layout;
+  for (std::size_t t = 0; t < ids.size() && t < l.sites_in.size(); ++t) {
     if (ids[t] < 0) continue;
-    for (std::size_t i : p.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
+    for (std::size_t i : l.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
   }
   const auto beyond = static_cast<std::size_t>(pd::PathKind::kBeyond);
   for (std::size_t e = 0; e < endpoints; ++e) {
@@ -381,18 +422,19 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
                   PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr,
                   const framework::NodeSummary* summary = nullptr) {
   const PoolSites& p = *c.pool;
-  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && p.hashes_usable;
+  const SiteLayout& l = *p.layout;
+  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && l.hashes_usable;
   // Whether the node holds a site: the hashes rule most nodes out without reading the location.
   bool site = true;
   if (hashed) {
-    DomainIdsOfHashed(p, summary->domain_hashes, c.key);
-    site = p.site_name_hashes.Find(summary->name_hash) != nullptr;
+    DomainIdsOfHashed(l, summary->domain_hashes, c.key);
+    site = l.site_name_hashes.Find(summary->name_hash) != nullptr;
   } else {
-    DomainIdsOf(p, location, c.key);
+    DomainIdsOf(l, location, c.key);
   }
   std::size_t own_site = kNoSite;
   if (site) {
-    if (const auto at = p.site_at.find(std::string_view(location.node)); at != p.site_at.end()) own_site = at->second;
+    if (const auto at = l.site_at.find(std::string_view(location.node)); at != l.site_at.end()) own_site = at->second;
   }
   // By content (PoolSites::content), when the node's domains nest; the hashes give its tier
   // t + 1 domain to check that against.
@@ -404,9 +446,10 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
     for (std::size_t t = 0; t < tiers && nested; ++t) {
       std::uint64_t h = 0;
       if (c.key[t] >= 0) {
-        const PoolSites::DomainContent& d = p.content[t][static_cast<std::size_t>(c.key[t])];
-        nested = d.nested && (t + 1 == tiers || d.parent == summary->domain_hashes[t + 1]);
-        h = d.hash;
+        const auto d = static_cast<std::size_t>(c.key[t]);
+        const SiteLayout::Nesting& nesting = l.nesting[t][d];
+        nested = nesting.nested && (t + 1 == tiers || nesting.parent == summary->domain_hashes[t + 1]);
+        h = p.content[t][d];
       }
       k = Mix64(k ^ h ^ (t + 1));
     }
@@ -462,8 +505,9 @@ constexpr double kMinScaleFactor = 2.0;
 
 // Whether `n` holds a site of the pool (the name hash first: most nodes are told apart by it).
 bool IsSite(const PoolSites& p, const framework::NodeSummary& n) {
-  const bool hashed = n.domain_hashes != nullptr && p.hashes_usable;
-  return (!hashed || p.site_name_hashes.Find(n.name_hash) != nullptr) && p.site_at.contains(n.name);
+  const SiteLayout& l = *p.layout;
+  const bool hashed = n.domain_hashes != nullptr && l.hashes_usable;
+  return (!hashed || l.site_name_hashes.Find(n.name_hash) != nullptr) && l.site_at.contains(n.name);
 }
 
 // AvailableBounds by a pass: the sites by name, then every position.
@@ -473,8 +517,8 @@ void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& r
   const pd::NetworkConfig& net = cluster.network();
   const PoolSites& p = *c.pool;
   // A site (a node that holds pool pods) has a mean of its own: the sites first, by name.
-  for (const Site& site : p.sites) {
-    cluster.WithNode(site.location.node, [&](const framework::NodeSummary& n) {
+  for (const pd::Location& site : p.layout->locations) {
+    cluster.WithNode(site.node, [&](const framework::NodeSummary& n) {
       if (hosts(n)) offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
     });
   }
@@ -514,7 +558,7 @@ void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest&
       });
     }
     for (std::size_t i = 0; i < p.sites.size(); ++i) {
-      cluster.WithNode(p.sites[i].location.node, [&](const framework::NodeSummary& n) {
+      cluster.WithNode(p.layout->locations[i].node, [&](const framework::NodeSummary& n) {
         m.sites.emplace_back(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
                              static_cast<std::uint32_t>(i));
       });
@@ -533,7 +577,7 @@ void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest&
   };
   const auto site_hosts = [&](std::uint32_t i) {
     bool any = false;
-    cluster.WithNode(p.sites[i].location.node, [&](const framework::NodeSummary& n) { any = hosts(n); });
+    cluster.WithNode(p.layout->locations[i].node, [&](const framework::NodeSummary& n) { any = hosts(n); });
     return any;
   };
   // The cheapest and the dearest of each ranking that can host the pod.
@@ -596,6 +640,17 @@ class SitesCache {
     if (it == entries_.end() || !(it->second.token == token) || it->second.tiers != tiers) return nullptr;
     return it->second.sites;
   }
+  // The layout of the sites kept for `pool` and `role` under the token's positions, whatever
+  // the pool's version then (null: none).
+  std::shared_ptr<const SiteLayout> LayoutFor(std::string_view pool, PodRole role, const framework::PoolToken& token,
+                                              std::size_t tiers) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(std::pair<std::string_view, PodRole>(pool, role));
+    if (it == entries_.end() || it->second.token.positions != token.positions || it->second.tiers != tiers) {
+      return nullptr;
+    }
+    return it->second.sites->layout;
+  }
   void Put(std::string_view pool, PodRole role, framework::PoolToken token, std::size_t tiers,
            std::shared_ptr<const PoolSites> sites) {
     std::lock_guard lock(mu_);
@@ -653,10 +708,13 @@ std::shared_ptr<MeanCache> MeansFor(const std::shared_ptr<const PoolSites>& site
 }
 
 // The pool's sites for a pod of `req`'s role (PoolSites): its counterparts, else its same-role
-// instances, else the gang anchor. False when there is nothing to anchor on.
+// instances, else the gang anchor. `previous`: a layout for the cycle's positions to reuse
+// where the instances stand on the same nodes (may be null). False when there is nothing to
+// anchor on.
 bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& req,
                 std::span<const PoolMember> members, const std::optional<std::size_t>& anchor_tier,
-                const std::optional<std::size_t>& spread_tier, const pd::Endpoint& own_shape, PoolSites& c) {
+                const std::optional<std::size_t>& spread_tier, const pd::Endpoint& own_shape,
+                const std::shared_ptr<const SiteLayout>& previous, PoolSites& c) {
   const std::string role(ToString(req.role));
   std::vector<const PoolMember*> counterparts, same_role;
   int both = 0;
@@ -698,21 +756,26 @@ bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& r
                     : plain == 0 ? Instances(both, "both")
                                  : std::to_string(plain) + " " + opposite + " + " + std::to_string(both) +
                                        " both instances";
-    AddSites(cluster, counterparts, c);
+    AddSites(cluster, counterparts, previous, c);
   } else if (!same_role.empty()) {
     c.anchor = AnchorKind::kSameRole;
     c.anchor_text = "no " + opposite + " instances yet, anchored on " +
                     Instances(static_cast<int>(same_role.size()), role);
-    AddSites(cluster, same_role, c);
+    AddSites(cluster, same_role, previous, c);
   } else if (ChooseGangAnchor(cluster, req.pool, req.vendor, anchor_tier, c)) {
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
     // The anchor stands for an instance like this pod, with its IPC consent.
-    c.sites.push_back(Site{cluster.Locate(c.gang_node), {{AddEndpoint(c.endpoints, own_shape), true, 1}}, {}});
+    auto layout = std::make_shared<SiteLayout>();
+    layout->locations.push_back(cluster.Locate(c.gang_node));
+    layout->locations.back().node = c.gang_node;
+    LayOut(cluster.network().tiers.size(), *layout);
+    c.layout = std::move(layout);
+    c.sites.push_back(Site{{{AddEndpoint(c.endpoints, own_shape), true, 1}}});
     c.anchors = 1;
+    CountSites(cluster.network().tiers.size(), c);
   } else {
     return false;
   }
-  NumberSiteDomains(cluster.network().tiers.size(), c);
   return true;
 }
 
@@ -777,7 +840,11 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   bool kept = sites != nullptr;
   if (sites == nullptr) {
     auto built = std::make_shared<PoolSites>();
-    if (!BuildSites(*cluster, req, members, anchor_tier.tier, c->spread_tier, own_shape, *built)) {
+    // The last sites kept for these positions lend their layout where the instances stand on
+    // the same nodes (a pool that changed by pods leaving and coming back).
+    const std::shared_ptr<const SiteLayout> previous =
+        token.version != 0 ? cache.LayoutFor(req.pool, req.role, token, tiers) : nullptr;
+    if (!BuildSites(*cluster, req, members, anchor_tier.tier, c->spread_tier, own_shape, previous, *built)) {
       c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
       return c;
     }

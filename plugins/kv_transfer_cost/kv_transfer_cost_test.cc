@@ -823,6 +823,26 @@ TEST(KvTransferCostTest, APoolsSitesAreKeptWhileTheViewsTokenHolds) {
   EXPECT_LT(after, before);
   EXPECT_EQ(after, ScoreOn(KvTransferCost{Args{}}, PoolPod(PodRole::kDecode), flat, "here").score);
 
+  // New versions under the same positions: the layout of the last sites is lent where the
+  // instances stand on the same nodes (a pod left and came back, a node holds one more), not
+  // where one moved to another node, even with as many nodes as before.
+  const auto expect_fresh = [&](const std::string& step) {
+    SCOPED_TRACE(step);
+    for (const char* node : {"here", "nvmate", "leafmate", "spinemate", "zonemate", "far"}) {
+      SCOPED_TRACE(node);
+      EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), moved, node).explanation,
+                ScoreOn(KvTransferCost{Args{}}, PoolPod(PodRole::kDecode), flat, node).explanation);
+    }
+  };
+  flat->AddMember("chat", Member("p5", "far", PodRole::kPrefill));
+  moved->token = {11, moved->token.positions};
+  expect_fresh("one more on a site's node");
+  flat->RemoveMember("p5");
+  flat->RemoveMember("p3");
+  flat->AddMember("chat", Member("p3", "zonemate", PodRole::kPrefill));
+  moved->token = {12, moved->token.positions};
+  expect_fresh("one moved to a node of its own");
+
   // Shapes one after another against kept sites, each as a plugin that keeps nothing scores it
   // (p4 shares an NVLink clique with "here", where the GPUs count as well as the NICs).
   flat->AddMember("chat", Member("p4", "nvmate", PodRole::kPrefill));
