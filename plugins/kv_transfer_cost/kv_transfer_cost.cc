@@ -598,7 +598,7 @@ void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest&
 }
 
 void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                     PoolCycle& c) {
+                     bool explain, PoolCycle& c) {
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
   auto hosts = [&](const framework::NodeSummary& n) {
@@ -618,13 +618,17 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
   }
   if (!(best < std::numeric_limits<double>::infinity()) || !(best > 0)) {
     c.bounds = Bounds(net, own, req.kv_ipc, c.bytes);
-    c.bounds_text = "no node could host it now; scale: the config's paths, best " +
-                    FormatSeconds(c.bounds.best_seconds) + ", worst " + FormatSeconds(c.bounds.worst_seconds);
+    if (explain) {
+      c.bounds_text = "no node could host it now; scale: the config's paths, best " +
+                      FormatSeconds(c.bounds.best_seconds) + ", worst " + FormatSeconds(c.bounds.worst_seconds);
+    }
     return;
   }
   c.bounds = CostBounds{best, std::max(worst, best * kMinScaleFactor)};
-  c.bounds_text =
-      "cheapest available " + FormatSeconds(best) + ", scale to " + FormatSeconds(c.bounds.worst_seconds);
+  if (explain) {
+    c.bounds_text =
+        "cheapest available " + FormatSeconds(best) + ", scale to " + FormatSeconds(c.bounds.worst_seconds);
+  }
 }
 
 }  // namespace
@@ -856,7 +860,7 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   c->means_kept = kept;
   c->pool = std::move(sites);
   c->mark.assign(c->pool->sites.size(), 0);
-  AvailableBounds(*cluster, req, own_shape, *c);
+  AvailableBounds(*cluster, req, own_shape, state.explain(), *c);
   return c;
 }
 
