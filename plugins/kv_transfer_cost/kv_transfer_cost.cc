@@ -461,7 +461,7 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
       MeanCache::Mean m;
       m.seconds = MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, &m.per_kind);
       c.means->by_content.Insert(k, c.means->means.size());
-      c.means->means.push_back(std::move(m));  // no `key`: never matched by mean_by_ids
+      c.means->means.push_back(std::move(m));  // no `key`: never matched by by_ids
       if (per_kind != nullptr) *per_kind = c.means->means.back().per_kind;
       return c.means->means.back().seconds;
     }

@@ -522,6 +522,21 @@ class ByPositionView : public framework::ClusterView {
 // The scale (cheapest and costliest node that could host the pod) from one node per position
 // and every site is the scale a pass over every node finds: sites in the middle of a leaf, full
 // nodes first in a leaf, a full site, a leaf with nothing free.
+// Every node of `flat` scores through `view` as through `flat` itself, `plugin` both ways.
+void ExpectEveryNodeScoresAsOnFlat(const KvTransferCost& plugin, const PlacementRequest& pod,
+                                   const std::shared_ptr<const StaticClusterView>& flat,
+                                   const std::shared_ptr<const framework::ClusterView>& view) {
+  std::vector<std::string> names;
+  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
+  for (const std::string& node : names) {
+    SCOPED_TRACE(node);
+    const framework::ScoreResult on_flat = ScoreOn(plugin, pod, flat, node);
+    const framework::ScoreResult through_view = ScoreOn(plugin, pod, view, node);
+    EXPECT_EQ(through_view.score, on_flat.score);
+    EXPECT_EQ(through_view.explanation, on_flat.explanation);
+  }
+}
+
 // Leaves l0..l3 of four nodes each (l<leaf>-n<i>), l0 and l1 under spine s0, the others under
 // s1, with same-node CUDA IPC in the network; `free(leaf, i)`: the node's free GPUs and NICs.
 std::shared_ptr<StaticClusterView> FourLeaves(const std::function<int(int, int)>& free) {
@@ -552,15 +567,7 @@ TEST(KvTransferCostTest, TheScaleFromOneNodeAPositionEqualsThePassOverEveryNode)
   const KvTransferCost plugin{Args{}};
   PlacementRequest pod = PoolPod(PodRole::kDecode);
   pod.kv_ipc = true;
-  std::vector<std::string> names;
-  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
-  for (const std::string& node : names) {
-    SCOPED_TRACE(node);
-    const framework::ScoreResult all = ScoreOn(plugin, pod, flat, node);
-    const framework::ScoreResult by_position = ScoreOn(plugin, pod, grouped, node);
-    EXPECT_EQ(by_position.score, all.score);
-    EXPECT_EQ(by_position.explanation, all.explanation);
-  }
+  ExpectEveryNodeScoresAsOnFlat(plugin, pod, flat, grouped);
   // The site is the cheapest: it sets the scale's best, so it scores 100 and its leaf mates less.
   EXPECT_EQ(ScoreOn(plugin, pod, grouped, "l1-n3").score, 100);
   EXPECT_LT(ScoreOn(plugin, pod, grouped, "l1-n2").score, 100);
@@ -648,14 +655,9 @@ TEST(KvTransferCostTest, TheScaleFromRankedPositionsEqualsThePassOverEveryNode) 
   const KvTransferCost plugin{Args{}};
   PlacementRequest pod = PoolPod(PodRole::kDecode);
   pod.kv_ipc = true;
-  std::vector<std::string> names;
-  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
   const auto expect_the_pass = [&](const std::string& step) {
     SCOPED_TRACE(step);
-    for (const std::string& node : names) {
-      SCOPED_TRACE(node);
-      EXPECT_EQ(ScoreOn(plugin, pod, ranked, node).explanation, ScoreOn(KvTransferCost{Args{}}, pod, flat, node).explanation);
-    }
+    ExpectEveryNodeScoresAsOnFlat(plugin, pod, flat, ranked);
   };
   expect_the_pass("all free");
   flat->SetFree("l1-n3", 0, 0);  // the IPC site, the cheapest
@@ -664,7 +666,7 @@ TEST(KvTransferCostTest, TheScaleFromRankedPositionsEqualsThePassOverEveryNode) 
   for (const char* node : {"l1-n1", "l1-n2", "l1-n3"}) flat->SetFree(node, 0, 0);
   flat->SetFree("near", 0, 0);
   expect_the_pass("leaf 1's only free node is a site");
-  for (const std::string& node : names) flat->SetFree(node, 0, 0);
+  flat->ForEachNode([&](const framework::NodeSummary& n) { flat->SetFree(n.name, 0, 0); });
   flat->SetFree("l3-n2", 8, 8);
   expect_the_pass("one free node");
 
@@ -685,21 +687,6 @@ TEST(KvTransferCostTest, TheScaleFromRankedPositionsEqualsThePassOverEveryNode) 
     const std::string why = ScoreOn(plugin, pod, remote_ranked, node).explanation;
     EXPECT_EQ(why, ScoreOn(KvTransferCost{Args{}}, pod, remote, node).explanation);
     EXPECT_NE(why.find("scale to 51.9 ms"), std::string::npos) << why;
-  }
-}
-
-// Every node of `flat` scores the same through the view with hashes as without.
-void ExpectTheSameScoresWithHashes(const std::shared_ptr<StaticClusterView>& flat, const PlacementRequest& pod) {
-  auto hashed = std::make_shared<HashedView>(flat);
-  const KvTransferCost plugin{Args{}};
-  std::vector<std::string> names;
-  flat->ForEachNode([&](const framework::NodeSummary& n) { names.emplace_back(n.name); });
-  for (const std::string& node : names) {
-    SCOPED_TRACE(node);
-    const framework::ScoreResult without = ScoreOn(plugin, pod, flat, node);
-    const framework::ScoreResult with = ScoreOn(plugin, pod, hashed, node);
-    EXPECT_EQ(with.score, without.score);
-    EXPECT_EQ(with.explanation, without.explanation);
   }
 }
 
@@ -727,8 +714,8 @@ TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiers
   for (const char* node : {"a-n0", "b-n0", "x-n0", "z-n0"}) {
     flat->AddMember("chat", Member(std::string("p-") + node, node, PodRole::kPrefill));
   }
-  ExpectTheSameScoresWithHashes(flat, PoolPod(PodRole::kDecode));
   const KvTransferCost plugin{Args{}};
+  ExpectEveryNodeScoresAsOnFlat(plugin, PoolPod(PodRole::kDecode), flat, std::make_shared<HashedView>(flat));
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), flat, "x-n1").score, 100);
   EXPECT_LT(ScoreOn(plugin, PoolPod(PodRole::kDecode), flat, "a-n1").score, 100);
 
@@ -749,7 +736,7 @@ TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiers
   for (const char* node : {"t-n0", "t-n1", "z-n0", "z-n2", "w-n0"}) {
     spans->AddMember("chat", Member(std::string("p-") + node, node, PodRole::kPrefill));
   }
-  ExpectTheSameScoresWithHashes(spans, PoolPod(PodRole::kDecode));
+  ExpectEveryNodeScoresAsOnFlat(plugin, PoolPod(PodRole::kDecode), spans, std::make_shared<HashedView>(spans));
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), spans, "z-n1").score, 100);
   EXPECT_LT(ScoreOn(plugin, PoolPod(PodRole::kDecode), spans, "t-n2").score, 100);
 
@@ -768,7 +755,7 @@ TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiers
   }
   PlacementRequest pod = PoolPod(PodRole::kDecode);
   pod.kv_ipc = true;
-  ExpectTheSameScoresWithHashes(sites, pod);
+  ExpectEveryNodeScoresAsOnFlat(plugin, pod, sites, std::make_shared<HashedView>(sites));
   EXPECT_EQ(ScoreOn(plugin, pod, sites, "v-n0").score, 100);
   EXPECT_LT(ScoreOn(plugin, pod, sites, "u-n0").score, 100);
 }

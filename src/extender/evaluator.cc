@@ -315,11 +315,6 @@ PoolTables BuildPoolTables(const std::vector<framework::PoolMember>& members, co
   return out;
 }
 
-bool SameMember(const framework::PoolMember& a, const framework::PoolMember& b) {
-  return a.node == b.node && a.role == b.role && a.gpus == b.gpus && a.rdma_nics == b.rdma_nics &&
-         a.worst_class == b.worst_class && a.kv_ipc == b.kv_ipc;
-}
-
 // The members of `after` not in `before` (or different there) into `added`, and those of
 // `before` not in `after` (or different) into `removed`; both lists sorted by UID
 // (ClusterStore::VersionedPoolMembers). False when more than `limit` differ: a rebuild is then
@@ -335,7 +330,7 @@ bool DiffMembers(const std::vector<framework::PoolMember>& before, const std::ve
     } else if (i == before.size() || after[j].uid < before[i].uid) {
       added.push_back(&after[j++]);
     } else {
-      if (!SameMember(before[i], after[j])) {
+      if (!(before[i] == after[j])) {  // the same UID, placed or shaped otherwise
         removed.push_back(&before[i]);
         added.push_back(&after[j]);
       }

@@ -96,12 +96,7 @@ class SnapshotClusterView : public framework::ClusterView {
   void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
     // The runs group nodes by the records' position hashes: only where ForEachNode gives those.
     if (!Hashed()) return ClusterView::ForEachNodeByPosition(fn);
-    const Snapshot::PositionRuns& runs = snapshot_->position_runs();
-    for (std::size_t r = 0; r + 1 < runs.starts.size(); ++r) {
-      for (std::uint32_t k = runs.starts[r]; k < runs.starts[r + 1]; ++k) {
-        if (!fn(Brief(runs.order[k]))) break;
-      }
-    }
+    for (std::size_t r = 0, runs = PositionRunCount(); r < runs; ++r) ForEachNodeInRun(r, fn);
   }
 
  private:
