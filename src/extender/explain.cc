@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rare_class_rule.h"
 #include "toposched/framework/allocation.h"
 
 namespace toposched::extender {
@@ -204,6 +205,11 @@ Explanation Explain(const ExplainInput& in) {
                                             in.store->node_locations()));
   }
   framework::CapacityBand band(fw.CapacityBandWidth());
+  const RareClassRule rare(fw, in.request, in.shape_mix.get(), snap, in.store);
+  std::string kept_for;
+  if (rare.active()) {
+    kept_for = std::to_string(rare.rare()->gpus) + " GPUs + " + std::to_string(rare.rare()->nics) + " RDMA NICs";
+  }
   std::vector<NodeExplanation> all;
   all.reserve(snap.size());
   std::map<std::string, std::size_t> by_reason;
@@ -268,7 +274,11 @@ Explanation Explain(const ExplainInput& in) {
     ++e.fitting;
     n.score100 = r.score.total;
     n.capacity = r.score.capacity;
-    band.Offer(r.score);
+    n.reserved = rare.active() && rare.Reserved(record->hardware, record->name);
+    if (n.reserved) n.kept_for = kept_for;
+    framework::NodeScore offered = r.score;
+    offered.reserved = n.reserved;
+    band.Offer(offered);
     if (r.placement && info.topology != nullptr) {
       const Placement& p = *r.placement;
       if (!p.pairs.empty()) n.worst_class = p.worst_class;
@@ -287,6 +297,7 @@ Explanation Explain(const ExplainInput& in) {
     framework::NodeScore s;
     s.total = n.score100;
     s.capacity = n.capacity;
+    s.reserved = n.reserved;
     return s;
   };
   for (NodeExplanation& n : all) {
@@ -338,6 +349,7 @@ std::string ToJson(const Explanation& e) {
       j["score"] = n.score100;
       j["extenderScore"] = n.extender_score;
       if (n.capacity >= 0) j["capacity"] = {{"score", n.capacity}, {"inBand", n.in_band}};
+      if (n.reserved) j["keptFor"] = n.kept_for;
       j["worstClass"] = n.worst_class ? json(std::string(ToString(*n.worst_class))) : json(nullptr);
       if (!n.alignment.empty()) j["alignment"] = n.alignment;
       j["gpus"] = n.gpus;
@@ -367,8 +379,9 @@ std::string ToText(const Explanation& e) {
       out += n.name + "  fits  score " + std::to_string(n.score100) + " (extender " +
              std::to_string(n.extender_score) + "/10)";
       if (n.capacity >= 0) {
-        out += "  capacity " + std::to_string(n.capacity) + (n.in_band ? "" : " (outside the capacity band: ranked last)");
+        out += "  capacity " + std::to_string(n.capacity) + (n.in_band || n.reserved ? "" : " (outside the capacity band: ranked last)");
       }
+      if (n.reserved) out += "  kept for pods of " + n.kept_for + " (a rare node class: ranked last)";
       if (n.worst_class) out += "  worst GPU->NIC " + std::string(ToString(*n.worst_class));
       if (!n.alignment.empty()) out += " (" + n.alignment + ")";
       out += "\n";

@@ -85,6 +85,10 @@ struct NodeExplanation {
   // rest and get extender score 0.
   int capacity = -1;
   bool in_band = true;
+  // A rare node class last (RareClassRule): the node is kept for `kept_for` (a typical shape
+  // fewer nodes can host than this pod's) and ranks after every node that is not.
+  bool reserved = false;
+  std::string kept_for;
   std::optional<LinkClass> worst_class;
   std::string alignment;  // AlignmentNote
   std::vector<std::string> gpus, nics;  // "3 (0000:1b:00.0)", "mlx5_0"

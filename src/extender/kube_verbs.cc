@@ -7,6 +7,7 @@
 
 #include "adapters.h"
 #include "explain.h"
+#include "rare_class_rule.h"
 #include "verbs.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/metrics/logging.h"
@@ -28,6 +29,7 @@ struct Scratch {
   std::vector<std::uint32_t> passed_at;  // snapshot positions of `passed`
   std::vector<std::string_view> names;    // the call's node names
   std::vector<std::size_t> at;            // their snapshot positions
+  std::vector<char> reserved;             // prioritize: the node is kept for a rarer shape
 };
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
@@ -81,9 +83,13 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     // the best fitting node's score 0, the others 1..10 by their totals.
     std::vector<HostScore>& scores = scratch.scores;
     std::vector<const ClassVerdict*>& verdicts = scratch.verdicts;
+    std::vector<char>& reserved_at = scratch.reserved;
     scores.clear();
     verdicts.clear();
+    reserved_at.clear();
     framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
+    // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
+    const RareClassRule rare(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
     // The nodes our filter passed, in its reply's order: one comparison per name instead of a
     // lookup (a hint advances only when it names the node, so extra or missing names cost one
     // lookup each).
@@ -96,11 +102,15 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (i == hint && i != state::Snapshot::npos) ++next_hint;
       const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict.At(i);
       if (v != nullptr && !v->passes()) v = nullptr;
-      if (v != nullptr) band.Offer(v->AsNodeScore());
+      const bool reserved = rare.active() && v != nullptr && rare.Reserved(snap.briefs()[i].hardware, n.name);
+      if (rare.active()) reserved_at.push_back(reserved);
+      if (v != nullptr) band.Offer(v->score100, v->capacity, reserved);
       verdicts.push_back(v);
     }
     for (std::size_t k = 0; k < nodes.size(); ++k) {
-      scores.push_back({nodes[k].name, verdicts[k] != nullptr ? band.ExtenderScore(verdicts[k]->AsNodeScore()) : 0});
+      const ClassVerdict* v = verdicts[k];
+      const bool reserved = rare.active() && reserved_at[k] != 0;
+      scores.push_back({nodes[k].name, v != nullptr ? band.ExtenderScore(v->score100, v->capacity, reserved) : 0});
     }
     WriteHostPriorityList(resp.body, scores);
     if (metrics::LogEnabled(LogLevel::kDebug)) {

@@ -41,10 +41,13 @@ struct ClassVerdict {
   metrics::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
   // The total and capacity, for framework::CapacityBand.
-  framework::NodeScore AsNodeScore() const {
+  // `reserved`: the node is kept for a rarer shape (RareClassRule), which is the node's, not
+  // its class's.
+  framework::NodeScore AsNodeScore(bool reserved = false) const {
     framework::NodeScore s;
     s.total = score100;
     s.capacity = capacity;
+    s.reserved = reserved;
     return s;
   }
 };

@@ -303,6 +303,71 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
   EXPECT_LT(e["nodes"][1]["capacity"]["score"].get<int>(), e["nodes"][0]["capacity"]["score"].get<int>());
 }
 
+// A rare node class last (docs/placement.md): "rare" is the only node that can host the
+// 8-GPU, 8-NIC shape the extender has seen; "common" has 8 GPUs and 4 RDMA NICs. A 1-GPU, 1-NIC
+// pod scores 0 on "rare" while "common" fits, and /explain says why; a pod whose own pool runs
+// on "rare" is not kept from it; with the rule off "rare" scores as any node.
+TEST(ExtenderPrioritize, ARareNodeClassScoresZeroWhileAnotherNodeFits) {
+  SyntheticSpec four_nics = *SyntheticPreset("hgx-h100-8gpu");
+  four_nics.nics_per_switch = 1;
+  const auto common = std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value());
+  auto scores = [&](Harness& h, const PodSpec& pod) {
+    EXPECT_TRUE(h.store().UpsertNode({"common", common, {}, true}).ok());
+    HttpClient c(h.port());
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"rare", "common"}));  // seen, not bound
+    std::map<std::string, int> score;
+    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), {"rare", "common"}))) {
+      score[hp["Host"]] = hp["Score"];
+    }
+    return score;
+  };
+  const PodSpec p1{.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1};
+  {
+    Harness h(Nodes{{"rare", "hgx-h100-8gpu"}});
+    std::map<std::string, int> score = scores(h, p1);
+    EXPECT_EQ(score["rare"], 0);
+    EXPECT_EQ(score["common"], 10);
+    HttpClient c(h.port());
+    const json e = PostJson(c, "/explain", MakePod(p1).dump());
+    EXPECT_EQ(e["best"], "common") << e.dump(2);
+    ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
+    EXPECT_EQ(e["nodes"][1]["name"], "rare");
+    EXPECT_EQ(e["nodes"][1]["extenderScore"], 0);
+    EXPECT_EQ(e["nodes"][1]["keptFor"], "8 GPUs + 8 RDMA NICs");
+    EXPECT_FALSE(e["nodes"][0].contains("keptFor"));
+    // The training pod itself is kept from nothing.
+    std::map<std::string, int> training = scores(h, kTraining8);
+    EXPECT_GE(training["rare"], 1);
+    // Volcano's prioritize ranks the same way.
+    const json v = PostJson(c, "/volcano/prioritize",
+                            json{{"task", testing::MakeTask(p1)},
+                                 {"nodes", {testing::MakeVolcanoNode("rare"), testing::MakeVolcanoNode("common")}}}
+                                .dump());
+    EXPECT_EQ(v["nodeScore"]["rare"].get<double>(), 0.0) << v.dump();
+    EXPECT_GT(v["nodeScore"]["common"].get<double>(), 0.0) << v.dump();
+  }
+  {
+    // A decode pod of a pool that already runs on "rare": the pool keeps it taken anyway.
+    Harness h(Nodes{{"rare", "hgx-h100-8gpu"}});
+    HttpClient c(h.port());
+    const PodSpec prefill{.name = "pf", .uid = "uid-pf", .gpus = 2, .rdma = 2,
+                          .labels = {{"llm-d.ai/role", "prefill"}, {"toposched.io/pool", "chat"}}};
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(prefill), {"rare"}));
+    EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(prefill, "rare"))["Error"], "");
+    const PodSpec decode{.name = "dc", .uid = "uid-dc", .gpus = 1, .rdma = 1,
+                         .labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}}};
+    std::map<std::string, int> score = scores(h, decode);
+    EXPECT_GE(score["rare"], 1);
+  }
+  {
+    framework::SchedulerConfig off = plugins::DefaultSchedulerConfig();
+    off.capacity.rare_class_last = false;
+    Harness h(Nodes{{"rare", "hgx-h100-8gpu"}}, {}, nullptr, off);
+    std::map<std::string, int> score = scores(h, p1);
+    EXPECT_GE(score["rare"], 1) << "without the rule the rare node scores as any node";
+  }
+}
+
 // Posts `pod`'s prioritize over `names` and expects every node's score to be what one whole
 // framework call (filter, then every Score plugin over the store's cluster view of `pool`)
 // gives it; returns the distinct scores seen, so a caller can insist the nodes differ.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "adapters.h"
+#include "rare_class_rule.h"
 #include "verbs.h"
 #include "toposched/metrics/logging.h"
 
@@ -82,20 +83,27 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   std::vector<std::shared_ptr<const ClassVerdict>> verdicts;
   verdicts.reserve(args->node_names.size());
   framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
+  // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
+  const RareClassRule rare(evaluator_.framework(), e.request, e.mix.get(), *snap, &evaluator_.store());
+  std::vector<char> reserved;
+  reserved.reserve(args->node_names.size());
   for (std::string_view n : args->node_names) {
     std::shared_ptr<const ClassVerdict> v;
+    bool kept = false;
     if (e.interested) {
       if (const state::NodeRecord* rec = snap->Find(n)) {
         v = evaluator_.Evaluate(e, cycle, *rec, Want::kScores, snap);
         if (!v->passes()) v = nullptr;
+        kept = v != nullptr && rare.active() && rare.Reserved(rec->hardware, n);
       }
     }
-    if (v != nullptr) band.Offer(v->AsNodeScore());
+    if (v != nullptr) band.Offer(v->AsNodeScore(kept));
     verdicts.push_back(std::move(v));
+    reserved.push_back(kept);
   }
   for (std::size_t k = 0; k < args->node_names.size(); ++k) {
     double score = 0;
-    if (const auto& v = verdicts[k]; v != nullptr && band.In(v->AsNodeScore())) {
+    if (const auto& v = verdicts[k]; v != nullptr && band.In(v->AsNodeScore(reserved[k] != 0))) {
       score = std::max(1, v->score100) * score_weight_;
     }
     scores.push_back({args->node_names[k], score});

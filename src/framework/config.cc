@@ -201,7 +201,7 @@ class ConfigParser {
   }
 
   Status ParseCapacity(const YAML::Node& node, CapacityConfig& capacity) {
-    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "capacity", {"plugin", "band"}));
+    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "capacity", {"plugin", "band", "rareClassLast"}));
     if (const YAML::Node plugin = node["plugin"]) {
       Result<std::string> name = ParseString(plugin, "capacity.plugin");
       if (!name.ok()) return name.error();
@@ -220,6 +220,11 @@ class ConfigParser {
       Result<int> b = ParseInt(band, "capacity.band", 0, kMaxScore);
       if (!b.ok()) return b.error();
       capacity.band = *b;
+    }
+    if (const YAML::Node flag = node["rareClassLast"]) {
+      Result<bool> b = ParseBool(flag, "capacity.rareClassLast");
+      if (!b.ok()) return b.error();
+      capacity.rare_class_last = *b;
     }
     return Status::Ok();
   }

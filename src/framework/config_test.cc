@@ -165,6 +165,11 @@ TEST(ConfigTest, CapacitySection) {
   c = LoadSchedulerConfigYaml("capacity: {plugin: none}", registry);
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_TRUE(c->capacity.plugin.empty());
+  EXPECT_TRUE(c->capacity.rare_class_last) << "a rare node class last is on by default";
+  c = LoadSchedulerConfigYaml("capacity: {rareClassLast: false}", registry);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_FALSE(c->capacity.rare_class_last);
+  EXPECT_TRUE(c->capacity.plugin.empty()) << "independent of capacity first";
   struct Case {
     const char* yaml;
     const char* error;
@@ -173,7 +178,8 @@ TEST(ConfigTest, CapacitySection) {
                           Case{"capacity: {plugin: Fit}", "Fit has no Score"},
                           Case{"capacity: {band: 101}", "capacity.band"},
                           Case{"capacity: {band: -1}", "capacity.band"},
-                          Case{"capacity: {width: 3}", "unknown key"}}) {
+                          Case{"capacity: {width: 3}", "unknown key"},
+                          Case{"capacity: {rareClassLast: sometimes}", "capacity.rareClassLast"}}) {
     SCOPED_TRACE(bad.yaml);
     c = LoadSchedulerConfigYaml(bad.yaml, registry);
     ASSERT_FALSE(c.ok());

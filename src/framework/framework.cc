@@ -19,41 +19,50 @@ int RoundedDivide(long long num, long long den) {
 
 }  // namespace
 
-void CapacityBand::Offer(const NodeScore& score) {
-  best_ = std::max(best_, score.capacity);
-  int& top = top_total_[static_cast<std::size_t>(std::clamp(score.capacity, -1, kMaxScore) + 1)];
-  top = std::max(top, std::clamp(score.total, kMinScore, kMaxScore));
-  top_in_band_ = -2;
+void CapacityBand::Offer(int total, int capacity, bool reserved) {
+  Tier& tier = tiers_[reserved ? 1 : 0];
+  tier.offered = true;
+  tier.best = std::max(tier.best, capacity);
+  int& top = tier.top_total[static_cast<std::size_t>(std::clamp(capacity, -1, kMaxScore) + 1)];
+  top = std::max(top, std::clamp(total, kMinScore, kMaxScore));
+  tier.top_in_band = -2;
 }
 
-int CapacityBand::TopInBand() const {
-  if (top_in_band_ != -2) return top_in_band_;
-  int top = top_total_[0];  // nodes without a capacity score are always in the band
-  const int lowest = band_ < 0 ? 0 : std::max(0, best_ - band_);
-  for (int c = lowest; c <= kMaxScore; ++c) top = std::max(top, top_total_[static_cast<std::size_t>(c + 1)]);
-  top_in_band_ = top;
+int CapacityBand::TopInBand(const Tier& tier) const {
+  if (tier.top_in_band != -2) return tier.top_in_band;
+  int top = tier.top_total[0];  // nodes without a capacity score are always in the band
+  const int lowest = band_ < 0 ? 0 : std::max(0, tier.best - band_);
+  for (int c = lowest; c <= kMaxScore; ++c) top = std::max(top, tier.top_total[static_cast<std::size_t>(c + 1)]);
+  tier.top_in_band = top;
   return top;
 }
 
-bool CapacityBand::In(const NodeScore& score) const {
-  return band_ < 0 || score.capacity < 0 || score.capacity >= best_ - band_;
+bool CapacityBand::InTier(const Tier& tier, int capacity) const {
+  return band_ < 0 || capacity < 0 || capacity >= tier.best - band_;
+}
+
+bool CapacityBand::In(int capacity, bool reserved) const {
+  if (reserved && tiers_[0].offered) return false;
+  return InTier(TierOf(reserved), capacity);
 }
 
 bool CapacityBand::Ahead(const NodeScore& a, const NodeScore& b) const {
-  const bool ia = In(a), ib = In(b);
+  if (a.reserved != b.reserved) return !a.reserved;
+  const Tier& tier = TierOf(a.reserved);
+  const bool ia = InTier(tier, a.capacity), ib = InTier(tier, b.capacity);
   if (ia != ib) return ia;
   if (a.total != b.total) return a.total > b.total;
   return a.capacity > b.capacity;
 }
 
-int CapacityBand::ExtenderScore(const NodeScore& score) const {
-  if (!In(score)) return 0;
-  const int top = TopInBand();
-  const int total = std::clamp(score.total, kMinScore, kMaxScore);
+int CapacityBand::ExtenderScore(int total, int capacity, bool reserved) const {
+  if (!In(capacity, reserved)) return 0;
+  const int top = TopInBand(TierOf(reserved));
+  const int clamped = std::clamp(total, kMinScore, kMaxScore);
   // An offer of this score raises top to at least total; a score never offered is compared
   // against the offers alone (and is capped at 10).
-  if (top <= 0) return std::max(1, ToExtenderScore(total));
-  return std::clamp(RoundedDivide(static_cast<long long>(total) * kMaxExtenderScore, top), 1, kMaxExtenderScore);
+  if (top <= 0) return std::max(1, ToExtenderScore(clamped));
+  return std::clamp(RoundedDivide(static_cast<long long>(clamped) * kMaxExtenderScore, top), 1, kMaxExtenderScore);
 }
 
 int ToExtenderScore(int score100) {
@@ -220,6 +229,8 @@ PluginStatus Framework::RunReserve(CycleState& state, NodeInfo& node) const {
 int Framework::CapacityBandWidth() const {
   return impl_->capacity == nullptr ? -1 : impl_->config.capacity.band;
 }
+
+bool Framework::RareClassLast() const { return impl_->config.capacity.rare_class_last; }
 
 std::string_view Framework::CapacityPluginName() const {
   return impl_->capacity == nullptr ? std::string_view() : impl_->capacity->Name();

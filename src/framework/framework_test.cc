@@ -164,6 +164,50 @@ TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
   EXPECT_EQ(plain.ExtenderScore(unaligned), 8);  // 62 * 10 / 74 = 8.4
 }
 
+TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
+  NodeScore kept;  // a rare node class: the best total and capacity of the call
+  kept.total = 100;
+  kept.capacity = 60;
+  kept.reserved = true;
+  NodeScore other;
+  other.total = 50;
+  other.capacity = 30;  // 30 points below the kept node's capacity: still the band's best
+  NodeScore weaker;
+  weaker.total = 25;
+  weaker.capacity = 28;
+  CapacityBand band(5);
+  for (const NodeScore* s : {&kept, &other, &weaker}) band.Offer(*s);
+  EXPECT_EQ(band.best(), 30) << "the band is the unreserved nodes'";
+  EXPECT_FALSE(band.In(kept));
+  EXPECT_TRUE(band.In(other));
+  EXPECT_TRUE(band.In(weaker));
+  EXPECT_TRUE(band.Ahead(other, kept)) << "a kept node ranks after every node that is not, whatever its scores";
+  EXPECT_TRUE(band.Ahead(weaker, kept));
+  EXPECT_FALSE(band.Ahead(kept, weaker));
+  EXPECT_EQ(band.ExtenderScore(kept), 0);
+  EXPECT_EQ(band.ExtenderScore(other), 10) << "relative to the best unreserved total, not the kept node's";
+  EXPECT_EQ(band.ExtenderScore(weaker), 5);
+
+  // Only kept nodes fit: they rank among themselves as any nodes do, and score 1..10.
+  NodeScore kept_low = kept;
+  kept_low.total = 40;
+  CapacityBand only(5);
+  only.Offer(kept);
+  only.Offer(kept_low);
+  EXPECT_TRUE(only.In(kept));
+  EXPECT_TRUE(only.Ahead(kept, kept_low));
+  EXPECT_EQ(only.ExtenderScore(kept), 10);
+  EXPECT_EQ(only.ExtenderScore(kept_low), 4);
+  EXPECT_EQ(only.best(), 60);
+
+  // With capacity first off, the same order.
+  CapacityBand off(-1);
+  for (const NodeScore* s : {&kept, &other}) off.Offer(*s);
+  EXPECT_TRUE(off.Ahead(other, kept));
+  EXPECT_EQ(off.ExtenderScore(kept), 0);
+  EXPECT_EQ(off.ExtenderScore(other), 10);
+}
+
 TEST(FrameworkTest, TheCapacityPluginRanksAtWeightZeroAndWhenNotListed) {
   Fixture fx;
   // Listed at weight 0: scored for the rank, out of the total, not a part unless explaining.

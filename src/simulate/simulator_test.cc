@@ -333,6 +333,65 @@ TEST(Simulate, RunsTheFrameworkWithTheGivenRegistryAndConfig) {
       << refused.error().message();
 }
 
+// A rare node class last (docs/placement.md): "rare" is the only node that can run the
+// whole-node shape (8 GPUs, 8 RDMA NICs); "common" has 8 GPUs and 4 NICs. While "big" holds part
+// of "rare", FGD's measure sees nothing more to lose there and a 1-GPU pod may as well go there;
+// the rule sends it to "common", so "rare" drains when "big" leaves and the training pod fits.
+TEST(Simulate, SmallNicPodsLeaveTheRareNodeClassToDrain) {
+  SyntheticSpec four_nics = *SyntheticPreset("hgx-h100-8gpu");
+  four_nics.nics_per_switch = 1;
+  VirtualCluster cluster;
+  VirtualNode rare;
+  rare.name = "rare";
+  rare.topology = Hgx();
+  cluster.nodes.push_back(rare);
+  VirtualNode common;
+  common.name = "common";
+  common.topology = std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value());
+  cluster.nodes.push_back(common);
+  Workload w;
+  w.pods = {Pod("big", 5, 5, 0, 2), Pod("small", 1, 1, 1, 100), Pod("training", 8, 8, 3, 10)};
+  packing::Shape small, big, whole;
+  small.gpus = small.nics = 1;
+  big.gpus = big.nics = 5;
+  whole.gpus = whole.nics = 8;
+  small.milli = big.milli = whole.milli = packing::kMilli;
+  SimulationOptions options;
+  options.policies = {"toposched"};
+  options.policy_options.mix = std::make_shared<const packing::ShapeMix>(
+      packing::ShapeMix{{{small, 0.6}, {big, 0.2}, {whole, 0.2}}});
+  auto placed_on = [](const PolicyResult& p, std::size_t node) {
+    int used = 0;
+    for (const GpuState& g : p.nodes[node].gpus) used += g.exclusive ? 1 : 0;
+    return used;
+  };
+  auto r = Simulate(cluster, w, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->policies[0].pending, 0) << FormatTable(*r);
+  EXPECT_EQ(placed_on(r->policies[0], 0), 8) << "the training pod on the drained rare node";
+  EXPECT_EQ(placed_on(r->policies[0], 1), 1) << "the small pod on the common node";
+
+  // Without the rule the small pod stays on the rare node and the training pod waits.
+  framework::SchedulerConfig off = plugins::DefaultSchedulerConfig();
+  off.capacity.rare_class_last = false;
+  options.policy_options.config = off;
+  auto without = Simulate(cluster, w, options);
+  ASSERT_TRUE(without.ok()) << without.error().message();
+  EXPECT_EQ(without->policies[0].pending, 1) << FormatTable(*without);
+
+  // A pod of a Prefill/Decode pool that already runs on the rare node is not kept from it: the
+  // pool holds the node anyway, and there its KV path is the shortest.
+  Workload pool;
+  pool.pods = {Pod("prefill", 5, 5, 0, 100), Pod("decode", 1, 1, 1, 100)};
+  pool.pods[0].request.role = PodRole::kPrefill;
+  pool.pods[1].request.role = PodRole::kDecode;
+  for (WorkloadPod& p : pool.pods) p.request.pool = "chat";
+  options.policy_options.config.reset();
+  auto together = Simulate(cluster, pool, options);
+  ASSERT_TRUE(together.ok()) << together.error().message();
+  EXPECT_EQ(placed_on(together->policies[0], 0), 6) << "the decode pod beside its prefill\n" << FormatTable(*together);
+}
+
 TEST(Reports, TableJsonAndSvgCarryTheFigures) {
   auto r = RunDefault(24, 200, 2);
   ASSERT_TRUE(r.ok()) << r.error().message();

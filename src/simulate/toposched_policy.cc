@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "plugins/registry.h"
 #include "simulate_internal.h"
 #include "toposched/framework/framework.h"
+#include "toposched/placement/rare_class.h"
 
 namespace toposched::simulate {
 namespace {
@@ -32,11 +35,20 @@ class ToposchedPolicy : public Policy {
     // among ties; a fixed rule keeps runs reproducible).
     candidates_.clear();
     framework::CapacityBand band(framework_.CapacityBandWidth());
+    const std::optional<packing::Shape> rare = RareShapeFor(request, nodes);
+    pool_nodes_.clear();
+    if (rare && !request.pool.empty() && cycle.cluster() != nullptr) {
+      for (const framework::PoolMember& m : cycle.cluster()->PoolMembers(request.pool)) pool_nodes_.insert(m.node);
+    }
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const VirtualNode& node = nodes[i];
       if (!node.schedulable) continue;
       if (!framework_.RunFilter(cycle, node).ok()) continue;
       candidates_.push_back({framework_.RunScore(cycle, node), static_cast<int>(i)});
+      // A rare node class last: the nodes that could host the rare shape serve this pod only
+      // when no other node can, unless its own pool already runs there.
+      candidates_.back().score.reserved = rare && packing::HostsWhenEmpty(hardware_[i], request.vendor, *rare) &&
+                                          !pool_nodes_.contains(node.name);
       band.Offer(candidates_.back().score);
     }
     std::sort(candidates_.begin(), candidates_.end(), [&band](const Candidate& a, const Candidate& b) {
@@ -68,9 +80,28 @@ class ToposchedPolicy : public Policy {
     framework::NodeScore score;
     int index = 0;
   };
+
+  // The rare shape for `request` on these nodes (packing::RareShape), when the rule is on. The
+  // nodes' hardware and its census are kept while the nodes are those of the last call (a run's
+  // nodes never change hardware).
+  std::optional<packing::Shape> RareShapeFor(const PlacementRequest& request, const std::vector<VirtualNode>& nodes) {
+    if (!framework_.RareClassLast() || mix_ == nullptr || request.rdma_nics <= 0) return std::nullopt;
+    if (hardware_nodes_ != nodes.data() || hardware_.size() != nodes.size()) {
+      hardware_.clear();
+      for (const VirtualNode& node : nodes) hardware_.push_back(packing::HardwareOf(*node.topology));
+      census_ = packing::CensusOf(hardware_);
+      hardware_nodes_ = nodes.data();
+    }
+    return packing::RareShape(*mix_, packing::ShapeOf(request), request.vendor, census_);
+  }
+
   framework::Framework framework_;
   std::shared_ptr<const packing::ShapeMix> mix_;
   std::vector<Candidate> candidates_;  // reused between pods
+  std::vector<packing::NodeHardware> hardware_;
+  packing::HardwareCensus census_;
+  const VirtualNode* hardware_nodes_ = nullptr;
+  std::set<std::string, std::less<>> pool_nodes_;  // the nodes running the pod's pool
 };
 
 }  // namespace

@@ -313,6 +313,11 @@ const std::vector<std::string>& Snapshot::tier_labels() const {
   return tier_labels_ != nullptr ? *tier_labels_ : kNone;
 }
 
+const packing::HardwareCensus& Snapshot::census() const {
+  static const packing::HardwareCensus kNone;
+  return census_ != nullptr ? *census_ : kNone;
+}
+
 const Snapshot::PositionRuns& Snapshot::position_runs() const {
   static const PositionRuns kNone;
   return position_runs_ != nullptr ? *position_runs_ : kNone;
@@ -343,6 +348,7 @@ struct ClusterStore::Impl {
     }
     record.free_gpus = record.free_rdma_nics = 0;
     record.free_by_vendor = {};
+    record.hardware = record.topology == nullptr ? packing::NodeHardware{} : packing::HardwareOf(*record.topology);
     if (record.topology == nullptr || record.held()) return;
     for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
       if (GpuFree(record.allocated, static_cast<int>(g)) && record.topology->gpus[g].unusable.empty()) {
@@ -444,7 +450,9 @@ struct ClusterStore::Impl {
       next->briefs_ = old.briefs_;
       next->position_hashes_ = old.position_hashes_;
       const bool moved = (*it)->position_hashes != record->position_hashes;
+      const bool rebuilt = (*it)->hardware != record->hardware;
       next->nodes_[static_cast<std::size_t>(at)] = std::move(record);
+      next->census_ = rebuilt || old.census_ == nullptr ? BuildCensus(*next) : old.census_;
       FillArraysAt(*next, static_cast<std::size_t>(at));
       next->index_ = old.index_;
       next->position_runs_ = moved ? BuildPositionRuns(*next) : old.position_runs_;
@@ -456,6 +464,7 @@ struct ClusterStore::Impl {
       next->index_ = BuildIndex(next->nodes_);
       FillArrays(*next);
       next->position_runs_ = BuildPositionRuns(*next);
+      next->census_ = BuildCensus(*next);
     }
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
@@ -471,12 +480,13 @@ struct ClusterStore::Impl {
     next->version_ = old.version_ + 1;
     next->tier_labels_ = old.tier_labels_;
     next->nodes_.reserve(old.nodes_.size() + records.size());
-    bool inserted = false, moved = false;
+    bool inserted = false, moved = false, rebuilt = false;
     auto it = old.nodes_.begin();
     for (auto& record : records) {
       while (it != old.nodes_.end() && (*it)->name < record->name) next->nodes_.push_back(*it++);
       if (it != old.nodes_.end() && (*it)->name == record->name) {
         moved = moved || (*it)->position_hashes != record->position_hashes;
+        rebuilt = rebuilt || (*it)->hardware != record->hardware;
         ++it;
       } else {
         inserted = true;
@@ -491,6 +501,7 @@ struct ClusterStore::Impl {
     }
     FillArrays(*next);
     next->position_runs_ = inserted || moved ? BuildPositionRuns(*next) : old.position_runs_;
+    next->census_ = inserted || rebuilt || old.census_ == nullptr ? BuildCensus(*next) : old.census_;
     std::lock_guard swap(snapshot_mu);
     retired = std::exchange(current, std::move(next));
   }
@@ -527,6 +538,13 @@ struct ClusterStore::Impl {
     return runs;
   }
 
+  static std::shared_ptr<const packing::HardwareCensus> BuildCensus(const Snapshot& s) {
+    std::vector<packing::NodeHardware> hardware;
+    hardware.reserve(s.nodes_.size());
+    for (const auto& r : s.nodes_) hardware.push_back(r->hardware);
+    return std::make_shared<const packing::HardwareCensus>(packing::CensusOf(hardware));
+  }
+
   // The snapshot's arrays parallel to nodes_ (class keys, briefs, position hashes).
   static void FillArrays(Snapshot& s) {
     const std::size_t tiers = s.tier_labels().size();
@@ -539,7 +557,7 @@ struct ClusterStore::Impl {
     const NodeRecord& r = *s.nodes_[i];
     s.class_keys_[i] = r.class_key;
     s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held(),
-                                   r.free_by_vendor};
+                                   r.free_by_vendor, r.hardware};
     const std::size_t tiers = s.tier_labels().size();
     for (std::size_t t = 0; t < tiers; ++t) {
       s.position_hashes_[i * tiers + t] = r.position_hashes.size() == tiers ? r.position_hashes[t] : 0;

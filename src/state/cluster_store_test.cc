@@ -110,6 +110,37 @@ TEST(ClusterStoreTest, ReplacingANodeKeepsTheIndexAndTheOrder) {
   EXPECT_EQ(snapshot->Find("gpu-b")->name, "gpu-b");
 }
 
+// The hardware census (packing::RareShape counts hosts with it): every node's GPUs and RDMA
+// NICs whatever is in use, rebuilt when a node comes, goes or changes hardware, shared
+// otherwise; each brief carries its node's hardware.
+TEST(ClusterStoreTest, TheHardwareCensusCountsNodesByWhatTheyHave) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());
+  ASSERT_TRUE(store.UpsertNode(Node("inf-c", kInference)).ok());
+  packing::NodeHardware hgx, inference;
+  hgx.gpus[VendorIndex(GpuVendor::kNvidia)] = 8;
+  hgx.rdma_nics = 8;
+  inference.gpus[VendorIndex(GpuVendor::kNvidia)] = 4;
+  const auto before = store.snapshot();
+  EXPECT_EQ(before->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 2}}));
+  EXPECT_EQ(before->briefs()[0].hardware, hgx);
+  EXPECT_EQ(before->briefs()[2].hardware, inference);
+  // A bind changes what is free, not what the node has: the census is the same object.
+  ASSERT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({0, 1}))).ok());
+  const auto bound = store.snapshot();
+  EXPECT_EQ(&bound->census(), &before->census());
+  EXPECT_EQ(bound->Find("gpu-a")->hardware, hgx);
+  // A new topology for a node, in either publish path, and a node gone: counted again.
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b", kInference)).ok());
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 2}, {hgx, 1}}));
+  std::vector<NodeSpec> specs = {Node("inf-c")};
+  ASSERT_TRUE(store.UpsertNodes(std::move(specs)).ok());
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 2}}));
+  store.RemoveNode("gpu-a");
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 1}}));
+}
+
 TEST(ClusterStoreTest, UpsertNodesPublishesOneSnapshot) {
   ClusterStore store(nullptr);
   ASSERT_TRUE(store.UpsertNode(Node("gpu-b")).ok());

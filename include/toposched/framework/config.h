@@ -58,6 +58,11 @@ inline constexpr int kDefaultCapacityBand = 5;
 struct CapacityConfig {
   std::string plugin;  // a Score plugin (ExpectedFragmentation); empty: off
   int band = kDefaultCapacityBand;
+  // A rare node class last (packing::RareShape; docs/placement.md): for a pod asking RDMA NICs,
+  // the nodes whose hardware can host the typical shape that the fewest nodes can host rank
+  // after every other node that fits, except nodes running the pod's own Prefill/Decode pool.
+  // On by default, with or without `plugin`.
+  bool rare_class_last = true;
   bool operator==(const CapacityConfig&) const = default;
 };
 

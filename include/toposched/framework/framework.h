@@ -51,6 +51,9 @@ struct NodeScore {
   // off or this ScoreSet does not hold the plugin.
   int capacity = -1;
   std::string capacity_explanation;  // the capacity plugin's explanation, when explaining
+  // Kept for a rarer shape (packing::RareShape, SchedulerConfig::capacity.rare_class_last): the
+  // caller sets it from the cluster's hardware; such a node ranks after every node that is not.
+  bool reserved = false;
 };
 
 // The ranking of the nodes that fit one pod, and their extender scores: Offer every feasible
@@ -60,6 +63,11 @@ struct NodeScore {
 // offered (or when capacity first is off: band < 0, or the node has no capacity score). In-band
 // nodes rank ahead of the rest; then the higher total; then the higher capacity.
 //
+// A rare node class last: nodes kept for a rarer shape (NodeScore::reserved) rank after every
+// node that is not, and while any such node was offered they are out of the band; the band and
+// the best in-band total are those of the unreserved nodes then. When only reserved nodes fit,
+// they rank among themselves as any nodes do.
+//
 // The extender's wire has one number per node, 0..10. ExtenderScore gives out-of-band nodes 0
 // and in-band ones 1..10 by their total relative to the best in-band total (kube-scheduler's
 // DefaultNormalizeScore: score * max / highest, pkg/scheduler/framework/plugins/helper/
@@ -68,23 +76,35 @@ struct NodeScore {
 class CapacityBand {
  public:
   explicit CapacityBand(int band) : band_(band) {}
-  void Offer(const NodeScore& score);
-  bool In(const NodeScore& score) const;
+  void Offer(const NodeScore& score) { Offer(score.total, score.capacity, score.reserved); }
+  bool In(const NodeScore& score) const { return In(score.capacity, score.reserved); }
   // Whether `a` ranks ahead of `b` (strict; equal nodes: false both ways).
   bool Ahead(const NodeScore& a, const NodeScore& b) const;
-  int ExtenderScore(const NodeScore& score) const;
-  int best() const { return best_; }
+  int ExtenderScore(const NodeScore& score) const { return ExtenderScore(score.total, score.capacity, score.reserved); }
+  // The same from a score's three fields (NodeScore::total, capacity, reserved), for callers
+  // that keep them without a NodeScore (the extender's cached verdicts).
+  void Offer(int total, int capacity, bool reserved);
+  bool In(int capacity, bool reserved) const;
+  int ExtenderScore(int total, int capacity, bool reserved) const;
+  int best() const { return tiers_[tiers_[0].offered ? 0 : 1].best; }
   int band() const { return band_; }
 
  private:
-  int TopInBand() const;
+  // The offers of one kind (unreserved, reserved).
+  struct Tier {
+    bool offered = false;
+    int best = -1;
+    mutable int top_in_band = -2;  // TopInBand()'s cached answer; -2: to compute (an Offer came)
+    // The highest total offered per capacity score (index capacity + 1; 0: no capacity score),
+    // -1 when none: the best in-band total without keeping every offer.
+    std::array<int, kMaxScore + 2> top_total = MinusOnes();
+  };
+  const Tier& TierOf(bool reserved) const { return tiers_[reserved ? 1 : 0]; }
+  bool InTier(const Tier& tier, int capacity) const;
+  int TopInBand(const Tier& tier) const;
 
   int band_;
-  int best_ = -1;
-  mutable int top_in_band_ = -2;  // TopInBand()'s cached answer; -2: to compute (an Offer came)
-  // The highest total offered per capacity score (index capacity + 1; 0: no capacity score),
-  // -1 when none: the best in-band total without keeping every offer.
-  std::array<int, kMaxScore + 2> top_total_ = MinusOnes();
+  std::array<Tier, 2> tiers_;
   static constexpr std::array<int, kMaxScore + 2> MinusOnes() {
     std::array<int, kMaxScore + 2> a{};
     a.fill(-1);
@@ -136,6 +156,9 @@ class Framework {
   int CapacityBandWidth() const;
   // The capacity plugin's name; empty when off.
   std::string_view CapacityPluginName() const;
+  // Whether nodes kept for a rarer shape rank last (SchedulerConfig::capacity.rare_class_last;
+  // the caller sets NodeScore::reserved).
+  bool RareClassLast() const;
   // Plugin names per extension point, in run order (for logs and /debug pages).
   std::vector<std::string_view> FilterPluginNames() const;
   std::vector<std::string_view> ScorePluginNames() const;

@@ -26,6 +26,7 @@
 #include "toposched/framework/allocation.h"
 #include "toposched/framework/cluster_view.h"
 #include "toposched/placement/placement.h"
+#include "toposched/placement/rare_class.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched::state {
@@ -99,6 +100,9 @@ struct NodeRecord {
   int free_gpus = 0;       // GPUs neither exclusive nor shared (0 while held_pods is not empty)
   std::array<int, kGpuVendors> free_by_vendor{};  // free_gpus by the GPUs' vendor
   int free_rdma_nics = 0;  // RDMA NICs no pod holds (0 while held_pods is not empty)
+  // What the node has whatever is in use or held: its GPUs by vendor and its RDMA NICs (a rare
+  // node class is one of hardware; packing::RareShape).
+  packing::NodeHardware hardware;
   bool held() const { return !held_pods.empty(); }
 };
 
@@ -133,6 +137,7 @@ class Snapshot {
     int free_rdma_nics = 0;
     bool schedulable = false;  // schedulable and not held
     std::array<int, kGpuVendors> free_by_vendor{};
+    packing::NodeHardware hardware;  // NodeRecord::hardware
   };
   std::span<const Brief> briefs() const { return briefs_; }
   // NodeRecord::position_hashes of node i at [i * tier_labels().size(), ...): a node whose
@@ -155,6 +160,9 @@ class Snapshot {
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
   std::size_t size() const { return nodes_.size(); }
   std::uint64_t version() const { return version_; }  // +1 per published change
+  // Each distinct NodeRecord::hardware with how many nodes have it (every node, schedulable or
+  // not); rebuilt only when a node comes, goes or changes hardware.
+  const packing::HardwareCensus& census() const;
   // The tier labels the records' positions were resolved with (StoreOptions::tier_labels).
   const std::vector<std::string>& tier_labels() const;
 
@@ -173,6 +181,7 @@ class Snapshot {
   struct NameIndex;
   std::shared_ptr<const NameIndex> index_;
   std::shared_ptr<const std::vector<std::string>> tier_labels_;
+  std::shared_ptr<const packing::HardwareCensus> census_;
   std::uint64_t version_ = 0;
 };
 

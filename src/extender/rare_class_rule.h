@@ -1,0 +1,38 @@
+#pragma once
+// A rare node class last in the extender's ranking (framework::CapacityBand, packing::RareShape;
+// docs/placement.md, "A rare node class last"): for one pod's prioritize or explain call, which
+// nodes are kept for the rare shape. The rare shape comes from the pod's typical pods (the
+// window's mix when the extender first saw it) and the snapshot's hardware census; the nodes
+// already running the pod's own Prefill/Decode pool are never kept from it.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toposched/framework/framework.h"
+#include "toposched/placement/rare_class.h"
+#include "toposched/placement/request.h"
+#include "toposched/state/cluster_state.h"
+
+namespace toposched::extender {
+
+class RareClassRule {
+ public:
+  // Inactive (no node kept) when the framework's rule is off, the pod asks no RDMA NIC, `mix` is
+  // null or no typical shape is rarer than the pod's own. `store` (may be null) gives the pod's
+  // pool members.
+  RareClassRule(const framework::Framework& framework, const PlacementRequest& request, const packing::ShapeMix* mix,
+                const state::Snapshot& snapshot, const state::ClusterStore* store);
+  bool active() const { return rare_.has_value(); }
+  const std::optional<packing::Shape>& rare() const { return rare_; }
+  // Whether the node `name` with `hardware` is kept for the rare shape.
+  bool Reserved(const packing::NodeHardware& hardware, std::string_view name) const;
+
+ private:
+  std::optional<packing::Shape> rare_;
+  GpuVendor vendor_ = GpuVendor::kNvidia;
+  std::vector<std::string> pool_nodes_;  // sorted, unique
+};
+
+}  // namespace toposched::extender
