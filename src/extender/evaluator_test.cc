@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "explain.h"
+#include "rare_class_rule.h"
 #include "plugins/registry.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/framework/allocation.h"
@@ -114,6 +115,42 @@ PodSpec PoolPod(const std::string& name, const char* role) {
                  .gpus = 2,
                  .rdma = 2,
                  .labels = {{"llm-d.ai/role", role}, {"toposched.io/pool", "chat"}}};
+}
+
+// The rule without HTTP, on one thread: which nodes it keeps for the rare shape, and the pool's
+// nodes as of each version of the pool (the set is kept per thread while the version holds).
+TEST_F(EvaluatorTest, ARareNodeClassIsKeptExceptWhereThePodsPoolRunsAsOfItsVersion) {
+  SyntheticSpec four_nics = SyntheticPreset("hgx-h100-8gpu").value();
+  four_nics.nics_per_switch = 1;
+  AddNode("rare", Preset("hgx-h100-8gpu"));
+  AddNode("common", std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value()));
+  const PodSpec training{.name = "train", .uid = "uid-train", .gpus = 8, .rdma = 8};
+  ASSERT_NE(Entry(training), nullptr);  // seen: the window's mix holds the 8-GPU, 8-NIC shape
+  std::shared_ptr<PodEntry> decode = Entry(PoolPod("decode-0", "decode"));
+  ASSERT_NE(decode, nullptr);
+  const auto hardware = [&](const std::string& node) { return store_.snapshot()->Find(node)->hardware; };
+  auto rule = [&] {
+    return RareClassRule(framework_, decode->request, evaluator_.ShapeMixFor(decode->uid).get(), *store_.snapshot(),
+                         &store_);
+  };
+  {
+    const RareClassRule r = rule();
+    ASSERT_TRUE(r.active());
+    EXPECT_EQ(r.rare()->gpus, 8);
+    EXPECT_EQ(r.rare()->nics, 8);
+    EXPECT_TRUE(r.Reserved(hardware("rare"), "rare"));
+    EXPECT_FALSE(r.Reserved(hardware("common"), "common"));
+  }
+  Bind(PoolPod("prefill-0", "prefill"), "common");
+  EXPECT_TRUE(rule().Reserved(hardware("rare"), "rare")) << "the pool runs on common only";
+  Bind(PoolPod("prefill-1", "prefill"), "rare");
+  EXPECT_FALSE(rule().Reserved(hardware("rare"), "rare")) << "the pool's new version runs on rare too";
+  // The training pod and a pod without NICs are kept from nothing.
+  std::shared_ptr<PodEntry> whole = Entry(training);
+  EXPECT_FALSE(RareClassRule(framework_, whole->request, whole->mix.get(), *store_.snapshot(), &store_).active());
+  const PodSpec gpus_only{.name = "g", .uid = "uid-g", .gpus = 1};
+  std::shared_ptr<PodEntry> plain = Entry(gpus_only);
+  EXPECT_FALSE(RareClassRule(framework_, plain->request, plain->mix.get(), *store_.snapshot(), &store_).active());
 }
 
 TEST_F(EvaluatorTest, NodesOfOneClassShareOneVerdictKeptAcrossCallsForThePod) {

@@ -5,6 +5,7 @@
 // window's mix when the extender first saw it) and the snapshot's hardware census; the nodes
 // already running the pod's own Prefill/Decode pool are never kept from it.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,7 +33,9 @@ class RareClassRule {
  private:
   std::optional<packing::Shape> rare_;
   GpuVendor vendor_ = GpuVendor::kNvidia;
-  std::vector<std::string> pool_nodes_;  // sorted, unique
+  // The nodes of the pod's pool, sorted and unique (kept per thread for the pool's version:
+  // one set per version, not per call); null: no pool, or the rule is inactive.
+  std::shared_ptr<const std::vector<std::string>> pool_nodes_;
 };
 
 }  // namespace toposched::extender

@@ -347,17 +347,24 @@ TEST(ExtenderPrioritize, ARareNodeClassScoresZeroWhileAnotherNodeFits) {
     EXPECT_GT(v["nodeScore"]["common"].get<double>(), 0.0) << v.dump();
   }
   {
-    // A decode pod of a pool that already runs on "rare": the pool keeps it taken anyway.
+    // A decode pod of a pool that already runs on "rare": the pool keeps it taken anyway. Before
+    // the pool's first pod lands there, "rare" is kept from it like from any pod.
     Harness h(Nodes{{"rare", "hgx-h100-8gpu"}});
     HttpClient c(h.port());
+    const PodSpec decode{.name = "dc", .uid = "uid-dc", .gpus = 1, .rdma = 1,
+                         .labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}}};
+    const PodSpec elsewhere{.name = "pf0", .uid = "uid-pf0", .gpus = 2, .rdma = 2,
+                            .labels = {{"llm-d.ai/role", "prefill"}, {"toposched.io/pool", "chat"}}};
+    EXPECT_TRUE(h.store().UpsertNode({"common", common, {}, true}).ok());
+    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(elsewhere), {"common"}));
+    EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(elsewhere, "common"))["Error"], "");
+    EXPECT_EQ(scores(h, decode)["rare"], 0) << "the pool runs on common only";
     const PodSpec prefill{.name = "pf", .uid = "uid-pf", .gpus = 2, .rdma = 2,
                           .labels = {{"llm-d.ai/role", "prefill"}, {"toposched.io/pool", "chat"}}};
     PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(prefill), {"rare"}));
     EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(prefill, "rare"))["Error"], "");
-    const PodSpec decode{.name = "dc", .uid = "uid-dc", .gpus = 1, .rdma = 1,
-                         .labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}}};
     std::map<std::string, int> score = scores(h, decode);
-    EXPECT_GE(score["rare"], 1);
+    EXPECT_GE(score["rare"], 1) << "the pool's new version runs on rare too";
   }
   {
     framework::SchedulerConfig off = plugins::DefaultSchedulerConfig();
