@@ -2,6 +2,7 @@
 
 #include "../common/json_errors.h"
 #include "../common/json_read.h"
+#include "request_keep.h"
 
 #include <algorithm>
 #include <cctype>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "toposched/common/quantity.h"
 #include "toposched/common/text.h"
@@ -187,6 +189,158 @@ class KeepFilter {
 
   std::vector<std::string> slots_;
 };
+
+}  // namespace
+
+namespace request_keep {
+
+json ByFilter(std::string_view text) { return json::parse(text.begin(), text.end(), KeepFilter()); }
+
+namespace {
+
+namespace dom = simdjson::dom;
+
+// The element as an object (array), held in a local: a range-for over get_object()'s result
+// would iterate a temporary that is gone.
+bool AsObject(dom::element v, dom::object& out) { return v.get(out) == simdjson::SUCCESS; }
+bool AsArray(dom::element v, dom::array& out) { return v.get(out) == simdjson::SUCCESS; }
+
+// A kept leaf: a string or null (names, labels, annotations), or for a resource quantity also
+// a number, typed as nlohmann types it (a non-negative integer unsigned). False: another type.
+bool KeepLeaf(dom::element v, bool number_ok, json& out) {
+  switch (v.type()) {
+    case dom::element_type::STRING:
+      out = std::string(v.get_string().value_unsafe());
+      return true;
+    case dom::element_type::NULL_VALUE:
+      out = nullptr;
+      return true;
+    case dom::element_type::INT64: {
+      if (!number_ok) return false;
+      const std::int64_t n = v.get_int64().value_unsafe();
+      if (n >= 0) {
+        out = static_cast<std::uint64_t>(n);
+      } else {
+        out = n;
+      }
+      return true;
+    }
+    case dom::element_type::UINT64:
+      if (!number_ok) return false;
+      out = v.get_uint64().value_unsafe();
+      return true;
+    case dom::element_type::DOUBLE:
+      if (!number_ok) return false;
+      out = v.get_double().value_unsafe();
+      return true;
+    default:
+      return false;
+  }
+}
+
+// An object of kept leaves (labels, annotations, requests, limits), or null.
+bool KeepMap(dom::element v, bool number_ok, json& out) {
+  if (v.is_null()) {
+    out = nullptr;
+    return true;
+  }
+  dom::object object;
+  if (!AsObject(v, object)) return false;
+  out = json::object();
+  for (dom::key_value_pair field : object) {
+    json leaf;
+    if (!KeepLeaf(field.value, number_ok, leaf)) return false;
+    out[std::string(field.key)] = std::move(leaf);
+  }
+  return true;
+}
+
+bool KeepContainers(dom::element v, json& out) {
+  if (v.is_null()) {
+    out = nullptr;
+    return true;
+  }
+  dom::array containers;
+  if (!AsArray(v, containers)) return false;
+  out = json::array();
+  for (dom::element c : containers) {
+    dom::object container;
+    if (!AsObject(c, container)) return false;
+    json kept = json::object();
+    for (dom::key_value_pair field : container) {
+      if (field.key == "name" || field.key == "restartPolicy") {
+        if (!KeepLeaf(field.value, false, kept[std::string(field.key)])) return false;
+      } else if (field.key == "resources") {
+        json& resources = kept["resources"];
+        if (field.value.is_null()) {
+          resources = nullptr;
+          continue;
+        }
+        dom::object fields;
+        if (!AsObject(field.value, fields)) return false;
+        resources = json::object();
+        for (dom::key_value_pair r : fields) {
+          if (r.key != "requests" && r.key != "limits") continue;
+          if (!KeepMap(r.value, true, resources[std::string(r.key)])) return false;
+        }
+      }
+    }
+    out.push_back(std::move(kept));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<json> BySimdjson(std::string_view text) {
+  thread_local dom::parser parser;
+  dom::element root;
+  dom::object pod;
+  if (parser.parse(text.data(), text.size()).get(root) != simdjson::SUCCESS || !AsObject(root, pod)) {
+    return std::nullopt;
+  }
+  json out = json::object();
+  for (dom::key_value_pair field : pod) {
+    if (field.key == "kind") {
+      if (!KeepLeaf(field.value, false, out["kind"])) return std::nullopt;
+    } else if (field.key == "metadata") {
+      json& metadata = out["metadata"];
+      if (field.value.is_null()) {
+        metadata = nullptr;
+        continue;
+      }
+      dom::object fields;
+      if (!AsObject(field.value, fields)) return std::nullopt;
+      metadata = json::object();
+      for (dom::key_value_pair m : fields) {
+        if (m.key == "name" || m.key == "namespace" || m.key == "uid") {
+          if (!KeepLeaf(m.value, false, metadata[std::string(m.key)])) return std::nullopt;
+        } else if (m.key == "labels" || m.key == "annotations") {
+          if (!KeepMap(m.value, false, metadata[std::string(m.key)])) return std::nullopt;
+        }
+      }
+    } else if (field.key == "spec") {
+      json& spec = out["spec"];
+      if (field.value.is_null()) {
+        spec = nullptr;
+        continue;
+      }
+      dom::object fields;
+      if (!AsObject(field.value, fields)) return std::nullopt;
+      spec = json::object();
+      for (dom::key_value_pair m : fields) {
+        if (m.key == "containers" || m.key == "initContainers") {
+          if (!KeepContainers(m.value, spec[std::string(m.key)])) return std::nullopt;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace request_keep
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Field readers. Every access checks the type first, so nothing below throws on bad input.
@@ -713,9 +867,10 @@ Result<PlacementRequest> Parse(std::string_view text, const RequestConfig& confi
                  std::to_string(kMaxPodJsonBytes) + " bytes");
   }
   if (TrimSpace(text).empty()) return Error("not valid JSON: the pod document is empty");
+  if (std::optional<json> kept = request_keep::BySimdjson(text)) return ReadPod(*kept, config);
   json doc;
   try {
-    doc = json::parse(text.begin(), text.end(), KeepFilter());
+    doc = request_keep::ByFilter(text);
   } catch (const json::parse_error& e) {
     return Error("not valid JSON (byte " + std::to_string(e.byte) + "): " + StripExceptionTag(e.what()));
   } catch (const json::exception& e) {
