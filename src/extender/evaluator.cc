@@ -370,8 +370,16 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
   if (patch) index->names = last->names;  // appended to from here on, never changed
   const auto keep = [&names = *index->names](std::string_view d) { return std::string_view(names.emplace_back(d)); };
   if (patch) {
-    index->node = last->node;
-    index->domain = last->domain;
+    // The map holds the only reference (other calls take theirs under pool_mu_, held here): the
+    // tables move into the new version instead of being copied; the old index is dropped below.
+    if (it->second.use_count() == 1) {
+      auto& old = const_cast<PoolIndex&>(*last);  // made non-const by make_shared<PoolIndex>
+      index->node = std::move(old.node);
+      index->domain = std::move(old.domain);
+    } else {
+      index->node = last->node;
+      index->domain = last->domain;
+    }
     index->count = last->count;
     index->patched = true;
     for (const framework::PoolMember* m : removed) {

@@ -412,6 +412,29 @@ TEST_F(EvaluatorTest, APoolsIndexIsPatchedWithThePodsThatCameAndLeft) {
   ASSERT_TRUE(store_.Release("uid-prefill-3", false).ok());
   Bind(PoolPod("prefill-3", "prefill"), "n2");
   expect_own_verdicts(*decode, true, "a pod moved");
+  // An index a call still holds keeps its tables when the next version is patched (the tables
+  // move into the next version only when nobody else holds the last one).
+  {
+    const auto snap = store_.snapshot();
+    const std::size_t tiers = framework_.config().network.tiers.size();
+    const auto held = evaluator_.PoolIndexFor("chat", *snap, tiers);
+    ASSERT_NE(held, nullptr);
+    const std::uint64_t n2 = framework::PositionHash("n2");
+    ASSERT_NE(held->node.Find(n2), nullptr);
+    const auto content = held->node.Find(n2)->second;
+    const std::size_t domain_tiers = held->domain.size();
+    ASSERT_TRUE(store_.Release("uid-prefill-3", false).ok());
+    const auto next = evaluator_.PoolIndexFor("chat", *store_.snapshot(), tiers);
+    ASSERT_NE(next, nullptr);
+    EXPECT_TRUE(next->patched);
+    ASSERT_NE(held->node.Find(n2), nullptr) << "the held index lost its tables";
+    EXPECT_EQ(held->node.Find(n2)->second, content);
+    EXPECT_EQ(held->domain.size(), domain_tiers);
+    const auto* left = next->node.Find(n2);
+    EXPECT_TRUE(left == nullptr || left->second != content) << "the next version subtracted the pod that left";
+    Bind(PoolPod("prefill-3", "prefill"), "n2");
+  }
+  expect_own_verdicts(*decode, true, "a pod left and came back while an index was held");
   // Most of the pool changed: built afresh.
   for (const char* uid : {"uid-prefill-2", "uid-prefill-4", "uid-prefill-5"}) {
     ASSERT_TRUE(store_.Release(uid, false).ok());
