@@ -238,21 +238,39 @@ bool KeepLeaf(dom::element v, bool number_ok, json& out) {
   }
 }
 
-// An object of kept leaves (labels, annotations, requests, limits), or null.
-bool KeepMap(dom::element v, bool number_ok, json& out) {
-  if (v.is_null()) {
+// An object, or null where `null_ok`, of which `field(key, value, out)` keeps what it wants
+// (returning false for a field of another type than a Pod gives it). False: another type.
+template <typename Field>
+bool KeepObject(dom::element v, bool null_ok, json& out, Field&& field) {
+  if (null_ok && v.is_null()) {
     out = nullptr;
     return true;
   }
   dom::object object;
   if (!AsObject(v, object)) return false;
   out = json::object();
-  for (dom::key_value_pair field : object) {
-    json leaf;
-    if (!KeepLeaf(field.value, number_ok, leaf)) return false;
-    out[std::string(field.key)] = std::move(leaf);
+  for (dom::key_value_pair f : object) {
+    if (!field(f.key, f.value, out)) return false;
   }
   return true;
+}
+
+// An object of kept leaves (labels, annotations, requests, limits), or null.
+bool KeepMap(dom::element v, bool number_ok, json& out) {
+  return KeepObject(v, true, out, [number_ok](std::string_view key, dom::element value, json& o) {
+    return KeepLeaf(value, number_ok, o[std::string(key)]);
+  });
+}
+
+// A container: its name, restart policy and resources' requests and limits.
+bool KeepContainer(dom::element v, json& out) {
+  return KeepObject(v, false, out, [](std::string_view key, dom::element value, json& o) {
+    if (key == "name" || key == "restartPolicy") return KeepLeaf(value, false, o[std::string(key)]);
+    if (key != "resources") return true;
+    return KeepObject(value, true, o["resources"], [](std::string_view k, dom::element r, json& resources) {
+      return (k != "requests" && k != "limits") || KeepMap(r, true, resources[std::string(k)]);
+    });
+  });
 }
 
 bool KeepContainers(dom::element v, json& out) {
@@ -264,27 +282,8 @@ bool KeepContainers(dom::element v, json& out) {
   if (!AsArray(v, containers)) return false;
   out = json::array();
   for (dom::element c : containers) {
-    dom::object container;
-    if (!AsObject(c, container)) return false;
-    json kept = json::object();
-    for (dom::key_value_pair field : container) {
-      if (field.key == "name" || field.key == "restartPolicy") {
-        if (!KeepLeaf(field.value, false, kept[std::string(field.key)])) return false;
-      } else if (field.key == "resources") {
-        json& resources = kept["resources"];
-        if (field.value.is_null()) {
-          resources = nullptr;
-          continue;
-        }
-        dom::object fields;
-        if (!AsObject(field.value, fields)) return false;
-        resources = json::object();
-        for (dom::key_value_pair r : fields) {
-          if (r.key != "requests" && r.key != "limits") continue;
-          if (!KeepMap(r.value, true, resources[std::string(r.key)])) return false;
-        }
-      }
-    }
+    json kept;
+    if (!KeepContainer(c, kept)) return false;
     out.push_back(std::move(kept));
   }
   return true;
@@ -295,46 +294,25 @@ bool KeepContainers(dom::element v, json& out) {
 std::optional<json> BySimdjson(std::string_view text) {
   thread_local dom::parser parser;
   dom::element root;
-  dom::object pod;
-  if (parser.parse(text.data(), text.size()).get(root) != simdjson::SUCCESS || !AsObject(root, pod)) {
-    return std::nullopt;
-  }
-  json out = json::object();
-  for (dom::key_value_pair field : pod) {
-    if (field.key == "kind") {
-      if (!KeepLeaf(field.value, false, out["kind"])) return std::nullopt;
-    } else if (field.key == "metadata") {
-      json& metadata = out["metadata"];
-      if (field.value.is_null()) {
-        metadata = nullptr;
-        continue;
-      }
-      dom::object fields;
-      if (!AsObject(field.value, fields)) return std::nullopt;
-      metadata = json::object();
-      for (dom::key_value_pair m : fields) {
-        if (m.key == "name" || m.key == "namespace" || m.key == "uid") {
-          if (!KeepLeaf(m.value, false, metadata[std::string(m.key)])) return std::nullopt;
-        } else if (m.key == "labels" || m.key == "annotations") {
-          if (!KeepMap(m.value, false, metadata[std::string(m.key)])) return std::nullopt;
-        }
-      }
-    } else if (field.key == "spec") {
-      json& spec = out["spec"];
-      if (field.value.is_null()) {
-        spec = nullptr;
-        continue;
-      }
-      dom::object fields;
-      if (!AsObject(field.value, fields)) return std::nullopt;
-      spec = json::object();
-      for (dom::key_value_pair m : fields) {
-        if (m.key == "containers" || m.key == "initContainers") {
-          if (!KeepContainers(m.value, spec[std::string(m.key)])) return std::nullopt;
-        }
-      }
+  if (parser.parse(text.data(), text.size()).get(root) != simdjson::SUCCESS) return std::nullopt;
+  json out;
+  const bool kept = KeepObject(root, false, out, [](std::string_view key, dom::element value, json& pod) {
+    if (key == "kind") return KeepLeaf(value, false, pod["kind"]);
+    if (key == "metadata") {
+      return KeepObject(value, true, pod["metadata"], [](std::string_view k, dom::element m, json& metadata) {
+        if (k == "name" || k == "namespace" || k == "uid") return KeepLeaf(m, false, metadata[std::string(k)]);
+        if (k == "labels" || k == "annotations") return KeepMap(m, false, metadata[std::string(k)]);
+        return true;
+      });
     }
-  }
+    if (key == "spec") {
+      return KeepObject(value, true, pod["spec"], [](std::string_view k, dom::element m, json& spec) {
+        return (k != "containers" && k != "initContainers") || KeepContainers(m, spec[std::string(k)]);
+      });
+    }
+    return true;
+  });
+  if (!kept) return std::nullopt;
   return out;
 }
 

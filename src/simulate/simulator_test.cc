@@ -50,6 +50,26 @@ int PendingOf(const PolicyResult& p, std::string_view kind) {
   return 0;
 }
 
+// toposched places at least as many pods as every baseline and leaves no more of any kind
+// pending; with `leads`, it also places at least as many pods at their node's best class and
+// as large a share of P/D pods at the cheapest KV path.
+void ExpectEveryKindAtLeastEveryBaselines(const SimulationResult& r, bool leads) {
+  const PolicyResult& topo = Find(r, kPolicyToposched);
+  const std::string table = FormatTable(r);
+  for (const PolicyResult& base : r.policies) {
+    if (base.policy == kPolicyToposched) continue;
+    SCOPED_TRACE(base.policy);
+    EXPECT_GE(topo.placed, base.placed) << table;
+    for (const std::string_view kind : {kKindTraining, kKindPrefill, kKindDecode, kKindShared}) {
+      EXPECT_LE(PendingOf(topo, kind), PendingOf(base, kind)) << kind << "\n" << table;
+    }
+    if (leads) {
+      EXPECT_GE(topo.at_best_class, base.at_best_class) << table;
+      EXPECT_GE(topo.pd.at_cheapest_share, base.pd.at_cheapest_share) << table;
+    }
+  }
+}
+
 // `pd_pools` < 0: the default number of pools.
 Result<SimulationResult> RunDefault(int nodes, int pods, std::uint32_t seed = 1, int pd_pools = -1) {
   auto cluster = DefaultCluster(nodes);
@@ -112,23 +132,8 @@ TEST(Acceptance, ToposchedPlacesPrefillDecodePairsBetterThanEveryBaseline) {
 TEST(Acceptance, ToposchedPlacesAtLeastEveryBaselineOfEveryKind) {
   auto r = RunDefault(kAcceptanceNodes, kAcceptancePods);
   ASSERT_TRUE(r.ok()) << r.error().message();
-  const PolicyResult& topo = Find(*r, kPolicyToposched);
-  const std::string table = FormatTable(*r);
-  auto pending_of = [](const PolicyResult& p, std::string_view kind) {
-    for (const KindCount& k : p.kinds) {
-      if (k.kind == kind) return k.pending;
-    }
-    return 0;
-  };
-  for (const PolicyResult& base : r->policies) {
-    if (base.policy == kPolicyToposched) continue;
-    SCOPED_TRACE(base.policy);
-    EXPECT_GE(topo.placed, base.placed) << table;
-    for (const std::string_view kind : {kKindTraining, kKindPrefill, kKindDecode, kKindShared}) {
-      EXPECT_LE(pending_of(topo, kind), pending_of(base, kind)) << kind << "\n" << table;
-    }
-  }
-  EXPECT_GT(Find(*r, kPolicyFirstFit).pending, 0) << "sized so that capacity matters\n" << table;
+  ExpectEveryKindAtLeastEveryBaselines(*r, false);
+  EXPECT_GT(Find(*r, kPolicyFirstFit).pending, 0) << "sized so that capacity matters\n" << FormatTable(*r);
 }
 
 // The same bar on a folder of real topology exports (../shared/topologies, 4 copies of each,
@@ -149,18 +154,7 @@ TEST(Acceptance, AFolderOfRealExportsPlacesAtLeastEveryBaselineOfEveryKind) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     auto r = Simulate(cluster, GenerateWorkload(DefaultWorkloadSpec(cluster, 1000, seed)));
     ASSERT_TRUE(r.ok()) << r.error().message();
-    const PolicyResult& topo = Find(*r, kPolicyToposched);
-    const std::string table = FormatTable(*r);
-    for (const PolicyResult& base : r->policies) {
-      if (base.policy == kPolicyToposched) continue;
-      SCOPED_TRACE(base.policy);
-      EXPECT_GE(topo.placed, base.placed) << table;
-      for (const std::string_view kind : {kKindTraining, kKindPrefill, kKindDecode, kKindShared}) {
-        EXPECT_LE(PendingOf(topo, kind), PendingOf(base, kind)) << kind << "\n" << table;
-      }
-      EXPECT_GE(topo.at_best_class, base.at_best_class) << table;
-      EXPECT_GE(topo.pd.at_cheapest_share, base.pd.at_cheapest_share) << table;
-    }
+    ExpectEveryKindAtLeastEveryBaselines(*r, true);
   }
 }
 
