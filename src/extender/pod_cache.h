@@ -40,16 +40,9 @@ struct ClassVerdict {
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
   metrics::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
-  // The total and capacity, for framework::CapacityBand.
-  // `reserved`: the node is kept for a rarer shape (RareClassRule), which is the node's, not
-  // its class's.
-  framework::NodeScore AsNodeScore(bool reserved = false) const {
-    framework::NodeScore s;
-    s.total = score100;
-    s.capacity = capacity;
-    s.reserved = reserved;
-    return s;
-  }
+  // framework::CapacityBand takes score100 and capacity as they are (Offer(total, capacity,
+  // reserved)); whether a node is kept for a rarer shape (RareClassRule) is the node's, not its
+  // class's, so it is not here.
 };
 
 struct PodEntry {

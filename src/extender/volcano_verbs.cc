@@ -97,13 +97,13 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
         kept = v != nullptr && rare.active() && rare.Reserved(rec->hardware, n);
       }
     }
-    if (v != nullptr) band.Offer(v->AsNodeScore(kept));
+    if (v != nullptr) band.Offer(v->score100, v->capacity, kept);
     verdicts.push_back(std::move(v));
     reserved.push_back(kept);
   }
   for (std::size_t k = 0; k < args->node_names.size(); ++k) {
     double score = 0;
-    if (const auto& v = verdicts[k]; v != nullptr && band.In(v->AsNodeScore(reserved[k] != 0))) {
+    if (const auto& v = verdicts[k]; v != nullptr && band.In(v->capacity, reserved[k] != 0)) {
       score = std::max(1, v->score100) * score_weight_;
     }
     scores.push_back({args->node_names[k], score});
