@@ -292,6 +292,10 @@ bool KeepContainers(dom::element v, json& out) {
 }  // namespace
 
 std::optional<json> BySimdjson(std::string_view text) {
+  // The thread's parser keeps buffers sized to the largest document it read (its tape can take
+  // several times the text): a large pod (up to kMaxPodJsonBytes; real pods are a few KB, those
+  // with big managedFields tens of KB) goes to nlohmann's filter, which keeps nothing.
+  if (text.size() > kMaxBytes) return std::nullopt;
   thread_local dom::parser parser;
   dom::element root;
   if (parser.parse(text.data(), text.size()).get(root) != simdjson::SUCCESS) return std::nullopt;

@@ -102,6 +102,18 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
   for (const std::string& text : declined) {
     EXPECT_FALSE(request_keep::BySimdjson(text).has_value()) << text;
   }
+  // A pod past the size the simdjson reader takes is read by the filter, to the same request.
+  std::string large = seeds[0];
+  const std::size_t brace = large.rfind('}');
+  ASSERT_NE(brace, std::string::npos);
+  large.insert(brace, R"(,"status":{"message":")" + std::string(request_keep::kMaxBytes, 'x') + R"("})");
+  EXPECT_FALSE(request_keep::BySimdjson(large).has_value());
+  const Result<PlacementRequest> from_large = ParsePodRequest(large);
+  const Result<PlacementRequest> from_seed = ParsePodRequest(seeds[0]);
+  ASSERT_TRUE(from_large.ok()) << from_large.error().message();
+  ASSERT_TRUE(from_seed.ok()) << from_seed.error().message();
+  EXPECT_EQ(from_large->ShapeKey(), from_seed->ShapeKey());
+  EXPECT_EQ(from_large->pod_name, from_seed->pod_name);
   std::vector<std::string> all = answered;
   all.insert(all.end(), declined.begin(), declined.end());
   testing::RunFuzz(all, agree, 100000);

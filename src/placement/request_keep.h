@@ -6,6 +6,7 @@
 // fields have the types a Pod gives them. Private to the placement library, its tests and the
 // pod_request fuzz target (which checks that the two agree).
 
+#include <cstddef>
 #include <optional>
 #include <string_view>
 
@@ -16,8 +17,12 @@ namespace toposched::request_keep {
 // nlohmann's parser with the keep filter; throws nlohmann::json::exception on bad JSON.
 nlohmann::json ByFilter(std::string_view text);
 
-// The same document by simdjson, or nullopt: not valid JSON to simdjson, not an object, or a
-// kept field of another type than a Pod gives it (ByFilter's result then decides).
+// The largest text BySimdjson reads (each thread's parser keeps buffers of the largest).
+inline constexpr std::size_t kMaxBytes = 256u << 10;
+
+// The same document by simdjson, or nullopt: longer than kMaxBytes, not valid JSON to simdjson,
+// not an object, or a kept field of another type than a Pod gives it (ByFilter's result then
+// decides).
 std::optional<nlohmann::json> BySimdjson(std::string_view text);
 
 }  // namespace toposched::request_keep
