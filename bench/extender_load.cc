@@ -64,15 +64,23 @@ std::shared_ptr<const NodeTopology> Preset(const char* name) {
 
 // `uuids`: every node's topology its own, with its own GPU UUIDs, as the agent publishes them
 // (NVML) and HAMi's registration names them; false: nodes of one type share one topology.
-void Populate(state::ClusterStore& store, int nodes, bool uuids) {
+// `rare_class`: seven HGX nodes in eight have 4 RDMA NICs instead of 8 (one per switch), so
+// only every eighth node can run an 8-GPU, 8-NIC pod: a rare node class (docs/placement.md).
+void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class = false) {
   auto hgx = Preset("hgx-h100-8gpu");
   auto pcie = Preset("pcie-4gpu");
+  std::shared_ptr<const NodeTopology> four_nics = hgx;
+  if (rare_class) {
+    SyntheticSpec spec = SyntheticPreset("hgx-h100-8gpu").value();
+    spec.nics_per_switch = 1;
+    four_nics = std::make_shared<const NodeTopology>(GenerateSynthetic(spec).value());
+  }
   std::vector<state::NodeSpec> specs;
   for (int i = 0; i < nodes; ++i) {
     // As in a real cluster: every node carries its own kubernetes.io/hostname, and its network
     // position (16-node leaves, 256-node spines).
     const std::string name = "gpu-node-" + std::to_string(i);
-    std::shared_ptr<const NodeTopology> topology = i % 10 == 9 ? pcie : hgx;
+    std::shared_ptr<const NodeTopology> topology = i % 10 == 9 ? pcie : i % 8 == 0 ? hgx : four_nics;
     if (uuids) {
       auto own = std::make_shared<NodeTopology>(*topology);
       for (std::size_t g = 0; g < own->gpus.size(); ++g) {
@@ -221,14 +229,15 @@ state::StoreOptions StoreFor(const framework::SchedulerConfig& config, bool ever
 
 struct World {
   enum class Pool { kNone, kGathered, kSpread };
-  explicit World(bool every_label, bool uuids, Pool pool = Pool::kNone)
-      : store(nullptr, StoreFor(framework.config(), every_label)) {
-    Populate(store, 5000, uuids);
+  explicit World(bool every_label, bool uuids, Pool pool = Pool::kNone, bool rare_class = false,
+                 framework::SchedulerConfig config = plugins::DefaultSchedulerConfig())
+      : framework(framework::Framework::Create(std::move(config), plugins::BuiltinRegistry()).value()),
+        store(nullptr, StoreFor(framework.config(), every_label)) {
+    Populate(store, 5000, uuids, rare_class);
     if (pool != Pool::kNone) pool_pods = AddPool(store, pool == Pool::kSpread);
     service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
   }
-  framework::Framework framework =
-      framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry()).value();
+  framework::Framework framework;
   state::ClusterStore store;
   metrics::Registry metrics;
   std::unique_ptr<extender::ExtenderService> service;
@@ -252,7 +261,8 @@ void Churn(World& w, int step) {
   }
 }
 
-void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr) {
+// `label` (optional) names the run in its line.
+void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr, const char* label = nullptr) {
   const std::vector<std::string> names = Names(names_count);
   std::vector<std::string> bodies;
   for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + i, names, pool != nullptr));
@@ -289,10 +299,11 @@ void InProcess(World& w, int names_count, int iterations, const char* pool = nul
     floor_sum.push_back(floor_f[i] + floor_p[i]);
   }
   const Stats os = Summarize(ours_sum), fs = Summarize(floor_sum);
-  std::printf("in-process%s%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
+  std::printf("in-process%s%s%s%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
               "floor filter p50 %6.1f prioritize p50 %6.1f | filter+prioritize p50 %7.1f vs floor %6.1f = %.2fx, "
               "p99 %7.1f vs %6.1f\n",
-              pool ? ", pool pod, pool " : "", pool ? pool : "", pool && g_churn ? " (churn)" : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
+              pool ? ", pool pod, pool " : "", pool ? pool : "", pool && g_churn ? " (churn)" : "", label ? ", " : "",
+              label ? label : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
               os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
 }
 
@@ -441,6 +452,26 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
+  if (only == "rare") {
+    // A rare node class (docs/placement.md, "A rare node class last"): one node in eight can run
+    // an 8-GPU, 8-NIC pod, and the extender has seen 40 such pods (filter calls, not timed), so
+    // each 2-GPU, 2-NIC pod's prioritize keeps those nodes for them. The same cluster and pods
+    // with the rule off (capacity.rareClassLast: false) beside it.
+    for (const bool rule : {true, false}) {
+      framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
+      config.capacity.rare_class_last = rule;
+      World rare(every_label, uuids, World::Pool::kNone, true, config);
+      const std::vector<std::string> names = Names(500);
+      server::HttpResponse rs;
+      for (int i = 0; i < 40; ++i) {
+        PodSpec whole{.name = "whole-" + std::to_string(i), .ns = "llm", .uid = "whole-uid-" + std::to_string(i),
+                      .gpus = 8, .rdma = 8};
+        const std::string body = testing::ExtenderArgs(testing::MakePod(whole), names);
+        rare.service->Handle(server::HttpRequest{"POST", "/scheduler/filter", "application/json", body, "bench"}, rs);
+      }
+      InProcess(rare, 5000, iterations, nullptr, rule ? "rare node class, rule on" : "rare node class, rule off");
+    }
+  }
   if (only.empty() || only.starts_with("pool")) {
     // A decode pod of a 192-instance pool: scored node by node (nodes of one class and one
     // leaf, holding no pod of the pool, share a result), KvTransferCost and PdRatio on top.

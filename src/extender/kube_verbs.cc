@@ -1,5 +1,7 @@
 // kube-scheduler's verbs: filter, prioritize, bind, preempt (adapters.h).
 
+#include <array>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
@@ -21,6 +23,8 @@ using metrics::LogLevel;
 
 // Per-thread reply buffers, kept between calls so that a 5,000-node call allocates nothing in
 // steady state. Only views into the current request live here.
+constexpr std::size_t kHostsSlots = 64;
+
 struct Scratch {
   std::vector<NodeRef> passed;
   std::vector<NodeFailure> failed, unresolvable;
@@ -30,6 +34,8 @@ struct Scratch {
   std::vector<std::string_view> names;    // the call's node names
   std::vector<std::size_t> at;            // their snapshot positions
   std::vector<char> reserved;             // prioritize: the node is kept for a rarer shape
+  // prioritize: whether a verdict's nodes could host the rare shape, by the verdict's address.
+  std::array<std::pair<const ClassVerdict*, bool>, kHostsSlots> hosts_rare{};
 };
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
@@ -87,6 +93,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     scores.clear();
     verdicts.clear();
     reserved_at.clear();
+    scratch.hosts_rare.fill({nullptr, false});  // verdicts of another call may share an address
     framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
     // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
     const RareClassRule rare(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
@@ -102,7 +109,14 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (i == hint && i != state::Snapshot::npos) ++next_hint;
       const ClassVerdict* v = i == state::Snapshot::npos ? nullptr : verdict.At(i);
       if (v != nullptr && !v->passes()) v = nullptr;
-      const bool reserved = rare.active() && v != nullptr && rare.Reserved(snap.briefs()[i].hardware, n.name);
+      bool reserved = false;
+      if (rare.active() && v != nullptr) {
+        // Whether the hardware could host the rare shape is the node's class's (its key covers
+        // the topology), so it is asked once per verdict, not per node.
+        std::pair<const ClassVerdict*, bool>& hosts = scratch.hosts_rare[(reinterpret_cast<std::uintptr_t>(v) >> 4) % kHostsSlots];
+        if (hosts.first != v) hosts = {v, rare.HostsRare(snap.briefs()[i].hardware)};
+        reserved = hosts.second && !rare.RunsThePool(n.name);
+      }
       if (rare.active()) reserved_at.push_back(reserved);
       if (v != nullptr) band.Offer(v->score100, v->capacity, reserved);
       verdicts.push_back(v);

@@ -41,9 +41,12 @@ RareClassRule::RareClassRule(const framework::Framework& framework, const Placem
   if (members != nullptr) pool_nodes_ = NodesOf(std::move(members));
 }
 
-bool RareClassRule::Reserved(const packing::NodeHardware& hardware, std::string_view name) const {
-  if (!rare_ || !packing::HostsWhenEmpty(hardware, vendor_, *rare_)) return false;
-  return pool_nodes_ == nullptr || !std::binary_search(pool_nodes_->begin(), pool_nodes_->end(), name);
+bool RareClassRule::HostsRare(const packing::NodeHardware& hardware) const {
+  return rare_ && packing::HostsWhenEmpty(hardware, vendor_, *rare_);
+}
+
+bool RareClassRule::RunsThePool(std::string_view name) const {
+  return pool_nodes_ != nullptr && std::binary_search(pool_nodes_->begin(), pool_nodes_->end(), name);
 }
 
 }  // namespace toposched::extender

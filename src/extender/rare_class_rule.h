@@ -27,8 +27,13 @@ class RareClassRule {
                 const state::Snapshot& snapshot, const state::ClusterStore* store);
   bool active() const { return rare_.has_value(); }
   const std::optional<packing::Shape>& rare() const { return rare_; }
-  // Whether the node `name` with `hardware` is kept for the rare shape.
-  bool Reserved(const packing::NodeHardware& hardware, std::string_view name) const;
+  // Whether the node `name` with `hardware` is kept for the rare shape: its hardware could host
+  // it (HostsRare, a property of the node's class) and the pod's pool does not run there.
+  bool Reserved(const packing::NodeHardware& hardware, std::string_view name) const {
+    return HostsRare(hardware) && !RunsThePool(name);
+  }
+  bool HostsRare(const packing::NodeHardware& hardware) const;
+  bool RunsThePool(std::string_view name) const;
 
  private:
   std::optional<packing::Shape> rare_;
