@@ -9,6 +9,8 @@
 // as in production. The cluster is 5,000 synthetic nodes (90% HGX H100, 10% PCIe 4-GPU), a
 // third of them partly allocated, so the filter sees several node classes.
 //
+// `--only rare`: a rare node class (docs/placement.md), the rule on and off, side by side.
+//
 // usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
 //                                [--shared-topologies] [--kube-order] [--churn]
 
