@@ -469,16 +469,14 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(k, v.size() - 1)];
 }
 
+// `mix`, `demand_mix`: TraceReplayResult::typical, typical_demand (from the trace, not from this
+// seed's tuned tasks).
 Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint32_t seed,
-                        const TraceReplayOptions& options, const framework::SchedulerConfig& config) {
+                        const TraceReplayOptions& options, const framework::SchedulerConfig& config,
+                        const packing::ShapeMix& mix, const packing::ShapeMix& demand_mix) {
   const std::int64_t capacity = trace.GpuCapacityMilli();
   TraceWorkload workload = PrepareWorkload(trace, options.tune_ratio, seed, options.shuffle);
   std::vector<TraceTask>& tasks = workload.tasks;
-  // FGD's typical pods (TraceTypicalShapes); toposched's from the same tasks, keeping also the
-  // shapes that hold the GPU demand (the simulator's WorkloadMix).
-  const packing::ShapeMix mix = TraceTypicalShapes(trace);
-  const packing::ShapeMix demand_mix =
-      packing::TypicalShapes(TraceShapes(trace), 0.95, packing::Coverage::kPodsAndGpuDemand);
   if (options.max_tasks > 0 && tasks.size() > options.max_tasks) tasks.resize(options.max_tasks);
 
   ReplayState state;
@@ -603,6 +601,11 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
   if (result.capacity_milli <= 0) return Error("the trace's nodes have no GPUs");
   result.trace_tasks = trace.tasks.size();
   result.marks = options.marks;
+  // FGD's typical pods (TraceTypicalShapes); toposched's from the same tasks, keeping also the
+  // shapes that hold the GPU demand (the simulator's WorkloadMix). Both from the trace's tasks
+  // before tuning, for every seed, as the FGD simulator sets them up.
+  result.typical = TraceTypicalShapes(trace);
+  result.typical_demand = packing::TypicalShapes(TraceShapes(trace), 0.95, packing::Coverage::kPodsAndGpuDemand);
 
   // Every (policy, seed) run on its own state; runs go to the machine's cores.
   struct Job {
@@ -624,7 +627,8 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
   }
   auto worker = [&] {
     for (std::size_t j = next++; j < jobs.size(); j = next++) {
-      runs[j] = RunOne(trace, options.policies[jobs[j].policy], options.seeds[jobs[j].seed], locked, config);
+      runs[j] = RunOne(trace, options.policies[jobs[j].policy], options.seeds[jobs[j].seed], locked, config,
+                       result.typical, result.typical_demand);
     }
   };
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "plugins/registry.h"
@@ -191,7 +192,7 @@ TEST(TraceTest, RandomPutsASharedTaskOnARandomGpu) {
 // FGD's typical pods are the trace's own task shapes, before tuning.
 TEST(TraceTest, TypicalPodsComeFromTheTraceBeforeTuning) {
   Trace trace;
-  trace.nodes = {TraceNode{"n", 8000, 8192, 100, "T4"}};
+  for (int i = 0; i < 3; ++i) trace.nodes.push_back(TraceNode{"n" + std::to_string(i), 96000, 786432, 8, "G2"});
   for (int i = 0; i < 19; ++i) {
     trace.tasks.push_back(TraceTask{"s" + std::to_string(i), 1000, 1024, 1, 500, {}, 0});
   }
@@ -201,6 +202,28 @@ TEST(TraceTest, TypicalPodsComeFromTheTraceBeforeTuning) {
   ASSERT_EQ(mix.shapes.size(), 1u);
   EXPECT_EQ(mix.shapes[0].shape.milli, 500);
   EXPECT_DOUBLE_EQ(mix.shapes[0].weight, 1.0);
+
+  // The replay packs for that mix, not for its seed's tuned tasks: on a seed whose tuning draws
+  // the 2-GPU task often enough that the tuned tasks' mix keeps it (found here, so the fixture
+  // can tell the two apart).
+  TraceReplayOptions options;
+  options.policies = {std::string(kTracePolicyFgd), std::string(kTracePolicyToposched)};
+  std::optional<std::uint32_t> differing;
+  for (std::uint32_t seed = 1; seed <= 50 && !differing; ++seed) {
+    Trace tuned = trace;
+    tuned.tasks = PrepareWorkload(trace, options.tune_ratio, seed).tasks;
+    if (TraceTypicalShapes(tuned) != mix) differing = seed;
+  }
+  ASSERT_TRUE(differing.has_value()) << "the fixture's tuning never changes the mix";
+  options.seeds = {*differing};
+  auto replayed = ReplayTrace(trace, options);
+  ASSERT_TRUE(replayed.ok()) << replayed.error().message();
+  EXPECT_EQ(replayed->typical, mix);
+  // toposched's also keeps the 2-GPU shape (2,000 of the 11,500 milli-GPU asked), weighted by
+  // the trace's counts (1 of 20), not by a tuned workload's.
+  ASSERT_EQ(replayed->typical_demand.shapes.size(), 2u);
+  EXPECT_EQ(replayed->typical_demand.shapes[1].shape.gpus, 2);
+  EXPECT_DOUBLE_EQ(replayed->typical_demand.shapes[1].weight, 1.0 / 20.0);
 }
 
 TEST(TraceTest, EveryTraceNodeHasAMachineShape) {

@@ -161,6 +161,10 @@ struct TraceReplayResult {
   std::int64_t capacity_milli = 0;
   std::size_t trace_tasks = 0;
   std::vector<double> marks;
+  // The typical pods every run packed for, from the trace's tasks before tuning: FGD's
+  // (TraceTypicalShapes) and toposched's (the same tasks, also the shapes holding 95 % of the
+  // GPU demand).
+  packing::ShapeMix typical, typical_demand;
   std::vector<TracePolicyResult> policies;
 };
 
