@@ -350,7 +350,7 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
   std::lock_guard lock(pool_mu_);
   const auto it = pool_index_.find(pool);
   // The last index, when it was built for these positions: reused, or patched.
-  const PoolIndex* last =
+  PoolIndex* last =
       it != pool_index_.end() && it->second->runs == runs && it->second->tiers == tiers ? it->second.get() : nullptr;
   if (last != nullptr && last->version == store_.PoolVersion(pool)) return it->second;
   auto [version, members] = store_.VersionedPoolMembers(pool);
@@ -373,9 +373,8 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
     // The map holds the only reference (other calls take theirs under pool_mu_, held here): the
     // tables move into the new version instead of being copied; the old index is dropped below.
     if (it->second.use_count() == 1) {
-      auto& old = const_cast<PoolIndex&>(*last);  // made non-const by make_shared<PoolIndex>
-      index->node = std::move(old.node);
-      index->domain = std::move(old.domain);
+      index->node = std::move(last->node);
+      index->domain = std::move(last->domain);
     } else {
       index->node = last->node;
       index->domain = last->domain;
@@ -395,12 +394,11 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
     index->count = built.count;
     index->usable = built.usable;
   }
-  std::shared_ptr<const PoolIndex> out = std::move(index);
   // An empty pool (all its pods gone) is not kept: a cluster that names pools per rollout would
   // otherwise keep one entry per pool it ever saw.
-  if (out->members->empty()) pool_index_.erase(std::string(pool));
-  else pool_index_.insert_or_assign(std::string(pool), out);
-  return out;
+  if (index->members->empty()) pool_index_.erase(std::string(pool));
+  else pool_index_.insert_or_assign(std::string(pool), index);
+  return index;
 }
 
 NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_ptr<const state::Snapshot> snap,

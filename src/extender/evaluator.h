@@ -167,7 +167,8 @@ class Evaluator {
   metrics::Family<metrics::Counter>& rejections_;
   metrics::Counter* unknown_node_rejections_;
   std::mutex pool_mu_;  // guards pool_index_ (taken before the store's own locks)
-  std::map<std::string, std::shared_ptr<const PoolIndex>, std::less<>> pool_index_;
+  // Non-const: a patched version takes the last one's tables when only the map holds it.
+  std::map<std::string, std::shared_ptr<PoolIndex>, std::less<>> pool_index_;
 };
 
 // One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which

@@ -276,9 +276,7 @@ Explanation Explain(const ExplainInput& in) {
     n.capacity = r.score.capacity;
     n.reserved = rare.active() && rare.Reserved(record->hardware, record->name);
     if (n.reserved) n.kept_for = kept_for;
-    framework::NodeScore offered = r.score;
-    offered.reserved = n.reserved;
-    band.Offer(offered);
+    band.Offer(r.score.total, r.score.capacity, n.reserved);
     if (r.placement && info.topology != nullptr) {
       const Placement& p = *r.placement;
       if (!p.pairs.empty()) n.worst_class = p.worst_class;

@@ -93,10 +93,10 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     scores.clear();
     verdicts.clear();
     reserved_at.clear();
-    scratch.hosts_rare.fill({nullptr, false});  // verdicts of another call may share an address
     framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
     // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
     const RareClassRule rare(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
+    if (rare.active()) scratch.hosts_rare.fill({nullptr, false});  // another call's verdicts may share an address
     // The nodes our filter passed, in its reply's order: one comparison per name instead of a
     // lookup (a hint advances only when it names the node, so extra or missing names cost one
     // lookup each).

@@ -231,6 +231,13 @@ std::shared_ptr<const NodeTopology> Hgx() {
   return std::make_shared<const NodeTopology>(std::move(t).value());
 }
 
+VirtualNode NodeOf(std::string name, std::shared_ptr<const NodeTopology> topology) {
+  VirtualNode n;
+  n.name = std::move(name);
+  n.topology = std::move(topology);
+  return n;
+}
+
 WorkloadPod Pod(std::string name, int gpus, int nics, double arrival, double duration) {
   WorkloadPod p;
   p.name = name;
@@ -248,10 +255,7 @@ WorkloadPod Pod(std::string name, int gpus, int nics, double arrival, double dur
 // (departures go first); "c" arrives while "b" holds it: pending, and not retried.
 TEST(Simulate, DeparturesFreeDevicesBeforeArrivalsAtTheSameTime) {
   VirtualCluster cluster;
-  VirtualNode node;
-  node.name = "n0";
-  node.topology = Hgx();
-  cluster.nodes.push_back(node);
+  cluster.nodes.push_back(NodeOf("n0", Hgx()));
   Workload w;
   w.pods = {Pod("a", 8, 8, 0, 10), Pod("b", 8, 8, 10, 100), Pod("c", 1, 1, 11, 1)};
   auto r = Simulate(cluster, w);
@@ -274,10 +278,7 @@ TEST(Simulate, DeparturesFreeDevicesBeforeArrivalsAtTheSameTime) {
 // socket (SYS) where the node still allows PIX. toposched gets PIX.
 TEST(Simulate, CountsPodsAtTheBestClassTheNodeAllowed) {
   VirtualCluster cluster;
-  VirtualNode node;
-  node.name = "n0";
-  node.topology = Hgx();
-  cluster.nodes.push_back(node);
+  cluster.nodes.push_back(NodeOf("n0", Hgx()));
   Workload w;
   w.pods = {Pod("holder", 3, 1, 0, 0), Pod("pair", 2, 2, 1, 0)};
   SimulationOptions options;
@@ -298,10 +299,7 @@ TEST(Simulate, CountsPodsAtTheBestClassTheNodeAllowed) {
 
 TEST(Simulate, RefusesPodsOutOfArrivalOrder) {
   VirtualCluster cluster;
-  VirtualNode node;
-  node.name = "n0";
-  node.topology = Hgx();
-  cluster.nodes.push_back(node);
+  cluster.nodes.push_back(NodeOf("n0", Hgx()));
   Workload w;
   w.pods = {Pod("late", 1, 1, 5, 1), Pod("early", 1, 1, 1, 1)};
   auto r = Simulate(cluster, w);
@@ -331,12 +329,7 @@ class PreferLastNode final : public framework::ScorePlugin {
 
 TEST(Simulate, RunsTheFrameworkWithTheGivenRegistryAndConfig) {
   VirtualCluster cluster;
-  for (const char* name : {"first", "last"}) {
-    VirtualNode n;
-    n.name = name;
-    n.topology = Hgx();
-    cluster.nodes.push_back(n);
-  }
+  for (const char* name : {"first", "last"}) cluster.nodes.push_back(NodeOf(name, Hgx()));
   Workload w;
   w.pods = {Pod("p", 1, 1, 0, 0)};
   auto registry = std::make_shared<framework::Registry>(plugins::BuiltinRegistry());
@@ -376,14 +369,8 @@ TEST(Simulate, SmallNicPodsLeaveTheRareNodeClassToDrain) {
   SyntheticSpec four_nics = *SyntheticPreset("hgx-h100-8gpu");
   four_nics.nics_per_switch = 1;
   VirtualCluster cluster;
-  VirtualNode rare;
-  rare.name = "rare";
-  rare.topology = Hgx();
-  cluster.nodes.push_back(rare);
-  VirtualNode common;
-  common.name = "common";
-  common.topology = std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value());
-  cluster.nodes.push_back(common);
+  cluster.nodes.push_back(NodeOf("rare", Hgx()));
+  cluster.nodes.push_back(NodeOf("common", std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value())));
   Workload w;
   w.pods = {Pod("big", 5, 5, 0, 2), Pod("small", 1, 1, 1, 100), Pod("training", 8, 8, 3, 10)};
   packing::Shape small, big, whole;
@@ -506,9 +493,7 @@ TEST(Reports, SvgEscapesNames) {
 // Prefill/Decode pools
 
 VirtualNode HgxAt(const std::string& name, const std::string& leaf) {
-  VirtualNode n;
-  n.name = name;
-  n.topology = Hgx();
+  VirtualNode n = NodeOf(name, Hgx());
   n.labels[std::string(kLeafLabel)] = leaf;
   n.labels[std::string(kSpineLabel)] = "spine-0";
   n.labels[std::string(kZoneLabel)] = "zone-0";
