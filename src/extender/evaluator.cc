@@ -151,7 +151,12 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   // found among the call's parts: no copy of the node's allocation then).
   std::optional<framework::NodeInfo> node_info;
   const auto node = [&]() -> const framework::NodeInfo& {
-    if (!node_info) node_info.emplace(NodeInfoOf(record));
+    if (!node_info) {
+      node_info.emplace(NodeInfoOf(record));
+      // The nodes of one verdict key share one engine outcome in this cycle, as they share the
+      // verdict (a pool pod's pool part is scored node by node, its outcome is the class's).
+      node_info->outcome_key = verdict_key;
+    }
     return *node_info;
   };
   if (base == nullptr) {
@@ -460,6 +465,19 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       by_hash_ = false;
     }
     if (by_hash_) {
+      // The nodes that hold pods of the pool, by index: KeyOf looks a node up in the pool's
+      // table only when its bit is set (a few hundred nodes of thousands), not by every node's
+      // name hash. A bit is set where the table has the node, so the two agree.
+      if (pool_members_ != nullptr) {
+        std::vector<std::uint64_t>& bits = ThreadPoolNodes();
+        bits.assign((snap_->size() + 63) / 64, 0);
+        for (const framework::PoolMember& m : *pool_members_) {
+          const std::size_t at = snap_->IndexOf(m.node);
+          if (at == state::Snapshot::npos || node_by_hash_->Find(snap_->briefs()[at].name_hash) == nullptr) continue;
+          bits[at / 64] |= std::uint64_t{1} << (at % 64);
+        }
+        pool_nodes_ = bits.data();
+      }
       // This call's generation for the run keys (KeyOf), and an array for every run.
       thread_local std::uint64_t generation = 0;
       generation_ = ++generation;
@@ -493,6 +511,11 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       if (!inserted && it->second.parent != parent) it->second.mixed = true;
     }
   }
+}
+
+std::vector<std::uint64_t>& NodeVerdicts::ThreadPoolNodes() {
+  thread_local std::vector<std::uint64_t> bits;
+  return bits;
 }
 
 std::vector<NodeVerdicts::RunKey>& NodeVerdicts::ThreadRunKeys() {
@@ -530,7 +553,10 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     // The snapshot's contiguous hashes, no record read (a 64-bit hash collision could at worst
     // mis-score a node, as class keys could).
     const std::uint64_t* hashes = snap_->position_hashes().data() + i * tiers;
-    const auto* on_node = node_by_hash_->Find(snap_->briefs()[i].name_hash);
+    const std::pair<std::string_view, std::uint64_t>* on_node = nullptr;
+    if (pool_nodes_ == nullptr || ((pool_nodes_[i / 64] >> (i % 64)) & 1) != 0) {
+      on_node = node_by_hash_->Find(snap_->briefs()[i].name_hash);
+    }
     RunKey* run = nullptr;
     if (on_node == nullptr && run_of_ != nullptr) {
       run = &run_keys_[(*run_of_)[i]];

@@ -247,6 +247,10 @@ class NodeVerdicts {
     bool own = false;  // the tiers do not nest there: every node is its own key
   };
   static std::vector<RunKey>& ThreadRunKeys();
+  // By hash: a bit per snapshot node, set where the node holds pods of the pool (the thread's
+  // array, filled per call); null: look every node up.
+  static std::vector<std::uint64_t>& ThreadPoolNodes();
+  const std::uint64_t* pool_nodes_ = nullptr;
   const std::vector<std::uint32_t>* run_of_ = nullptr;
   RunKey* run_keys_ = nullptr;
   std::uint64_t generation_ = 0;

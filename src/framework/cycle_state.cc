@@ -17,6 +17,13 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
         "the node has published no NodeTopology (is the toposched agent running on it?)"};
     return kNoTopology;
   }
+  if (node.outcome_key != 0) {
+    // The topology pointer may differ within a key (each node's own, with its GPU UUIDs): the
+    // key says the hardware is the same; the allocation is checked (a Reserve changes it).
+    if (const auto at = by_key_.find(node.outcome_key); at != by_key_.end() && at->second.allocated == node.allocated) {
+      return at->second.outcome;
+    }
+  }
   auto it = outcomes_.find(node.name);
   if (it != outcomes_.end() && it->second.topology == node.topology &&
       it->second.allocated == node.allocated) {
@@ -30,6 +37,7 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
   it->second.topology = node.topology;
   it->second.allocated = node.allocated;
   it->second.outcome = std::move(outcome);
+  if (node.outcome_key != 0) by_key_.try_emplace(node.outcome_key, it->second);
   return it->second.outcome;
 }
 

@@ -36,6 +36,35 @@ TEST(CycleStateTest, OneEngineCallPerNodeState) {
   EXPECT_EQ(state.placer_calls(), 4u);
 }
 
+// Nodes of one outcome key (the extender's node classes) share one engine result while their
+// allocations are equal; a node whose allocation differs, or a node without a key, is computed
+// on its own, and a shared result is never replaced under a reference given out.
+TEST(CycleStateTest, NodesOfOneOutcomeKeyShareOneEngineCall) {
+  FakePlacer placer{Fits(Placement{})};
+  CycleState state(RequestBuilder().Gpus(1).Build(), placer.AsPlacer());
+  NodeInfo a = NodeBuilder("a", "hgx-h100-8gpu").Build();
+  NodeInfo b = NodeBuilder("b", "hgx-h100-8gpu").Build();
+  NodeInfo c = NodeBuilder("c", "hgx-h100-8gpu").Build();
+  a.outcome_key = b.outcome_key = c.outcome_key = 42;
+
+  state.Outcome(a);
+  const PlacementOutcome* shared = &state.Outcome(b);
+  EXPECT_EQ(*placer.calls, 1) << "b is of a's key, with a's allocation";
+
+  c.allocated.gpu_exclusive = {true};
+  state.Outcome(c);
+  EXPECT_EQ(*placer.calls, 2) << "c's allocation differs: its own computation";
+  EXPECT_EQ(&state.Outcome(b), shared) << "the key's first result stays";
+
+  NodeInfo d = NodeBuilder("d", "hgx-h100-8gpu").Build();
+  state.Outcome(d);
+  EXPECT_EQ(*placer.calls, 3) << "no key: per node name";
+  NodeInfo e = NodeBuilder("e", "hgx-h100-8gpu").Build();
+  e.outcome_key = 7;
+  state.Outcome(e);
+  EXPECT_EQ(*placer.calls, 4) << "another key";
+}
+
 TEST(CycleStateTest, NodeWithoutTopologyHasNoPlacementAndNeverReachesTheEngine) {
   FakePlacer placer{Fits(Placement{})};
   CycleState state(RequestBuilder().Gpus(1).Build(), placer.AsPlacer());

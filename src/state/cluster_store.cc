@@ -207,21 +207,44 @@ struct Snapshot::NameIndex {
   std::string arena;
   std::vector<std::uint32_t> offsets;  // name i = arena[offsets[i], offsets[i + 1])
 
+  // An unaligned 8-byte load (a fixed-size memcpy compiles to one mov, not a call).
+  static std::uint64_t Load8(const char* p) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    return w;
+  }
+
+  // Names of 8 bytes or more are read as 8-byte words, the last one overlapping the one before
+  // (its size is hashed too, so "ab" + the same tail cannot collide by construction); shorter
+  // ones byte by byte. No call to memcpy or memcmp for the names a cluster has (10-40 bytes).
   static std::uint64_t HashName(std::string_view s) {
-    std::uint64_t h = 0x9e3779b97f4a7c15ull ^ (s.size() * 0xff51afd7ed558ccdull);
-    std::size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, s.data() + i, 8);
-      h = (h ^ w) * 0xff51afd7ed558ccdull;
-      h ^= h >> 32;
+    const std::size_t n = s.size();
+    std::uint64_t h = 0x9e3779b97f4a7c15ull ^ (n * 0xff51afd7ed558ccdull);
+    if (n >= 8) {
+      std::size_t i = 0;
+      for (; i + 8 < n; i += 8) {
+        h = (h ^ Load8(s.data() + i)) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+      }
+      h = (h ^ Load8(s.data() + n - 8)) * 0xc4ceb9fe1a85ec53ull;
+    } else {
+      std::uint64_t w = 0;
+      for (std::size_t i = 0; i < n; ++i) w |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+      h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     }
-    std::uint64_t w = 0;
-    std::memcpy(&w, s.data() + i, s.size() - i);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 29;
     h *= 0x94d049bb133111ebull;
     return h ^ (h >> 31);
+  }
+
+  // Whether the n bytes at a and b are equal, by 8-byte words where n >= 8 (the last overlapping).
+  static bool SameBytes(const char* a, const char* b, std::size_t n) {
+    if (n < 8) return std::memcmp(a, b, n) == 0;
+    std::size_t i = 0;
+    for (; i + 8 < n; i += 8) {
+      if (Load8(a + i) != Load8(b + i)) return false;
+    }
+    return Load8(a + n - 8) == Load8(b + n - 8);
   }
 
   std::string_view NameAt(std::size_t i) const {
@@ -236,7 +259,7 @@ struct Snapshot::NameIndex {
     for (std::size_t p = static_cast<std::size_t>(h) & mask;; p = (p + 1) & mask) {
       const Slot& s = slots[p];
       if (s.pos == 0) return npos;
-      if (s.tag == tag && s.size == name.size() && std::memcmp(arena.data() + s.offset, name.data(), s.size) == 0) {
+      if (s.tag == tag && s.size == name.size() && SameBytes(arena.data() + s.offset, name.data(), s.size)) {
         return s.pos - 1;
       }
     }
@@ -304,7 +327,10 @@ void Snapshot::IndexOf(std::span<const std::string_view> names, std::vector<std:
 
 std::size_t Snapshot::IndexOf(std::string_view name, std::size_t hint) const {
   if (index_ == nullptr) return npos;
-  if (hint < nodes_.size() && index_->NameAt(hint) == name) return hint;
+  if (hint < nodes_.size()) {
+    const std::string_view at = index_->NameAt(hint);
+    if (at.size() == name.size() && NameIndex::SameBytes(at.data(), name.data(), at.size())) return hint;
+  }
   return index_->Find(name);
 }
 

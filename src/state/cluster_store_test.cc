@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -62,6 +63,46 @@ TEST(ClusterStoreTest, IndexOfWithAHintAnswersLikeTheLookup) {
     EXPECT_EQ(snapshot->IndexOf("gpu-d", hint), Snapshot::npos) << hint;
   }
   EXPECT_EQ(Snapshot().IndexOf("gpu-a", 0), Snapshot::npos);
+}
+
+// Names of every length up to 40 bytes (the index reads them as 8-byte words, the last one
+// overlapping), many of them equal but for one byte at the start, in the middle or at the end:
+// each is found at its own place, by one lookup, the batched one and a hint, and a name one byte
+// off is not found.
+TEST(ClusterStoreTest, NamesOfEveryLengthAreToldApart) {
+  ClusterStore store(nullptr);
+  std::vector<std::string> names;
+  for (std::size_t n = 1; n <= 40; ++n) {
+    std::string base(n, 'n');
+    for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+      std::string v = base;
+      v[at] = 'a';
+      names.push_back(v);
+    }
+    names.push_back(base);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::vector<NodeSpec> specs;
+  for (const std::string& name : names) specs.push_back(Node(name));
+  ASSERT_TRUE(store.UpsertNodes(std::move(specs)).ok());
+  const auto snapshot = store.snapshot();
+  std::vector<std::string_view> views(names.begin(), names.end());
+  std::vector<std::size_t> at;
+  snapshot->IndexOf(views, at);
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const std::size_t i = snapshot->IndexOf(names[k]);
+    ASSERT_NE(i, Snapshot::npos) << names[k];
+    EXPECT_EQ(snapshot->nodes()[i]->name, names[k]);
+    EXPECT_EQ(at[k], i) << names[k];
+    EXPECT_EQ(snapshot->IndexOf(names[k], i), i) << names[k];
+    EXPECT_EQ(snapshot->IndexOf(names[k], (i + 1) % names.size()), i) << names[k];
+    std::string off = names[k];
+    off.back() = 'z';
+    EXPECT_EQ(snapshot->IndexOf(off), Snapshot::npos) << off;
+    EXPECT_EQ(snapshot->IndexOf(off, i), Snapshot::npos) << off;
+    EXPECT_EQ(snapshot->IndexOf(names[k] + "z"), Snapshot::npos) << names[k];
+  }
 }
 
 // The batched lookup (the filter's, with its slots fetched ahead) answers as one lookup per

@@ -108,6 +108,9 @@ class CycleState {
   bool packs_for_shape_mix_ = false;
   bool explain_ = true;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
+  // By NodeInfo::outcome_key: the first outcome computed for each key (never replaced, so a
+  // reference given out stays valid for the cycle).
+  std::unordered_map<std::uint64_t, CachedOutcome> by_key_;
   std::unordered_map<std::string, std::unique_ptr<StateData>, StringHash, std::equal_to<>> data_;
   std::size_t placer_calls_ = 0;
 };

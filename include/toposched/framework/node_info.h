@@ -35,6 +35,11 @@ struct NodeInfo {
   // simulator's trace replay); -1: unknown, and the packing measure counts CPU as enough.
   // kube-scheduler checks CPU itself (NodeResourcesFit); this only sharpens the packing score.
   std::int64_t cpu_milli_free = -1;
+  // Nonzero where the caller knows that nodes of one key are interchangeable for placement (the
+  // extender's node classes: equal hardware and equal free devices): CycleState::Outcome then
+  // computes the engine's outcome once for all nodes of the key (as long as their allocations
+  // are equal) instead of once per node name. 0: per node name.
+  std::uint64_t outcome_key = 0;
 };
 
 }  // namespace toposched::framework
