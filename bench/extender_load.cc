@@ -6,13 +6,16 @@
 //      the real server vs the same server running the floor handler;
 //   3. Volcano predicate calls per second from concurrent keep-alive clients.
 // Every pod is new (fresh UID): its filter parses the Pod, its prioritize hits the pod cache,
-// as in production. The cluster is 5,000 synthetic nodes (90% HGX H100, 10% PCIe 4-GPU), a
-// third of them partly allocated, so the filter sees several node classes.
+// as in production. The pods ask the same, as a Deployment's do, so a node class evaluated for
+// one pod serves the next (Evaluator::VerdictsFor); with --new-shapes each pod asks something no
+// pod asked before (its own toposched.io/prompt-tokens), and evaluates every class anew. The
+// cluster is 5,000 synthetic nodes (90% HGX H100, 10% PCIe 4-GPU), a third of them partly
+// allocated, so the filter sees several node classes.
 //
 // `--only rare`: a rare node class (docs/placement.md), the rule on and off, side by side.
 //
 // usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
-//                                [--shared-topologies] [--kube-order] [--churn]
+//                                [--shared-topologies] [--kube-order] [--churn] [--new-shapes]
 
 #include <algorithm>
 #include <atomic>
@@ -199,8 +202,10 @@ std::vector<std::string> KubeOrder(std::vector<std::string> names, std::uint64_t
 }
 
 // pool: a decode pod of the pool "chat" (AddPool).
+bool g_new_shapes = false;
 std::string PodBody(int i, const std::vector<std::string>& names, bool pool = false) {
   PodSpec p{.name = "bench-" + std::to_string(i), .ns = "llm", .uid = "bench-uid-" + std::to_string(i), .gpus = 2, .rdma = 2};
+  if (g_new_shapes) p.annotations = {{"toposched.io/prompt-tokens", std::to_string(1 + i % 9000000)}};
   if (pool) p.labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}};
   return testing::ExtenderArgs(testing::MakePod(p), g_kube_order ? KubeOrder(names, static_cast<std::uint64_t>(i)) : names);
 }
@@ -267,7 +272,7 @@ void Churn(World& w, int step) {
 void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr, const char* label = nullptr) {
   const std::vector<std::string> names = Names(names_count);
   std::vector<std::string> bodies;
-  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + i, names, pool != nullptr));
+  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 10000 + i, names, pool != nullptr));
   std::vector<double> ours_f, ours_p, floor_f, floor_p;
   extender::WireReader reader;
   std::string out;
@@ -320,7 +325,7 @@ std::unique_ptr<server::HttpServer> StartServer(server::Handler handler) {
 void OverHttp(World& w, int names_count, int iterations) {
   const std::vector<std::string> names = Names(names_count);
   std::vector<std::string> bodies;
-  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 1000000 + 500000 + i, names));
+  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 10000 + 5000000 + i, names));
   auto ours = StartServer([&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
   auto floor = StartServer([](const server::HttpRequest& rq, server::HttpResponse& rs) {
     thread_local extender::WireReader reader;
@@ -438,6 +443,10 @@ int main(int argc, char** argv) {
       g_churn = true;
       continue;
     }
+    if (a == "--new-shapes") {
+      g_new_shapes = true;
+      continue;
+    }
     if (i + 1 >= argc) break;
     if (a == "--iterations") iterations = std::atoi(argv[i + 1]);
     if (a == "--seconds") seconds = std::atof(argv[i + 1]);
@@ -451,6 +460,7 @@ int main(int argc, char** argv) {
               every_label ? "every label (--every-label)" : "no labels (as serve)",
               uuids ? "each node its own topology with its GPU UUIDs" : "one topology per node type (--shared-topologies)");
   if (g_kube_order) std::printf("names: each call in kube-scheduler's order (--kube-order)\n");
+  if (g_new_shapes) std::printf("pods: each asks what no pod asked before (--new-shapes)\n");
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);

@@ -105,7 +105,36 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
     entry->mix = shapes_.Mix();
   }
   entry->request = std::move(request);
+  // Shared by the pods that ask the same; a pod that names GPU UUIDs is decided node by node
+  // (VerdictKey) and keeps its own.
+  if (entry->interested && !entry->request.NamesGpuUuids()) entry->set_verdicts(VerdictsFor(entry->request, entry->mix));
   return pods_.Put(std::move(entry), now);
+}
+
+std::shared_ptr<VerdictTable> Evaluator::VerdictsFor(const PlacementRequest& request,
+                                                     const std::shared_ptr<const packing::ShapeMix>& mix) {
+  PlacementRequest key = request;
+  key.pod_namespace.clear();
+  key.pod_name.clear();
+  key.pod_uid.clear();
+  std::lock_guard lock(shared_mu_);
+  ++shared_stamp_;
+  for (SharedVerdicts& s : shared_) {
+    if (s.mix == mix && s.request == key) {
+      s.used = shared_stamp_;
+      return s.table;
+    }
+  }
+  SharedVerdicts fresh{std::move(key), mix, std::make_shared<VerdictTable>(VerdictTable::kSharedMaxVerdicts),
+                       shared_stamp_};
+  if (shared_.size() < kMaxShapes) {
+    shared_.push_back(std::move(fresh));
+    return shared_.back().table;
+  }
+  SharedVerdicts& oldest =
+      *std::min_element(shared_.begin(), shared_.end(), [](const auto& a, const auto& b) { return a.used < b.used; });
+  oldest = std::move(fresh);
+  return oldest.table;
 }
 
 std::shared_ptr<const packing::ShapeMix> Evaluator::ShapeMixFor(std::string_view uid) {

@@ -142,6 +142,12 @@ class Evaluator {
   static constexpr std::string_view kUnknownNode =
       "toposched has no NodeTopology for this node (is the agent running there?)";
 
+  // The verdict table for pods that ask `request` (its pod's identity aside) under `mix`: one
+  // shared by all of them (VerdictTable), the last kMaxShapes requests kept.
+  static constexpr std::size_t kMaxShapes = 32;
+  std::shared_ptr<VerdictTable> VerdictsFor(const PlacementRequest& request,
+                                            const std::shared_ptr<const packing::ShapeMix>& mix);
+
   const framework::Framework& framework() const { return framework_; }
   // The typical pods capacity packs for: `uid`'s own mix when the pod is cached (as it stood
   // when the pod was first seen, what its verbs use), else the window's current one.
@@ -166,6 +172,15 @@ class Evaluator {
   framework::ShapeWindow shapes_;  // the pods asked about: the mix capacity first packs for
   metrics::Family<metrics::Counter>& rejections_;
   metrics::Counter* unknown_node_rejections_;
+  struct SharedVerdicts {
+    PlacementRequest request;  // the pod's namespace, name and UID cleared
+    std::shared_ptr<const packing::ShapeMix> mix;  // compared by identity (ShapeWindow keeps an unchanged mix)
+    std::shared_ptr<VerdictTable> table;
+    std::uint64_t used = 0;  // the last lookup's stamp: the least recent goes first when full
+  };
+  std::mutex shared_mu_;  // guards shared_, shared_stamp_
+  std::vector<SharedVerdicts> shared_;
+  std::uint64_t shared_stamp_ = 0;
   std::mutex pool_mu_;  // guards pool_index_ (taken before the store's own locks)
   // Non-const: a patched version takes the last one's tables when only the map holds it.
   std::map<std::string, std::shared_ptr<PoolIndex>, std::less<>> pool_index_;

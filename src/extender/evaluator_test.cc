@@ -178,6 +178,46 @@ TEST_F(EvaluatorTest, NodesOfOneClassShareOneVerdictKeptAcrossCallsForThePod) {
   EXPECT_EQ(entry->verdict_count(), 2u);
 }
 
+// Pods that ask the same (a Deployment's, one after another) share their verdicts: the second
+// pod's call evaluates no class the first one did. A pod that asks otherwise has its own, and so
+// has a pod of the same request once the window's typical pods changed (the packing scores read
+// them).
+TEST_F(EvaluatorTest, PodsThatAskTheSameShareTheirVerdicts) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  AddNode("a", hgx);
+  AddNode("pcie", Preset("pcie-4gpu"));
+  std::shared_ptr<PodEntry> first = Entry(kTwoGpus);
+  const auto mine = Verdicts(*first, Want::kScores);
+
+  PodSpec twin = kTwoGpus;
+  twin.name = "twin";
+  twin.uid = "uid-twin";
+  std::shared_ptr<PodEntry> second = Entry(twin);
+  ASSERT_NE(second, first);
+  EXPECT_EQ(second->verdict_count(), 2u) << "the first pod's verdicts, before any call of its own";
+  const auto theirs = Verdicts(*second, Want::kFilter);
+  EXPECT_EQ(theirs.at("a"), mine.at("a"));
+  EXPECT_EQ(theirs.at("pcie"), mine.at("pcie"));
+
+  PodSpec other = kTwoGpus;
+  other.name = "other";
+  other.uid = "uid-other";
+  other.gpus = 4;
+  std::shared_ptr<PodEntry> third = Entry(other);
+  EXPECT_EQ(third->verdict_count(), 0u);
+  EXPECT_NE(Verdicts(*third, Want::kFilter).at("a"), mine.at("a"));
+
+  // The 4-GPU pod changed the typical pods: a pod of the first request now starts afresh.
+  ASSERT_NE(third->mix, first->mix);
+  PodSpec late = kTwoGpus;
+  late.name = "late";
+  late.uid = "uid-late";
+  std::shared_ptr<PodEntry> fourth = Entry(late);
+  ASSERT_NE(fourth->mix, first->mix);
+  EXPECT_EQ(fourth->verdict_count(), 0u);
+  EXPECT_NE(Verdicts(*fourth, Want::kFilter).at("a"), mine.at("a"));
+}
+
 TEST_F(EvaluatorTest, ANodeThatChangesLeavesItsClassAndIsEvaluatedAnew) {
   const auto hgx = Preset("hgx-h100-8gpu");
   AddNode("a", hgx);

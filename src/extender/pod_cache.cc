@@ -7,16 +7,30 @@
 
 namespace toposched::extender {
 
-std::shared_ptr<const ClassVerdict> PodEntry::FindVerdict(std::uint64_t class_key) const {
+std::shared_ptr<const ClassVerdict> VerdictTable::Find(std::uint64_t class_key) const {
   std::lock_guard lock(mu_);
   auto it = verdicts_.find(class_key);
   return it == verdicts_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<const ClassVerdict> VerdictTable::Store(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v) {
+  std::lock_guard lock(mu_);
+  if (max_ != 0 && verdicts_.size() >= max_ && !verdicts_.contains(class_key)) verdicts_.clear();
+  return verdicts_.try_emplace(class_key, std::move(v)).first->second;
+}
+
+std::size_t VerdictTable::size() const {
+  std::lock_guard lock(mu_);
+  return verdicts_.size();
+}
+
+std::shared_ptr<const ClassVerdict> PodEntry::FindVerdict(std::uint64_t class_key) const {
+  return verdicts_->Find(class_key);
+}
+
 std::shared_ptr<const ClassVerdict> PodEntry::StoreVerdict(std::uint64_t class_key,
                                                            std::shared_ptr<const ClassVerdict> v) {
-  std::lock_guard lock(mu_);
-  return verdicts_.try_emplace(class_key, std::move(v)).first->second;
+  return verdicts_->Store(class_key, std::move(v));
 }
 
 std::shared_ptr<const std::vector<std::uint32_t>> PodEntry::passed_order() const {
@@ -30,8 +44,7 @@ void PodEntry::set_passed_order(std::shared_ptr<const std::vector<std::uint32_t>
 }
 
 std::size_t PodEntry::verdict_count() const {
-  std::lock_guard lock(mu_);
-  return verdicts_.size();
+  return verdicts_->size();
 }
 
 std::shared_ptr<PodEntry> PodCache::Find(std::string_view uid, std::string_view resource_version, TimePoint now) {

@@ -45,6 +45,28 @@ struct ClassVerdict {
   // class's, so it is not here.
 };
 
+// The verdicts of one request by node class, shared by the pods that ask the same under the
+// same typical-pod mix (Evaluator::VerdictsFor): no plugin's verdict on a node reads who the pod
+// is, only what it asks (the pool plugins read the pod's UID in the per-node part, which is not
+// kept here). So a Deployment's pods, arriving one after another, evaluate each node class once,
+// not once per pod. A shared table is bounded, cleared when full (keys of node states long gone
+// pile up); a pod's own (a pod that names GPU UUIDs, decided node by node) lives as long as the
+// pod's entry and is not. Thread-safe.
+class VerdictTable {
+ public:
+  static constexpr std::size_t kSharedMaxVerdicts = 4096;
+  explicit VerdictTable(std::size_t max_verdicts = 0) : max_(max_verdicts) {}  // 0: unbounded
+  std::shared_ptr<const ClassVerdict> Find(std::uint64_t class_key) const;
+  // Keeps the first verdict stored for a class (concurrent callers may compute one twice).
+  std::shared_ptr<const ClassVerdict> Store(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v);
+  std::size_t size() const;
+
+ private:
+  const std::size_t max_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<const ClassVerdict>> verdicts_;
+};
+
 struct PodEntry {
   std::string uid, pod_namespace, pod_name, resource_version;
   PlacementRequest request;
@@ -56,6 +78,10 @@ struct PodEntry {
   // Keeps the first verdict stored for a class (concurrent callers may compute one twice).
   std::shared_ptr<const ClassVerdict> StoreVerdict(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v);
   std::size_t verdict_count() const;
+  // The table the verdicts go to (one of its own until set: Evaluator::Store shares one among
+  // the pods that ask the same).
+  void set_verdicts(std::shared_ptr<VerdictTable> table) { verdicts_ = std::move(table); }
+  const std::shared_ptr<VerdictTable>& verdicts() const { return verdicts_; }
   // The nodes this pod's last filter passed, as snapshot positions in the reply's order (null:
   // none yet). kube-scheduler's prioritize names exactly those nodes in that order (schedule_one.go
   // findNodesThatPassExtenders keeps the extender's NodeNames order), so prioritize uses them as
@@ -66,7 +92,7 @@ struct PodEntry {
  private:
   friend class PodCache;
   mutable std::mutex mu_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<const ClassVerdict>> verdicts_;
+  std::shared_ptr<VerdictTable> verdicts_ = std::make_shared<VerdictTable>();  // never null
   std::shared_ptr<const std::vector<std::uint32_t>> passed_order_;
   std::chrono::steady_clock::time_point expires_;
 };

@@ -63,5 +63,24 @@ TEST(PodCache, VerdictsKeepTheFirstStoredPerClass) {
   EXPECT_EQ(e.verdict_count(), 1u);
 }
 
+// A bounded (shared) table starts afresh when a new class would pass its bound; a stored class
+// is still answered at the bound; a pod's own table has no bound.
+TEST(PodCache, ABoundedVerdictTableIsClearedWhenFull) {
+  VerdictTable shared(2);
+  auto v = std::make_shared<ClassVerdict>();
+  shared.Store(1, v);
+  shared.Store(2, v);
+  EXPECT_EQ(shared.Store(2, std::make_shared<ClassVerdict>()), v) << "a class it holds: kept";
+  EXPECT_EQ(shared.size(), 2u);
+  shared.Store(3, v);
+  EXPECT_EQ(shared.size(), 1u);
+  EXPECT_EQ(shared.Find(1), nullptr);
+  EXPECT_EQ(shared.Find(3), v);
+
+  VerdictTable own;
+  for (std::uint64_t k = 0; k < 10000; ++k) own.Store(k, v);
+  EXPECT_EQ(own.size(), 10000u);
+}
+
 }  // namespace
 }  // namespace toposched::extender

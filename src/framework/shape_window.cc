@@ -27,8 +27,10 @@ void ShapeWindow::RecomputeLocked() {
   std::vector<packing::Shape> shapes;
   shapes.reserve(pods_.size());
   for (const auto& [uid, shape] : pods_) shapes.push_back(shape);
-  mix_ = std::make_shared<const packing::ShapeMix>(
-      packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand));
+  packing::ShapeMix mix = packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand);
+  // An unchanged mix stays the same object: what is keyed by it (the extender's shared
+  // verdicts, Evaluator::VerdictsFor) stays valid.
+  if (mix_ == nullptr || !(*mix_ == mix)) mix_ = std::make_shared<const packing::ShapeMix>(std::move(mix));
   since_refresh_ = 0;
 }
 

@@ -30,6 +30,19 @@ TEST(ShapeWindowTest, CountsEachPodOnceAndForgetsTheOldest) {
   EXPECT_EQ(window.Mix()->shapes.size(), 2u);
 }
 
+// A recomputed mix that equals the last one is the last one (what is keyed by the mix's
+// identity, the extender's shared verdicts, stays valid); a changed one is a new object.
+TEST(ShapeWindowTest, AnUnchangedMixStaysTheSameObject) {
+  ShapeWindow window(/*size=*/10, /*refresh=*/1);
+  window.Observe("a", Gpus(2));
+  const std::shared_ptr<const packing::ShapeMix> first = window.Mix();
+  window.Observe("b", Gpus(2));
+  EXPECT_EQ(window.Mix(), first);
+  window.Observe("c", Gpus(8));
+  EXPECT_NE(window.Mix(), first);
+  EXPECT_EQ(window.Mix()->shapes.size(), 2u);
+}
+
 TEST(ShapeWindowTest, KeepsARareShapeThatHoldsTheGpuDemand) {
   ShapeWindow window(/*size=*/100, /*refresh=*/10);
   for (int i = 0; i < 95; ++i) window.Observe("small-" + std::to_string(i), Gpus(1));
