@@ -7,8 +7,9 @@
 // The caching rule: a pod's filter decision and its node-only scores (ScorePlugin::ReadsCluster
 // false) depend on the node's class alone (NodeRecord::class_key: hardware fingerprint,
 // allocation, schedulability), so they are computed once per class and kept on the pod's entry
-// (for an ordinary pod that is its whole score). A pod that names GPUs by UUID is decided node
-// by node (classes leave UUIDs out). A Prefill/Decode pool pod's scores add the pool plugins'
+// (for an ordinary pod that is its whole score), in a table shared by the pods that ask the same
+// under the same typical-pod mix (VerdictsFor: no such verdict reads who the pod is). A pod that
+// names GPUs by UUID is decided node by node (classes leave UUIDs out), in a table of its own. A Prefill/Decode pool pod's scores add the pool plugins'
 // part, which depends on where the node sits relative to the pool: computed on every scoring
 // call, never cached; nodes that sit alike relative to the pool share one result per call.
 
