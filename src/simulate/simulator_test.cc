@@ -66,6 +66,10 @@ void ExpectEveryKindAtLeastEveryBaselines(const SimulationResult& r, bool leads)
     if (leads) {
       EXPECT_GE(topo.at_best_class, base.at_best_class) << table;
       EXPECT_GE(topo.pd.at_cheapest_share, base.pd.at_cheapest_share) << table;
+      // The lead in counts and time, which the share can hide when toposched places more P/D
+      // pods than a baseline (docs/placement.md, "A rare node class last").
+      EXPECT_GE(topo.pd.at_cheapest, base.pd.at_cheapest) << table;
+      EXPECT_LT(topo.pd.transfer_mean_ms, base.pd.transfer_mean_ms) << table;
     }
   }
 }
