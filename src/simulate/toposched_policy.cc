@@ -88,8 +88,12 @@ class ToposchedPolicy : public Policy {
     if (!framework_.RareClassLast() || mix_ == nullptr || request.rdma_nics <= 0) return std::nullopt;
     if (hardware_nodes_ != nodes.data() || hardware_.size() != nodes.size()) {
       hardware_.clear();
-      for (const VirtualNode& node : nodes) hardware_.push_back(packing::HardwareOf(*node.topology));
-      census_ = packing::CensusOf(hardware_);
+      std::vector<packing::NodeHardware> counted;  // as the store's census: cordoned nodes not
+      for (const VirtualNode& node : nodes) {
+        hardware_.push_back(packing::HardwareOf(*node.topology));
+        if (node.schedulable) counted.push_back(hardware_.back());
+      }
+      census_ = packing::CensusOf(counted);
       hardware_nodes_ = nodes.data();
     }
     return packing::RareShape(*mix_, packing::ShapeOf(request), request.vendor, census_);

@@ -476,7 +476,7 @@ struct ClusterStore::Impl {
       next->briefs_ = old.briefs_;
       next->position_hashes_ = old.position_hashes_;
       const bool moved = (*it)->position_hashes != record->position_hashes;
-      const bool rebuilt = (*it)->hardware != record->hardware;
+      const bool rebuilt = CensusDiffers(**it, *record);
       next->nodes_[static_cast<std::size_t>(at)] = std::move(record);
       next->census_ = rebuilt || old.census_ == nullptr ? BuildCensus(*next) : old.census_;
       FillArraysAt(*next, static_cast<std::size_t>(at));
@@ -512,7 +512,7 @@ struct ClusterStore::Impl {
       while (it != old.nodes_.end() && (*it)->name < record->name) next->nodes_.push_back(*it++);
       if (it != old.nodes_.end() && (*it)->name == record->name) {
         moved = moved || (*it)->position_hashes != record->position_hashes;
-        rebuilt = rebuilt || (*it)->hardware != record->hardware;
+        rebuilt = rebuilt || CensusDiffers(**it, *record);
         ++it;
       } else {
         inserted = true;
@@ -564,10 +564,19 @@ struct ClusterStore::Impl {
     return runs;
   }
 
+  // Whether `next` counts otherwise than `old` in the census (Snapshot::census).
+  static bool CensusDiffers(const NodeRecord& old, const NodeRecord& next) {
+    return old.hardware != next.hardware || old.schedulable != next.schedulable;
+  }
+
   static std::shared_ptr<const packing::HardwareCensus> BuildCensus(const Snapshot& s) {
     std::vector<packing::NodeHardware> hardware;
     hardware.reserve(s.nodes_.size());
-    for (const auto& r : s.nodes_) hardware.push_back(r->hardware);
+    // A cordoned node hosts nothing new: a shape only cordoned nodes could host is not one the
+    // rare-class rule can keep nodes for.
+    for (const auto& r : s.nodes_) {
+      if (r->schedulable) hardware.push_back(r->hardware);
+    }
     return std::make_shared<const packing::HardwareCensus>(packing::CensusOf(hardware));
   }
 

@@ -178,6 +178,20 @@ TEST(ClusterStoreTest, TheHardwareCensusCountsNodesByWhatTheyHave) {
   std::vector<NodeSpec> specs = {Node("inf-c")};
   ASSERT_TRUE(store.UpsertNodes(std::move(specs)).ok());
   EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 2}}));
+  // A cordoned node is not counted, and counts again once uncordoned (its hardware the same),
+  // in either publish path.
+  NodeSpec cordoned = Node("gpu-b", kInference);
+  cordoned.schedulable = false;
+  ASSERT_TRUE(store.UpsertNode(cordoned).ok());
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{hgx, 2}}));
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-b", kInference)).ok());
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 2}}));
+  std::vector<NodeSpec> batch = {cordoned};
+  ASSERT_TRUE(store.UpsertNodes(std::move(batch)).ok());
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{hgx, 2}}));
+  batch = {Node("gpu-b", kInference)};
+  ASSERT_TRUE(store.UpsertNodes(std::move(batch)).ok());
+  EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 2}}));
   store.RemoveNode("gpu-a");
   EXPECT_EQ(store.snapshot()->census(), (packing::HardwareCensus{{inference, 1}, {hgx, 1}}));
 }

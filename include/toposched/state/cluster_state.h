@@ -160,8 +160,9 @@ class Snapshot {
   std::span<const std::shared_ptr<const NodeRecord>> nodes() const { return nodes_; }
   std::size_t size() const { return nodes_.size(); }
   std::uint64_t version() const { return version_; }  // +1 per published change
-  // Each distinct NodeRecord::hardware with how many nodes have it (every node, schedulable or
-  // not); rebuilt only when a node comes, goes or changes hardware.
+  // Each distinct NodeRecord::hardware with how many schedulable nodes have it (a cordoned node
+  // is not counted); rebuilt only when a node comes, goes, changes hardware or is cordoned or
+  // uncordoned.
   const packing::HardwareCensus& census() const;
   // The tier labels the records' positions were resolved with (StoreOptions::tier_labels).
   const std::vector<std::string>& tier_labels() const;
