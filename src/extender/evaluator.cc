@@ -2,7 +2,9 @@
 
 #include "evaluator.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "explain.h"
@@ -101,6 +103,7 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   // The pods this extender is asked about are the workload it packs for (capacity first):
   // each pod's cycles use the mix as it stood when the pod was first seen.
   if (entry->interested) {
+    SeedShapes();
     shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
     entry->mix = shapes_.Mix();
   }
@@ -109,6 +112,62 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   // (VerdictKey) and keeps its own.
   if (entry->interested && !entry->request.NamesGpuUuids()) entry->set_verdicts(VerdictsFor(entry->request, entry->mix));
   return pods_.Put(std::move(entry), now);
+}
+
+namespace {
+
+// The shape of a bound pod's request as packing::ShapeOf gives it in the extender (no CPU: the
+// extender's requests carry none), from what the pod holds: whole GPUs and RDMA NICs exactly; a
+// share's part of its GPU from its cores, and a whole GPU's worth without cores (as for a share
+// that asked memory in MiB; one that asked a percentage of the card's memory is counted so too),
+// without the GPU models it may have asked (an allocation does not record them). Nullopt for a
+// pod that holds no GPU and no NIC.
+std::optional<packing::Shape> ShapeOfBound(const framework::AllocationDelta& delta) {
+  packing::Shape s;
+  s.nics = static_cast<int>(delta.nics.size());
+  if (!delta.exclusive_gpus.empty()) {
+    s.gpus = static_cast<int>(delta.exclusive_gpus.size());
+    s.milli = packing::kMilli;
+  } else if (!delta.shares.empty()) {
+    s.gpus = static_cast<int>(delta.shares.size());
+    const std::int64_t cores = delta.shares.front().second.cores;
+    s.milli = cores > 0 ? static_cast<int>(std::clamp<std::int64_t>(cores * packing::kMilli / kFullGpuCores, 1,
+                                                                    packing::kMilli))
+                        : packing::kMilli;
+  }
+  if (s.gpus == 0 && s.nics == 0) return std::nullopt;
+  return s;
+}
+
+}  // namespace
+
+void Evaluator::SeedShapes() {
+  std::lock_guard lock(seed_mu_);
+  if (seeded_ || !store_.synced()) return;
+  seeded_ = true;
+  std::vector<std::pair<std::string, packing::Shape>> pods;
+  const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
+  for (const auto& record : snap->nodes()) {
+    for (const std::string& uid : record->pods) {
+      const std::optional<state::PodAllocation> pod = store_.FindPod(uid);
+      // A held pod's devices are not known (ClusterStore::Hold): its shape is not either.
+      if (!pod || !pod->hold.empty()) continue;
+      if (const std::optional<packing::Shape> shape = ShapeOfBound(pod->delta)) pods.emplace_back(uid, *shape);
+    }
+  }
+  if (pods.empty()) return;
+  // The window keeps its last pods: with more bound pods than it holds, an even sample of them
+  // (the store's order is by node name), not the last nodes' pods.
+  constexpr std::size_t kWindow = framework::ShapeWindow::kDefaultSize;  // shapes_'s size
+  if (pods.size() > kWindow) {
+    std::vector<std::pair<std::string, packing::Shape>> sample;
+    sample.reserve(kWindow);
+    for (std::size_t k = 0; k < kWindow; ++k) sample.push_back(std::move(pods[k * pods.size() / kWindow]));
+    pods = std::move(sample);
+  }
+  shapes_.ObserveAll(pods);
+  metrics::Log(LogLevel::kInfo, {"startup", "", ""},
+               "typical pods seeded from " + std::to_string(pods.size()) + " pods the cluster runs");
 }
 
 std::shared_ptr<VerdictTable> Evaluator::VerdictsFor(const PlacementRequest& request,

@@ -171,6 +171,11 @@ class Evaluator {
   const Clock clock_;
   PodCache pods_;
   framework::ShapeWindow shapes_;  // the pods asked about: the mix capacity first packs for
+  // The window starts from the pods the store holds once it is synced (SeedShapes): a restarted
+  // extender or a new leader packs for the cluster's workload from its first pod.
+  void SeedShapes();
+  std::mutex seed_mu_;
+  bool seeded_ = false;  // guarded by seed_mu_
   metrics::Family<metrics::Counter>& rejections_;
   metrics::Counter* unknown_node_rejections_;
   struct SharedVerdicts {

@@ -218,6 +218,53 @@ TEST_F(EvaluatorTest, PodsThatAskTheSameShareTheirVerdicts) {
   EXPECT_NE(Verdicts(*fourth, Want::kFilter).at("a"), mine.at("a"));
 }
 
+// A restarted extender or a new leader packs for the pods the cluster runs from its first pod:
+// once the store is synced, the window of typical pods starts from the bound pods' shapes (a
+// held pod's are not known). Before the sync it knows only the pods it is asked about.
+TEST_F(EvaluatorTest, TheTypicalPodsStartFromThePodsTheStoreHoldsOnceSynced) {
+  AddNode("a", Preset("hgx-h100-8gpu"));
+  AddNode("b", Preset("hgx-h100-8gpu"));
+  const auto bind = [&](const std::string& node, const std::string& uid, framework::AllocationDelta delta) {
+    const auto bound = store_.Bind(node, uid, [&](const state::NodeRecord& record) -> Result<state::PodAllocation> {
+      state::PodAllocation a;
+      a.uid = uid;
+      a.node = record.name;
+      a.topology_generation = record.topology_generation;
+      a.delta = std::move(delta);
+      return a;
+    });
+    ASSERT_TRUE(bound.ok()) << bound.error().message();
+  };
+  bind("a", "whole", framework::AllocationDelta{{0, 1, 2, 3, 4, 5, 6, 7}, {}, {0, 1, 2, 3, 4, 5, 6, 7}});
+  bind("b", "share", framework::AllocationDelta{{}, {{0, GpuShareUsage{1, 10000, 2500}}}, {}});
+  state::PodAllocation held;
+  held.uid = "held";
+  held.node = "b";
+  held.hold = "its record could not be read";
+  held.delta.exclusive_gpus = {7};
+  ASSERT_TRUE(store_.Hold(held).ok());
+
+  const packing::Shape whole{8, packing::kMilli, 0, {}, 8};
+  const packing::Shape quarter{1, 250, 0, {}, 0};
+  const packing::Shape two{2, packing::kMilli, 0, {}, 2};
+  const auto shapes = [](const PodEntry& e) {
+    std::set<packing::Shape> out;
+    for (const auto& w : e.mix->shapes) out.insert(w.shape);
+    return out;
+  };
+  std::shared_ptr<PodEntry> before = Entry(kTwoGpus);
+  ASSERT_NE(before->mix, nullptr);
+  EXPECT_EQ(shapes(*before), (std::set<packing::Shape>{two})) << "not synced: only the pods asked about";
+
+  store_.SetSynced(true);
+  PodSpec next = kTwoGpus;
+  next.name = "next";
+  next.uid = "uid-next";
+  std::shared_ptr<PodEntry> after = Entry(next);
+  EXPECT_EQ(shapes(*after), (std::set<packing::Shape>{whole, quarter, two}));
+  EXPECT_EQ(after->mix->shapes.size(), 3u) << "the held pod's shape is not known";
+}
+
 TEST_F(EvaluatorTest, ANodeThatChangesLeavesItsClassAndIsEvaluatedAnew) {
   const auto hgx = Preset("hgx-h100-8gpu");
   AddNode("a", hgx);

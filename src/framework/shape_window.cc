@@ -9,18 +9,30 @@ namespace toposched::framework {
 ShapeWindow::ShapeWindow(std::size_t size, std::size_t refresh)
     : size_(std::max<std::size_t>(size, 1)), refresh_(std::max<std::size_t>(refresh, 1)) {}
 
-void ShapeWindow::Observe(std::string_view uid, const packing::Shape& shape) {
-  if (uid.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+bool ShapeWindow::AddLocked(std::string_view uid, const packing::Shape& shape) {
+  if (uid.empty()) return false;
   std::string key(uid);
-  if (uids_.contains(key)) return;
+  if (uids_.contains(key)) return false;
   uids_.insert(key);
   pods_.emplace_back(std::move(key), shape);
   if (pods_.size() > size_) {
     uids_.erase(pods_.front().first);
     pods_.pop_front();
   }
+  return true;
+}
+
+void ShapeWindow::Observe(std::string_view uid, const packing::Shape& shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!AddLocked(uid, shape)) return;
   if (++since_refresh_ >= refresh_ || pods_.size() <= refresh_) RecomputeLocked();
+}
+
+void ShapeWindow::ObserveAll(const std::vector<std::pair<std::string, packing::Shape>>& pods) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool added = false;
+  for (const auto& [uid, shape] : pods) added = AddLocked(uid, shape) || added;
+  if (added) RecomputeLocked();
 }
 
 void ShapeWindow::RecomputeLocked() {

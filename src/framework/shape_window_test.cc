@@ -43,6 +43,21 @@ TEST(ShapeWindowTest, AnUnchangedMixStaysTheSameObject) {
   EXPECT_EQ(window.Mix()->shapes.size(), 2u);
 }
 
+// Many pods at once (a window seeded with a cluster's pods): each UID once, the oldest leaving a
+// full window, one mix at the end.
+TEST(ShapeWindowTest, ObserveAllCountsEachPodOnce) {
+  ShapeWindow window(/*size=*/3, /*refresh=*/100);
+  window.Observe("a", Gpus(1));
+  window.ObserveAll({{"a", Gpus(1)}, {"b", Gpus(8)}, {"b", Gpus(8)}, {"", Gpus(2)}, {"c", Gpus(8)}, {"d", Gpus(8)}});
+  EXPECT_EQ(window.pods(), 3u);
+  ASSERT_NE(window.Mix(), nullptr);
+  ASSERT_EQ(window.Mix()->shapes.size(), 1u) << "a left the full window";
+  EXPECT_EQ(window.Mix()->shapes[0].shape, Gpus(8));
+  const std::shared_ptr<const packing::ShapeMix> mix = window.Mix();
+  window.ObserveAll({{"b", Gpus(8)}});
+  EXPECT_EQ(window.Mix(), mix) << "nothing new";
+}
+
 TEST(ShapeWindowTest, KeepsARareShapeThatHoldsTheGpuDemand) {
   ShapeWindow window(/*size=*/100, /*refresh=*/10);
   for (int i = 0; i < 95; ++i) window.Observe("small-" + std::to_string(i), Gpus(1));

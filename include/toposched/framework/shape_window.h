@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "toposched/placement/packing.h"
 
@@ -29,12 +31,16 @@ class ShapeWindow {
   // Records the shape of pod `uid` once (a pod asked about again adds nothing); the oldest pod
   // leaves the window when it is full. An empty UID is ignored (it could not be told apart).
   void Observe(std::string_view uid, const packing::Shape& shape);
+  // Observe for each of `pods` in order, the mix recomputed once at the end (a window seeded
+  // with the pods a cluster already runs).
+  void ObserveAll(const std::vector<std::pair<std::string, packing::Shape>>& pods);
   // The current mix; null before the first pod.
   std::shared_ptr<const packing::ShapeMix> Mix() const;
   std::size_t pods() const;
 
  private:
   void RecomputeLocked();
+  bool AddLocked(std::string_view uid, const packing::Shape& shape);  // false: known or no UID
 
   const std::size_t size_, refresh_;
   mutable std::mutex mu_;
