@@ -116,35 +116,31 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
 
 namespace {
 
-// The shape of a bound pod's request as packing::ShapeOf gives it in the extender (no CPU: the
-// extender's requests carry none), from what the pod holds: whole GPUs and RDMA NICs exactly; a
-// share's part of its GPU from its cores, and a whole GPU's worth without cores (as for a share
-// that asked memory in MiB; one that asked a percentage of the card's memory is counted so too),
-// without the GPU models it may have asked (an allocation does not record them). Nullopt for a
-// pod that holds no GPU and no NIC.
+// The shape of a bound pod's request (packing::ShapeOf, as the extender takes it: no CPU), from
+// the request its devices answer: whole GPUs and RDMA NICs exactly; a share's cores and memory
+// in MiB (one that asked a percentage of the card's memory reads as MiB, a whole GPU's worth
+// without cores), without the GPU models it may have asked (an allocation does not record
+// them). Nullopt for a pod that holds no GPU and no NIC.
 std::optional<packing::Shape> ShapeOfBound(const framework::AllocationDelta& delta) {
-  packing::Shape s;
-  s.nics = static_cast<int>(delta.nics.size());
-  if (!delta.exclusive_gpus.empty()) {
-    s.gpus = static_cast<int>(delta.exclusive_gpus.size());
-    s.milli = packing::kMilli;
-  } else if (!delta.shares.empty()) {
-    s.gpus = static_cast<int>(delta.shares.size());
-    const std::int64_t cores = delta.shares.front().second.cores;
-    s.milli = cores > 0 ? static_cast<int>(std::clamp<std::int64_t>(cores * packing::kMilli / kFullGpuCores, 1,
-                                                                    packing::kMilli))
-                        : packing::kMilli;
+  PlacementRequest r;
+  r.gpus = static_cast<int>(delta.exclusive_gpus.size());
+  r.rdma_nics = static_cast<int>(delta.nics.size());
+  if (r.gpus == 0 && !delta.shares.empty()) {
+    r.shared.count = static_cast<int>(delta.shares.size());
+    r.shared.cores = delta.shares.front().second.cores;
+    r.shared.memory_mib = delta.shares.front().second.memory_mib;
   }
-  if (s.gpus == 0 && s.nics == 0) return std::nullopt;
-  return s;
+  if (r.gpus == 0 && !r.IsShared() && r.rdma_nics == 0) return std::nullopt;
+  return packing::ShapeOf(r);
 }
 
 }  // namespace
 
 void Evaluator::SeedShapes() {
+  if (seeded_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(seed_mu_);
-  if (seeded_ || !store_.synced()) return;
-  seeded_ = true;
+  if (seeded_.load(std::memory_order_relaxed) || !store_.synced()) return;
+  seeded_.store(true, std::memory_order_release);
   std::vector<std::pair<std::string, packing::Shape>> pods;
   const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
   for (const auto& record : snap->nodes()) {
@@ -156,15 +152,6 @@ void Evaluator::SeedShapes() {
     }
   }
   if (pods.empty()) return;
-  // The window keeps its last pods: with more bound pods than it holds, an even sample of them
-  // (the store's order is by node name), not the last nodes' pods.
-  constexpr std::size_t kWindow = framework::ShapeWindow::kDefaultSize;  // shapes_'s size
-  if (pods.size() > kWindow) {
-    std::vector<std::pair<std::string, packing::Shape>> sample;
-    sample.reserve(kWindow);
-    for (std::size_t k = 0; k < kWindow; ++k) sample.push_back(std::move(pods[k * pods.size() / kWindow]));
-    pods = std::move(sample);
-  }
   shapes_.ObserveAll(pods);
   metrics::Log(LogLevel::kInfo, {"startup", "", ""},
                "typical pods seeded from " + std::to_string(pods.size()) + " pods the cluster runs");

@@ -14,6 +14,7 @@
 // call, never cached; nodes that sit alike relative to the pool share one result per call.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -174,8 +175,8 @@ class Evaluator {
   // The window starts from the pods the store holds once it is synced (SeedShapes): a restarted
   // extender or a new leader packs for the cluster's workload from its first pod.
   void SeedShapes();
-  std::mutex seed_mu_;
-  bool seeded_ = false;  // guarded by seed_mu_
+  std::mutex seed_mu_;  // one seeding at a time
+  std::atomic<bool> seeded_{false};
   metrics::Family<metrics::Counter>& rejections_;
   metrics::Counter* unknown_node_rejections_;
   struct SharedVerdicts {

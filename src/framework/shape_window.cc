@@ -31,7 +31,11 @@ void ShapeWindow::Observe(std::string_view uid, const packing::Shape& shape) {
 void ShapeWindow::ObserveAll(const std::vector<std::pair<std::string, packing::Shape>>& pods) {
   std::lock_guard<std::mutex> lock(mu_);
   bool added = false;
-  for (const auto& [uid, shape] : pods) added = AddLocked(uid, shape) || added;
+  const std::size_t n = pods.size(), taken = std::min(n, size_);
+  for (std::size_t k = 0; k < taken; ++k) {
+    const auto& [uid, shape] = pods[k * n / taken];
+    added = AddLocked(uid, shape) || added;
+  }
   if (added) RecomputeLocked();
 }
 

@@ -43,18 +43,22 @@ TEST(ShapeWindowTest, AnUnchangedMixStaysTheSameObject) {
   EXPECT_EQ(window.Mix()->shapes.size(), 2u);
 }
 
-// Many pods at once (a window seeded with a cluster's pods): each UID once, the oldest leaving a
-// full window, one mix at the end.
+// Many pods at once (a window seeded with a cluster's pods): each UID once, one mix at the end;
+// more pods than the window holds give an even sample of them, not the last ones.
 TEST(ShapeWindowTest, ObserveAllCountsEachPodOnce) {
   ShapeWindow window(/*size=*/3, /*refresh=*/100);
   window.Observe("a", Gpus(1));
-  window.ObserveAll({{"a", Gpus(1)}, {"b", Gpus(8)}, {"b", Gpus(8)}, {"", Gpus(2)}, {"c", Gpus(8)}, {"d", Gpus(8)}});
-  EXPECT_EQ(window.pods(), 3u);
+  window.ObserveAll({{"a", Gpus(1)}, {"b", Gpus(8)}, {"b", Gpus(8)}});
+  EXPECT_EQ(window.pods(), 2u);
   ASSERT_NE(window.Mix(), nullptr);
-  ASSERT_EQ(window.Mix()->shapes.size(), 1u) << "a left the full window";
-  EXPECT_EQ(window.Mix()->shapes[0].shape, Gpus(8));
+  EXPECT_EQ(window.Mix()->shapes.size(), 2u);
+  // Six pods for three places: the first, third and fifth (all 4-GPU), the older pods leaving.
+  window.ObserveAll({{"p0", Gpus(4)}, {"p1", Gpus(8)}, {"p2", Gpus(4)}, {"p3", Gpus(8)}, {"p4", Gpus(4)}, {"p5", Gpus(8)}});
+  EXPECT_EQ(window.pods(), 3u);
+  ASSERT_EQ(window.Mix()->shapes.size(), 1u);
+  EXPECT_EQ(window.Mix()->shapes[0].shape, Gpus(4));
   const std::shared_ptr<const packing::ShapeMix> mix = window.Mix();
-  window.ObserveAll({{"b", Gpus(8)}});
+  window.ObserveAll({{"p0", Gpus(4)}, {"", Gpus(2)}});
   EXPECT_EQ(window.Mix(), mix) << "nothing new";
 }
 

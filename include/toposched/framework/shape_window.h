@@ -32,7 +32,8 @@ class ShapeWindow {
   // leaves the window when it is full. An empty UID is ignored (it could not be told apart).
   void Observe(std::string_view uid, const packing::Shape& shape);
   // Observe for each of `pods` in order, the mix recomputed once at the end (a window seeded
-  // with the pods a cluster already runs).
+  // with the pods a cluster already runs). More pods than the window holds: an even sample of
+  // them, not the last ones (a cluster's pods come by node).
   void ObserveAll(const std::vector<std::pair<std::string, packing::Shape>>& pods);
   // The current mix; null before the first pod.
   std::shared_ptr<const packing::ShapeMix> Mix() const;
