@@ -515,6 +515,8 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
   run.seed = seed;
   run.tasks = tasks.size();
   run.ratio_at.assign(options.marks.size(), -1);
+  run.kinds_at.assign(options.marks.size(), TraceKindCounts{});
+  TraceKindCounts kinds;  // so far
   std::vector<double> times_us;
   times_us.reserve(tasks.size());
   double arrived = 0, allocated = 0;
@@ -551,17 +553,23 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     } else {
       ++run.unplaced;
       run.gpu_milli_unplaced += task.GpuMilli();
+      ++kinds.pending[static_cast<std::size_t>(KindOfTask(task))];
     }
+    ++kinds.arrived[static_cast<std::size_t>(KindOfTask(task))];
     arrived += static_cast<double>(task.GpuMilli());
     for (std::size_t m = 0; m < options.marks.size(); ++m) {
       if (run.ratio_at[m] < 0 && arrived >= options.marks[m] * static_cast<double>(capacity)) {
         run.ratio_at[m] = allocated / static_cast<double>(capacity);
+        run.kinds_at[m] = kinds;
       }
     }
     if (options.progress && (k % 256 == 0 || k + 1 == tasks.size())) options.progress(policy, seed, k + 1, tasks.size());
   }
-  for (double& r : run.ratio_at) {
-    if (r < 0) r = allocated / static_cast<double>(capacity);  // the mark was never reached
+  for (std::size_t m = 0; m < run.ratio_at.size(); ++m) {
+    if (run.ratio_at[m] < 0) {  // the mark was never reached
+      run.ratio_at[m] = allocated / static_cast<double>(capacity);
+      run.kinds_at[m] = kinds;
+    }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.decision_p50_us = Percentile(times_us, 0.5);
@@ -642,6 +650,7 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
     pr.policy = options.policies[p];
     pr.mean_ratio_at.assign(options.marks.size(), 0);
     pr.min_ratio_at.assign(options.marks.size(), 1e9);
+    pr.mean_pending_at.assign(options.marks.size(), std::array<double, kTraceKinds>{});
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].policy != p) continue;
       if (!runs[j]->ok()) return runs[j]->error();
@@ -649,12 +658,33 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
       for (std::size_t m = 0; m < options.marks.size(); ++m) {
         pr.mean_ratio_at[m] += r.ratio_at[m] / static_cast<double>(options.seeds.size());
         pr.min_ratio_at[m] = std::min(pr.min_ratio_at[m], r.ratio_at[m]);
+        for (std::size_t k = 0; k < kTraceKinds; ++k) {
+          pr.mean_pending_at[m][k] +=
+              static_cast<double>(r.kinds_at[m].pending[k]) / static_cast<double>(options.seeds.size());
+        }
       }
       pr.runs.push_back(r);
     }
     result.policies.push_back(std::move(pr));
   }
   return result;
+}
+
+std::string_view TraceKindName(TraceKind kind) {
+  switch (kind) {
+    case TraceKind::kCpuOnly:
+      return "CPU-only";
+    case TraceKind::kShared:
+      return "shared";
+    case TraceKind::kWholeGpu:
+      return "whole-GPU";
+  }
+  return "?";
+}
+
+TraceKind KindOfTask(const TraceTask& task) {
+  if (task.gpus == 0) return TraceKind::kCpuOnly;
+  return task.gpu_milli < kMilli ? TraceKind::kShared : TraceKind::kWholeGpu;
 }
 
 std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
@@ -695,9 +725,43 @@ std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
       std::snprintf(buf, sizeof buf, " %8.1f      %7.2f s\n", unplaced / n, seconds / n);
       out += buf;
     }
+    // Which tasks pend, by kind, when each mark is read (what the ratio leaves out).
+    for (std::size_t m = 0; m < r.marks.size(); ++m) {
+      std::snprintf(buf, sizeof buf, "tasks pending when %.0f%% had arrived (mean per seed):", 100 * r.marks[m]);
+      out += buf;
+      for (std::size_t k = 0; k < kTraceKinds; ++k) {
+        std::snprintf(buf, sizeof buf, "%s%s", k == 0 ? " " : " / ", std::string(TraceKindName(static_cast<TraceKind>(k))).c_str());
+        out += buf;
+      }
+      out += "\n";
+      for (const TracePolicyResult& p : r.policies) {
+        if (m >= p.mean_pending_at.size()) continue;
+        std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f\n", p.policy.c_str(), p.mean_pending_at[m][0],
+                      p.mean_pending_at[m][1], p.mean_pending_at[m][2]);
+        out += buf;
+      }
+    }
   }
   return out;
 }
+
+namespace {
+
+// Per mark: {"shared": {"arrived": N, "pending": N}, ...}.
+nlohmann::json KindsJson(const std::vector<TraceKindCounts>& at) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TraceKindCounts& c : at) {
+    nlohmann::json mark = nlohmann::json::object();
+    for (std::size_t k = 0; k < kTraceKinds; ++k) {
+      mark[std::string(TraceKindName(static_cast<TraceKind>(k)))] = {{"arrived", c.arrived[k]},
+                                                                     {"pending", c.pending[k]}};
+    }
+    out.push_back(std::move(mark));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
   nlohmann::json out = nlohmann::json::array();
@@ -710,6 +774,7 @@ std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
       for (const TraceRun& run : p.runs) {
         runs.push_back({{"seed", run.seed},
                         {"ratio_at", run.ratio_at},
+                        {"kinds_at", KindsJson(run.kinds_at)},
                         {"tasks", run.tasks},
                         {"placed", run.placed},
                         {"unplaced", run.unplaced},

@@ -1,6 +1,7 @@
 #include "toposched/simulate/trace.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -284,6 +285,16 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
           << variant << ": " << defaults->policies[i].policy << "\n" << table;
     }
     EXPECT_GT(defaults->policies[1].mean_ratio_at[0], defaults->policies[4].mean_ratio_at[0] + 0.01) << table;
+    // By kind, when 100 % has arrived: no more shared or whole-GPU tasks pending than the packers
+    // (FGD, best-fit, first-fit). Random is left out: it spreads shares over fresh GPUs, so more
+    // shares fit later while whole-GPU tasks pend (docs/placement.md).
+    for (std::size_t i = 1; i <= 3; ++i) {
+      for (std::size_t k = 0; k < kTraceKinds; ++k) {
+        EXPECT_LE(defaults->policies[0].mean_pending_at[0][k], defaults->policies[i].mean_pending_at[0][k] + 1e-9)
+            << variant << ": " << TraceKindName(static_cast<TraceKind>(k)) << " against "
+            << defaults->policies[i].policy << "\n" << table;
+      }
+    }
 
     // Capacity first (the plugin ranks before the total, at weight 0): above toposched without
     // ExpectedFragmentation and at least every blind baseline.
@@ -299,6 +310,46 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
           << variant << ": " << defaults->policies[i].policy << "\n" << all;
     }
   }
+}
+
+// Which tasks pend is counted by kind when each mark is read, and at the end for a mark never
+// reached. One GPU: the share takes half of it, so the whole-GPU task after it pends and the
+// second share fits.
+TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
+  Trace trace;
+  trace.variant = "kinds";
+  trace.nodes = {TraceNode{"n", 8000, 8192, 1, "T4"}};
+  trace.tasks = {TraceTask{"cpu", 1000, 1024, 0, 0, {}, 0}, TraceTask{"share-a", 1000, 1024, 1, 500, {}, 1},
+                 TraceTask{"whole", 1000, 1024, 1, 1000, {}, 2}, TraceTask{"share-b", 1000, 1024, 1, 500, {}, 3}};
+  TraceReplayOptions options;
+  options.seeds = {1};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;
+  options.marks = {1.0, 3.0};  // 100 % is passed by the whole-GPU task; 300 % never
+  auto r = ReplayTrace(trace, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  constexpr auto kCpu = static_cast<std::size_t>(TraceKind::kCpuOnly);
+  constexpr auto kShare = static_cast<std::size_t>(TraceKind::kShared);
+  constexpr auto kWhole = static_cast<std::size_t>(TraceKind::kWholeGpu);
+  for (const TracePolicyResult& p : r->policies) {
+    ASSERT_EQ(p.runs.size(), 1u);
+    const TraceRun& run = p.runs[0];
+    ASSERT_EQ(run.kinds_at.size(), 2u) << p.policy;
+    EXPECT_EQ(run.kinds_at[0].arrived, (std::array<std::size_t, kTraceKinds>{1, 1, 1})) << p.policy;
+    EXPECT_EQ(run.kinds_at[0].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
+    EXPECT_EQ(run.kinds_at[1].arrived, (std::array<std::size_t, kTraceKinds>{1, 2, 1})) << p.policy;
+    EXPECT_EQ(run.kinds_at[1].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
+    EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kWhole], 1.0) << p.policy;
+    EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kShare] + p.mean_pending_at[0][kCpu], 0.0) << p.policy;
+  }
+  const std::string table = FormatTraceTable({*r});
+  EXPECT_NE(table.find("tasks pending when 100% had arrived (mean per seed): CPU-only / shared / whole-GPU\n"
+                       "  toposched            0.0      0.0      1.0\n"),
+            std::string::npos)
+      << table;
+  const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
+  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][1]["shared"]["arrived"], 2);
+  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][0]["whole-GPU"]["pending"], 1);
 }
 
 TEST(TraceTest, ReplayRefusesBadOptions) {

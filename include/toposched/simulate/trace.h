@@ -27,6 +27,7 @@
 //
 // Deterministic for a trace, policy and seed, except the measured times.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -139,9 +140,22 @@ struct TraceReplayOptions {
   TraceProgress progress;
 };
 
+// The kinds of task an operator counts apart: CPU only, one share of one GPU, whole GPUs.
+enum class TraceKind : std::uint8_t { kCpuOnly, kShared, kWholeGpu };
+inline constexpr std::size_t kTraceKinds = 3;
+std::string_view TraceKindName(TraceKind kind);
+TraceKind KindOfTask(const TraceTask& task);
+
+// Tasks of each kind (indexed by TraceKind) that had arrived by a mark, and those of them that
+// found no node.
+struct TraceKindCounts {
+  std::array<std::size_t, kTraceKinds> arrived{}, pending{};
+};
+
 struct TraceRun {
   std::uint32_t seed = 0;
-  std::vector<double> ratio_at;  // per mark: allocated / capacity
+  std::vector<double> ratio_at;           // per mark: allocated / capacity
+  std::vector<TraceKindCounts> kinds_at;  // per mark, read with ratio_at
   std::size_t tasks = 0, placed = 0, unplaced = 0;
   std::int64_t gpu_milli_unplaced = 0;  // requested GPU of the unplaced tasks
   double seconds = 0;                   // measured
@@ -152,6 +166,8 @@ struct TracePolicyResult {
   std::string policy;
   std::vector<double> mean_ratio_at;  // per mark, over the runs
   std::vector<double> min_ratio_at;   // per mark: the worst seed
+  // Per mark, per kind: the mean over the runs of the tasks pending at the mark.
+  std::vector<std::array<double, kTraceKinds>> mean_pending_at;
   std::vector<TraceRun> runs;
 };
 
