@@ -687,6 +687,26 @@ TraceKind KindOfTask(const TraceTask& task) {
   return task.gpu_milli < kMilli ? TraceKind::kShared : TraceKind::kWholeGpu;
 }
 
+std::optional<PairedDifference> PairedRatioDifference(const TracePolicyResult& a, const TracePolicyResult& b,
+                                                      std::size_t mark) {
+  std::vector<double> d;
+  for (const TraceRun& ra : a.runs) {
+    for (const TraceRun& rb : b.runs) {
+      if (ra.seed == rb.seed && mark < ra.ratio_at.size() && mark < rb.ratio_at.size()) {
+        d.push_back(ra.ratio_at[mark] - rb.ratio_at[mark]);
+        break;
+      }
+    }
+  }
+  if (d.size() < 2) return std::nullopt;
+  const double n = static_cast<double>(d.size());
+  double mean = 0;
+  for (double x : d) mean += x / n;
+  double ss = 0;
+  for (double x : d) ss += (x - mean) * (x - mean);
+  return PairedDifference{mean, std::sqrt(ss / (n - 1) / n), d.size()};
+}
+
 std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
   std::string out =
       "(Alibaba GPU trace replayed with FGD's protocol; allocation ratios are simulated placements,\n"
@@ -724,6 +744,35 @@ std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
       const double n = p.runs.empty() ? 1 : static_cast<double>(p.runs.size());
       std::snprintf(buf, sizeof buf, " %8.1f      %7.2f s\n", unplaced / n, seconds / n);
       out += buf;
+    }
+    // Against FGD seed by seed: a difference of means smaller than about two standard errors
+    // is the seeds' luck, not the policy.
+    const TracePolicyResult* fgd = nullptr;
+    for (const TracePolicyResult& p : r.policies) {
+      if (p.policy == kTracePolicyFgd) fgd = &p;
+    }
+    if (fgd != nullptr && fgd->runs.size() >= 2) {
+      out += "against fgd, seed by seed (mean difference +- its standard error, points)\n                  ";
+      for (double m : r.marks) {
+        std::snprintf(buf, sizeof buf, "         at %3.0f%%", 100 * m);
+        out += buf;
+      }
+      out += "\n";
+      for (const TracePolicyResult& p : r.policies) {
+        if (&p == fgd) continue;
+        std::snprintf(buf, sizeof buf, "  %-16s", p.policy.c_str());
+        out += buf;
+        for (std::size_t m = 0; m < r.marks.size(); ++m) {
+          const auto d = PairedRatioDifference(p, *fgd, m);
+          if (d) {
+            std::snprintf(buf, sizeof buf, "  %+6.2f +- %4.2f", 100 * d->mean, 100 * d->standard_error);
+          } else {
+            std::snprintf(buf, sizeof buf, "  %15s", "-");
+          }
+          out += buf;
+        }
+        out += "\n";
+      }
     }
     // Which tasks pend, by kind, when each mark is read (what the ratio leaves out).
     for (std::size_t m = 0; m < r.marks.size(); ++m) {
@@ -786,6 +835,17 @@ std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
       nlohmann::json pj{{"policy", p.policy}, {"mean_ratio_at", p.mean_ratio_at}, {"min_ratio_at", p.min_ratio_at},
                         {"runs", runs}};
       if (const auto pub = PublishedRatio(r.variant, p.policy)) pj["published_percent"] = {pub->first, pub->second};
+      for (const TracePolicyResult& other : r.policies) {
+        if (other.policy != kTracePolicyFgd || &other == &p) continue;
+        nlohmann::json paired = nlohmann::json::array();
+        for (std::size_t m = 0; m < r.marks.size(); ++m) {
+          const auto d = PairedRatioDifference(p, other, m);
+          paired.push_back(d ? nlohmann::json{{"mean", d->mean}, {"standard_error", d->standard_error},
+                                              {"seeds", d->seeds}}
+                             : nlohmann::json(nullptr));
+        }
+        pj["against_fgd"] = std::move(paired);
+      }
       policies.push_back(std::move(pj));
     }
     v["policies"] = std::move(policies);

@@ -279,6 +279,7 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     const double without_ef = without->policies[0].mean_ratio_at[0];
     const std::string table = FormatTraceTable({*defaults, *without});
     ASSERT_EQ(defaults->policies.size(), 5u);
+    EXPECT_NE(table.find("against fgd, seed by seed"), std::string::npos) << table;
     EXPECT_GT(with_ef, without_ef) << variant << "\n" << table;
     for (std::size_t i = 2; i < defaults->policies.size(); ++i) {
       EXPECT_GE(with_ef + 1e-9, defaults->policies[i].mean_ratio_at[0])
@@ -350,6 +351,29 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
   const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][1]["shared"]["arrived"], 2);
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][0]["whole-GPU"]["pending"], 1);
+}
+
+// The paired difference matches runs by seed, whatever their order, and leaves out seeds one
+// policy did not run.
+TEST(TraceTest, PairedDifferenceMatchesRunsBySeed) {
+  auto run = [](std::uint32_t seed, double ratio) {
+    TraceRun r;
+    r.seed = seed;
+    r.ratio_at = {ratio};
+    return r;
+  };
+  TracePolicyResult a, b;
+  a.runs = {run(1, 0.95), run(2, 0.93), run(3, 0.90), run(9, 0.5)};
+  b.runs = {run(3, 0.89), run(1, 0.94), run(2, 0.93)};
+  const auto d = PairedRatioDifference(a, b, 0);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->seeds, 3u);
+  // Differences 0.01, 0.00, 0.01: mean 0.02/3, sample deviation 0.00577, error 0.00333.
+  EXPECT_NEAR(d->mean, 0.02 / 3, 1e-12);
+  EXPECT_NEAR(d->standard_error, 0.01 / 3, 1e-9);
+  EXPECT_FALSE(PairedRatioDifference(a, b, 1).has_value());  // no such mark
+  b.runs.resize(1);
+  EXPECT_FALSE(PairedRatioDifference(a, b, 0).has_value());  // one common seed
 }
 
 TEST(TraceTest, ReplayRefusesBadOptions) {

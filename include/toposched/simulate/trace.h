@@ -186,6 +186,17 @@ struct TraceReplayResult {
 
 Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptions& options = {});
 
+// Policy `a`'s ratio at mark `mark` less `b`'s, seed by seed over the seeds both ran: the mean
+// and the standard error of that mean (fractions, as ratio_at). Seed noise is shared by the
+// two, so this tells a real difference from a lucky seed set better than the two means do.
+// nullopt with fewer than two common seeds.
+struct PairedDifference {
+  double mean = 0, standard_error = 0;
+  std::size_t seeds = 0;
+};
+std::optional<PairedDifference> PairedRatioDifference(const TracePolicyResult& a, const TracePolicyResult& b,
+                                                      std::size_t mark);
+
 // The published FGD-simulator figures (fgd-anchor.md), allocation ratio in % at 100 % and
 // 130 % arrived; nullopt for a variant or policy the paper does not list.
 std::optional<std::pair<double, double>> PublishedRatio(std::string_view variant, std::string_view policy);
