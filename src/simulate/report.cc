@@ -121,6 +121,61 @@ const char* PolicyColour(std::size_t i) {
 
 }  // namespace
 
+std::optional<CapacityCheck> CheckCapacity(const SimulationResult& r, std::string_view policy) {
+  const PolicyResult* own = nullptr;
+  for (const PolicyResult& p : r.policies) {
+    if (p.policy == policy) own = &p;
+  }
+  if (own == nullptr || r.policies.size() < 2) return std::nullopt;
+  CapacityCheck check;
+  check.policy = std::string(policy);
+  // The best other policy for one count; `count` gives -1 where a policy lacks it.
+  auto compare = [&](const std::string& what, auto count) {
+    const int mine = count(*own);
+    int best = -1;
+    const PolicyResult* ahead = nullptr;
+    for (const PolicyResult& p : r.policies) {
+      if (&p == own) continue;
+      const int c = count(p);
+      if (c > best) {
+        best = c;
+        ahead = &p;
+      }
+    }
+    if (what == "pods") check.lead = mine - best;
+    if (ahead != nullptr && best > mine) check.shortfalls.push_back({what, best - mine, ahead->policy});
+  };
+  compare("pods", [](const PolicyResult& p) { return p.placed; });
+  for (const KindCount& k : own->kinds) {
+    compare(k.kind, [&k](const PolicyResult& p) {
+      for (const KindCount& c : p.kinds) {
+        if (c.kind == k.kind) return c.placed;
+      }
+      return -1;
+    });
+  }
+  return check;
+}
+
+namespace {
+
+// One line on capacity: the lead in pods placed and each count where a baseline placed more.
+std::string CapacityLine(const CapacityCheck& c) {
+  std::string line = "capacity: " + c.policy + " placed " + std::to_string(std::abs(c.lead)) +
+                     (c.lead >= 0 ? " more" : " fewer") + (std::abs(c.lead) == 1 ? " pod" : " pods") +
+                     " than the best baseline";
+  bool kinds = false;
+  for (const CapacityShortfall& s : c.shortfalls) {
+    if (s.what == "pods") continue;
+    line += (kinds ? ", " : "; ") + std::to_string(s.fewer) + " fewer " + s.what + (s.fewer == 1 ? " pod" : " pods") +
+            " than " + s.baseline;
+    kinds = true;
+  }
+  return kinds ? line : line + ", and no fewer of any kind";
+}
+
+}  // namespace
+
 std::string FormatTable(const SimulationResult& r) {
   Table t(r);
   t.Line("cluster:  " + r.cluster_description);
@@ -138,6 +193,9 @@ std::string FormatTable(const SimulationResult& r) {
               return k < p.kinds.size() ? std::to_string(p.kinds[k].pending) : "-";
             });
     }
+  }
+  if (const auto check = CheckCapacity(r)) {
+    for (const std::string& line : Wrap(CapacityLine(*check), 96)) t.Line(line);
   }
   t.Line("worst GPU->NIC class of placed pods");
   for (std::size_t b = 0; b < kClassBuckets.size(); ++b) {
@@ -237,6 +295,13 @@ std::string FormatJson(const SimulationResult& r) {
        {{"description", r.workload_description}, {"pods", r.pods}, {"endTimeSeconds", r.end_time_s}}},
       {"policies", policies},
   };
+  if (const auto check = CheckCapacity(r)) {
+    json shortfalls = json::array();
+    for (const CapacityShortfall& s : check->shortfalls) {
+      shortfalls.push_back({{"what", s.what}, {"fewer", s.fewer}, {"against", s.baseline}});
+    }
+    doc["capacity"] = {{"policy", check->policy}, {"lead", check->lead}, {"shortfalls", shortfalls}};
+  }
   return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -162,6 +162,55 @@ TEST(Acceptance, AFolderOfRealExportsPlacesAtLeastEveryBaselineOfEveryKind) {
   }
 }
 
+// The capacity line says what toposched trades: its lead in pods placed, and each kind where a
+// baseline placed more, against the first baseline with the best count.
+TEST(Simulate, CapacityCheckNamesEveryKindABaselinePlacesMoreOf) {
+  auto policy = [](std::string name, int training, int decode) {
+    PolicyResult p;
+    p.policy = std::move(name);
+    p.kinds = {{"training", 10, training, 10 - training}, {"decode", 10, decode, 10 - decode}};
+    p.placed = training + decode;
+    p.pending = 20 - p.placed;
+    return p;
+  };
+  SimulationResult r;
+  r.policies = {policy("toposched", 9, 7), policy("first-fit", 5, 8), policy("gpu-only", 6, 8)};
+  auto c = CheckCapacity(r);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->lead, 2);  // 16 against 14
+  ASSERT_EQ(c->shortfalls.size(), 1u);
+  EXPECT_EQ(c->shortfalls[0].what, "decode");
+  EXPECT_EQ(c->shortfalls[0].fewer, 1);
+  EXPECT_EQ(c->shortfalls[0].baseline, "first-fit");
+  EXPECT_NE(FormatTable(r).find("capacity: toposched placed 2 more pods than the best baseline; 1 fewer decode "
+                                "pod than first-fit\n"),
+            std::string::npos)
+      << FormatTable(r);
+  const auto json = nlohmann::json::parse(FormatJson(r));
+  EXPECT_EQ(json["capacity"]["lead"], 2);
+  EXPECT_EQ(json["capacity"]["shortfalls"][0]["against"], "first-fit");
+
+  // Behind in total as well; no kind behind reads as such.
+  r.policies[0] = policy("toposched", 5, 8);
+  c = CheckCapacity(r);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->lead, -1);
+  ASSERT_EQ(c->shortfalls.size(), 2u);  // the total and training (gpu-only's 6)
+  EXPECT_EQ(c->shortfalls[0].what, "pods");
+  EXPECT_EQ(c->shortfalls[1].baseline, "gpu-only");
+  r.policies[0] = policy("toposched", 6, 8);
+  c = CheckCapacity(r);
+  EXPECT_TRUE(c->shortfalls.empty());
+  EXPECT_NE(FormatTable(r).find("capacity: toposched placed 0 more pods than the best baseline, and no fewer of "
+                                "any kind"),
+            std::string::npos)
+      << FormatTable(r);
+  // Alone, or not in the run: nothing to compare.
+  r.policies.resize(1);
+  EXPECT_FALSE(CheckCapacity(r).has_value());
+  EXPECT_FALSE(CheckCapacity(r, "first-fit").has_value());
+}
+
 TEST(Simulate, FiguresAddUpForEveryPolicy) {
   auto r = RunDefault(24, 300, 3);
   ASSERT_TRUE(r.ok()) << r.error().message();

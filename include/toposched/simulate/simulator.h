@@ -380,6 +380,23 @@ struct SimulationOptions {
 Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload& workload,
                                   const SimulationOptions& options = {});
 
+// Capacity against the baselines (issue 16: capacity is never traded away silently): `policy`'s
+// pods placed less the most any other policy of the run placed, and each count where another
+// policy placed more, in total or of one kind. nullopt when `policy` is not in the run or is
+// alone in it.
+struct CapacityShortfall {
+  std::string what;      // "pods" (the total) or a kind
+  int fewer = 0;         // pods placed fewer than the best other policy there
+  std::string baseline;  // that policy (the first of the run's order with that count)
+};
+struct CapacityCheck {
+  std::string policy;
+  int lead = 0;  // pods placed less the most any other policy placed (negative: behind)
+  std::vector<CapacityShortfall> shortfalls;  // empty: at least every other policy everywhere
+};
+std::optional<CapacityCheck> CheckCapacity(const SimulationResult& result,
+                                           std::string_view policy = kPolicyToposched);
+
 // Reports: a side-by-side text table, JSON, and an SVG picture (node grids coloured by GPU
 // occupancy per policy, class histograms as bars). Pure functions of the result.
 std::string FormatTable(const SimulationResult& result);
