@@ -707,6 +707,62 @@ std::optional<PairedDifference> PairedRatioDifference(const TracePolicyResult& a
   return PairedDifference{mean, std::sqrt(ss / (n - 1) / n), d.size()};
 }
 
+namespace {
+
+// Each policy's ratio less FGD's, seed by seed, at every mark (nothing without FGD or with one
+// seed): a difference of means smaller than about two standard errors is the seeds' luck, not
+// the policy.
+void AppendAgainstFgd(const TraceReplayResult& r, std::string& out) {
+  const TracePolicyResult* fgd = nullptr;
+  for (const TracePolicyResult& p : r.policies) {
+    if (p.policy == kTracePolicyFgd) fgd = &p;
+  }
+  if (fgd == nullptr || fgd->runs.size() < 2) return;
+  char buf[128];
+  out += "against fgd, seed by seed (mean difference +- its standard error, points)\n                  ";
+  for (double m : r.marks) {
+    std::snprintf(buf, sizeof buf, "         at %3.0f%%", 100 * m);
+    out += buf;
+  }
+  out += "\n";
+  for (const TracePolicyResult& p : r.policies) {
+    if (&p == fgd) continue;
+    std::snprintf(buf, sizeof buf, "  %-16s", p.policy.c_str());
+    out += buf;
+    for (std::size_t m = 0; m < r.marks.size(); ++m) {
+      if (const auto d = PairedRatioDifference(p, *fgd, m)) {
+        std::snprintf(buf, sizeof buf, "  %+6.2f +- %4.2f", 100 * d->mean, 100 * d->standard_error);
+      } else {
+        std::snprintf(buf, sizeof buf, "  %15s", "-");
+      }
+      out += buf;
+    }
+    out += "\n";
+  }
+}
+
+// Which tasks pend, by kind, when each mark is read (what the ratio leaves out).
+void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
+  char buf[128];
+  for (std::size_t m = 0; m < r.marks.size(); ++m) {
+    std::snprintf(buf, sizeof buf, "tasks pending when %.0f%% had arrived (mean per seed):", 100 * r.marks[m]);
+    out += buf;
+    for (std::size_t k = 0; k < kTraceKinds; ++k) {
+      out += k == 0 ? " " : " / ";
+      out += TraceKindName(static_cast<TraceKind>(k));
+    }
+    out += "\n";
+    for (const TracePolicyResult& p : r.policies) {
+      if (m >= p.mean_pending_at.size()) continue;
+      std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f\n", p.policy.c_str(), p.mean_pending_at[m][0],
+                    p.mean_pending_at[m][1], p.mean_pending_at[m][2]);
+      out += buf;
+    }
+  }
+}
+
+}  // namespace
+
 std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
   std::string out =
       "(Alibaba GPU trace replayed with FGD's protocol; allocation ratios are simulated placements,\n"
@@ -745,51 +801,8 @@ std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
       std::snprintf(buf, sizeof buf, " %8.1f      %7.2f s\n", unplaced / n, seconds / n);
       out += buf;
     }
-    // Against FGD seed by seed: a difference of means smaller than about two standard errors
-    // is the seeds' luck, not the policy.
-    const TracePolicyResult* fgd = nullptr;
-    for (const TracePolicyResult& p : r.policies) {
-      if (p.policy == kTracePolicyFgd) fgd = &p;
-    }
-    if (fgd != nullptr && fgd->runs.size() >= 2) {
-      out += "against fgd, seed by seed (mean difference +- its standard error, points)\n                  ";
-      for (double m : r.marks) {
-        std::snprintf(buf, sizeof buf, "         at %3.0f%%", 100 * m);
-        out += buf;
-      }
-      out += "\n";
-      for (const TracePolicyResult& p : r.policies) {
-        if (&p == fgd) continue;
-        std::snprintf(buf, sizeof buf, "  %-16s", p.policy.c_str());
-        out += buf;
-        for (std::size_t m = 0; m < r.marks.size(); ++m) {
-          const auto d = PairedRatioDifference(p, *fgd, m);
-          if (d) {
-            std::snprintf(buf, sizeof buf, "  %+6.2f +- %4.2f", 100 * d->mean, 100 * d->standard_error);
-          } else {
-            std::snprintf(buf, sizeof buf, "  %15s", "-");
-          }
-          out += buf;
-        }
-        out += "\n";
-      }
-    }
-    // Which tasks pend, by kind, when each mark is read (what the ratio leaves out).
-    for (std::size_t m = 0; m < r.marks.size(); ++m) {
-      std::snprintf(buf, sizeof buf, "tasks pending when %.0f%% had arrived (mean per seed):", 100 * r.marks[m]);
-      out += buf;
-      for (std::size_t k = 0; k < kTraceKinds; ++k) {
-        std::snprintf(buf, sizeof buf, "%s%s", k == 0 ? " " : " / ", std::string(TraceKindName(static_cast<TraceKind>(k))).c_str());
-        out += buf;
-      }
-      out += "\n";
-      for (const TracePolicyResult& p : r.policies) {
-        if (m >= p.mean_pending_at.size()) continue;
-        std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f\n", p.policy.c_str(), p.mean_pending_at[m][0],
-                      p.mean_pending_at[m][1], p.mean_pending_at[m][2]);
-        out += buf;
-      }
-    }
+    AppendAgainstFgd(r, out);
+    AppendPendingByKind(r, out);
   }
   return out;
 }
