@@ -98,7 +98,7 @@ class Progress {
 // `simulate --trace`: each variant replayed with every policy and seed.
 int RunTraceReplay(const std::string& dir, const std::string& variants_arg, const std::string& seeds_arg,
                    long long max_tasks, const std::string& policies_arg, const std::string& config_path, bool json,
-                   bool no_progress) {
+                   bool no_progress, bool cpu_blind) {
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
     return 1;
@@ -106,6 +106,7 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg, cons
   sim::TraceReplayOptions options;
   if (!policies_arg.empty()) options.policies = SplitCommas(policies_arg);
   if (max_tasks > 0) options.max_tasks = static_cast<std::size_t>(max_tasks);
+  options.toposched_cpu_blind = cpu_blind;
   if (!seeds_arg.empty()) {
     options.seeds.clear();
     for (const std::string& item : SplitCommas(seeds_arg)) {
@@ -161,7 +162,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   std::string trace_dir, variants_arg, seeds_arg;
   long long max_tasks = 0;
   long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
-  bool json = false, no_progress = false;
+  bool json = false, no_progress = false, cpu_blind = false;
   FlagSet flags(
       "simulate", "toposched simulate [flags]",
       "Runs a workload through the scheduler's filter -> score -> reserve code (in process, no\n"
@@ -215,6 +216,9 @@ int RunSimulate(const std::vector<std::string>& args) {
   flags.Text("--seeds", seeds_arg, "A-B|a,b,...", "seeds of the shuffle and tuning (default 42-51, as the FGD paper)");
   flags.Integer("--max-tasks", max_tasks, 1, 100000000, "N", "replay only the first N tasks of each tuned workload")
       ->default_str("");
+  flags.Switch("--cpu-blind", cpu_blind,
+               "toposched sees no CPU (the tasks' requests, the nodes' free CPU), as\n"
+               "the extender today: its packing counts every node's CPU as enough");
   if (const auto exit_code = flags.Parse(args)) return *exit_code;
   const bool nodes_given = flags.Given(nodes_flag);
   auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
@@ -222,13 +226,13 @@ int RunSimulate(const std::vector<std::string>& args) {
     if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
         pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
       return usage("--trace replays the trace's own cluster and tasks; it takes --variants, --seeds, "
-                   "--max-tasks, --policies, --config, --json and --no-progress only");
+                   "--max-tasks, --cpu-blind, --policies, --config, --json and --no-progress only");
     }
     return RunTraceReplay(trace_dir, variants_arg, seeds_arg, max_tasks, policies_arg, config_path, json,
-                          no_progress);
+                          no_progress, cpu_blind);
   }
-  if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0) {
-    return usage("--variants, --seeds and --max-tasks apply to --trace");
+  if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0 || cpu_blind) {
+    return usage("--variants, --seeds, --max-tasks and --cpu-blind apply to --trace");
   }
   if (!shapes_arg.empty() && nodes_given)
     return usage("--shapes and --nodes both size the synthetic nodes; give one");

@@ -314,10 +314,11 @@ class FgdPolicy : public TracePolicy {
 class ToposchedTracePolicy : public TracePolicy {
  public:
   static Result<std::unique_ptr<ToposchedTracePolicy>> Make(ReplayState& s, const framework::SchedulerConfig& config,
-                                                             packing::ShapeMix mix) {
+                                                             packing::ShapeMix mix, bool cpu_blind) {
     auto fw = framework::Framework::Create(config, BuiltinRegistryForTrace());
     if (!fw.ok()) return fw.error().WithContext("toposched policy");
-    auto p = std::unique_ptr<ToposchedTracePolicy>(new ToposchedTracePolicy(s, std::move(fw).value(), std::move(mix)));
+    auto p = std::unique_ptr<ToposchedTracePolicy>(
+        new ToposchedTracePolicy(s, std::move(fw).value(), std::move(mix), cpu_blind));
     if (Status st = p->BuildNodes(); !st.ok()) return st.error();
     return p;
   }
@@ -327,7 +328,7 @@ class ToposchedTracePolicy : public TracePolicy {
     request.pod_namespace = "trace";
     request.pod_name = task.name;
     request.pod_uid = "trace-" + std::to_string(task_index);
-    request.cpu_milli = task.cpu_milli;
+    request.cpu_milli = cpu_blind_ ? 0 : task.cpu_milli;
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
       request.shared.count = 1;
       request.shared.cores = static_cast<std::int64_t>(task.gpu_milli) * kFullGpuCores / kMilli;
@@ -386,7 +387,7 @@ class ToposchedTracePolicy : public TracePolicy {
   // The replay changed the node's CPU and memory; the allocation is what Reserve left.
   void Placed(int node, const TraceTask&, const Choice&) override {
     framework::NodeInfo& info = infos_[Idx(node)];
-    info.cpu_milli_free = s_.nodes[Idx(node)].cpu_left;
+    if (!cpu_blind_) info.cpu_milli_free = s_.nodes[Idx(node)].cpu_left;
   }
 
   // The GPU milli left on `node` as the framework's allocation says (for the replay's check).
@@ -409,15 +410,18 @@ class ToposchedTracePolicy : public TracePolicy {
 
   static const framework::Registry& BuiltinRegistryForTrace();
 
-  ToposchedTracePolicy(ReplayState& s, framework::Framework fw, packing::ShapeMix mix)
-      : s_(s), framework_(std::move(fw)), mix_(std::make_shared<const packing::ShapeMix>(std::move(mix))) {}
+  ToposchedTracePolicy(ReplayState& s, framework::Framework fw, packing::ShapeMix mix, bool cpu_blind)
+      : s_(s),
+        framework_(std::move(fw)),
+        mix_(std::make_shared<const packing::ShapeMix>(std::move(mix))),
+        cpu_blind_(cpu_blind) {}
 
   Status BuildNodes() {
     std::map<std::pair<std::string, int>, std::shared_ptr<const NodeTopology>> shapes;
     for (const TraceNode& n : s_.trace->nodes) {
       framework::NodeInfo info;
       info.name = n.name;
-      info.cpu_milli_free = n.cpu_milli;
+      info.cpu_milli_free = cpu_blind_ ? -1 : n.cpu_milli;
       if (n.gpus > 0) {
         auto& t = shapes[{n.model, n.gpus}];
         if (t == nullptr) {
@@ -445,6 +449,7 @@ class ToposchedTracePolicy : public TracePolicy {
   ReplayState& s_;
   framework::Framework framework_;
   std::shared_ptr<const packing::ShapeMix> mix_;
+  bool cpu_blind_ = false;  // TraceReplayOptions::toposched_cpu_blind
   std::vector<framework::NodeInfo> infos_;
   std::unordered_map<std::string, std::vector<Entry>> cache_;
   std::vector<Candidate> candidates_;
@@ -493,7 +498,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
   std::unique_ptr<TracePolicy> p;
   ToposchedTracePolicy* toposched = nullptr;
   if (policy == kTracePolicyToposched) {
-    auto made = ToposchedTracePolicy::Make(state, config, demand_mix);
+    auto made = ToposchedTracePolicy::Make(state, config, demand_mix, options.toposched_cpu_blind);
     if (!made.ok()) return made.error();
     toposched = made->get();
     p = std::move(made).value();

@@ -353,6 +353,36 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][0]["whole-GPU"]["pending"], 1);
 }
 
+// With the CPU known, toposched's packing keeps the node with the CPU for the task that needs it:
+// the small task goes where its GPU would be stranded anyway (too little CPU left for the large
+// one). Blind to CPU (what the extender sees today) the two nodes look alike, and on seeds whose
+// node rank puts the large node first the large task finds no node.
+TEST(TraceTest, ToposchedBlindToCpuStrandsWhatItCouldHaveKept) {
+  Trace trace;
+  trace.variant = "cpu";
+  trace.nodes = {TraceNode{"big", 32000, 65536, 1, "T4"}, TraceNode{"small", 4000, 65536, 1, "T4"}};
+  trace.tasks = {TraceTask{"light", 1000, 1024, 1, 1000, {}, 0}, TraceTask{"heavy", 30000, 1024, 1, 1000, {}, 1}};
+  TraceReplayOptions options;
+  options.policies = {"toposched"};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;
+  options.marks = {1.0};
+  int blind_short = 0;
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    options.seeds = {seed};
+    options.toposched_cpu_blind = false;
+    auto seeing = ReplayTrace(trace, options);
+    ASSERT_TRUE(seeing.ok()) << seeing.error().message();
+    EXPECT_DOUBLE_EQ(seeing->policies[0].mean_ratio_at[0], 1.0) << "seed " << seed;
+    options.toposched_cpu_blind = true;
+    auto blind = ReplayTrace(trace, options);
+    ASSERT_TRUE(blind.ok()) << blind.error().message();
+    if (blind->policies[0].mean_ratio_at[0] < 1.0) ++blind_short;
+  }
+  EXPECT_GT(blind_short, 0);
+  EXPECT_LT(blind_short, 12);
+}
+
 // The paired difference matches runs by seed, whatever their order, and leaves out seeds one
 // policy did not run.
 TEST(TraceTest, PairedDifferenceMatchesRunsBySeed) {

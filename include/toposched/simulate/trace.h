@@ -135,6 +135,10 @@ struct TraceReplayOptions {
   // The toposched policy's config; absent: the builtin defaults. Its engine's share limit is
   // raised to the trace's finest share (the trace has no per-GPU share count limit).
   std::optional<framework::SchedulerConfig> config;
+  // The toposched policy sees no CPU: neither the task's request nor the node's free CPU, so its
+  // packing measure counts every node's CPU as enough. That is what the extender sees today (it
+  // reads no CPU requests and no node's allocatable CPU); the baselines keep their CPU.
+  bool toposched_cpu_blind = false;
   // Run only the first N tasks of each tuned workload (0: all); for tests.
   std::size_t max_tasks = 0;
   TraceProgress progress;
