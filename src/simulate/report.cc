@@ -130,7 +130,7 @@ std::optional<CapacityCheck> CheckCapacity(const SimulationResult& r, std::strin
   CapacityCheck check;
   check.policy = std::string(policy);
   // The best other policy for one count; `count` gives -1 where a policy lacks it.
-  auto compare = [&](const std::string& what, auto count) {
+  auto compare = [&](bool total, const std::string& kind, auto count) {
     const int mine = count(*own);
     int best = -1;
     const PolicyResult* ahead = nullptr;
@@ -142,12 +142,12 @@ std::optional<CapacityCheck> CheckCapacity(const SimulationResult& r, std::strin
         ahead = &p;
       }
     }
-    if (what == "pods") check.lead = mine - best;
-    if (ahead != nullptr && best > mine) check.shortfalls.push_back({what, best - mine, ahead->policy});
+    if (total) check.lead = mine - best;
+    if (ahead != nullptr && best > mine) check.shortfalls.push_back({total, kind, best - mine, ahead->policy});
   };
-  compare("pods", [](const PolicyResult& p) { return p.placed; });
+  compare(true, "", [](const PolicyResult& p) { return p.placed; });
   for (const KindCount& k : own->kinds) {
-    compare(k.kind, [&k](const PolicyResult& p) {
+    compare(false, k.kind, [&k](const PolicyResult& p) {
       for (const KindCount& c : p.kinds) {
         if (c.kind == k.kind) return c.placed;
       }
@@ -166,8 +166,8 @@ std::string CapacityLine(const CapacityCheck& c) {
                      " than the best baseline";
   bool kinds = false;
   for (const CapacityShortfall& s : c.shortfalls) {
-    if (s.what == "pods") continue;
-    line += (kinds ? ", " : "; ") + std::to_string(s.fewer) + " fewer " + s.what + (s.fewer == 1 ? " pod" : " pods") +
+    if (s.total) continue;
+    line += (kinds ? ", " : "; ") + std::to_string(s.fewer) + " fewer " + s.kind + (s.fewer == 1 ? " pod" : " pods") +
             " than " + s.baseline;
     kinds = true;
   }
@@ -298,7 +298,13 @@ std::string FormatJson(const SimulationResult& r) {
   if (const auto check = CheckCapacity(r)) {
     json shortfalls = json::array();
     for (const CapacityShortfall& s : check->shortfalls) {
-      shortfalls.push_back({{"what", s.what}, {"fewer", s.fewer}, {"against", s.baseline}});
+      json one = {{"fewer", s.fewer}, {"against", s.baseline}};
+      if (s.total) {
+        one["total"] = true;
+      } else {
+        one["kind"] = s.kind;
+      }
+      shortfalls.push_back(std::move(one));
     }
     doc["capacity"] = {{"policy", check->policy}, {"lead", check->lead}, {"shortfalls", shortfalls}};
   }

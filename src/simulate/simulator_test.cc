@@ -179,7 +179,8 @@ TEST(Simulate, CapacityCheckNamesEveryKindABaselinePlacesMoreOf) {
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->lead, 2);  // 16 against 14
   ASSERT_EQ(c->shortfalls.size(), 1u);
-  EXPECT_EQ(c->shortfalls[0].what, "decode");
+  EXPECT_FALSE(c->shortfalls[0].total);
+  EXPECT_EQ(c->shortfalls[0].kind, "decode");
   EXPECT_EQ(c->shortfalls[0].fewer, 1);
   EXPECT_EQ(c->shortfalls[0].baseline, "first-fit");
   EXPECT_NE(FormatTable(r).find("capacity: toposched placed 2 more pods than the best baseline; 1 fewer decode "
@@ -189,6 +190,7 @@ TEST(Simulate, CapacityCheckNamesEveryKindABaselinePlacesMoreOf) {
   const auto json = nlohmann::json::parse(FormatJson(r));
   EXPECT_EQ(json["capacity"]["lead"], 2);
   EXPECT_EQ(json["capacity"]["shortfalls"][0]["against"], "first-fit");
+  EXPECT_EQ(json["capacity"]["shortfalls"][0]["kind"], "decode");
 
   // Behind in total as well; no kind behind reads as such.
   r.policies[0] = policy("toposched", 5, 8);
@@ -196,7 +198,8 @@ TEST(Simulate, CapacityCheckNamesEveryKindABaselinePlacesMoreOf) {
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->lead, -1);
   ASSERT_EQ(c->shortfalls.size(), 2u);  // the total and training (gpu-only's 6)
-  EXPECT_EQ(c->shortfalls[0].what, "pods");
+  EXPECT_TRUE(c->shortfalls[0].total);
+  EXPECT_EQ(c->shortfalls[0].baseline, "gpu-only");  // 14, first of the run's order
   EXPECT_EQ(c->shortfalls[1].baseline, "gpu-only");
   r.policies[0] = policy("toposched", 6, 8);
   c = CheckCapacity(r);

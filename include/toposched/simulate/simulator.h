@@ -385,7 +385,8 @@ Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload&
 // policy placed more, in total or of one kind. nullopt when `policy` is not in the run or is
 // alone in it.
 struct CapacityShortfall {
-  std::string what;      // "pods" (the total) or a kind
+  bool total = false;    // the pods placed in total, else those of `kind`
+  std::string kind;      // "" for the total
   int fewer = 0;         // pods placed fewer than the best other policy there
   std::string baseline;  // that policy (the first of the run's order with that count)
 };
