@@ -8,6 +8,7 @@
 // GPU exclusive to one pod or shared within its share count, memory and cores; each RDMA NIC
 // to one pod). ClusterStore checks it on every change, whatever the caller computed.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,9 @@ struct NodeSpec {
   std::shared_ptr<const NodeTopology> topology;
   std::map<std::string, std::string> labels;
   bool schedulable = true;
+  // The Node's status.allocatable.cpu in milli-cores; -1: unknown (the file source, a Node
+  // without it). Only the packing score reads CPU (NodeRecord::cpu_free_milli).
+  std::int64_t cpu_allocatable_milli = -1;
 };
 
 // One pod's devices on one node, as bind committed them.
@@ -104,6 +108,16 @@ struct NodeRecord {
   // node class is one of hardware; packing::RareShape).
   packing::NodeHardware hardware;
   bool held() const { return !held_pods.empty(); }
+  // CPU in milli-cores: the Node's allocatable (-1: unknown) and the requests of the active pods
+  // bound to the node, every pod, with devices or not (ClusterStore::SetPodCpu). Not part of the
+  // class key: only the packing score reads it, and the extender asks for it only where it
+  // binds (Evaluator::CpuTight).
+  std::int64_t cpu_allocatable_milli = -1;
+  std::int64_t cpu_requested_milli = 0;
+  // What kube-scheduler's NodeResourcesFit would leave for another pod; -1 when unknown.
+  std::int64_t cpu_free_milli() const {
+    return cpu_allocatable_milli < 0 ? -1 : std::max<std::int64_t>(0, cpu_allocatable_milli - cpu_requested_milli);
+  }
 };
 
 // The class key of a record's current content (ClusterStore keeps records' keys up to date).
@@ -138,6 +152,7 @@ class Snapshot {
     bool schedulable = false;  // schedulable and not held
     std::array<int, kGpuVendors> free_by_vendor{};
     packing::NodeHardware hardware;  // NodeRecord::hardware
+    std::int64_t cpu_free_milli = -1;  // NodeRecord::cpu_free_milli()
   };
   std::span<const Brief> briefs() const { return briefs_; }
   // NodeRecord::position_hashes of node i at [i * tier_labels().size(), ...): a node whose
@@ -244,6 +259,12 @@ class ClusterStore {
   Status UpsertNodes(std::vector<NodeSpec> specs);
   // Forgets a node; its pods' allocations are dropped with it.
   void RemoveNode(std::string_view name);
+
+  // Pod `uid` is active and bound to `node`, requesting `milli` CPU (placement::PodCpuRequestMilli);
+  // `node` "" (the pod finished, was deleted or is not bound): it requests nothing. Every pod
+  // counts, with devices or not, and one the store does not know the node of yet is kept for
+  // that node. Changes the node's cpu_requested_milli and publishes only when the sum changes.
+  void SetPodCpu(std::string_view uid, std::string_view node, std::int64_t milli);
 
   // Puts back an allocation read from persistence at start (journal replay, pod annotations)
   // without persisting it again. Errors: unknown node, device out of range, over capacity,
