@@ -6,7 +6,13 @@
 
 namespace toposched {
 
-std::variant<Quantity, std::string> ParseQuantity(std::string_view s) {
+namespace {
+
+__extension__ using U128 = unsigned __int128;  // GCC and Clang; -Wpedantic knows no 128-bit type
+
+// The grammar of ParseQuantity; the value times 10^`shift`, rounded up when `round_up`, else
+// refused when not whole.
+std::variant<Quantity, std::string> Parse(std::string_view s, int shift, bool round_up) {
   if (s.size() > kMaxQuantityLength) return std::string("is not a Kubernetes quantity (too long)");
   std::size_t i = 0;
   bool negative = false;
@@ -73,10 +79,25 @@ std::variant<Quantity, std::string> ParseQuantity(std::string_view s) {
   digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
   if (digits.empty()) return Quantity{0, binary};  // zero, whatever the sign and suffix
   if (negative) return std::string("is negative");
-  int scale = exp10 - fraction_digits;
+  int scale = exp10 - fraction_digits + shift;
   while (scale < 0 && digits.back() == '0') {
     digits.pop_back();
     ++scale;
+  }
+  if (scale < 0 && round_up) {
+    // ceil(digits x 2^exp2 / 10^-scale), exactly in 128 bits: at most 10^20 x 2^60 over at most
+    // 10^30. A quantity with more significant digits than that is not one anybody wrote.
+    if (digits.size() > 20 || -scale > 30) return std::string("is not a Kubernetes quantity (too many digits)");
+    U128 n = 0;
+    for (char c : digits) n = n * 10 + static_cast<unsigned>(c - '0');
+    n <<= exp2;
+    U128 d = 1;
+    for (int k = 0; k < -scale; ++k) d *= 10;
+    const U128 q = (n + d - 1) / d;
+    if (q > static_cast<U128>(std::numeric_limits<std::int64_t>::max())) {
+      return std::string("is too large");
+    }
+    return Quantity{static_cast<std::int64_t>(q), binary};
   }
   if (scale < 0) return std::string("is not a whole number");
   // 18 digits always fit in int64; more would exceed every bound this parser serves.
@@ -89,6 +110,18 @@ std::variant<Quantity, std::string> ParseQuantity(std::string_view s) {
   }
   v <<= exp2;
   return Quantity{v, binary};
+}
+
+}  // namespace
+
+std::variant<Quantity, std::string> ParseQuantity(std::string_view s) {
+  return Parse(s, 0, false);
+}
+
+std::variant<std::int64_t, std::string> ParseMilliQuantity(std::string_view s) {
+  auto q = Parse(s, 3, true);
+  if (const auto* error = std::get_if<std::string>(&q)) return *error;
+  return std::get<Quantity>(q).value;
 }
 
 }  // namespace toposched

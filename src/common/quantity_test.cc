@@ -49,5 +49,28 @@ TEST(QuantityTest, RefusalsSayWhy) {
             "is not a Kubernetes quantity (too long)");
 }
 
+// CPU in thousandths, rounded up as apimachinery's Quantity.MilliValue: a fraction of a
+// milli-core counts as one.
+TEST(QuantityTest, MilliValuesRoundUp) {
+  struct Case {
+    const char* text;
+    std::int64_t milli;
+  };
+  for (const Case& c : {Case{"0", 0}, Case{"500m", 500}, Case{"2", 2000}, Case{"0.5", 500}, Case{"1.25", 1250},
+                        Case{"100u", 1}, Case{"1n", 1}, Case{"1500100u", 1501}, Case{"0.0005", 1},
+                        Case{"0.0015", 2}, Case{"1.0001", 1001}, Case{"64", 64'000}, Case{"1e-3", 1},
+                        Case{"1k", 1'000'000}, Case{"1Ki", 1'024'000}, Case{"0.5Ki", 512'000},
+                        Case{"1.0001Ki", 1'024'103}, Case{"-0", 0}}) {
+    SCOPED_TRACE(c.text);
+    const auto q = ParseMilliQuantity(c.text);
+    ASSERT_TRUE(std::holds_alternative<std::int64_t>(q)) << std::get<std::string>(q);
+    EXPECT_EQ(std::get<std::int64_t>(q), c.milli);
+  }
+  for (const char* bad : {"-1", "-0.5", "2 cores", "", "9999999999999999999", "1Ei"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_TRUE(std::holds_alternative<std::string>(ParseMilliQuantity(bad)));
+  }
+}
+
 }  // namespace
 }  // namespace toposched
