@@ -2,9 +2,11 @@
 #include <cstring>
 #include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <unordered_set>
 #include <utility>
 
@@ -441,6 +443,43 @@ struct ClusterStore::Impl {
 
   std::atomic<bool> synced{false};
 
+  // CPU requests (SetPodCpu): each pod's node and request, and their sum per node name, kept
+  // whether or not the node has a record: the pod informer may show a pod before the node
+  // informer shows its node, and a record built later (UpsertNodes) must start from the sum.
+  // Lock order: a node's lock, then cpu_mu (held for map updates only, never across a publish).
+  std::mutex cpu_mu;
+  struct CpuEntry {
+    std::string node;
+    std::int64_t milli = 0;
+  };
+  ByName<CpuEntry> pod_cpu;            // only pods requesting CPU on a node
+  ByName<std::int64_t> cpu_by_node;    // > 0 only; saturated at kCpuSaturated
+  static constexpr std::int64_t kCpuSaturated = std::numeric_limits<std::int64_t>::max();
+
+  std::int64_t CpuRequestedLocked(std::string_view node) const {
+    const auto it = cpu_by_node.find(node);
+    return it == cpu_by_node.end() ? 0 : it->second;
+  }
+  void AddCpuLocked(const std::string& node, std::int64_t milli) {
+    std::int64_t& sum = cpu_by_node[node];
+    sum = sum > kCpuSaturated - milli ? kCpuSaturated : sum + milli;
+  }
+  // A saturated sum has lost what it exceeded by, so it is counted again from the pods (reached
+  // only past 2^23 pods asking kMaxPodCpuMilli each on one node).
+  void SubtractCpuLocked(const std::string& node, std::int64_t milli) {
+    const auto it = cpu_by_node.find(node);
+    if (it == cpu_by_node.end()) return;
+    if (it->second == kCpuSaturated) {
+      it->second = 0;
+      for (const auto& [uid, entry] : pod_cpu) {
+        if (entry.node == node) it->second = std::min(kCpuSaturated - entry.milli, it->second) + entry.milli;
+      }
+    } else {
+      it->second -= milli;
+    }
+    if (it->second <= 0) cpu_by_node.erase(it);
+  }
+
   mutable std::mutex locations_mu;
   std::shared_ptr<const std::map<std::string, pd::Location>> locations;
 
@@ -592,7 +631,7 @@ struct ClusterStore::Impl {
     const NodeRecord& r = *s.nodes_[i];
     s.class_keys_[i] = r.class_key;
     s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held(),
-                                   r.free_by_vendor, r.hardware};
+                                   r.free_by_vendor, r.hardware, r.cpu_free_milli()};
     const std::size_t tiers = s.tier_labels().size();
     for (std::size_t t = 0; t < tiers; ++t) {
       s.position_hashes_[i * tiers + t] = r.position_hashes.size() == tiers ? r.position_hashes[t] : 0;
@@ -750,9 +789,9 @@ Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
     std::string name = spec.name;
     by_name.insert_or_assign(std::move(name), std::move(spec));
   }
-  // Every affected node's lock, in name order (the only place that holds more than one node
-  // lock, so the order cannot deadlock), held until the one publish: a bind in between would
-  // otherwise be overwritten by the records built here.
+  // Every affected node's lock, in name order (UpsertNodes and SetPodCpus, the only places that
+  // hold more than one node lock, both take them so, which cannot deadlock), held until the one
+  // publish: a bind in between would otherwise be overwritten by the records built here.
   std::vector<std::unique_lock<std::mutex>> locks;
   std::vector<std::shared_ptr<std::mutex>> mutexes;
   locks.reserve(by_name.size());
@@ -784,6 +823,13 @@ Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
     next->name = name;
     next->labels = std::move(spec.labels);
     next->schedulable = spec.schedulable;
+    next->cpu_allocatable_milli = spec.cpu_allocatable_milli < 0 ? -1 : spec.cpu_allocatable_milli;
+    {
+      // Under the node's lock: a SetPodCpus that changes the sum after this read republishes
+      // the record once it gets the lock.
+      std::lock_guard cpu(impl_->cpu_mu);
+      next->cpu_requested_milli = impl_->CpuRequestedLocked(name);
+    }
     if (old != nullptr) {
       // A topology is immutable: the same object has the same fingerprint (computing it costs
       // microseconds, and sources re-send unchanged nodes).
@@ -818,6 +864,10 @@ Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
   return Status::Ok();
 }
 
+// The CPU requests of pods bound to the node stay counted under its name (SetPodCpu): the
+// pod informer reports those pods' deletion or rebinding itself, and a node that comes back
+// (a Node deleted and re-registered by its kubelet, a relist's brief gap) must start from what
+// its pods still ask, not from zero.
 void ClusterStore::RemoveNode(std::string_view name) {
   const auto node_lock = impl_->NodeLock(name, /*create=*/false);
   if (!node_lock) return;
@@ -830,6 +880,81 @@ void ClusterStore::RemoveNode(std::string_view name) {
   for (const std::string& uid : old->pods) {
     const auto it = impl_->pods.find(uid);
     if (it != impl_->pods.end() && it->second.node == name) impl_->ErasePodLocked(it);
+  }
+}
+
+void ClusterStore::SetPodCpu(std::string_view uid, std::string_view node, std::int64_t milli) {
+  const PodCpu pod{std::string(uid), std::string(node), milli};
+  SetPodCpus(std::span<const PodCpu>(&pod, 1));
+}
+
+// Two steps: the maps change under cpu_mu alone; then each affected node's record is brought to
+// its sum under the node's lock, reading the sum again there. A record is only ever written
+// under its node's lock from a sum read under that lock, so a concurrent UpsertNodes or
+// SetPodCpus cannot leave a stale sum published: whichever takes the lock last reads the last
+// sum.
+void ClusterStore::SetPodCpus(std::span<const PodCpu> pods) {
+  std::set<std::string> affected;  // sorted: the node locks are taken in name order
+  {
+    std::lock_guard cpu(impl_->cpu_mu);
+    for (const PodCpu& pod : pods) {
+      if (pod.uid.empty()) continue;
+      const std::int64_t milli = pod.node.empty() ? 0 : std::clamp<std::int64_t>(pod.milli, 0, kMaxPodCpuMilli);
+      const std::string& node = milli == 0 ? std::string() : pod.node;
+      auto it = impl_->pod_cpu.find(pod.uid);
+      if (it == impl_->pod_cpu.end()) {
+        if (node.empty()) continue;
+        impl_->pod_cpu.emplace(pod.uid, Impl::CpuEntry{node, milli});
+        impl_->AddCpuLocked(node, milli);
+        affected.insert(node);
+        continue;
+      }
+      if (it->second.node == node && it->second.milli == milli) continue;
+      const Impl::CpuEntry old = std::move(it->second);
+      if (node.empty()) {
+        impl_->pod_cpu.erase(it);
+      } else {
+        it->second = Impl::CpuEntry{node, milli};
+      }
+      // Added before the old request is taken off: a saturated sum is counted again from
+      // pod_cpu, which already holds the new entry.
+      if (!node.empty()) {
+        impl_->AddCpuLocked(node, milli);
+        affected.insert(node);
+      }
+      impl_->SubtractCpuLocked(old.node, old.milli);
+      affected.insert(old.node);
+    }
+  }
+  if (affected.empty()) return;
+  std::vector<std::shared_ptr<std::mutex>> mutexes;
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (const std::string& name : affected) {
+    // No lock: no record was ever made for the name; UpsertNodes will read the sum.
+    if (auto m = impl_->NodeLock(name, /*create=*/false)) {
+      mutexes.push_back(std::move(m));
+      locks.emplace_back(*mutexes.back());
+    }
+  }
+  const auto snapshot = impl_->Current();
+  std::vector<std::shared_ptr<const NodeRecord>> records;  // by name, as affected is
+  {
+    std::lock_guard cpu(impl_->cpu_mu);
+    for (const std::string& name : affected) {
+      const NodeRecord* record = snapshot->Find(name);
+      if (record == nullptr) continue;
+      const std::int64_t sum = impl_->CpuRequestedLocked(name);
+      if (record->cpu_requested_milli == sum) continue;  // e.g. a pod moved away and back
+      auto next = std::make_shared<NodeRecord>(*record);
+      next->cpu_requested_milli = sum;
+      records.push_back(std::move(next));
+    }
+  }
+  if (records.size() == 1) {
+    const std::string name = records.front()->name;
+    impl_->Publish(name, std::move(records.front()));
+  } else if (!records.empty()) {
+    impl_->PublishUpserts(std::move(records));
   }
 }
 

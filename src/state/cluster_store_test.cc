@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -854,6 +855,192 @@ TEST(ClusterStoreTest, SyncedFlag) {
   EXPECT_FALSE(store.synced());
   store.SetSynced(true);
   EXPECT_TRUE(store.synced());
+}
+
+// ---- CPU (SetPodCpu, NodeSpec::cpu_allocatable_milli) ----
+
+NodeSpec CpuNode(const std::string& name, std::int64_t allocatable_milli) {
+  NodeSpec spec = Node(name);
+  spec.cpu_allocatable_milli = allocatable_milli;
+  return spec;
+}
+
+std::int64_t Requested(const ClusterStore& store, std::string_view node) {
+  const NodeRecord* r = store.snapshot()->Find(node);
+  return r == nullptr ? -2 : r->cpu_requested_milli;
+}
+
+TEST(ClusterStoreCpuTest, RequestsAddUpPerNode) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 64'000), CpuNode("gpu-b", 64'000)}).ok());
+  store.SetPodCpu("u1", "gpu-a", 1'500);
+  store.SetPodCpu("u2", "gpu-a", 250);
+  store.SetPodCpu("u3", "gpu-b", 4'000);
+  EXPECT_EQ(Requested(store, "gpu-a"), 1'750);  // 1500 + 250
+  EXPECT_EQ(Requested(store, "gpu-b"), 4'000);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 62'250);  // 64000 - 1750
+  store.SetPodCpu("u2", "gpu-a", 750);  // the same pod, a new request (an in-place resize)
+  EXPECT_EQ(Requested(store, "gpu-a"), 2'250);  // 1500 + 750
+}
+
+TEST(ClusterStoreCpuTest, APodMovingNodesLeavesTheOldAndJoinsTheNew) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 8'000), CpuNode("gpu-b", 8'000)}).ok());
+  store.SetPodCpu("u1", "gpu-a", 3'000);
+  store.SetPodCpu("u2", "gpu-a", 1'000);
+  store.SetPodCpu("u1", "gpu-b", 3'000);
+  EXPECT_EQ(Requested(store, "gpu-a"), 1'000);
+  EXPECT_EQ(Requested(store, "gpu-b"), 3'000);
+}
+
+TEST(ClusterStoreCpuTest, AFinishedPodRequestsNothing) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 8'000)).ok());
+  store.SetPodCpu("u1", "gpu-a", 3'000);
+  store.SetPodCpu("u2", "gpu-a", 1'000);
+  store.SetPodCpu("u1", "", 3'000);  // no node: nothing, whatever the request says
+  EXPECT_EQ(Requested(store, "gpu-a"), 1'000);
+  store.SetPodCpu("u2", "gpu-a", 0);  // a request of 0 counts nothing either
+  EXPECT_EQ(Requested(store, "gpu-a"), 0);
+  store.SetPodCpu("u3", "gpu-a", -5);  // negative: nothing, not a credit
+  EXPECT_EQ(Requested(store, "gpu-a"), 0);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 8'000);
+}
+
+TEST(ClusterStoreCpuTest, APodSeenBeforeItsNodeCountsWhenTheNodeComes) {
+  ClusterStore store(nullptr);
+  store.SetPodCpu("u1", "gpu-a", 2'000);
+  store.SetPodCpu("u2", "gpu-a", 500);
+  EXPECT_EQ(store.snapshot()->version(), 0u);  // no record to change: nothing published
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 16'000)).ok());
+  EXPECT_EQ(Requested(store, "gpu-a"), 2'500);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 13'500);
+}
+
+// RemoveNode keeps the sum of the pods still bound to the name: the pod informer reports their
+// end itself, and a node that comes back starts from what they ask.
+TEST(ClusterStoreCpuTest, ANodeThatComesBackFindsItsPodsRequests) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 16'000)).ok());
+  store.SetPodCpu("u1", "gpu-a", 2'000);
+  store.SetPodCpu("u2", "gpu-a", 1'000);
+  store.RemoveNode("gpu-a");
+  store.SetPodCpu("u2", "", 0);  // deleted while the node was away
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 16'000)).ok());
+  EXPECT_EQ(Requested(store, "gpu-a"), 2'000);
+}
+
+TEST(ClusterStoreCpuTest, AllocatableComesFromUpsertNodeAndUpsertNodes) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 64'000)).ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_allocatable_milli, 64'000);
+  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 63'500), CpuNode("gpu-b", 32'000), Node("gpu-c")}).ok());
+  const auto snapshot = store.snapshot();
+  EXPECT_EQ(snapshot->Find("gpu-a")->cpu_allocatable_milli, 63'500);
+  EXPECT_EQ(snapshot->Find("gpu-b")->cpu_allocatable_milli, 32'000);
+  EXPECT_EQ(snapshot->Find("gpu-c")->cpu_allocatable_milli, -1);  // a spec that does not say
+}
+
+// Nothing but the allocatable CPU changed (kubelet's reserved CPU reconfigured): the record
+// and the snapshot follow, and the pods' requests stay.
+TEST(ClusterStoreCpuTest, AChangeOfAllocatableAlonePublishes) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 64'000)).ok());
+  store.SetPodCpu("u1", "gpu-a", 4'000);
+  const std::uint64_t before = store.snapshot()->version();
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 60'000)).ok());
+  EXPECT_EQ(store.snapshot()->version(), before + 1);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_allocatable_milli, 60'000);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 56'000);  // 60000 - 4000
+}
+
+TEST(ClusterStoreCpuTest, FreeCpuIsUnknownWithoutAllocatableAndNeverNegative) {
+  NodeRecord r;
+  EXPECT_EQ(r.cpu_free_milli(), -1);  // allocatable unknown
+  r.cpu_requested_milli = 5'000;
+  EXPECT_EQ(r.cpu_free_milli(), -1);  // still unknown, whatever is requested
+  r.cpu_allocatable_milli = 4'000;
+  EXPECT_EQ(r.cpu_free_milli(), 0);   // overcommitted (pods bound before a resize): floors at 0
+  r.cpu_allocatable_milli = 8'000;
+  EXPECT_EQ(r.cpu_free_milli(), 3'000);
+}
+
+TEST(ClusterStoreCpuTest, TheSnapshotsBriefsCarryFreeCpu) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 16'000), Node("gpu-b"), CpuNode("gpu-c", 8'000)}).ok());
+  store.SetPodCpu("u1", "gpu-a", 6'000);
+  store.SetPodCpu("u2", "gpu-c", 9'000);
+  const auto snapshot = store.snapshot();
+  ASSERT_EQ(snapshot->briefs().size(), 3u);
+  EXPECT_EQ(snapshot->briefs()[0].cpu_free_milli, 10'000);  // 16000 - 6000
+  EXPECT_EQ(snapshot->briefs()[1].cpu_free_milli, -1);      // no allocatable known
+  EXPECT_EQ(snapshot->briefs()[2].cpu_free_milli, 0);       // 8000 - 9000, floored
+  for (std::size_t i = 0; i < snapshot->size(); ++i) {
+    EXPECT_EQ(snapshot->briefs()[i].cpu_free_milli, snapshot->nodes()[i]->cpu_free_milli()) << i;
+  }
+}
+
+TEST(ClusterStoreCpuTest, AnUnchangedRequestPublishesNothing) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 16'000)).ok());
+  store.SetPodCpu("u1", "gpu-a", 1'000);
+  const auto before = store.snapshot();
+  store.SetPodCpu("u1", "gpu-a", 1'000);  // a pod update that did not touch its request
+  store.SetPodCpu("u2", "", 0);           // a pending pod the store never counted
+  store.SetPodCpu("u3", "gpu-a", 0);      // a pod asking no CPU
+  store.SetPodCpus({});
+  EXPECT_EQ(store.snapshot(), before);
+  EXPECT_EQ(store.snapshot()->version(), before->version());
+}
+
+// A pod moving between two nodes and another's change, in one call: one snapshot.
+TEST(ClusterStoreCpuTest, SetPodCpusPublishesOneSnapshotAndTheLastEntryOfAUidWins) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 16'000), CpuNode("gpu-b", 16'000), CpuNode("gpu-c", 16'000)}).ok());
+  const std::uint64_t before = store.snapshot()->version();
+  const std::vector<ClusterStore::PodCpu> pods = {
+      {"u1", "gpu-a", 1'000}, {"u2", "gpu-b", 2'000}, {"u1", "gpu-c", 3'000}, {"u3", "gpu-a", 500}};
+  store.SetPodCpus(pods);
+  EXPECT_EQ(store.snapshot()->version(), before + 1);
+  EXPECT_EQ(Requested(store, "gpu-a"), 500);  // u1 moved on to gpu-c within the call
+  EXPECT_EQ(Requested(store, "gpu-b"), 2'000);
+  EXPECT_EQ(Requested(store, "gpu-c"), 3'000);
+}
+
+// Requests past kMaxPodCpuMilli count as that, so a node's sum stays exact below 2^23 such pods
+// (the saturation past it is not exercised here: 2^23 pods take over a GiB).
+TEST(ClusterStoreCpuTest, HugeRequestsAreClamped) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 64'000)).ok());
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  store.SetPodCpu("u0", "gpu-a", kMax);
+  store.SetPodCpu("u1", "gpu-a", kMax);
+  EXPECT_EQ(Requested(store, "gpu-a"), 2 * ClusterStore::kMaxPodCpuMilli);
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 0);
+  store.SetPodCpu("u0", "", 0);
+  EXPECT_EQ(Requested(store, "gpu-a"), ClusterStore::kMaxPodCpuMilli);
+}
+
+TEST(ClusterStoreCpuTest, CpuIsNotPartOfTheClassKey) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 64'000), CpuNode("gpu-b", 32'000), Node("gpu-c")}).ok());
+  store.SetPodCpu("u1", "gpu-a", 12'000);
+  const auto snapshot = store.snapshot();
+  const std::uint64_t key = snapshot->Find("gpu-a")->class_key;
+  EXPECT_EQ(snapshot->Find("gpu-b")->class_key, key);
+  EXPECT_EQ(snapshot->Find("gpu-c")->class_key, key);
+  EXPECT_EQ(snapshot->class_keys()[0], key);
+}
+
+// A bind or release rebuilds the record from the current one: the CPU fields stay.
+TEST(ClusterStoreCpuTest, BindsAndReleasesKeepTheCpu) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-a", 64'000)).ok());
+  store.SetPodCpu("u1", "gpu-a", 8'000);
+  ASSERT_TRUE(store.Bind("gpu-a", "u1", Take(Whole({0}))).ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 56'000);
+  ASSERT_TRUE(store.Release("u1").ok());
+  EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 56'000);  // until the source says
 }
 
 // ---- concurrency ----

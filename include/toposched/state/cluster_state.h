@@ -257,7 +257,9 @@ class ClusterStore {
   // upserts would copy the node list and rebuild the name index n times). The last spec of a
   // name wins; the errors of all nodes are joined; every valid node is updated regardless.
   Status UpsertNodes(std::vector<NodeSpec> specs);
-  // Forgets a node; its pods' allocations are dropped with it.
+  // Forgets a node; its pods' allocations are dropped with it. Their CPU requests (SetPodCpu)
+  // are not: the source reports those pods' end itself, and a node that comes back starts from
+  // what the pods still bound to its name ask.
   void RemoveNode(std::string_view name);
 
   // Pod `uid` is active and bound to `node`, requesting `milli` CPU (placement::PodCpuRequestMilli);
@@ -265,6 +267,16 @@ class ClusterStore {
   // counts, with devices or not, and one the store does not know the node of yet is kept for
   // that node. Changes the node's cpu_requested_milli and publishes only when the sum changes.
   void SetPodCpu(std::string_view uid, std::string_view node, std::int64_t milli);
+  // SetPodCpu for many pods, published as one snapshot (a source's relist: a publish per pod
+  // would copy the node list once per pod). Applied in order: a later entry of a UID wins.
+  struct PodCpu {
+    std::string uid, node;
+    std::int64_t milli = 0;
+  };
+  void SetPodCpus(std::span<const PodCpu> pods);
+  // A pod's request is clamped to this (a thousand million cores): node sums cannot overflow
+  // before 2^23 such pods, and saturate after.
+  static constexpr std::int64_t kMaxPodCpuMilli = std::int64_t{1} << 40;
 
   // Puts back an allocation read from persistence at start (journal replay, pod annotations)
   // without persisting it again. Errors: unknown node, device out of range, over capacity,
