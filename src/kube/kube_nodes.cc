@@ -59,7 +59,8 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
   const auto topo_it = topologies.find(name);
   const bool withdrawn = stale.contains(name) && options.stale_policy == StaleTopologyPolicy::kClosed;
   NodeInputs inputs{node.labels, node.unschedulable, node.hami_register, node.hami_amd_register,
-                    topo_it == topologies.end() ? std::string() : topo_it->second.resource_version, withdrawn};
+                    topo_it == topologies.end() ? std::string() : topo_it->second.resource_version, withdrawn,
+                    node.allocatable_cpu_milli};
   const auto applied = applied_inputs.find(name);
   if (applied != applied_inputs.end() && applied->second == inputs) return;
   const bool moved = applied == applied_inputs.end() || applied->second.labels != inputs.labels;
@@ -68,6 +69,7 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
   spec.name = name;
   spec.labels = node.labels;
   spec.schedulable = !node.unschedulable;
+  spec.cpu_allocatable_milli = node.allocatable_cpu_milli;
   if (topo_it != topologies.end() && topo_it->second.topology && !withdrawn) {
     spec.topology = topo_it->second.topology;
     if (!node.hami_register.empty()) {

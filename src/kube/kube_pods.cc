@@ -73,6 +73,9 @@ void KubeSource::Impl::ApplyPod(const PodView& pod, std::vector<PodEvent>& event
     ReleaseGone(pod.uid, "pod " + pod.phase);
     return;
   }
+  // Every active pod bound to a node, with devices or not: kube-scheduler counts them all
+  // against the node's allocatable CPU. Unbound ("" node): nothing.
+  SetPodCpu(pod.uid, pod.node_name, pod.cpu_request_milli);
   if (pod.ready && was_known && !was_ready) {
     if (std::optional<SystemClock::time_point> bound = BindTimeOf(pod)) {
       const SystemClock::time_point ready_at = pod.ready_since.value_or(SystemClock::now());
@@ -383,8 +386,18 @@ void KubeSource::Impl::RetryPending(const std::string& node) {
   for (const PodView& pod : retry) RestorePod(pod);
 }
 
-// A pod that is gone or finished gives its devices back (nothing to undo in the API).
+void KubeSource::Impl::SetPodCpu(const std::string& uid, const std::string& node, std::int64_t milli) {
+  if (cpu_batch != nullptr) {
+    cpu_batch->push_back({uid, node, milli});
+    return;
+  }
+  store.SetPodCpu(uid, node, milli);
+}
+
+// A pod that is gone or finished gives its devices and its CPU back (nothing to undo in the
+// API). Every way a pod leaves comes here: a finished phase, a delete event, a relist without it.
 void KubeSource::Impl::ReleaseGone(const std::string& uid, std::string_view why) {
+  SetPodCpu(uid, "", 0);
   if (held.erase(uid) > 0) UpdateHeldGauges();
   if (foreign.erase(uid) > 0) foreign_gauge.With({}).Set(static_cast<double>(foreign.size()));
   Result<std::optional<state::PodAllocation>> released = store.Release(uid, /*persist=*/false);
@@ -405,6 +418,14 @@ void KubeSource::Impl::ReplacePods(std::vector<json>&& objects) {
   std::vector<std::string> check;
   {
     std::lock_guard lock(mu);
+    // One snapshot for every pod's CPU rather than one per pod (a cluster's worth of pods, most
+    // without devices, each copying the node list).
+    std::vector<state::ClusterStore::PodCpu> cpu_updates;
+    cpu_batch = &cpu_updates;
+    struct Unbatch {
+      std::vector<state::ClusterStore::PodCpu>*& batch;
+      ~Unbatch() { batch = nullptr; }  // also when an apply throws; before mu is released
+    } unbatch{cpu_batch};
     std::set<std::string> seen;
     for (const json& object : objects) {
       Result<PodView> pod = ReadPod(object);
@@ -436,6 +457,7 @@ void KubeSource::Impl::ReplacePods(std::vector<json>&& objects) {
       pods.erase(uid);
       ReleaseGone(uid, "pod deleted");
     }
+    store.SetPodCpus(cpu_updates);
   }
   for (const std::string& uid : check) ConfirmGone(uid);
   pods_applied.store(true, std::memory_order_release);

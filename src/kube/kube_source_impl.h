@@ -43,6 +43,7 @@ struct NodeInputs {
   std::string hami_amd_register;
   std::string topology_version;  // NodeTopology resourceVersion ("" = none)
   bool withdrawn = false;        // stale under the closed policy
+  std::int64_t cpu_allocatable_milli = -1;  // NodeView::allocatable_cpu_milli
   bool operator==(const NodeInputs&) const = default;
 };
 
@@ -233,6 +234,12 @@ struct KubeSource::Impl {
   // only; held and counted (foreign) pods never.
   std::unordered_map<std::string, SteadyClock::time_point> unbound_since;  // under mu
   void ReleaseLongUnbound();
+
+  // Every pod's CPU request counts on its node (ClusterStore::SetPodCpu): `node` "" when the
+  // pod no longer asks any (finished, deleted, not bound). During a relist (ReplacePods) the
+  // changes are collected in cpu_batch and published as one snapshot. mu held.
+  std::vector<state::ClusterStore::PodCpu>* cpu_batch = nullptr;
+  void SetPodCpu(const std::string& uid, const std::string& node, std::int64_t milli);
 
   void HoldPod(const PodView& pod, state::PodAllocation allocation, const std::string& reason);
   void UpdateHeldGauges();

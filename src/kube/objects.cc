@@ -13,7 +13,9 @@
 #include <limits>
 #include <set>
 #include <utility>
+#include <variant>
 
+#include "toposched/common/quantity.h"
 #include "toposched/common/text.h"
 #include "toposched/kube/time.h"
 #include "toposched/placement/placement.h"
@@ -28,6 +30,29 @@ using namespace objects_internal;  // NOLINT(google-build-using-namespace): this
 // ---- objects ----
 
 namespace {
+
+// status.allocatable.cpu in milli-cores, -1 when absent or not a quantity. Not an error: only
+// the packing score reads it, and a Node whose CPU cannot be read must still carry its labels,
+// schedulability and devices (the score then treats its CPU as unknown). A number is read as
+// its JSON text, as apimachinery's Quantity accepts one unquoted.
+std::int64_t AllocatableCpuMilli(const json& node) {
+  const auto status = node.find("status");
+  if (status == node.end() || !status->is_object()) return -1;
+  const auto allocatable = status->find("allocatable");
+  if (allocatable == status->end() || !allocatable->is_object()) return -1;
+  const auto cpu = allocatable->find("cpu");
+  if (cpu == allocatable->end()) return -1;
+  std::string text;
+  if (cpu->is_string()) {
+    text = cpu->get_ref<const std::string&>();
+  } else if (cpu->is_number_integer()) {
+    text = cpu->dump();
+  } else {
+    return -1;
+  }
+  const std::variant<std::int64_t, std::string> milli = ParseMilliQuantity(text);
+  return std::holds_alternative<std::int64_t>(milli) ? std::get<std::int64_t>(milli) : -1;
+}
 
 Status ReadNodeImpl(const json& node, NodeView* v) {
   if (!node.is_object()) return Expected("top level", "an object", node);
@@ -55,6 +80,7 @@ Status ReadNodeImpl(const json& node, NodeView* v) {
   if (!spec.ok()) return spec.error();
   if (*spec != nullptr)
     TOPOSCHED_RETURN_IF_ERROR(ReadBool(**spec, "unschedulable", "spec", &v->unschedulable));
+  v->allocatable_cpu_milli = AllocatableCpuMilli(node);
   return Status::Ok();
 }
 

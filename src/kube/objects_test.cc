@@ -1357,6 +1357,57 @@ TEST(ReadNode, Fields) {
   EXPECT_EQ(plain->hami_amd_register, "");
 }
 
+// status.allocatable.cpu in milli-cores, rounded up; anything else leaves the CPU unknown (-1)
+// and the Node readable: only the packing score reads it.
+TEST(ReadNode, AllocatableCpuInMilliCores) {
+  struct Case {
+    std::string name;
+    json cpu;  // null: the key is absent
+    std::int64_t milli;
+  };
+  const std::vector<Case> cases = {
+      {"whole cores", "64", 64'000},
+      {"milli-cores", "63500m", 63'500},
+      {"fractional", "0.5", 500},
+      {"a fraction of a milli-core rounds up", "1500100u", 1'501},  // 1500.1m
+      {"an unquoted number", 96, 96'000},
+      {"absent", nullptr, -1},
+      {"malformed", "lots", -1},
+      {"negative", "-4", -1},
+      {"too large", "9999999999999999999", -1},
+      {"a fractional JSON number", 0.5, -1},  // not how the API server writes a quantity
+      {"an object", json::object(), -1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    json node = testing::MakeNode("gpu-a1");
+    if (c.cpu.is_null()) {
+      node["status"]["allocatable"].erase("cpu");
+    } else {
+      node["status"]["allocatable"]["cpu"] = c.cpu;
+    }
+    Result<NodeView> n = ReadNode(node);
+    ASSERT_TRUE(n.ok()) << n.error().message();
+    EXPECT_EQ(n->allocatable_cpu_milli, c.milli);
+    EXPECT_EQ(n->labels.size(), 2u);  // the rest of the Node still reads
+  }
+  // No status, or a status that is not an object (a just-created Node): unknown, readable.
+  for (const json& status : {json(nullptr), json("x"), json::object()}) {
+    json node = testing::MakeNode("gpu-a1");
+    if (status.is_null()) {
+      node.erase("status");
+    } else {
+      node["status"] = status;
+    }
+    Result<NodeView> n = ReadNode(node);
+    ASSERT_TRUE(n.ok()) << n.error().message();
+    EXPECT_EQ(n->allocatable_cpu_milli, -1);
+  }
+  Result<NodeView> plain = ReadNode(testing::MakeNode("gpu-a1"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->allocatable_cpu_milli, 220'000);  // the builder's "220"
+}
+
 TEST(ReadNode, ErrorsTable) {
   struct Case {
     std::string name, pointer;

@@ -187,6 +187,9 @@ struct NodeView {
   bool unschedulable = false;
   std::string hami_register;      // hami.io/node-nvidia-register, "" when absent
   std::string hami_amd_register;  // hami.io/node-amd-register, "" when absent
+  // status.allocatable.cpu in milli-cores, rounded up (Quantity.MilliValue); -1 when absent or
+  // not a quantity: only the packing score reads it, so it never makes a Node unreadable.
+  std::int64_t allocatable_cpu_milli = -1;
 };
 Result<NodeView> ReadNode(const nlohmann::json& node);
 
@@ -203,6 +206,9 @@ struct PodView {
   // bound, as the kubelet counts them: the larger of the app containers' sum and the largest
   // init container; limits, else requests; integer quantities only.
   std::map<std::string, std::int64_t> extended_resources;
+  // The CPU request kube-scheduler counts for the pod (PodCpuRequestMilli), milli-cores; 0 when
+  // it asks none or its quantities cannot be read.
+  std::int64_t cpu_request_milli = 0;
   // Holds devices: not Succeeded/Failed (a deleting pod still holds them until it is gone).
   bool Active() const { return phase != "Succeeded" && phase != "Failed"; }
 };
