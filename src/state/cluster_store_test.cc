@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -1085,6 +1086,48 @@ ClusterStore::Decide FirstFree(int whole_gpus, int shares, bool reckless, std::u
     }
     return a;
   };
+}
+
+// Pods moving between nodes on several threads while the nodes are upserted again and again
+// (a relist): once all settle, each record's requested CPU is the sum of its pods' last requests,
+// whatever the interleaving (a record is only written from a sum read under its node's lock).
+TEST(ClusterStoreConcurrencyTest, CpuSumsSettleToThePodsLastRequests) {
+  constexpr int kThreads = 4, kPodsPerThread = 16, kRounds = 300;
+  const std::vector<std::string> nodes = {"gpu-a", "gpu-b", "gpu-c"};
+  ClusterStore store(nullptr);
+  std::atomic<bool> done{false};
+  std::thread upserter([&] {
+    while (!done.load()) {
+      std::vector<NodeSpec> specs;
+      for (const std::string& n : nodes) specs.push_back(CpuNode(n, 64'000));
+      ASSERT_TRUE(store.UpsertNodes(std::move(specs)).ok());
+      store.RemoveNode("gpu-c");  // and one node comes and goes
+    }
+  });
+  std::vector<std::map<std::string, std::pair<std::string, std::int64_t>>> last(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+      for (int round = 0; round < kRounds; ++round) {
+        const std::string uid = "t" + std::to_string(t) + "-" + std::to_string(rng() % kPodsPerThread);
+        const std::size_t pick = rng() % (nodes.size() + 1);  // nodes.size(): finished
+        const std::string node = pick < nodes.size() ? nodes[pick] : "";
+        const std::int64_t milli = static_cast<std::int64_t>(rng() % 4000);
+        store.SetPodCpu(uid, node, milli);
+        last[static_cast<std::size_t>(t)][uid] = {node, node.empty() ? 0 : milli};
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  done.store(true);
+  upserter.join();
+  ASSERT_TRUE(store.UpsertNode(CpuNode("gpu-c", 64'000)).ok());
+  std::map<std::string, std::int64_t> want;
+  for (const auto& per_thread : last) {
+    for (const auto& [uid, at] : per_thread) want[at.first] += at.second;
+  }
+  for (const std::string& n : nodes) EXPECT_EQ(Requested(store, n), want[n]) << n;
 }
 
 TEST(ClusterStoreConcurrencyTest, ParallelBindsAndReleasesNeverOversubscribe) {
