@@ -195,14 +195,28 @@ std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::Node
   return (record.class_key ^ std::hash<std::string_view>{}(record.name)) * 1099511628211ull;
 }
 
+std::uint64_t Evaluator::CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_free_milli) {
+  constexpr std::uint64_t kCpuSalt = 0x43505521u;  // "CPU!": apart from every class key
+  return Mix64(verdict_key ^ Mix64(static_cast<std::uint64_t>(cpu_free_milli) ^ kCpuSalt));
+}
+
+std::int64_t Evaluator::CpuBound(const PlacementRequest& r, const packing::ShapeMix* mix) {
+  std::int64_t largest = r.cpu_milli;
+  if (mix != nullptr) {
+    for (const packing::WeightedShape& w : mix->shapes) largest = std::max(largest, w.shape.cpu_milli);
+  }
+  return largest > 0 ? largest + r.cpu_milli : 0;
+}
+
 std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
     const std::shared_ptr<const state::Snapshot>& snap, std::shared_ptr<const std::vector<framework::PoolMember>> members,
     std::shared_ptr<const std::map<std::string, pd::Location>> positions, PoolParts* parts,
-    std::uint64_t pool_version) {
+    std::uint64_t pool_version, std::int64_t cpu_free) {
   const bool pool_pod = IsPoolPod(entry.request);
   const bool pool_scores = pool_pod && want == Want::kScores;
-  const std::uint64_t verdict_key = VerdictKey(entry.request, record);
+  const std::uint64_t class_verdict_key = VerdictKey(entry.request, record);
+  const std::uint64_t verdict_key = cpu_free >= 0 ? CpuVerdictKey(class_verdict_key, cpu_free) : class_verdict_key;
   std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(verdict_key);
   if (base != nullptr && !(pool_scores && base->passes())) return base;
   if (!cycle) {
@@ -228,9 +242,12 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   const auto node = [&]() -> const framework::NodeInfo& {
     if (!node_info) {
       node_info.emplace(NodeInfoOf(record));
-      // The nodes of one verdict key share one engine outcome in this cycle, as they share the
-      // verdict (a pool pod's pool part is scored node by node, its outcome is the class's).
-      node_info->outcome_key = verdict_key;
+      // The class's verdict counts CPU as enough; a node whose CPU binds is scored with its own.
+      node_info->cpu_milli_free = cpu_free;
+      // The nodes of one class share one engine outcome in this cycle, as they share the verdict
+      // (the engine reads no CPU; a pool pod's pool part is scored node by node, its outcome is
+      // the class's).
+      node_info->outcome_key = class_verdict_key;
     }
     return *node_info;
   };
@@ -491,7 +508,8 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       local_(ThreadBuffers().classes),
       many_(ThreadBuffers().many),
       pool_scoring_(IsPoolPod(entry.request) && want == Want::kScores),
-      per_node_(entry.request.NamesGpuUuids()) {
+      per_node_(entry.request.NamesGpuUuids()),
+      cpu_bound_(want == Want::kScores ? Evaluator::CpuBound(entry.request, entry.mix.get()) : 0) {
   local_.clear();  // before the arena its pointers may point into
   many_.clear();
   if (!pool_scoring_) return;
@@ -677,8 +695,19 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
   return Mix64(key ^ class_keys_[i]) & ~kOwn;
 }
 
+std::int64_t NodeVerdicts::CpuFreeIfBinding(std::size_t i) const {
+  if (cpu_bound_ <= 0) return -1;
+  const std::int64_t free = snap_->briefs()[i].cpu_free_milli;
+  return free >= 0 && free < cpu_bound_ ? free : -1;
+}
+
 const ClassVerdict* NodeVerdicts::At(std::size_t i) {
-  const std::uint64_t key = KeyOf(i);
+  std::uint64_t key = KeyOf(i);
+  // A node whose CPU binds the packing score has a verdict of its own (per_node_ and kOwn keys
+  // are one node's already).
+  if (const std::int64_t cpu = CpuFreeIfBinding(i); cpu >= 0 && (key & kOwnKey) == 0) {
+    key = Evaluator::CpuVerdictKey(key, cpu) & ~kOwnKey;
+  }
   auto& direct = direct_[(key ^ (key >> 29) ^ (key >> 47)) & (kDirect - 1)];
   if (direct.second != nullptr && direct.first == key) return direct.second;
   direct = {key, Lookup(key, i)};
@@ -696,7 +725,7 @@ const ClassVerdict* NodeVerdicts::Lookup(std::uint64_t key, std::size_t i) {
   local_.emplace_back(key, evaluator_.Evaluate(entry_, cycle_, *snap_->nodes()[i], want_, snap_,
                                                pool_scoring_ ? pool_members_ : nullptr, positions_,
                                                pool_scoring_ && (key & kOwnKey) == 0 ? &parts_ : nullptr,
-                                               pool_version_));
+                                               pool_version_, CpuFreeIfBinding(i)));
   if (local_.size() == kLinearClasses + 1) {
     for (const auto& [k, v] : local_) many_.Insert(k, v.get());
   } else if (local_.size() > kLinearClasses + 1) {

@@ -110,20 +110,29 @@ class Evaluator {
   // The key a pod's verdict on `record` is cached under: the node's class, or, for a pod that
   // names GPUs by UUID (which node classes leave out), the node itself.
   static std::uint64_t VerdictKey(const PlacementRequest& r, const state::NodeRecord& record);
+  // The key of a verdict on a node whose free CPU binds the packing score (CpuBound): its
+  // verdict key and that CPU, so a verdict is kept per node state, not per class.
+  static std::uint64_t CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_free_milli);
+  // The free CPU below which a node's CPU changes the pod's packing score: the largest CPU of the
+  // typical pods (and the pod's own) plus the pod's, for then a shape may not fit before or after
+  // the pod. At or above it every shape fits either way, which is what a node whose CPU is unknown
+  // counts, so nodes there share their class's verdict. 0: CPU never binds (no shape asks CPU).
+  static std::int64_t CpuBound(const PlacementRequest& r, const packing::ShapeMix* mix);
 
   // The pod's verdict on one node (`record`, in `snap`). `cycle`: the call's cycle, created on
   // first use. `members`/`positions`: a pool pod's pool members and HyperNode positions as
   // the call fetched them (null: fetched here). `parts` (may be null): the call's pool parts
   // by position (PoolParts). `pool_version`: the ClusterStore::PoolVersion `members` were read at
   // (0: unknown), which lets the pool plugins keep what they derive from them
-  // (framework::PoolToken).
+  // (framework::PoolToken). `cpu_free`: the node's free CPU where it binds (CpuBound; the verdict
+  // is then the node's own, under CpuVerdictKey), -1: counted as enough (the class's verdict).
   struct PoolParts;
   std::shared_ptr<const ClassVerdict> Evaluate(
       PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
       const std::shared_ptr<const state::Snapshot>& snap,
       std::shared_ptr<const std::vector<framework::PoolMember>> members = nullptr,
       std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr, PoolParts* parts = nullptr,
-      std::uint64_t pool_version = 0);
+      std::uint64_t pool_version = 0, std::int64_t cpu_free = -1);
 
   // A pool pod's pool part (the pool plugins' weighted sum and weights) is a function of where
   // the node sits relative to the pool (NodeVerdicts' position key) and of its placement's worst
@@ -234,6 +243,10 @@ class NodeVerdicts {
   // Pool pods scored: where the pool's pods are.
   const bool pool_scoring_;
   const bool per_node_;
+  // Scores only: nodes with less free CPU than this are keyed and evaluated with their own CPU
+  // (Evaluator::CpuBound); the filter's pass or fail does not read CPU.
+  std::int64_t cpu_bound_ = 0;
+  std::int64_t CpuFreeIfBinding(std::size_t index) const;  // -1 where it does not bind
   bool positions_resolved_ = false;
   std::shared_ptr<const std::vector<framework::PoolMember>> pool_members_;
   std::uint64_t pool_version_ = 0;  // of pool_members_, when they are the pool's index's

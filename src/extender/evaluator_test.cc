@@ -246,7 +246,7 @@ TEST_F(EvaluatorTest, TheTypicalPodsStartFromThePodsTheStoreHoldsOnceSynced) {
 
   const packing::Shape whole{8, packing::kMilli, 0, {}, 8};
   const packing::Shape quarter{1, 250, 0, {}, 0};
-  const packing::Shape two{2, packing::kMilli, 0, {}, 2};
+  const packing::Shape two{2, packing::kMilli, 4000, {}, 2};  // the pods asked about carry their CPU
   const auto shapes = [](const PodEntry& e) {
     std::set<packing::Shape> out;
     for (const auto& w : e.mix->shapes) out.insert(w.shape);

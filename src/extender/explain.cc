@@ -112,6 +112,9 @@ framework::NodeInfo NodeInfoOf(const state::NodeRecord& record) {
   // pool group evaluated costs time on the hot path.
   info.schedulable = record.schedulable;
   info.held = record.held();
+  // The node's own free CPU (one node's answer: /explain, a bind, a preemption). The verbs'
+  // shared class verdicts count CPU as enough unless it binds (Evaluator::Evaluate's cpu_free).
+  info.cpu_milli_free = record.cpu_free_milli();
   return info;
 }
 

@@ -1,4 +1,5 @@
 #include "toposched/placement/request.h"
+#include "toposched/placement/pod_cpu.h"
 
 #include "../common/json_errors.h"
 #include "../common/json_read.h"
@@ -121,6 +122,23 @@ Result<Quantity> ReadQuantity(const json& v, const std::string& path) {
   return Expected(path, "a quantity (a string such as \"1\", or a number)", v);
 }
 
+// A CPU quantity in milli-cores, rounded up (apimachinery's MilliValue): "500m", "2", 0.5.
+Result<std::int64_t> ReadMilliQuantity(const json& v, const std::string& path) {
+  if (v.is_string()) {
+    auto parsed = ParseMilliQuantity(v.get_ref<const std::string&>());
+    if (auto* reason = std::get_if<std::string>(&parsed)) return Error(path + ": " + Describe(v) + " " + *reason);
+    return std::get<std::int64_t>(parsed);
+  }
+  if (v.is_number()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) return Expected(path, "a quantity (a string such as \"500m\", or a number)", v);
+    if (d < 0) return Error(path + ": " + v.dump() + " is negative");
+    if (d * 1000 > static_cast<double>(kSaturated)) return Error(path + ": " + v.dump() + " is too large");
+    return static_cast<std::int64_t>(std::ceil(d * 1000));
+  }
+  return Expected(path, "a quantity (a string such as \"500m\", or a number)", v);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parsing with a filter: only the fields read below are kept, so a 4 MiB pod full of
 // managedFields, volumes or hostile nesting costs little more than its bytes.
@@ -171,9 +189,11 @@ class KeepFilter {
         if (At(1) == "metadata") {
           return k == "name" || k == "namespace" || k == "uid" || k == "labels" || k == "annotations";
         }
-        return At(1) == "spec" && (k == "containers" || k == "initContainers");
+        return At(1) == "spec" && (k == "containers" || k == "initContainers" || k == "overhead");
       case 3:
-        return At(1) == "metadata" && (At(2) == "labels" || At(2) == "annotations");
+        // A label or annotation, or a resource of the pod's overhead (RuntimeClass).
+        return (At(1) == "metadata" && (At(2) == "labels" || At(2) == "annotations")) ||
+               (At(1) == "spec" && At(2) == "overhead");
       default:
         break;
     }
@@ -311,6 +331,7 @@ std::optional<json> BySimdjson(std::string_view text) {
     }
     if (key == "spec") {
       return KeepObject(value, true, pod["spec"], [](std::string_view k, dom::element m, json& spec) {
+        if (k == "overhead") return KeepMap(m, true, spec["overhead"]);
         return (k != "containers" && k != "initContainers") || KeepContainers(m, spec[std::string(k)]);
       });
     }
@@ -358,6 +379,7 @@ struct ContainerAsk {
   bool restartable_init = false;  // a sidecar: an init container with restartPolicy Always
   bool init = false;
   std::map<std::string, std::int64_t, std::less<>> amounts;
+  std::int64_t cpu_milli = 0;  // its CPU request (else limit) in milli-cores; apart from the devices
 };
 
 bool IsRdmaResource(std::string_view name, const RequestConfig& config) {
@@ -378,6 +400,22 @@ bool IsReadResource(std::string_view name, const RequestConfig& config) {
   return IsGpuResource(name) || IsRdmaResource(name, config);
 }
 
+// One container's CPU in milli-cores from its `resources`: the request, else the limit (the API
+// server's defaulting), else 0. Only the packing score reads it.
+Result<std::int64_t> ReadContainerCpu(const json& resources, const std::string& path) {
+  for (std::string_view list : {"requests", "limits"}) {
+    auto entries = ReadOptionalObject(resources, list, path + ".resources");
+    if (!entries.ok()) return entries.error();
+    if (*entries == nullptr) continue;
+    const json* cpu = Find(**entries, "cpu");
+    if (cpu == nullptr || cpu->is_null()) continue;
+    auto milli = ReadMilliQuantity(*cpu, path + ".resources." + std::string(list) + ".cpu");
+    if (!milli.ok()) return milli.error();
+    return std::min(*milli, kSaturated);
+  }
+  return std::int64_t{0};
+}
+
 // Reads one container's requests and limits. A resource takes its request when there is one,
 // else its limit: the API server's defaulting copies limits into absent requests, and extended
 // resources are usually written as limits only. (HAMi reads limits first, but the API server
@@ -394,6 +432,9 @@ Result<ContainerAsk> ReadContainer(const json& c, const std::string& path, const
   auto resources = ReadOptionalObject(c, "resources", path);
   if (!resources.ok()) return resources.error();
   if (*resources == nullptr) return ask;
+  auto cpu = ReadContainerCpu(**resources, path);
+  if (!cpu.ok()) return cpu.error();
+  ask.cpu_milli = *cpu;
   // Requests first, so that a limit fills in only what the requests leave out.
   for (std::string_view list : {"requests", "limits"}) {
     const std::string list_path = path + ".resources." + std::string(list);
@@ -430,12 +471,13 @@ std::int64_t AmountOf(const ContainerAsk& c, std::string_view name) {
 // resource.PodRequests): app containers and sidecars run together and add up; each plain init
 // container runs alone beside the sidecars declared before it; the pod needs the larger.
 // E.g. app 2 + sidecar 1, then init 3 after that sidecar: max(2 + 1, 3 + 1) = 4.
-std::int64_t EffectiveRequest(const std::vector<ContainerAsk>& containers, std::string_view name) {
+template <typename Amount>
+std::int64_t EffectiveAmount(const std::vector<ContainerAsk>& containers, Amount amount) {
   std::int64_t running = 0;       // app containers and all sidecars
   std::int64_t sidecars = 0;      // sidecars declared so far, in init order
   std::int64_t init_peak = 0;
   for (const ContainerAsk& c : containers) {
-    const std::int64_t v = AmountOf(c, name);
+    const std::int64_t v = amount(c);
     if (!c.init) {
       running = SaturatingAdd(running, v);
     } else if (c.restartable_init) {
@@ -447,6 +489,10 @@ std::int64_t EffectiveRequest(const std::vector<ContainerAsk>& containers, std::
     }
   }
   return std::max(running, init_peak);
+}
+
+std::int64_t EffectiveRequest(const std::vector<ContainerAsk>& containers, std::string_view name) {
+  return EffectiveAmount(containers, [name](const ContainerAsk& c) { return AmountOf(c, name); });
 }
 
 bool Names(const ContainerAsk& c, std::string_view name) { return c.amounts.contains(name); }
@@ -760,6 +806,21 @@ Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementReque
   return Status::Ok();
 }
 
+// The pod's CPU (pod_cpu.h) from its containers as read and its spec's overhead.
+Result<std::int64_t> PodCpu(const json& spec, const std::vector<ContainerAsk>& containers) {
+  std::int64_t cpu = EffectiveAmount(containers, [](const ContainerAsk& c) { return c.cpu_milli; });
+  auto overhead = ReadOptionalObject(spec, "overhead", "spec");
+  if (!overhead.ok()) return overhead.error();
+  if (*overhead != nullptr) {
+    if (const json* v = Find(**overhead, "cpu"); v != nullptr && !v->is_null()) {
+      auto milli = ReadMilliQuantity(*v, "spec.overhead.cpu");
+      if (!milli.ok()) return milli.error();
+      cpu = SaturatingAdd(cpu, std::min(*milli, kSaturated));
+    }
+  }
+  return cpu;
+}
+
 Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   if (!doc.is_object()) return Expected("top level", "a JSON object (a Pod)", doc);
   if (const json* kind = Find(doc, "kind"); kind != nullptr && !kind->is_null()) {
@@ -775,6 +836,9 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   if (*spec != nullptr) {
     TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(**spec, "initContainers", true, config, &containers));
     TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(**spec, "containers", false, config, &containers));
+    auto cpu = PodCpu(**spec, containers);
+    if (!cpu.ok()) return cpu.error();
+    req.cpu_milli = *cpu;
   }
 
   // Whole GPUs, by vendor.
@@ -930,6 +994,40 @@ std::string PlacementRequest::ShapeKey() const {
   key += ";au=";
   AppendList(&key, shared.avoid_uuids);
   return key;
+}
+
+Result<std::int64_t> PodCpuRequestMilli(const json& pod) {
+  if (!pod.is_object()) return Expected("top level", "a JSON object (a Pod)", pod);
+  auto spec = ReadOptionalObject(pod, "spec", "");
+  if (!spec.ok()) return spec.error();
+  if (*spec == nullptr) return std::int64_t{0};
+  // Only what the CPU rule reads: each container's role and CPU (its devices are not checked here).
+  std::vector<ContainerAsk> containers;
+  for (const bool init : {true, false}) {
+    const std::string key = init ? "initContainers" : "containers";
+    const json* list = Find(**spec, key);
+    if (list == nullptr || list->is_null()) continue;
+    if (!list->is_array()) return Expected("spec." + key, "an array", *list);
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const std::string path = "spec." + key + "[" + std::to_string(i) + "]";
+      const json& c = (*list)[i];
+      if (!c.is_object()) return Expected(path, "an object (a container)", c);
+      ContainerAsk ask;
+      ask.init = init;
+      std::string restart_policy;
+      if (Status st = ReadOptionalString(c, "restartPolicy", path, &restart_policy); !st.ok()) return st.error();
+      ask.restartable_init = init && restart_policy == "Always";
+      auto resources = ReadOptionalObject(c, "resources", path);
+      if (!resources.ok()) return resources.error();
+      if (*resources != nullptr) {
+        auto cpu = ReadContainerCpu(**resources, path);
+        if (!cpu.ok()) return cpu.error();
+        ask.cpu_milli = *cpu;
+      }
+      containers.push_back(std::move(ask));
+    }
+  }
+  return PodCpu(**spec, containers);
 }
 
 Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const RequestConfig& config) {

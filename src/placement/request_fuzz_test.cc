@@ -71,6 +71,8 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
         {"name":null,"restartPolicy":"Always","resources":null}],"initContainers":null},"spec":{"containers":[]}})",
       R"({"metadata":{"name":"\u0070\u00e9","labels":{"k\"":"v\\n"}},"spec":{"containers":[{"resources":{"requests":{}}}]}})",
       R"({})",
+      R"({"spec":{"overhead":{"cpu":"250m","memory":"120Mi","x":null},"containers":[]}})",
+      R"({"spec":{"overhead":null}})",
   };
   const std::vector<std::string> declined = {
       R"([1,2])", R"("pod")", R"({"kind":{"a":1}})", R"({"metadata":{"name":5}})",
@@ -79,6 +81,7 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
       R"({"spec":{"containers":[{"resources":{"limits":{"g":1e400}}}]}})",
       R"({"spec":{"containers":[{"resources":{"limits":{"g":18446744073709551616}}}]}})",
       R"({"metadata":{"name":"p"}} trailing)",
+      R"({"spec":{"overhead":{"cpu":[1]}}})",
   };
   int compared = 0;
   const auto agree = [&compared](std::string_view text) {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/placement/pod_cpu.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched {
@@ -136,6 +137,42 @@ TEST_P(PodRequestParseTest, Parses) {
 
 // Devices per container, in HAMi's order: init containers first, then app containers; a
 // container without the vendor's GPU resource counts 0; pods without GPUs list nothing.
+// A pod's CPU as kube-scheduler's NodeResourcesFit counts it (component-helpers PodRequests):
+// app containers and sidecars add up (0.5 + 1.5 + 0.25), the plain init container after the
+// sidecar runs beside it (3 + 0.25), the larger wins, plus the RuntimeClass overhead; a
+// container without a request counts its limit. Both readers of a Pod agree.
+TEST(PodRequestCpu, IsKubeSchedulersEffectiveRequestPlusOverhead) {
+  const std::string pod = R"({"metadata":{"name":"p"},"spec":{
+    "overhead":{"cpu":"100m","memory":"64Mi"},
+    "initContainers":[{"name":"proxy","restartPolicy":"Always","resources":{"requests":{"cpu":"250m"}}},
+                      {"name":"warm","resources":{"limits":{"cpu":"3"}}}],
+    "containers":[{"name":"a","resources":{"requests":{"cpu":"500m"},"limits":{"cpu":"8"}}},
+                  {"name":"b","resources":{"limits":{"cpu":1.5,"nvidia.com/gpu":1}}}]}})";
+  const Result<PlacementRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->cpu_milli, 3350);
+  EXPECT_EQ(r->gpus, 1);
+  const Result<std::int64_t> direct = PodCpuRequestMilli(nlohmann::json::parse(pod));
+  ASSERT_TRUE(direct.ok()) << direct.error().message();
+  EXPECT_EQ(*direct, 3350);
+
+  // Without the plain init container the app side decides: 0.5 + 1.5 + 0.25 + 0.1.
+  nlohmann::json lighter = nlohmann::json::parse(pod);
+  lighter["spec"]["initContainers"].erase(1);
+  EXPECT_EQ(*PodCpuRequestMilli(lighter), 2350);
+  EXPECT_EQ(ParsePodRequest(lighter.dump())->cpu_milli, 2350);
+  // Nothing asks CPU: 0.
+  EXPECT_EQ(ParsePodRequest(R"({"spec":{"containers":[{"name":"c"}]}})")->cpu_milli, 0);
+  EXPECT_EQ(*PodCpuRequestMilli(nlohmann::json::parse(R"({"metadata":{}})")), 0);
+  // A CPU that is not a quantity is an error that names the field, by both.
+  const std::string bad = R"({"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"two"}}}]}})";
+  const Result<PlacementRequest> refused = ParsePodRequest(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("spec.containers[0].resources.requests.cpu"), std::string::npos)
+      << refused.error().message();
+  EXPECT_FALSE(PodCpuRequestMilli(nlohmann::json::parse(bad)).ok());
+}
+
 TEST(PodRequestContainers, DevicesPerContainerInitFirst) {
   struct Case {
     const char* name;
@@ -185,6 +222,7 @@ std::vector<ParseCase> ParseCases() {
     r.role = PodRole::kPrefill;
     r.pool = "h100-a";
     r.node_policy = PackPolicy::kBinpack;
+    r.cpu_milli = 64'350;  // main's request (not its limit of 96), the sidecar's 100m, the overhead
   });
   add("LimitsOnly", PodWithLimits({{"nvidia.com/gpu", "4"}, {"rdma/hca_shared_devices_a", "2"}}),
       [](PlacementRequest& r) {
@@ -218,7 +256,8 @@ std::vector<ParseCase> ParseCases() {
     r.rdma_nics = 4;
   });
   add("NicOnly", PodWithLimits({{"rdma/ib", "2"}}), [](PlacementRequest& r) { r.rdma_nics = 2; });
-  add("NothingDeviceRelated", PodWithLimits({{"cpu", "250m"}, {"memory", "1.5Gi"}}), [](PlacementRequest&) {});
+  add("NothingDeviceRelated", PodWithLimits({{"cpu", "250m"}, {"memory", "1.5Gi"}}),
+      [](PlacementRequest& r) { r.cpu_milli = 250; });
   add("NoSpec", json{{"kind", "Pod"}, {"metadata", {{"name", "p"}, {"namespace", "ns"}}}},
       [](PlacementRequest&) {});
   add("KindAbsent", json{{"spec", {{"containers", {Container({{"nvidia.com/gpu", "1"}})}}}}},

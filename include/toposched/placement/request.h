@@ -84,9 +84,10 @@ struct PlacementRequest {
   // What the reader ignored and why, one sentence each (e.g. an llm-d.ai/role value llm-d does
   // not know): the extender logs it and the Kubernetes source writes it as a Warning event.
   std::vector<std::string> warnings;
-  // The pod's CPU request in milli-cores where the caller knows it (the simulator's trace
-  // replay), for the packing score only (packing::ShapeOf); not part of the shape: the engine's
-  // choice does not depend on it, and the score reads it only on nodes whose free CPU is known.
+  // The pod's CPU request in milli-cores (PodCpuRequestMilli's rule: ParsePodRequest reads it;
+  // the trace replay sets the task's), for the packing score only (packing::ShapeOf); not part
+  // of the shape: the engine's choice does not depend on it, and the score reads it only on
+  // nodes whose free CPU is known.
   std::int64_t cpu_milli = 0;
 
   bool IsShared() const { return shared.count > 0; }
