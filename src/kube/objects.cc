@@ -19,6 +19,7 @@
 #include "toposched/common/text.h"
 #include "toposched/kube/time.h"
 #include "toposched/placement/placement.h"
+#include "toposched/placement/pod_cpu.h"
 #include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/json_codec.h"
 #include "objects_internal.h"
@@ -156,6 +157,10 @@ Status ReadPodImpl(const json& pod, PodView* v) {
     TOPOSCHED_RETURN_IF_ERROR(ReadString(**spec, "nodeName", "spec", Presence::kOptional, &v->node_name));
     ReadExtendedResources(**spec, &v->extended_resources);
   }
+  // The API server validates every quantity, so this fails only for a hand-made object; such a
+  // pod still reads (its devices and phase matter more than the packing score's CPU) and counts
+  // no CPU rather than none of itself.
+  if (Result<std::int64_t> cpu = PodCpuRequestMilli(pod); cpu.ok()) v->cpu_request_milli = *cpu;
 
   Result<const json*> status = ReadObject(pod, "status", "", Presence::kOptional);
   if (!status.ok()) return status.error();

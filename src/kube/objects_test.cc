@@ -1296,6 +1296,31 @@ TEST(ReadPod, ExtendedResourcesAsTheKubeletCountsThem) {
   EXPECT_EQ(v->extended_resources, (std::map<std::string, std::int64_t>{{"nvidia.com/gpu", 3}, {"rdma/ib", 2}}));
 }
 
+// The CPU kube-scheduler counts for the pod (PodCpuRequestMilli's rule, tested with it); a
+// quantity that cannot be read leaves the pod readable, asking none.
+TEST(ReadPod, CpuRequestInMilliCores) {
+  const json pod = json::parse(R"({
+    "metadata": {"name": "p", "uid": "u"},
+    "spec": {"nodeName": "n1", "containers": [
+      {"name": "a", "resources": {"requests": {"cpu": "1500m"}}},
+      {"name": "b", "resources": {"requests": {"cpu": "0.25"}}},
+      {"name": "c"}]}})");
+  Result<PodView> v = ReadPod(pod);
+  ASSERT_TRUE(v.ok()) << v.error().message();
+  EXPECT_EQ(v->cpu_request_milli, 1'750);  // 1500 + 250
+
+  json bad = pod;
+  bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots";
+  Result<PodView> unreadable = ReadPod(bad);
+  ASSERT_TRUE(unreadable.ok()) << unreadable.error().message();
+  EXPECT_EQ(unreadable->cpu_request_milli, 0);
+  EXPECT_EQ(unreadable->node_name, "n1");
+
+  Result<PodView> built = ReadPod(PodWithStatus());
+  ASSERT_TRUE(built.ok());
+  EXPECT_EQ(built->cpu_request_milli, 4'000);  // the builder's request of "4"
+}
+
 TEST(ReadPod, ErrorsTable) {
   struct Case {
     std::string name;

@@ -1151,6 +1151,59 @@ TEST_F(KubeE2E, PodsOfOtherSchedulersHoldTheDevicesTheyAskFor) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// kube-scheduler's NodeResourcesFit counts every active pod bound to a node against the Node's
+// allocatable CPU, with devices or not: the node's record follows, and a pod that finishes, is
+// deleted, or is found gone only by a relist gives its request back.
+TEST_F(KubeE2E, PodsCpuRequestsCountOnTheirNodeUntilTheyEnd) {
+  AddNode("a100-0", kAzureA100);  // testing::MakeNode: allocatable cpu "220"
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  auto record = [&] { return *r.store.snapshot()->Find("a100-0"); };
+  EXPECT_EQ(record().cpu_allocatable_milli, 220'000);
+  auto create = [&](const std::string& name, const std::string& cpu, const std::string& node) {
+    testing::PodSpec spec;
+    spec.name = name;
+    json pod = testing::MakePod(spec);
+    pod["metadata"].erase("uid");
+    pod["metadata"].erase("resourceVersion");
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu;
+    if (!node.empty()) {
+      pod["spec"]["nodeName"] = node;
+      pod["status"]["phase"] = "Running";
+    }
+    return server_.Create(kPods, pod);
+  };
+  json web = create("web", "1500m", "a100-0");
+  json batch = create("batch", "2", "a100-0");
+  (void)create("waiting", "8", "");       // pending: asks nothing of any node yet
+  (void)create("elsewhere", "8", "cpu-9");  // a node toposched does not manage
+  ASSERT_TRUE(WaitFor([&] { return record().cpu_requested_milli == 3'500; }))  // 1500 + 2000
+      << record().cpu_requested_milli;
+  EXPECT_EQ(record().cpu_free_milli(), 216'500);
+  EXPECT_EQ(r.store.snapshot()->briefs()[r.store.snapshot()->IndexOf("a100-0")].cpu_free_milli, 216'500);
+
+  batch["status"]["phase"] = "Succeeded";
+  server_.Upsert(kPods, batch);
+  ASSERT_TRUE(WaitFor([&] { return record().cpu_requested_milli == 1'500; })) << record().cpu_requested_milli;
+  server_.Delete(kPods, "web");
+  ASSERT_TRUE(WaitFor([&] { return record().cpu_requested_milli == 0; })) << record().cpu_requested_milli;
+
+  // Deleted while the watch is down and the history compacted past it: only the relist tells.
+  (void)create("late", "750m", "a100-0");
+  ASSERT_TRUE(WaitFor([&] { return record().cpu_requested_milli == 750; })) << record().cpu_requested_milli;
+  server_.Stop();
+  server_.Delete(kPods, "late");
+  server_.Compact();
+  server_.Start();
+  EXPECT_TRUE(WaitFor([&] { return record().cpu_requested_milli == 0; })) << record().cpu_requested_milli;
+
+  // The Node's allocatable alone changes (kubelet's reserved CPU): the record follows.
+  json node = *server_.Get(kNodes, "a100-0");
+  node["status"]["allocatable"]["cpu"] = "200500m";
+  server_.Upsert(kNodes, node);
+  EXPECT_TRUE(WaitFor([&] { return record().cpu_allocatable_milli == 200'500; })) << record().cpu_allocatable_milli;
+}
+
 // A Volcano event (allocate, deallocate) for `pod` on `node`, as Volcano's extender plugin sends it.
 std::string VolcanoEvent(const json& pod, const std::string& node, int gpus = 2, int rdma = 2) {
   testing::PodSpec spec;
