@@ -116,12 +116,12 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
 
 namespace {
 
-// The shape of a bound pod's request (packing::ShapeOf, as the extender takes it: no CPU), from
-// the request its devices answer: whole GPUs and RDMA NICs exactly; a share's cores and memory
-// in MiB (one that asked a percentage of the card's memory reads as MiB, a whole GPU's worth
-// without cores), without the GPU models it may have asked (an allocation does not record
-// them). Nullopt for a pod that holds no GPU and no NIC.
-std::optional<packing::Shape> ShapeOfBound(const framework::AllocationDelta& delta) {
+// The shape of a bound pod's request (packing::ShapeOf, as the extender takes it), from the
+// request its devices answer and its CPU (ClusterStore::PodCpuMilli): whole GPUs and RDMA NICs
+// exactly; a share's cores and memory in MiB (one that asked a percentage of the card's memory
+// reads as MiB, a whole GPU's worth without cores), without the GPU models it may have asked (an
+// allocation does not record them). Nullopt for a pod that holds no GPU and no NIC.
+std::optional<packing::Shape> ShapeOfBound(const framework::AllocationDelta& delta, std::int64_t cpu_milli) {
   PlacementRequest r;
   r.gpus = static_cast<int>(delta.exclusive_gpus.size());
   r.rdma_nics = static_cast<int>(delta.nics.size());
@@ -131,7 +131,7 @@ std::optional<packing::Shape> ShapeOfBound(const framework::AllocationDelta& del
     r.shared.memory_mib = delta.shares.front().second.memory_mib;
   }
   if (r.gpus == 0 && !r.IsShared() && r.rdma_nics == 0) return std::nullopt;
-  return packing::ShapeOf(r);
+  return packing::ShapeOf(r, cpu_milli);
 }
 
 }  // namespace
@@ -148,7 +148,9 @@ void Evaluator::SeedShapes() {
       const std::optional<state::PodAllocation> pod = store_.FindPod(uid);
       // A held pod's devices are not known (ClusterStore::Hold): its shape is not either.
       if (!pod || !pod->hold.empty()) continue;
-      if (const std::optional<packing::Shape> shape = ShapeOfBound(pod->delta)) pods.emplace_back(uid, *shape);
+      if (const std::optional<packing::Shape> shape = ShapeOfBound(pod->delta, store_.PodCpuMilli(uid))) {
+        pods.emplace_back(uid, *shape);
+      }
     }
   }
   if (pods.empty()) return;
@@ -703,9 +705,11 @@ std::int64_t NodeVerdicts::CpuFreeIfBinding(std::size_t i) const {
 
 const ClassVerdict* NodeVerdicts::At(std::size_t i) {
   std::uint64_t key = KeyOf(i);
-  // A node whose CPU binds the packing score has a verdict of its own (per_node_ and kOwn keys
-  // are one node's already).
-  if (const std::int64_t cpu = CpuFreeIfBinding(i); cpu >= 0 && (key & kOwnKey) == 0) {
+  // A node whose CPU binds the packing score has a verdict of its own. A key of one node alone
+  // (a pod naming GPU UUIDs; a pool pod's kOwn keys) is that already; a class key may have any
+  // bit set, so the mode tells them apart, not the bit.
+  const bool own = per_node_ || (pool_scoring_ && (key & kOwnKey) != 0);
+  if (const std::int64_t cpu = CpuFreeIfBinding(i); cpu >= 0 && !own) {
     key = Evaluator::CpuVerdictKey(key, cpu) & ~kOwnKey;
   }
   auto& direct = direct_[(key ^ (key >> 29) ^ (key >> 47)) & (kDirect - 1)];

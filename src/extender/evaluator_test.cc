@@ -236,6 +236,7 @@ TEST_F(EvaluatorTest, TheTypicalPodsStartFromThePodsTheStoreHoldsOnceSynced) {
     ASSERT_TRUE(bound.ok()) << bound.error().message();
   };
   bind("a", "whole", framework::AllocationDelta{{0, 1, 2, 3, 4, 5, 6, 7}, {}, {0, 1, 2, 3, 4, 5, 6, 7}});
+  store_.SetPodCpu("whole", "a", 96'000);  // the source's count of the pod's CPU
   bind("b", "share", framework::AllocationDelta{{}, {{0, GpuShareUsage{1, 10000, 2500}}}, {}});
   state::PodAllocation held;
   held.uid = "held";
@@ -244,7 +245,7 @@ TEST_F(EvaluatorTest, TheTypicalPodsStartFromThePodsTheStoreHoldsOnceSynced) {
   held.delta.exclusive_gpus = {7};
   ASSERT_TRUE(store_.Hold(held).ok());
 
-  const packing::Shape whole{8, packing::kMilli, 0, {}, 8};
+  const packing::Shape whole{8, packing::kMilli, 96'000, {}, 8};
   const packing::Shape quarter{1, 250, 0, {}, 0};
   const packing::Shape two{2, packing::kMilli, 4000, {}, 2};  // the pods asked about carry their CPU
   const auto shapes = [](const PodEntry& e) {
@@ -263,6 +264,49 @@ TEST_F(EvaluatorTest, TheTypicalPodsStartFromThePodsTheStoreHoldsOnceSynced) {
   std::shared_ptr<PodEntry> after = Entry(next);
   EXPECT_EQ(shapes(*after), (std::set<packing::Shape>{whole, quarter, two}));
   EXPECT_EQ(after->mix->shapes.size(), 3u) << "the held pod's shape is not known";
+}
+
+// FGD's measure counts a node's GPUs as stranded where its CPU is spent. A node whose free CPU
+// binds the pod's packing score (below the typical pod's 4 cores plus the pod's 4) is scored with
+// its own CPU; the others share their class's verdict, as nodes whose CPU is unknown do. The
+// filter's pass or fail reads no CPU.
+TEST_F(EvaluatorTest, ANodeWhoseCpuBindsIsScoredWithItsOwnCpu) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  const auto add = [&](const std::string& name, std::int64_t cpu) {
+    state::NodeSpec spec{name, hgx, {}, true};
+    spec.cpu_allocatable_milli = cpu;
+    ASSERT_TRUE(store_.UpsertNode(std::move(spec)).ok());
+  };
+  add("roomy-a", 64'000);
+  add("roomy-b", 64'000);
+  add("unknown", -1);
+  add("tight", 6'000);  // after the pod, 2 cores: the next 4-core pod cannot use its 6 GPUs
+  std::shared_ptr<PodEntry> entry = Entry(kTwoGpus);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(Evaluator::CpuBound(entry->request, entry->mix.get()), 8'000);
+
+  std::size_t evaluated = 0;
+  auto scores = Verdicts(*entry, Want::kScores, &evaluated);
+  EXPECT_EQ(evaluated, 2u) << "the class, and the node whose CPU binds";
+  EXPECT_EQ(scores.at("roomy-a"), scores.at("roomy-b"));
+  EXPECT_EQ(scores.at("roomy-a"), scores.at("unknown"));
+  ASSERT_NE(scores.at("tight"), scores.at("roomy-a"));
+  ASSERT_TRUE(scores.at("tight")->passes());
+  EXPECT_LT(scores.at("tight")->score100, scores.at("roomy-a")->score100) << "its GPUs would be stranded";
+
+  auto filtered = Verdicts(*entry, Want::kFilter, &evaluated);
+  EXPECT_EQ(evaluated, 1u) << "pass or fail reads no CPU";
+  EXPECT_TRUE(filtered.at("tight")->passes());
+
+  // Other pods take 58 cores on roomy-a: it now scores as the tight node does, roomy-b as before.
+  store_.SetPodCpu("uid-web", "roomy-a", 58'000);
+  scores = Verdicts(*entry, Want::kScores, &evaluated);
+  EXPECT_EQ(scores.at("roomy-a")->score100, scores.at("tight")->score100);
+  EXPECT_LT(scores.at("roomy-a")->score100, scores.at("roomy-b")->score100);
+  // They finish: roomy-a is back in its class.
+  store_.SetPodCpu("uid-web", "", 0);
+  scores = Verdicts(*entry, Want::kScores);
+  EXPECT_EQ(scores.at("roomy-a"), scores.at("roomy-b"));
 }
 
 TEST_F(EvaluatorTest, ANodeThatChangesLeavesItsClassAndIsEvaluatedAnew) {

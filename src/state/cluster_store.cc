@@ -883,6 +883,12 @@ void ClusterStore::RemoveNode(std::string_view name) {
   }
 }
 
+std::int64_t ClusterStore::PodCpuMilli(std::string_view uid) const {
+  std::lock_guard cpu(impl_->cpu_mu);
+  const auto it = impl_->pod_cpu.find(uid);
+  return it == impl_->pod_cpu.end() ? 0 : it->second.milli;
+}
+
 void ClusterStore::SetPodCpu(std::string_view uid, std::string_view node, std::int64_t milli) {
   const PodCpu pod{std::string(uid), std::string(node), milli};
   SetPodCpus(std::span<const PodCpu>(&pod, 1));

@@ -277,6 +277,8 @@ class ClusterStore {
   // A pod's request is clamped to this (a thousand million cores): node sums cannot overflow
   // before 2^23 such pods, and saturate after.
   static constexpr std::int64_t kMaxPodCpuMilli = std::int64_t{1} << 40;
+  // The CPU pod `uid` requests where it is bound (SetPodCpu), 0 when none is known.
+  std::int64_t PodCpuMilli(std::string_view uid) const;
 
   // Puts back an allocation read from persistence at start (journal replay, pod annotations)
   // without persisting it again. Errors: unknown node, device out of range, over capacity,
