@@ -31,9 +31,10 @@ struct NodeInfo {
   // True while a pod on the node holds an allocation that could not be read back
   // (state::NodeRecord::held_pods): no new device placements until that is resolved.
   bool held = false;
-  // CPU (milli-cores) not yet requested by the node's pods, where the caller knows it (the
-  // simulator's trace replay); -1: unknown, and the packing measure counts CPU as enough.
-  // kube-scheduler checks CPU itself (NodeResourcesFit); this only sharpens the packing score.
+  // CPU (milli-cores) not yet requested by the node's pods, where the caller knows it (the trace
+  // replay; the extender where it binds the score, Evaluator::CpuBound); -1: unknown, and the
+  // packing measure counts CPU as enough. kube-scheduler checks CPU itself (NodeResourcesFit);
+  // this only sharpens the packing score.
   std::int64_t cpu_milli_free = -1;
   // Nonzero where the caller knows that nodes of one key are interchangeable for placement (the
   // extender's node classes: equal hardware and equal free devices): CycleState::Outcome then
