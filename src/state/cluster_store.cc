@@ -846,6 +846,10 @@ Status ClusterStore::UpsertNodes(std::vector<NodeSpec> specs) {
       next->allocated = old->allocated;
       next->allocation_version = old->allocation_version;
       next->pods = old->pods;
+      // A hold outlives the Node's updates (labels, cordon, a new NodeTopology): only the held
+      // pod's end or a readable record lifts it (Hold). Dropping it here would let the node take
+      // devices its held pod may use.
+      next->held_pods = old->held_pods;
     } else {
       const Prints& p = fingerprint(spec.topology.get());
       next->topology_fingerprint = p.hash;

@@ -734,6 +734,39 @@ TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
 
 // Fail closed (issue 13): a record the source could not read back holds the free devices it
 // still names and keeps its node out of new placements until the pod is gone or readable.
+// Fail closed across the Node's own updates: a label change, a cordon, a batch upsert (a
+// relist) or a new NodeTopology object must not lift a hold that only the pod's end or a
+// readable record may lift.
+TEST(ClusterStoreTest, ANodeUpdateKeepsItsHold) {
+  ClusterStore store(nullptr);
+  ASSERT_TRUE(store.UpsertNode(Node("gpu-a")).ok());
+  PodAllocation held = Allocation("bad", "gpu-a", Whole({1}, {1}));
+  held.hold = "toposched.io/allocation cannot be read back";
+  ASSERT_TRUE(store.Hold(held).ok());
+  ASSERT_TRUE(store.snapshot()->Find("gpu-a")->held());
+
+  NodeSpec relabelled = Node("gpu-a");
+  relabelled.labels["team"] = "llm";
+  ASSERT_TRUE(store.UpsertNode(relabelled).ok());
+  EXPECT_TRUE(store.snapshot()->Find("gpu-a")->held()) << "after a label change";
+  NodeSpec cordoned = Node("gpu-a");
+  cordoned.schedulable = false;
+  ASSERT_TRUE(store.UpsertNodes({cordoned}).ok());
+  EXPECT_TRUE(store.snapshot()->Find("gpu-a")->held()) << "after a cordon in a batch";
+  NodeSpec retopo = Node("gpu-a");
+  retopo.topology = std::make_shared<const NodeTopology>(*retopo.topology);  // another object, same hardware
+  ASSERT_TRUE(store.UpsertNode(retopo).ok());
+  const NodeRecord* a = store.snapshot()->Find("gpu-a");
+  EXPECT_TRUE(a->held()) << "after a new NodeTopology object";
+  EXPECT_EQ(a->held_pods, std::vector<std::string>{"bad"});
+  EXPECT_EQ(a->free_gpus, 0);
+  EXPECT_EQ(a->free_rdma_nics, 0);
+
+  // The pod's end lifts it, as before.
+  ASSERT_TRUE(store.Release("bad", /*persist=*/false).ok());
+  EXPECT_FALSE(store.snapshot()->Find("gpu-a")->held());
+}
+
 TEST(ClusterStoreTest, AHeldPodKeepsItsDevicesAndItsNodeUntilItIsGoneOrReadable) {
   FakePersistence persistence;
   ClusterStore store(&persistence);
