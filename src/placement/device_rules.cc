@@ -41,7 +41,9 @@ std::optional<std::int64_t> ShareMemoryNeed(const Gpu& gpu, const SharedGpuReque
   }
   if (s.memory_percent > 0) {
     if (gpu.memory_mib == 0) return std::nullopt;
-    return (static_cast<std::int64_t>(gpu.memory_mib) * s.memory_percent + 99) / 100;
+    // HAMi's rule, rounded down: memreq = Totalmem * MemPercentagereq / 100 (int32 division in
+    // its fit, pkg/device/nvidia/device.go), so a share holds no MiB more than HAMi gives it.
+    return static_cast<std::int64_t>(gpu.memory_mib) * s.memory_percent / 100;
   }
   return 0;
 }

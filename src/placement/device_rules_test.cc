@@ -24,6 +24,14 @@ TEST(DeviceRules, ShareMemoryNeedAndWhatAVgpuRecords) {
   EXPECT_EQ(ShareMemoryMib(unknown, mib), 8000);  // what it asked, recorded
   EXPECT_EQ(ShareMemoryMib(unknown, percent), 0);
   EXPECT_EQ(ShareMemoryMib(known, percent), 10000);
+  // A percentage of a card whose size it does not divide: rounded down, as HAMi's
+  // Totalmem * MemPercentagereq / 100, so three 33 % shares fit a card with room to spare.
+  Gpu h100;
+  h100.memory_mib = 81559;
+  SharedGpuRequest half{.count = 1, .memory_percent = 50};
+  SharedGpuRequest third{.count = 1, .memory_percent = 33};
+  EXPECT_EQ(ShareMemoryNeed(h100, half), 40779);
+  EXPECT_EQ(ShareMemoryNeed(h100, third), 26914);
 }
 
 TEST(DeviceRules, OneMoreVgpuFitsOrSaysWhyNot) {

@@ -352,7 +352,7 @@ struct SharedCase {
 TEST(PlacementEngineTest, SharedRequests) {
   const NodeTopology hgx = Preset("hgx-h100-8gpu");  // 81559 MiB per GPU
   PlacementRequest percent = Shared(1, 0);
-  percent.shared.memory_percent = 50;  // ceil(81559 / 2) = 40780 MiB
+  percent.shared.memory_percent = 50;  // 81559 * 50 / 100 = 40779 MiB (HAMi's rounding down)
   PlacementRequest bound = Shared(2, 1000);
   bound.shared.numa_bind = true;
   PlacementRequest h100 = Shared(1, 1000);
@@ -394,8 +394,9 @@ TEST(PlacementEngineTest, SharedRequests) {
       // S2) -> 1 group left. numa_bind: both on NUMA 1, GPU4 and GPU5 (S2) -> S3 left.
       {"two vGPUs without numa-bind", Alloc({0, 1, 2}, {}), Shared(2, 1000), {}, {3, 4}, -1, -1},
       {"numa-bind", Alloc({0, 1, 2}, {}), bound, {}, {4, 5}, -1, -1},
-      // 50% needs 40780 MiB: GPU0 has 40779 free after 40780 used, GPU1 has 40780 free.
-      {"memory percent rounds up", Alloc({}, {}, {{0, 40780}, {1, 40779}}), percent, {}, {1}, -3, 0},
+      // 50% needs 40779 MiB (HAMi rounds down): GPU0 has 40778 free after 40781 used, GPU1 has
+      // 40779 free.
+      {"memory percent rounds down, as HAMi", Alloc({}, {}, {{0, 40781}, {1, 40780}}), percent, {}, {1}, -3, 0},
       {"type filter", {}, h100, {}, {0}, -3, -1},
       // GPU0 has 5000 of 10000 cores used: 6000 more do not fit; GPU1 (same broken S0) takes it.
       {"cores", busy_cores, cores, {}, {1}, -3, 0},

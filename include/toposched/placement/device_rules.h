@@ -23,7 +23,7 @@ bool GpuFree(const NodeAllocation& allocated, int gpu);
 bool RdmaNicFree(const NodeTopology& topology, const NodeAllocation& allocated, int nic);
 
 // The memory one vGPU of `shared` needs on `gpu`: 0 when it asks none; its memory_mib, else its
-// memory_percent of the card rounded up; nullopt when it asks memory and the card's size is
+// memory_percent of the card rounded down as HAMi does; nullopt when it asks memory and the card's size is
 // unknown (docs/topology-model.md, "Card memory").
 std::optional<std::int64_t> ShareMemoryNeed(const Gpu& gpu, const SharedGpuRequest& shared);
 // What a vGPU records on the card: the need, or on a card of unknown size the MiB it asked
