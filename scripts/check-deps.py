@@ -29,7 +29,9 @@ ALLOWED = {
     "server": {"common", "metrics"},
     "extender": {"common", "topology", "placement", "framework", "state", "metrics", "wire", "server"},
     "kube": {"common", "topology", "placement", "pd", "state", "metrics", "extender"},
-    "simulate": {"common", "topology", "agent", "placement", "pd", "framework", "plugins"},
+    # simulate -> extender: the trace replay's extender policies run the extender's verbs.
+    "simulate": {"common", "topology", "agent", "placement", "pd", "framework", "plugins", "extender", "state",
+                 "metrics", "wire", "server"},
     "cmd": None,  # the executable: anything
 }
 # Single headers a component may include from a component it otherwise must not reach.

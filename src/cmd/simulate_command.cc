@@ -15,6 +15,7 @@
 #include "plugins/registry.h"
 #include "toposched/common/text.h"
 #include "toposched/framework/config.h"
+#include "toposched/metrics/logging.h"
 #include "toposched/simulate/simulator.h"
 #include "toposched/simulate/trace.h"
 
@@ -105,6 +106,8 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg, cons
   };
   sim::TraceReplayOptions options;
   if (!policies_arg.empty()) options.policies = SplitCommas(policies_arg);
+  // The extender policies run the extender, which logs every bind at info: warnings only here.
+  metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);
   if (max_tasks > 0) options.max_tasks = static_cast<std::size_t>(max_tasks);
   options.toposched_cpu_blind = cpu_blind;
   if (!seeds_arg.empty()) {
@@ -211,14 +214,16 @@ int RunSimulate(const std::vector<std::string>& args) {
              "DIR/openb_pod_list_<variant>.csv: tasks shuffled by the seed, tuned\n"
              "to 130% of GPU capacity, and report the GPU allocation ratio at\n"
              "100% and 130% arrived per policy (toposched, fgd, best-fit,\n"
-             "first-fit, random), mean over the seeds");
+             "first-fit, random; `extender` too when --policies names it: the\n"
+             "extender's HTTP verbs in process), mean over the seeds");
   flags.Text("--variants", variants_arg, "a,b,...", "trace variants (default: every pod list in DIR)");
   flags.Text("--seeds", seeds_arg, "A-B|a,b,...", "seeds of the shuffle and tuning (default 42-51, as the FGD paper)");
   flags.Integer("--max-tasks", max_tasks, 1, 100000000, "N", "replay only the first N tasks of each tuned workload")
       ->default_str("");
   flags.Switch("--cpu-blind", cpu_blind,
                "toposched sees no CPU (the tasks' requests, the nodes' free CPU), as\n"
-               "the extender today: its packing counts every node's CPU as enough");
+               "the extender before it read CPU: its packing counts every node's CPU\n"
+               "as enough");
   if (const auto exit_code = flags.Parse(args)) return *exit_code;
   const bool nodes_given = flags.Given(nodes_flag);
   auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };

@@ -23,6 +23,7 @@
 
 #include "plugins/registry.h"
 #include "simulate_internal.h"
+#include "trace_internal.h"
 #include "toposched/framework/framework.h"
 #include "toposched/placement/packing.h"
 
@@ -31,30 +32,12 @@ namespace toposched::simulate {
 namespace {
 
 using packing::kMilli;
-
-std::size_t Idx(int i) {
-  return static_cast<std::size_t>(i);
-}
-
-// ------------------------------------------------------------------------------------------
-// The replay
-
-struct NodeRuntime {
-  std::int64_t cpu_left = 0, mem_left = 0;
-  std::vector<int> milli_left;  // per GPU
-  std::uint64_t version = 0;    // bumped on every change, for the score caches
-};
-
-bool ModelAccepted(const TraceNode& node, const TraceTask& task) {
-  if (task.gpus == 0 || task.gpu_spec.empty()) return true;
-  return std::find(task.gpu_spec.begin(), task.gpu_spec.end(), node.model) != task.gpu_spec.end();
-}
-
-// kube-scheduler's NodeResourcesFit for CPU and memory, and the gpu_spec node selector.
-bool HostFits(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task) {
-  return rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib && ModelAccepted(node, task) &&
-         (task.gpus == 0 || node.gpus >= task.gpus);
-}
+using trace_internal::Choice;
+using trace_internal::HostFits;
+using trace_internal::Idx;
+using trace_internal::NodeRuntime;
+using trace_internal::ReplayState;
+using trace_internal::TracePolicy;
 
 bool GpusFit(const NodeRuntime& rt, const TraceTask& task) {
   if (task.gpus == 0) return true;
@@ -87,30 +70,6 @@ std::vector<int> LowestGpus(const NodeRuntime& rt, const TraceTask& task) {
   }
   return out;
 }
-
-// A baseline's decision: node and GPUs (indices into milli_left).
-struct Choice {
-  int node = -1;
-  std::vector<int> gpus;
-};
-
-class TracePolicy {
- public:
-  virtual ~TracePolicy() = default;
-  // The task's node and GPUs among the nodes passing HostFits; node -1: unscheduled.
-  virtual Result<Choice> Schedule(const TraceTask& task, std::size_t task_index) = 0;
-  // Called after the runtime of `node` changed by a placement.
-  virtual void Placed(int node, const TraceTask& task, const Choice& choice) {
-    (void)node, (void)task, (void)choice;
-  }
-};
-
-struct ReplayState {
-  const Trace* trace = nullptr;
-  std::vector<NodeRuntime> nodes;
-  std::vector<int> node_rank;  // TraceWorkload::node_rank: ties go to the lowest
-  std::mt19937 rng;            // the random policy
-};
 
 // The highest score wins; ties go to the node of the lowest rank. The FGD simulator's
 // selectHost keeps the lexicographically smallest node name "for reproducibility" (its vendored
@@ -384,16 +343,15 @@ class ToposchedTracePolicy : public TracePolicy {
     return Choice{};
   }
 
-  // The replay changed the node's CPU and memory; the allocation is what Reserve left.
-  void Placed(int node, const TraceTask&, const Choice&) override {
+  // The replay changed the node's CPU and memory; the allocation is what Reserve left, and the
+  // GPU milli it leaves must be the replay's.
+  Status Placed(int node, const TraceTask& task, const Choice&, const NodeRuntime& rt) override {
     framework::NodeInfo& info = infos_[Idx(node)];
-    if (!cpu_blind_) info.cpu_milli_free = s_.nodes[Idx(node)].cpu_left;
-  }
-
-  // The GPU milli left on `node` as the framework's allocation says (for the replay's check).
-  std::vector<int> MilliLeft(int node) const {
-    const framework::NodeInfo& info = infos_[Idx(node)];
-    return packing::StateOf(*info.topology, info.allocated, GpuVendor::kNvidia).milli_left;
+    if (!cpu_blind_) info.cpu_milli_free = rt.cpu_left;
+    if (packing::StateOf(*info.topology, info.allocated, GpuVendor::kNvidia).milli_left != rt.milli_left) {
+      return Error("toposched's allocation on " + info.name + " disagrees with the replay after " + task.name);
+    }
+    return Status::Ok();
   }
 
  private:
@@ -496,11 +454,13 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     state.nodes.push_back(std::move(rt));
   }
   std::unique_ptr<TracePolicy> p;
-  ToposchedTracePolicy* toposched = nullptr;
   if (policy == kTracePolicyToposched) {
     auto made = ToposchedTracePolicy::Make(state, config, demand_mix, options.toposched_cpu_blind);
     if (!made.ok()) return made.error();
-    toposched = made->get();
+    p = std::move(made).value();
+  } else if (policy == kTracePolicyExtender || policy == kTracePolicyKubeExtender) {
+    auto made = trace_internal::MakeExtenderTracePolicy(state, config, policy == kTracePolicyKubeExtender);
+    if (!made.ok()) return made.error();
     p = std::move(made).value();
   } else if (policy == kTracePolicyFgd) {
     p = std::make_unique<FgdPolicy>(state, mix);
@@ -512,7 +472,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     p = std::make_unique<RandomPolicy>(state);
   } else {
     std::string known;
-    for (const std::string& n : TracePolicyNames()) known += (known.empty() ? "" : ", ") + n;
+    for (const std::string& n : KnownTracePolicyNames()) known += (known.empty() ? "" : ", ") + n;
     return Error("unknown trace policy \"" + policy + "\" (known: " + known + ")");
   }
 
@@ -549,10 +509,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
       rt.cpu_left -= task.cpu_milli;
       rt.mem_left -= task.memory_mib;
       ++rt.version;
-      p->Placed(choice->node, task, *choice);
-      if (toposched != nullptr && toposched->MilliLeft(choice->node) != rt.milli_left) {
-        return Error("toposched's allocation on " + node.name + " disagrees with the replay after " + task.name);
-      }
+      if (Status placed = p->Placed(choice->node, task, *choice, rt); !placed.ok()) return placed.error();
       allocated += static_cast<double>(task.GpuMilli());
       ++run.placed;
     } else {
@@ -599,7 +556,7 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
   // The trace has no per-GPU share count limit; its finest share is 1/20 of a GPU.
   config.engine.max_shares_per_gpu = framework::kMaxSharesPerGpuLimit;
   for (const std::string& p : options.policies) {
-    const auto names = TracePolicyNames();
+    const auto names = KnownTracePolicyNames();
     if (std::find(names.begin(), names.end(), p) == names.end()) {
       std::string known;
       for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;

@@ -327,7 +327,9 @@ Result<SyntheticSpec> TraceMachine(const TraceNode& node) {
   const std::string& m = node.model;
   const bool big = m == "G2" || m == "G3";
   const bool v100 = m.rfind("V100", 0) == 0;
-  s.gpu_memory_mib = m == "T4" || m == "P100" || m == "V100M16" ? 16384 : m == "V100M32" ? 32768 : m == "A10" ? 24576 : 0;
+  // G1-G3 are undisclosed: 32 GiB stands in for the size HAMi's registration reports in a
+  // cluster (a share asks a percentage, so the size enters only through HAMi's rounding of it).
+  s.gpu_memory_mib = m == "T4" || m == "P100" || m == "V100M16" ? 16384 : m == "A10" ? 24576 : 32768;
   if (node.gpus == 8 && big) {
     // An HGX-style board: 2 sockets, 2 PCIe switches each with 2 GPUs and 1 RDMA NIC, NVSwitch.
     s.sockets = 2;
@@ -362,6 +364,13 @@ Result<SyntheticSpec> TraceMachine(const TraceNode& node) {
 std::vector<std::string> TracePolicyNames() {
   return {std::string(kTracePolicyToposched), std::string(kTracePolicyFgd), std::string(kTracePolicyBestFit),
           std::string(kTracePolicyFirstFit), std::string(kTracePolicyRandom)};
+}
+
+std::vector<std::string> KnownTracePolicyNames() {
+  std::vector<std::string> names = TracePolicyNames();
+  names.emplace_back(kTracePolicyExtender);
+  names.emplace_back(kTracePolicyKubeExtender);
+  return names;
 }
 
 std::optional<std::pair<double, double>> PublishedRatio(std::string_view variant, std::string_view policy) {

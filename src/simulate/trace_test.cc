@@ -10,6 +10,7 @@
 
 #include "plugins/registry.h"
 #include "testing/shared_topologies.h"
+#include "toposched/metrics/logging.h"
 #include "toposched/placement/packing.h"
 #include "toposched/topology/synthetic.h"
 
@@ -355,7 +356,7 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
 
 // With the CPU known, toposched's packing keeps the node with the CPU for the task that needs it:
 // the small task goes where its GPU would be stranded anyway (too little CPU left for the large
-// one). Blind to CPU (what the extender sees today) the two nodes look alike, and on seeds whose
+// one). Blind to CPU (what the extender saw before it read CPU) the two nodes look alike, and on seeds whose
 // node rank puts the large node first the large task finds no node.
 TEST(TraceTest, ToposchedBlindToCpuStrandsWhatItCouldHaveKept) {
   Trace trace;
@@ -381,6 +382,60 @@ TEST(TraceTest, ToposchedBlindToCpuStrandsWhatItCouldHaveKept) {
   }
   EXPECT_GT(blind_short, 0);
   EXPECT_LT(blind_short, 12);
+}
+
+// The extender policies put each GPU task through the extender's filter, prioritize and bind
+// verbs; CPU-only tasks never reach the extender (managedResources) and kube-scheduler's in-tree
+// scores place them: LeastAllocated takes the node with the most CPU left, which is the one the
+// large GPU task after it needs. toposched's packing, which sees CPU-only tasks, keeps it.
+TEST(TraceTest, CpuOnlyTasksThatNeverReachTheExtenderAreSpreadByKubeScheduler) {
+  metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);  // a line per bind at info
+  Trace trace;
+  trace.variant = "cpu-only";
+  trace.nodes = {TraceNode{"small", 8000, 65536, 1, "T4"}, TraceNode{"big", 32000, 65536, 1, "T4"}};
+  trace.tasks = {TraceTask{"cpu", 4000, 1024, 0, 0, {}, 0}, TraceTask{"heavy", 30000, 1024, 1, 1000, {}, 1},
+                 TraceTask{"light", 1000, 1024, 1, 1000, {}, 2}};
+  TraceReplayOptions options;
+  options.policies = {"toposched", "extender", "kube+extender"};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;
+  options.marks = {1.0};
+  options.seeds = {1, 2, 3, 4, 5, 6};
+  auto r = ReplayTrace(trace, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  const std::string table = FormatTraceTable({*r});
+  ASSERT_EQ(r->policies.size(), 3u);
+  EXPECT_DOUBLE_EQ(r->policies[0].mean_ratio_at[0], 1.0) << table;  // both GPU tasks, at every seed
+  for (std::size_t p = 1; p < 3; ++p) {
+    for (const TraceRun& run : r->policies[p].runs) {
+      EXPECT_EQ(run.placed, 2u) << r->policies[p].policy << " seed " << run.seed << "\n" << table;
+      EXPECT_DOUBLE_EQ(run.ratio_at[0], 0.5) << r->policies[p].policy << " seed " << run.seed << "\n" << table;
+    }
+  }
+}
+
+// The extender policies on a small version of the real trace: every GPU task decided by the
+// verbs, the store's allocation and free CPU checked against the replay's after every placement
+// (a disagreement fails the run), shares asked as HAMi asks them (gpucores and
+// gpumem-percentage).
+TEST(TraceTest, TheExtenderPoliciesReplayTheTraceThroughTheVerbs) {
+  metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);
+  if (!std::filesystem::is_directory(TraceDir())) GTEST_SKIP() << "no trace at " << TraceDir();
+  auto trace = LoadTrace(TraceDir().string(), "gpushare40");
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  std::vector<TraceNode> sample;
+  for (std::size_t i = 0; i < trace->nodes.size(); i += 10) sample.push_back(trace->nodes[i]);
+  trace->nodes = sample;
+  TraceReplayOptions options;
+  options.seeds = {42, 43};
+  options.policies = {"extender", "kube+extender", "first-fit", "random"};
+  auto r = ReplayTrace(*trace, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  const std::string table = FormatTraceTable({*r});
+  for (std::size_t p = 0; p < 2; ++p) {
+    EXPECT_GT(r->policies[p].mean_ratio_at[0], 0.5) << table;
+    EXPECT_GT(r->policies[p].mean_ratio_at[0], r->policies[3].mean_ratio_at[0]) << table;  // above random
+  }
 }
 
 // The paired difference matches runs by seed, whatever their order, and leaves out seeds one
@@ -415,7 +470,7 @@ TEST(TraceTest, ReplayRefusesBadOptions) {
   options.policies = {"fgd", "nope"};
   auto r = ReplayTrace(trace, options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().message(), "unknown trace policy \"nope\" (known: toposched, fgd, best-fit, first-fit, random)");
+  EXPECT_EQ(r.error().message(), "unknown trace policy \"nope\" (known: toposched, fgd, best-fit, first-fit, random, extender, kube+extender)");
   options.policies = {"first-fit"};
   options.seeds = {1};
   auto ok = ReplayTrace(trace, options);

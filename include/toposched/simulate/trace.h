@@ -119,8 +119,20 @@ inline constexpr std::string_view kTracePolicyFgd = "fgd";
 inline constexpr std::string_view kTracePolicyBestFit = "best-fit";
 inline constexpr std::string_view kTracePolicyFirstFit = "first-fit";
 inline constexpr std::string_view kTracePolicyRandom = "random";
-// toposched first, then the literature's baselines.
+// The extender's code on the trace: each task asking GPUs a Pod through ExtenderService's
+// filter, prioritize and bind verbs (in process, JSON in and out) on a ClusterStore of the
+// trace's nodes, CPU fed back as the Kubernetes source feeds it; the extender's score decides.
+// CPU-only tasks, which never reach the extender (managedResources), by kube-scheduler's
+// in-tree scores.
+inline constexpr std::string_view kTracePolicyExtender = "extender";
+// The same through the chart's kube-scheduler: the extender's 0-10 score x weight 5 x 10 plus
+// kube-scheduler's NodeResourcesFit (LeastAllocated) and BalancedAllocation scores.
+inline constexpr std::string_view kTracePolicyKubeExtender = "kube+extender";
+// The default set: toposched first, then the literature's baselines.
 std::vector<std::string> TracePolicyNames();
+// Every policy --policies takes: the default set and the two extender policies (not in the
+// default set: they take minutes).
+std::vector<std::string> KnownTracePolicyNames();
 
 using TraceProgress = std::function<void(std::string_view policy, std::uint32_t seed, std::size_t done,
                                          std::size_t total)>;
@@ -136,8 +148,8 @@ struct TraceReplayOptions {
   // raised to the trace's finest share (the trace has no per-GPU share count limit).
   std::optional<framework::SchedulerConfig> config;
   // The toposched policy sees no CPU: neither the task's request nor the node's free CPU, so its
-  // packing measure counts every node's CPU as enough. That is what the extender sees today (it
-  // reads no CPU requests and no node's allocatable CPU); the baselines keep their CPU.
+  // packing measure counts every node's CPU as enough. That is what the extender saw before it
+  // read CPU (2026-12-05); the baselines keep their CPU.
   bool toposched_cpu_blind = false;
   // Run only the first N tasks of each tuned workload (0: all); for tests.
   std::size_t max_tasks = 0;

@@ -1,0 +1,292 @@
+// The trace replayed through the extender as deployed (trace.h, kTracePolicyExtender and
+// kTracePolicyKubeExtender): each task becomes a Pod, and ExtenderService's filter, prioritize
+// and bind verbs decide it in process, JSON in and JSON out, on a ClusterStore of the trace's
+// nodes. What the Kubernetes source would feed the store comes from the replay: each node's
+// allocatable CPU, and each bound pod's CPU request.
+//
+// With `kube` the node is chosen as the chart's kube-scheduler chooses it
+// (deploy/kube-scheduler/scheduler-config.yaml): the extender's 0-10 score times its weight 5
+// times 10, plus the in-tree scores that differ between the trace's nodes, NodeResourcesFit
+// (LeastAllocated over CPU and memory, weight 1 each) and NodeResourcesBalancedAllocation, each
+// with plugin weight 1 (pkg/scheduler/framework/plugins/noderesources/least_allocated.go,
+// balanced_allocation.go, resource_allocation.go and extender.go's prioritize scaling, read at
+// k8s.io/kubernetes v1.37.2, the version e2e/ pins). The other default score plugins give every
+// trace node the same score (no taints, affinities, volumes, images or owners). Pods asking no
+// managed resource (CPU-only tasks) do not reach the extender (managedResources) and are placed
+// by the in-tree scores alone, in both modes. Without `kube` the extender's score alone decides
+// for the others.
+// Ties go to the lowest node rank in both, the replay's rule for every policy (kube-scheduler
+// draws among ties at random).
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plugins/registry.h"
+#include "toposched/extender/service.h"
+#include "toposched/framework/framework.h"
+#include "toposched/metrics/metrics.h"
+#include "toposched/placement/packing.h"
+#include "toposched/server/http_server.h"
+#include "toposched/state/cluster_state.h"
+#include "toposched/topology/synthetic.h"
+#include "trace_internal.h"
+
+namespace toposched::simulate::trace_internal {
+
+namespace {
+
+using json = nlohmann::json;
+
+// kube-scheduler's constants (framework.MaxNodeScore, extenderv1.MaxExtenderPriority) and the
+// chart's extender weight.
+constexpr std::int64_t kMaxNodeScore = 100;
+constexpr std::int64_t kMaxExtenderPriority = 10;
+constexpr std::int64_t kChartExtenderWeight = 5;
+// schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: what scoring counts for a container
+// that requests none (the trace has tasks with memory 0).
+constexpr std::int64_t kDefaultMilliCpu = 100;
+constexpr std::int64_t kDefaultMemoryMib = 200;
+
+std::int64_t NonZeroCpu(const TraceTask& t) { return t.cpu_milli > 0 ? t.cpu_milli : kDefaultMilliCpu; }
+std::int64_t NonZeroMemory(const TraceTask& t) { return t.memory_mib > 0 ? t.memory_mib : kDefaultMemoryMib; }
+
+// least_allocated.go's leastRequestedScore.
+std::int64_t LeastRequested(std::int64_t requested, std::int64_t capacity) {
+  if (capacity == 0 || requested > capacity) return 0;
+  return (capacity - requested) * kMaxNodeScore / capacity;
+}
+
+class ExtenderTracePolicy : public TracePolicy {
+ public:
+  ExtenderTracePolicy(ReplayState& s, framework::Framework fw, bool kube)
+      : s_(s), framework_(std::move(fw)), store_(nullptr, extender::StoreOptionsFor(framework_.config())), kube_(kube) {}
+
+  Status Build() {
+    std::map<std::pair<std::string, int>, std::shared_ptr<const NodeTopology>> shapes;
+    std::vector<state::NodeSpec> specs;
+    for (std::size_t i = 0; i < s_.trace->nodes.size(); ++i) {
+      const TraceNode& n = s_.trace->nodes[i];
+      std::shared_ptr<const NodeTopology> topology = std::make_shared<const NodeTopology>();
+      if (n.gpus > 0) {
+        auto& t = shapes[{n.model, n.gpus}];
+        if (t == nullptr) {
+          auto spec = TraceMachine(n);
+          if (!spec.ok()) return spec.error();
+          auto topo = GenerateSynthetic(*spec);
+          if (!topo.ok()) return topo.error().WithContext(n.name);
+          t = std::make_shared<const NodeTopology>(std::move(topo).value());
+        }
+        topology = t;
+      }
+      specs.push_back({n.name, topology, {{"kubernetes.io/hostname", n.name}}, true, n.cpu_milli});
+      index_.emplace(n.name, static_cast<int>(i));
+      requested_.push_back({0, 0});
+    }
+    if (Status st = store_.UpsertNodes(std::move(specs)); !st.ok()) return st.error().WithContext("extender policy");
+    store_.SetSynced(true);
+    service_ = std::make_unique<extender::ExtenderService>(framework_, store_, metrics_, extender::ExtenderOptions{});
+    return Status::Ok();
+  }
+
+  Result<Choice> Schedule(const TraceTask& task, std::size_t task_index) override {
+    const std::string uid = "trace-" + std::to_string(task_index);
+    const std::string name = task.name + "-" + std::to_string(task_index);  // draws repeat a task's name
+    names_.clear();
+    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
+      if (HostFits(s_.trace->nodes[i], s_.nodes[i], task)) names_.push_back(s_.trace->nodes[i].name);
+    }
+    if (names_.empty()) return Choice{};
+    const bool managed = task.gpus > 0;  // managedResources: only pods asking a device reach the extender
+    // The in-tree scores of every node that passed kube-scheduler's own filters: with the
+    // extender's (kube_), or alone for a pod the extender never sees.
+    std::vector<std::int64_t> total(names_.size(), 0);
+    if (kube_ || !managed) {
+      for (std::size_t k = 0; k < names_.size(); ++k) total[k] = InTreeScore(index_.at(names_[k]), task);
+    }
+    std::vector<char> passed(names_.size(), 1);
+    if (managed) {
+      const json pod = PodOf(task, name, uid);
+      json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names_}};
+      const std::string body = args.dump();
+      auto filtered = Call("/scheduler/filter", body);
+      if (!filtered.ok()) return filtered.error();
+      if (const auto e = filtered->find("Error"); e != filtered->end() && e->is_string() && !e->get<std::string>().empty()) {
+        return Error("extender filter: " + e->get<std::string>());
+      }
+      std::unordered_map<std::string, bool> pass;
+      if (const auto nn = filtered->find("NodeNames"); nn != filtered->end() && nn->is_array()) {
+        for (const json& n : *nn) pass[n.get<std::string>()] = true;
+      }
+      if (pass.empty()) return Choice{};
+      std::vector<std::string> kept;
+      for (const std::string& n : names_) {
+        if (pass.contains(n)) kept.push_back(n);
+      }
+      args["NodeNames"] = kept;
+      auto scored = Call("/scheduler/prioritize", args.dump());
+      if (!scored.ok()) return scored.error();
+      if (!scored->is_array()) return Error("extender prioritize: not a list: " + scored->dump().substr(0, 200));
+      std::unordered_map<std::string, std::int64_t> score;
+      for (const json& h : *scored) score[h.at("Host").get<std::string>()] = h.at("Score").get<std::int64_t>();
+      for (std::size_t k = 0; k < names_.size(); ++k) {
+        passed[k] = pass.contains(names_[k]) ? 1 : 0;
+        const auto it = score.find(names_[k]);
+        const std::int64_t s = it == score.end() ? 0 : it->second;
+        // extender.go: each extender's score x its weight x (MaxNodeScore / MaxExtenderPriority).
+        total[k] += kube_ ? s * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : s;
+      }
+    }
+    int best = -1;
+    std::int64_t best_total = 0;
+    for (std::size_t k = 0; k < names_.size(); ++k) {
+      if (!passed[k]) continue;
+      const int node = index_.at(names_[k]);
+      if (best < 0 || total[k] > best_total ||
+          (total[k] == best_total && s_.node_rank[Idx(node)] < s_.node_rank[Idx(best)])) {
+        best = node;
+        best_total = total[k];
+      }
+    }
+    if (best < 0) return Choice{};
+    const std::string& node_name = s_.trace->nodes[Idx(best)].name;
+    Choice choice{best, {}};
+    if (managed) {
+      auto bound = Call("/scheduler/bind", json{{"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}}.dump());
+      if (!bound.ok()) return bound.error();
+      if (const std::string e = bound->value("Error", std::string()); !e.empty()) {
+        return Error("extender bind of " + name + " to " + node_name + ": " + e);
+      }
+      const std::optional<state::PodAllocation> a = store_.FindPod(uid);
+      if (!a || a->node != node_name) return Error("extender bind of " + name + ": no allocation on " + node_name);
+      for (int g : a->delta.exclusive_gpus) choice.gpus.push_back(g);
+      for (const auto& [g, usage] : a->delta.shares) choice.gpus.push_back(g);
+    }
+    // What the Kubernetes source does when the pod shows up bound: its CPU counts on the node.
+    store_.SetPodCpu(uid, node_name, task.cpu_milli);
+    return choice;
+  }
+
+  Status Placed(int node, const TraceTask& task, const Choice&, const NodeRuntime& rt) override {
+    Requested& r = requested_[Idx(node)];
+    r.cpu += NonZeroCpu(task);
+    r.memory += NonZeroMemory(task);
+    r.cpu_requested += task.cpu_milli;
+    r.memory_requested += task.memory_mib;
+    const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
+    const state::NodeRecord* record = snap->Find(s_.trace->nodes[Idx(node)].name);
+    if (record == nullptr) return Error("extender policy: node " + s_.trace->nodes[Idx(node)].name + " left the store");
+    if (record->cpu_free_milli() != rt.cpu_left) {
+      return Error("extender policy: the store's free CPU on " + record->name + " disagrees with the replay after " +
+                   task.name);
+    }
+    if (task.gpus > 0) {
+      const std::vector<int> left = packing::StateOf(*record->topology, record->allocated, GpuVendor::kNvidia).milli_left;
+      if (left != rt.milli_left) {
+        std::string ours, theirs;
+        for (int v : left) ours += " " + std::to_string(v);
+        for (int v : rt.milli_left) theirs += " " + std::to_string(v);
+        return Error("extender policy: the store's allocation on " + record->name + " leaves" + ours +
+                     " milli per GPU, the replay" + theirs + ", after " + task.name);
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Requested {
+    std::int64_t cpu = 0, memory = 0;                      // non-zero requests (LeastAllocated's count)
+    std::int64_t cpu_requested = 0, memory_requested = 0;  // the requests (BalancedAllocation's: useRequested)
+  };
+
+  // A trace task as a Pod: its CPU and memory requests; a share of one GPU as HAMi asks it
+  // (nvidia.com/gpu 1 with gpucores and gpumem-percentage at the task's fraction: the trace's
+  // gpu_milli is both, and every value in it is a multiple of 10 milli); whole GPUs as
+  // nvidia.com/gpu; gpu_spec as HAMi's nvidia.com/use-gputype.
+  static json PodOf(const TraceTask& task, const std::string& name, const std::string& uid) {
+    json limits = json::object();
+    limits["nvidia.com/gpu"] = std::to_string(task.gpus);
+    if (task.gpus == 1 && task.gpu_milli < packing::kMilli) {
+      const std::string percent = std::to_string((task.gpu_milli + 9) / 10);
+      limits["nvidia.com/gpucores"] = percent;
+      limits["nvidia.com/gpumem-percentage"] = percent;
+    }
+    json meta = {{"name", name}, {"namespace", "trace"}, {"uid", uid}, {"resourceVersion", "1"}};
+    if (!task.gpu_spec.empty()) {
+      std::string types;
+      for (const std::string& t : task.gpu_spec) types += (types.empty() ? "" : ",") + t;
+      meta["annotations"] = {{"nvidia.com/use-gputype", types}};
+    }
+    json requests = {{"cpu", std::to_string(task.cpu_milli) + "m"}, {"memory", std::to_string(task.memory_mib) + "Mi"}};
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", meta},
+            {"spec",
+             {{"schedulerName", "toposched"},
+              {"containers", json::array({json{{"name", "task"}, {"image", "trace"}, {"resources", {{"requests", requests}, {"limits", limits}}}}})}}}};
+  }
+
+  // NodeResourcesFit (LeastAllocated over the non-zero requests, CPU and memory at weight 1) +
+  // NodeResourcesBalancedAllocation (over the requests themselves), each with the pod's added.
+  std::int64_t InTreeScore(int node, const TraceTask& task) const {
+    const TraceNode& n = s_.trace->nodes[Idx(node)];
+    const Requested& r = requested_[Idx(node)];
+    std::int64_t sum = 0, weights = 0;
+    for (const auto& [req, cap] : {std::pair{r.cpu + NonZeroCpu(task), n.cpu_milli},
+                                   std::pair{r.memory + NonZeroMemory(task), n.memory_mib}}) {
+      if (cap == 0) continue;
+      sum += LeastRequested(req, cap);
+      ++weights;
+    }
+    const std::int64_t least = weights == 0 ? 0 : sum / weights;
+    std::vector<double> fractions;
+    for (const auto& [req, cap] : {std::pair{r.cpu_requested + task.cpu_milli, n.cpu_milli},
+                                   std::pair{r.memory_requested + task.memory_mib, n.memory_mib}}) {
+      if (cap == 0) continue;
+      fractions.push_back(std::min(1.0, static_cast<double>(req) / static_cast<double>(cap)));
+    }
+    const double std = fractions.size() == 2 ? std::abs((fractions[0] - fractions[1]) / 2) : 0.0;
+    const auto balanced = static_cast<std::int64_t>((1 - std) * static_cast<double>(kMaxNodeScore));
+    return least + balanced;
+  }
+
+  Result<json> Call(std::string_view path, const std::string& body) {
+    server::HttpRequest rq{"POST", path, "application/json", body, "trace"};
+    server::HttpResponse rs;
+    service_->Handle(rq, rs);
+    if (rs.status != 200) return Error("extender " + std::string(path) + ": HTTP " + std::to_string(rs.status) + ": " + rs.body);
+    json out = json::parse(rs.body, nullptr, false);
+    if (out.is_discarded()) return Error("extender " + std::string(path) + ": reply is not JSON");
+    return out;
+  }
+
+  ReplayState& s_;
+  framework::Framework framework_;
+  state::ClusterStore store_;
+  metrics::Registry metrics_;
+  std::unique_ptr<extender::ExtenderService> service_;
+  bool kube_ = false;
+  std::unordered_map<std::string, int> index_;
+  std::vector<Requested> requested_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s, const framework::SchedulerConfig& config,
+                                                             bool kube) {
+  auto fw = framework::Framework::Create(config, plugins::BuiltinRegistry());
+  if (!fw.ok()) return fw.error().WithContext("extender policy");
+  auto p = std::make_unique<ExtenderTracePolicy>(s, std::move(fw).value(), kube);
+  if (Status st = p->Build(); !st.ok()) return st.error();
+  return std::unique_ptr<TracePolicy>(std::move(p));
+}
+
+}  // namespace toposched::simulate::trace_internal
