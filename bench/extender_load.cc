@@ -13,9 +13,16 @@
 // allocated, so the filter sees several node classes.
 //
 // `--only rare`: a rare node class (docs/placement.md), the rule on and off, side by side.
+// `--cpu-bound PCT`: every node has its allocatable CPU (220 cores HGX, 64 PCIe) and PCT % of
+// them so little left (0.1-7.9 cores, each its own milli value) that it binds the packing score
+// of the bench's 4-core pods (Evaluator::CpuBound: 4 cores + the typical pods' 4): those nodes
+// are scored one by one. Without it nodes carry no CPU (the file source), as before.
+// `--only store`: one pod's CPU request set and taken back (ClusterStore::SetPodCpu, what each
+// bound pod's event costs) beside a device bind and release, at 5,000 nodes.
 //
 // usage: toposched_extender_load [--iterations N] [--seconds S] [--clients C] [--only PART] [--every-label]
 //                                [--shared-topologies] [--kube-order] [--churn] [--new-shapes]
+//                                [--cpu-bound PCT]
 
 #include <algorithm>
 #include <atomic>
@@ -71,6 +78,12 @@ std::shared_ptr<const NodeTopology> Preset(const char* name) {
 // (NVML) and HAMi's registration names them; false: nodes of one type share one topology.
 // `rare_class`: seven HGX nodes in eight have 4 RDMA NICs instead of 8 (one per switch), so
 // only every eighth node can run an 8-GPU, 8-NIC pod: a rare node class (docs/placement.md).
+int g_cpu_bound_pct = -1;  // --cpu-bound; -1: nodes carry no CPU
+
+// --cpu-bound: is node i one of the PCT % whose free CPU binds, and its allocatable CPU.
+bool CpuBinds(int i) { return (static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 100 < static_cast<std::uint64_t>(g_cpu_bound_pct); }
+std::int64_t CpuAllocatable(int i) { return i % 10 == 9 ? 64'000 : 220'000; }
+
 void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class = false) {
   auto hgx = Preset("hgx-h100-8gpu");
   auto pcie = Preset("pcie-4gpu");
@@ -101,9 +114,20 @@ void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class
                       {"kubernetes.io/hostname", name},
                       {"toposched.io/leaf", "leaf-" + std::to_string(i / 16)},
                       {"toposched.io/spine", "spine-" + std::to_string(i / 256)}},
-                     true});
+                     true,
+                     g_cpu_bound_pct >= 0 ? CpuAllocatable(i) : -1});
   }
   (void)store.UpsertNodes(std::move(specs));
+  if (g_cpu_bound_pct >= 0) {
+    // Each node's other pods: a binding node keeps 0.1-7.9 cores, each its own milli value
+    // (pods ask 250m, 1500m, ...: free CPU rarely repeats); the others keep half their CPU.
+    std::vector<state::ClusterStore::PodCpu> cpu;
+    for (int i = 0; i < nodes; ++i) {
+      const std::int64_t left = CpuBinds(i) ? 100 + (static_cast<std::int64_t>(i) * 7919) % 7800 : CpuAllocatable(i) / 2;
+      cpu.push_back({"cpu-" + std::to_string(i), "gpu-node-" + std::to_string(i), CpuAllocatable(i) - left});
+    }
+    store.SetPodCpus(cpu);
+  }
   for (int i = 0; i < nodes; ++i) {
     const std::string name = "gpu-node-" + std::to_string(i);
     if (i % 3 != 0) continue;
@@ -414,6 +438,44 @@ void Predicate(World& w, double seconds, int clients) {
   srv->Wait();
 }
 
+// --only store: what one bound pod's CPU request costs the store (a new snapshot with the node's
+// record), beside a device bind and release of one GPU, on the same 5,000-node store.
+void StoreCost(World& w, int iterations) {
+  std::vector<double> cpu_set, cpu_unset, bind, release;
+  for (int i = 0; i < iterations; ++i) {
+    const std::string node = "gpu-node-" + std::to_string((i * 37) % 5000);
+    const std::string uid = "store-bench-" + std::to_string(i);
+    auto t0 = Clock::now();
+    w.store.SetPodCpu(uid, node, 2'000);
+    auto t1 = Clock::now();
+    w.store.SetPodCpu(uid, node, 0);
+    auto t2 = Clock::now();
+    const auto bound = w.store.Bind(node, uid, [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
+      state::PodAllocation a;
+      a.uid = uid;
+      a.node = rec.name;
+      a.pod_namespace = "bench";
+      a.pod_name = uid;
+      a.delta.exclusive_gpus = {static_cast<int>(rec.topology->gpus.size()) - 1};
+      return a;
+    });
+    auto t3 = Clock::now();
+    if (bound.ok() && !w.store.Release(uid, false).ok()) std::exit(2);
+    auto t4 = Clock::now();
+    cpu_set.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    cpu_unset.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    if (bound.ok()) {
+      bind.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+      release.push_back(std::chrono::duration<double, std::micro>(t4 - t3).count());
+    }
+  }
+  const Stats a = Summarize(cpu_set), b = Summarize(cpu_unset), c = Summarize(bind), d = Summarize(release);
+  std::printf("store      %5zu nodes: pod CPU set p50 %6.1f us p99 %6.1f | taken back p50 %6.1f p99 %6.1f | "
+              "device bind p50 %6.1f p99 %6.1f | release p50 %6.1f p99 %6.1f (%zu binds)\n",
+              w.store.snapshot()->size(), a.p50_us, a.p99_us, b.p50_us, b.p99_us, c.p50_us, c.p99_us, d.p50_us, d.p99_us,
+              bind.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -452,6 +514,7 @@ int main(int argc, char** argv) {
     if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     if (a == "--clients") clients = std::atoi(argv[i + 1]);
     if (a == "--only") only = argv[i + 1];
+    if (a == "--cpu-bound") g_cpu_bound_pct = std::clamp(std::atoi(argv[i + 1]), 0, 100);
     ++i;
   }
   World w(every_label, uuids);
@@ -461,9 +524,16 @@ int main(int argc, char** argv) {
               uuids ? "each node its own topology with its GPU UUIDs" : "one topology per node type (--shared-topologies)");
   if (g_kube_order) std::printf("names: each call in kube-scheduler's order (--kube-order)\n");
   if (g_new_shapes) std::printf("pods: each asks what no pod asked before (--new-shapes)\n");
+  if (g_cpu_bound_pct >= 0) {
+    int binding = 0;
+    for (int i = 0; i < 5000; ++i) binding += CpuBinds(i) ? 1 : 0;
+    std::printf("CPU: nodes carry allocatable CPU; %d of 5000 (--cpu-bound %d) have 0.1-7.9 cores left, which binds a 4-core pod's packing score\n",
+                binding, g_cpu_bound_pct);
+  }
   if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
+  if (only.empty() || only == "store") StoreCost(w, iterations);
   if (only == "rare") {
     // A rare node class (docs/placement.md, "A rare node class last"): one node in eight can run
     // an 8-GPU, 8-NIC pod, and the extender has seen 40 such pods (filter calls, not timed), so
