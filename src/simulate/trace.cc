@@ -375,30 +375,15 @@ class ToposchedTracePolicy : public TracePolicy {
         cpu_blind_(cpu_blind) {}
 
   Status BuildNodes() {
-    std::map<std::pair<std::string, int>, std::shared_ptr<const NodeTopology>> shapes;
+    trace_internal::MachineShapes shapes;
     for (const TraceNode& n : s_.trace->nodes) {
       framework::NodeInfo info;
       info.name = n.name;
       info.cpu_milli_free = cpu_blind_ ? -1 : n.cpu_milli;
-      if (n.gpus > 0) {
-        auto& t = shapes[{n.model, n.gpus}];
-        if (t == nullptr) {
-          auto spec = TraceMachine(n);
-          if (!spec.ok()) return spec.error();
-          auto topo = GenerateSynthetic(*spec);
-          if (!topo.ok()) return topo.error().WithContext(n.name);
-          if (static_cast<int>(topo->gpus.size()) != n.gpus) {
-            return Error(n.name + ": machine shape has " + std::to_string(topo->gpus.size()) + " GPUs, not " +
-                         std::to_string(n.gpus));
-          }
-          t = std::make_shared<const NodeTopology>(std::move(topo).value());
-        }
-        info.topology = t;
-        info.topology_fingerprint = t->Fingerprint();
-      } else {
-        auto topo = std::make_shared<NodeTopology>();
-        info.topology = topo;
-      }
+      auto topology = shapes.For(n);
+      if (!topology.ok()) return topology.error();
+      info.topology = *topology;
+      if (n.gpus > 0) info.topology_fingerprint = info.topology->Fingerprint();
       infos_.push_back(std::move(info));
     }
     return Status::Ok();

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -36,7 +35,6 @@
 #include "toposched/placement/packing.h"
 #include "toposched/server/http_server.h"
 #include "toposched/state/cluster_state.h"
-#include "toposched/topology/synthetic.h"
 #include "trace_internal.h"
 
 namespace toposched::simulate::trace_internal {
@@ -70,23 +68,13 @@ class ExtenderTracePolicy : public TracePolicy {
       : s_(s), framework_(std::move(fw)), store_(nullptr, extender::StoreOptionsFor(framework_.config())), kube_(kube) {}
 
   Status Build() {
-    std::map<std::pair<std::string, int>, std::shared_ptr<const NodeTopology>> shapes;
+    MachineShapes shapes;
     std::vector<state::NodeSpec> specs;
     for (std::size_t i = 0; i < s_.trace->nodes.size(); ++i) {
       const TraceNode& n = s_.trace->nodes[i];
-      std::shared_ptr<const NodeTopology> topology = std::make_shared<const NodeTopology>();
-      if (n.gpus > 0) {
-        auto& t = shapes[{n.model, n.gpus}];
-        if (t == nullptr) {
-          auto spec = TraceMachine(n);
-          if (!spec.ok()) return spec.error();
-          auto topo = GenerateSynthetic(*spec);
-          if (!topo.ok()) return topo.error().WithContext(n.name);
-          t = std::make_shared<const NodeTopology>(std::move(topo).value());
-        }
-        topology = t;
-      }
-      specs.push_back({n.name, topology, {{"kubernetes.io/hostname", n.name}}, true, n.cpu_milli});
+      auto topology = shapes.For(n);
+      if (!topology.ok()) return topology.error();
+      specs.push_back({n.name, *topology, {{"kubernetes.io/hostname", n.name}}, true, n.cpu_milli});
       index_.emplace(n.name, static_cast<int>(i));
       requested_.push_back({0, 0});
     }

@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "toposched/common/status.h"
 #include "toposched/framework/config.h"
 #include "toposched/simulate/trace.h"
+#include "toposched/topology/node_topology.h"
 
 namespace toposched::simulate::trace_internal {
 
@@ -36,6 +40,16 @@ inline bool HostFits(const TraceNode& node, const NodeRuntime& rt, const TraceTa
   return rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib && ModelAccepted(node, task) &&
          (task.gpus == 0 || node.gpus >= task.gpus);
 }
+
+// The machine shape of each trace node (TraceMachine), one topology per GPU model and count;
+// an empty topology for a node without GPUs.
+class MachineShapes {
+ public:
+  Result<std::shared_ptr<const NodeTopology>> For(const TraceNode& node);
+
+ private:
+  std::map<std::pair<std::string, int>, std::shared_ptr<const NodeTopology>> shapes_;
+};
 
 // A policy's decision: node and GPUs (indices into milli_left).
 struct Choice {

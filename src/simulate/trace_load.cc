@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "simulate_internal.h"
+#include "trace_internal.h"
 #include "toposched/placement/packing.h"
 
 namespace toposched::simulate {
@@ -360,6 +361,26 @@ Result<SyntheticSpec> TraceMachine(const TraceNode& node) {
   s.cores_per_numa = static_cast<int>(std::clamp<std::int64_t>(node.cpu_milli / 1000, 1, 1024));
   return s;
 }
+
+namespace trace_internal {
+
+Result<std::shared_ptr<const NodeTopology>> MachineShapes::For(const TraceNode& node) {
+  if (node.gpus <= 0) return std::make_shared<const NodeTopology>();
+  std::shared_ptr<const NodeTopology>& t = shapes_[{node.model, node.gpus}];
+  if (t != nullptr) return t;
+  auto spec = TraceMachine(node);
+  if (!spec.ok()) return spec.error();
+  auto topo = GenerateSynthetic(*spec);
+  if (!topo.ok()) return topo.error().WithContext(node.name);
+  if (static_cast<int>(topo->gpus.size()) != node.gpus) {
+    return Error(node.name + ": machine shape has " + std::to_string(topo->gpus.size()) + " GPUs, not " +
+                 std::to_string(node.gpus));
+  }
+  t = std::make_shared<const NodeTopology>(std::move(topo).value());
+  return t;
+}
+
+}  // namespace trace_internal
 
 std::vector<std::string> TracePolicyNames() {
   return {std::string(kTracePolicyToposched), std::string(kTracePolicyFgd), std::string(kTracePolicyBestFit),
