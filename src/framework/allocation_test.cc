@@ -9,7 +9,7 @@ namespace {
 
 using toposched::testing::PresetTopology;
 
-TEST(ShareMemoryMibTest, AbsoluteOrPercentRoundedUp) {
+TEST(ShareMemoryMibTest, AbsoluteOrPercentRoundedDownAsHami) {
   Gpu gpu;
   gpu.memory_mib = 81559;
   SharedGpuRequest s;
@@ -17,7 +17,7 @@ TEST(ShareMemoryMibTest, AbsoluteOrPercentRoundedUp) {
   EXPECT_EQ(ShareMemoryMib(gpu, s), 10000);
   s.memory_mib = 0;
   s.memory_percent = 25;
-  EXPECT_EQ(ShareMemoryMib(gpu, s), 20390);  // 81559 * 25 / 100 = 20389.75, rounded up like the engine
+  EXPECT_EQ(ShareMemoryMib(gpu, s), 20389);  // 81559 * 25 / 100 = 20389.75, rounded down as HAMi's fit
   gpu.memory_mib = 0;
   EXPECT_EQ(ShareMemoryMib(gpu, s), 0);
 }
