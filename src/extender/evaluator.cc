@@ -106,11 +106,12 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
     SeedShapes();
     shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
     entry->mix = shapes_.Mix();
+    entry->packs_by_mix = shapes_.pods() >= kMinPodsToPackByMix;
   }
   entry->request = std::move(request);
   // Shared by the pods that ask the same; a pod that names GPU UUIDs is decided node by node
   // (VerdictKey) and keeps its own.
-  if (entry->interested && !entry->request.NamesGpuUuids()) entry->set_verdicts(VerdictsFor(entry->request, entry->mix));
+  if (entry->interested && !entry->request.NamesGpuUuids()) entry->set_verdicts(VerdictsFor(entry->request, entry->mix, entry->packs_by_mix));
   return pods_.Put(std::move(entry), now);
 }
 
@@ -160,7 +161,8 @@ void Evaluator::SeedShapes() {
 }
 
 std::shared_ptr<VerdictTable> Evaluator::VerdictsFor(const PlacementRequest& request,
-                                                     const std::shared_ptr<const packing::ShapeMix>& mix) {
+                                                     const std::shared_ptr<const packing::ShapeMix>& mix,
+                                                     bool packs_by_mix) {
   PlacementRequest key = request;
   key.pod_namespace.clear();
   key.pod_name.clear();
@@ -168,13 +170,13 @@ std::shared_ptr<VerdictTable> Evaluator::VerdictsFor(const PlacementRequest& req
   std::lock_guard lock(shared_mu_);
   ++shared_stamp_;
   for (SharedVerdicts& s : shared_) {
-    if (s.mix == mix && s.request == key) {
+    if (s.mix == mix && s.packs_by_mix == packs_by_mix && s.request == key) {
       s.used = shared_stamp_;
       return s.table;
     }
   }
-  SharedVerdicts fresh{std::move(key), mix, std::make_shared<VerdictTable>(VerdictTable::kSharedMaxVerdicts),
-                       shared_stamp_};
+  SharedVerdicts fresh{std::move(key), mix, packs_by_mix,
+                       std::make_shared<VerdictTable>(VerdictTable::kSharedMaxVerdicts), shared_stamp_};
   if (shared_.size() < kMaxShapes) {
     shared_.push_back(std::move(fresh));
     return shared_.back().table;
@@ -190,6 +192,15 @@ std::shared_ptr<const packing::ShapeMix> Evaluator::ShapeMixFor(std::string_view
     if (const std::shared_ptr<PodEntry> entry = Find(uid); entry != nullptr && entry->mix != nullptr) return entry->mix;
   }
   return shapes_.Mix();
+}
+
+bool Evaluator::PacksByMixFor(std::string_view uid) {
+  if (!uid.empty()) {
+    if (const std::shared_ptr<PodEntry> entry = Find(uid); entry != nullptr && entry->mix != nullptr) {
+      return entry->packs_by_mix;
+    }
+  }
+  return shapes_.pods() >= kMinPodsToPackByMix;
 }
 
 std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::NodeRecord& record) {
@@ -225,10 +236,12 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     cycle.emplace(framework_.NewCycle(entry.request));
     cycle->set_explain(false);  // the verbs answer with numbers only
     cycle->SetShapeMix(entry.mix);
-    // The window's mix describes the pods this replica saw last, not the workload: a new leader
-    // may hold only NIC-less pods and would let them take GPU+NIC nodes (e2e TestKubeScheduler
-    // left a Prefill pod unplaceable so). The blind heuristics stay counted here.
-    cycle->set_packs_for_shape_mix(false);
+    // The window's mix describes the pods this replica saw last: until it holds
+    // kMinPodsToPackByMix of them it is not the workload (a new leader may hold a few NIC-less
+    // pods and would let them take GPU+NIC nodes: e2e TestKubeScheduler left a Prefill pod
+    // unplaceable so), and the blind heuristics stay counted. After, they stand down as in the
+    // simulator (the framework's own setting).
+    if (!entry.packs_by_mix) cycle->set_packs_for_shape_mix(false);
     if (pool_scores) {
       if (positions == nullptr) positions = store_.node_locations();
       const pd::NetworkConfig& network = framework_.config().network;

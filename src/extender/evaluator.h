@@ -157,12 +157,20 @@ class Evaluator {
   // shared by all of them (VerdictTable), the last kMaxShapes requests kept.
   static constexpr std::size_t kMaxShapes = 32;
   std::shared_ptr<VerdictTable> VerdictsFor(const PlacementRequest& request,
-                                            const std::shared_ptr<const packing::ShapeMix>& mix);
+                                            const std::shared_ptr<const packing::ShapeMix>& mix, bool packs_by_mix);
+
+  // How many pods the window must hold before its mix is taken as the workload (PodEntry::
+  // packs_by_mix): a new leader's few pods are not (the e2e suite's first pods asked no NIC and
+  // took GPU+NIC nodes a Prefill pod needed), a quarter of the window is.
+  static constexpr std::size_t kMinPodsToPackByMix = framework::ShapeWindow::kDefaultSize / 4;
 
   const framework::Framework& framework() const { return framework_; }
   // The typical pods capacity packs for: `uid`'s own mix when the pod is cached (as it stood
   // when the pod was first seen, what its verbs use), else the window's current one.
   std::shared_ptr<const packing::ShapeMix> ShapeMixFor(std::string_view uid);
+  // Whether `uid`'s cycles pack by the mix (PodEntry::packs_by_mix), else whether a pod seen now
+  // would.
+  bool PacksByMixFor(std::string_view uid);
   state::ClusterStore& store() const { return store_; }
   // `pool`'s index for snapshots with `snap`'s positions, built when the pool or the positions
   // changed since the last one (null: `snap` has no position runs).
@@ -191,6 +199,7 @@ class Evaluator {
   struct SharedVerdicts {
     PlacementRequest request;  // the pod's namespace, name and UID cleared
     std::shared_ptr<const packing::ShapeMix> mix;  // compared by identity (ShapeWindow keeps an unchanged mix)
+    bool packs_by_mix = false;
     std::shared_ptr<VerdictTable> table;
     std::uint64_t used = 0;  // the last lookup's stamp: the least recent goes first when full
   };

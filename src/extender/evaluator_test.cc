@@ -368,42 +368,52 @@ TEST_F(EvaluatorTest, APodNamingGpuUuidsIsDecidedNodeByNode) {
   EXPECT_TRUE(v.at("b")->passes());
 }
 
-// Packing by the mix (plugins/README.md) is for the simulator and the trace replay: the
-// extender's typical pods are the last pods it was asked about, and a new leader's window of a
-// few NIC-less pods must not let the next NIC-less pod take a GPU+NIC node (e2e TestKubeScheduler
-// once left a Prefill pod unplaceable so). With such a window, the verbs' scores keep
-// Fragmentation, RdmaAffinity and SharedGpu counted: the weights are the framework's with the
-// rule off, not with it on.
-TEST_F(EvaluatorTest, TheBlindHeuristicsStayCountedWhateverTheWindowHolds) {
+// Packing by the mix (plugins/README.md): the extender's typical pods are the last pods it was
+// asked about, and a new leader's window of a few NIC-less pods must not let the next NIC-less
+// pod take a GPU+NIC node (e2e TestKubeScheduler once left a Prefill pod unplaceable so). With
+// such a window the verbs' scores keep Fragmentation, RdmaAffinity and SharedGpu counted (the
+// framework's weights with the rule off); once the window holds kMinPodsToPackByMix pods its mix
+// is the workload and the three stand down, as in the simulator (the weights with it on).
+TEST_F(EvaluatorTest, TheBlindHeuristicsStayCountedUntilTheWindowIsTheWorkload) {
   AddNode("rdma", Preset("hgx-h100-8gpu"));
   AddNode("plain", Preset("inference-4gpu"));
-  for (int i = 0; i < 60; ++i) {  // the window's mix is recomputed every 50 new pods
-    const std::string n = std::to_string(i);
-    ASSERT_NE(Entry(PodSpec{.name = "w" + n, .uid = "uid-w" + n, .gpus = 1}), nullptr);
-  }
-  const std::shared_ptr<PodEntry> entry = Entry(PodSpec{.name = "one", .uid = "uid-one", .gpus = 1});
-  ASSERT_NE(entry, nullptr);
-  ASSERT_NE(entry->mix, nullptr);
-  ASSERT_FALSE(entry->mix->shapes.empty());
-  for (const packing::WeightedShape& w : entry->mix->shapes) EXPECT_EQ(w.shape.nics, 0);
-
-  const auto verdicts = Verdicts(*entry, Want::kScores);
-  for (const std::string node : {"rdma", "plain"}) {
-    SCOPED_TRACE(node);
-    const state::NodeRecord& record = *store_.snapshot()->Find(node);
-    const auto weights = [&](bool packs) {
-      framework::CycleState cycle = framework_.NewCycle(entry->request);
-      cycle.SetShapeMix(entry->mix);
-      cycle.set_packs_for_shape_mix(packs);
-      const framework::NodeInfo info = NodeInfoOf(record);
-      EXPECT_TRUE(framework_.RunFilter(cycle, info).ok());
-      return framework_.RunScore(cycle, info).weights;
-    };
-    ASSERT_TRUE(verdicts.at(node)->passes());
-    EXPECT_EQ(verdicts.at(node)->score_weights, weights(false));
-    // The rule would stand the three down (weights 2 + 3 + 1).
-    EXPECT_EQ(weights(true), weights(false) - 6);
-  }
+  int seen = 0;
+  const auto observe = [&](std::size_t until) {
+    while (static_cast<std::size_t>(seen) < until) {  // the window's mix is recomputed every 50 new pods
+      const std::string n = std::to_string(seen++);
+      ASSERT_NE(Entry(PodSpec{.name = "w" + n, .uid = "uid-w" + n, .gpus = 1}), nullptr);
+    }
+  };
+  const auto check = [&](const std::string& name, bool packs) {
+    SCOPED_TRACE(name);
+    const std::shared_ptr<PodEntry> entry = Entry(PodSpec{.name = name, .uid = "uid-" + name, .gpus = 1});
+    ASSERT_NE(entry, nullptr);
+    ASSERT_NE(entry->mix, nullptr);
+    ASSERT_FALSE(entry->mix->shapes.empty());
+    for (const packing::WeightedShape& w : entry->mix->shapes) EXPECT_EQ(w.shape.nics, 0);
+    EXPECT_EQ(entry->packs_by_mix, packs);
+    const auto verdicts = Verdicts(*entry, Want::kScores);
+    for (const std::string node : {"rdma", "plain"}) {
+      SCOPED_TRACE(node);
+      const state::NodeRecord& record = *store_.snapshot()->Find(node);
+      const auto weights = [&](bool rule) {
+        framework::CycleState cycle = framework_.NewCycle(entry->request);
+        cycle.SetShapeMix(entry->mix);
+        cycle.set_packs_for_shape_mix(rule);
+        const framework::NodeInfo info = NodeInfoOf(record);
+        EXPECT_TRUE(framework_.RunFilter(cycle, info).ok());
+        return framework_.RunScore(cycle, info).weights;
+      };
+      ASSERT_TRUE(verdicts.at(node)->passes());
+      EXPECT_EQ(verdicts.at(node)->score_weights, weights(packs));
+      // The rule stands the three down (weights 2 + 3 + 1).
+      EXPECT_EQ(weights(true), weights(false) - 6);
+    }
+  };
+  observe(60);
+  check("few", false);
+  observe(Evaluator::kMinPodsToPackByMix);
+  check("many", true);
 }
 
 TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {

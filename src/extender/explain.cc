@@ -202,7 +202,7 @@ Explanation Explain(const ExplainInput& in) {
   framework::CycleState cycle = fw.NewCycle(in.request);
   cycle.set_explain(true);
   cycle.SetShapeMix(in.shape_mix);
-  cycle.set_packs_for_shape_mix(false);  // as the verbs (Evaluator::Evaluate)
+  if (!in.packs_by_mix) cycle.set_packs_for_shape_mix(false);  // as the verbs (Evaluator::Evaluate)
   if (in.request.role != PodRole::kNone && !in.request.pool.empty() && in.store != nullptr) {
     cycle.SetCluster(state::MakeClusterView(*in.store, in.snapshot, fw.config().network, in.request.pool,
                                             in.store->node_locations()));

@@ -71,6 +71,7 @@ struct ExplainInput {
   std::size_t limit = 500;  // nodes listed in detail (fitting ones first); counts cover all
   // The typical pods ExpectedFragmentation packs for (Evaluator::ShapeMixFor); null: the pod's own.
   std::shared_ptr<const packing::ShapeMix> shape_mix;
+  bool packs_by_mix = false;  // Evaluator::PacksByMixFor
 };
 
 struct NodeExplanation {

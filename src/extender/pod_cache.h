@@ -73,6 +73,9 @@ struct PodEntry {
   bool interested = false;  // asks for GPUs or RDMA NICs; others pass every node untouched
   // The typical pods when this pod was first seen (framework::ShapeWindow), for its cycles.
   std::shared_ptr<const packing::ShapeMix> mix;
+  // The window held Evaluator::kMinPodsToPackByMix pods then: the mix is taken as the workload,
+  // and the blind heuristics stand down where it asks no RDMA NIC (CycleState::packs_for_shape_mix).
+  bool packs_by_mix = false;
 
   std::shared_ptr<const ClassVerdict> FindVerdict(std::uint64_t class_key) const;
   // Keeps the first verdict stored for a class (concurrent callers may compute one twice).

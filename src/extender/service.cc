@@ -347,6 +347,7 @@ struct ExtenderService::Impl {
     if (hooks != nullptr) in.stale_nodes = hooks->StaleTopologies();
     in.limit = limit;
     in.shape_mix = evaluator.ShapeMixFor(request->pod_uid);
+    in.packs_by_mix = evaluator.PacksByMixFor(request->pod_uid);
     in.request = std::move(request).value();
     const Explanation e = extender::Explain(in);
     if (*text) {
