@@ -81,7 +81,9 @@ std::shared_ptr<const NodeTopology> Preset(const char* name) {
 int g_cpu_bound_pct = -1;  // --cpu-bound; -1: nodes carry no CPU
 
 // --cpu-bound: is node i one of the PCT % whose free CPU binds, and its allocatable CPU.
-bool CpuBinds(int i) { return (static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 100 < static_cast<std::uint64_t>(g_cpu_bound_pct); }
+bool CpuBinds(int i) {
+  return (static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 100 < static_cast<std::uint64_t>(g_cpu_bound_pct);
+}
 std::int64_t CpuAllocatable(int i) { return i % 10 == 9 ? 64'000 : 220'000; }
 
 void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class = false) {
@@ -123,7 +125,8 @@ void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class
     // (pods ask 250m, 1500m, ...: free CPU rarely repeats); the others keep half their CPU.
     std::vector<state::ClusterStore::PodCpu> cpu;
     for (int i = 0; i < nodes; ++i) {
-      const std::int64_t left = CpuBinds(i) ? 100 + (static_cast<std::int64_t>(i) * 7919) % 7800 : CpuAllocatable(i) / 2;
+      const std::int64_t left =
+          CpuBinds(i) ? 100 + (static_cast<std::int64_t>(i) * 7919) % 7800 : CpuAllocatable(i) / 2;
       cpu.push_back({"cpu-" + std::to_string(i), "gpu-node-" + std::to_string(i), CpuAllocatable(i) - left});
     }
     store.SetPodCpus(cpu);

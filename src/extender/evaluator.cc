@@ -111,7 +111,9 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   entry->request = std::move(request);
   // Shared by the pods that ask the same; a pod that names GPU UUIDs is decided node by node
   // (VerdictKey) and keeps its own.
-  if (entry->interested && !entry->request.NamesGpuUuids()) entry->set_verdicts(VerdictsFor(entry->request, entry->mix, entry->packs_by_mix));
+  if (entry->interested && !entry->request.NamesGpuUuids()) {
+    entry->set_verdicts(VerdictsFor(entry->request, entry->mix, entry->packs_by_mix));
+  }
   return pods_.Put(std::move(entry), now);
 }
 

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -65,7 +66,10 @@ std::int64_t LeastRequested(std::int64_t requested, std::int64_t capacity) {
 class ExtenderTracePolicy : public TracePolicy {
  public:
   ExtenderTracePolicy(ReplayState& s, framework::Framework fw, bool kube)
-      : s_(s), framework_(std::move(fw)), store_(nullptr, extender::StoreOptionsFor(framework_.config())), kube_(kube) {}
+      : s_(s),
+        framework_(std::move(fw)),
+        store_(nullptr, extender::StoreOptionsFor(framework_.config())),
+        kube_(kube) {}
 
   Status Build() {
     MachineShapes shapes;
@@ -76,7 +80,7 @@ class ExtenderTracePolicy : public TracePolicy {
       if (!topology.ok()) return topology.error();
       specs.push_back({n.name, *topology, {{"kubernetes.io/hostname", n.name}}, true, n.cpu_milli});
       index_.emplace(n.name, static_cast<int>(i));
-      requested_.push_back({0, 0});
+      requested_.emplace_back();
     }
     if (Status st = store_.UpsertNodes(std::move(specs)); !st.ok()) return st.error().WithContext("extender policy");
     store_.SetSynced(true);
@@ -103,15 +107,14 @@ class ExtenderTracePolicy : public TracePolicy {
     if (managed) {
       const json pod = PodOf(task, name, uid);
       json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names_}};
-      const std::string body = args.dump();
-      auto filtered = Call("/scheduler/filter", body);
+      auto filtered = Call("/scheduler/filter", args.dump());
       if (!filtered.ok()) return filtered.error();
-      if (const auto e = filtered->find("Error"); e != filtered->end() && e->is_string() && !e->get<std::string>().empty()) {
-        return Error("extender filter: " + e->get<std::string>());
+      if (const std::string e = filtered->value("Error", std::string()); !e.empty()) {
+        return Error("extender filter: " + e);
       }
-      std::unordered_map<std::string, bool> pass;
+      std::unordered_set<std::string> pass;
       if (const auto nn = filtered->find("NodeNames"); nn != filtered->end() && nn->is_array()) {
-        for (const json& n : *nn) pass[n.get<std::string>()] = true;
+        for (const json& n : *nn) pass.insert(n.get<std::string>());
       }
       if (pass.empty()) return Choice{};
       std::vector<std::string> kept;
@@ -147,7 +150,8 @@ class ExtenderTracePolicy : public TracePolicy {
     const std::string& node_name = s_.trace->nodes[Idx(best)].name;
     Choice choice{best, {}};
     if (managed) {
-      auto bound = Call("/scheduler/bind", json{{"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}}.dump());
+      const json binding = {{"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}};
+      auto bound = Call("/scheduler/bind", binding.dump());
       if (!bound.ok()) return bound.error();
       if (const std::string e = bound->value("Error", std::string()); !e.empty()) {
         return Error("extender bind of " + name + " to " + node_name + ": " + e);
@@ -176,7 +180,8 @@ class ExtenderTracePolicy : public TracePolicy {
                    task.name);
     }
     if (task.gpus > 0) {
-      const std::vector<int> left = packing::StateOf(*record->topology, record->allocated, GpuVendor::kNvidia).milli_left;
+      const std::vector<int> left =
+          packing::StateOf(*record->topology, record->allocated, GpuVendor::kNvidia).milli_left;
       if (left != rt.milli_left) {
         std::string ours, theirs;
         for (int v : left) ours += " " + std::to_string(v);
@@ -218,7 +223,9 @@ class ExtenderTracePolicy : public TracePolicy {
             {"metadata", meta},
             {"spec",
              {{"schedulerName", "toposched"},
-              {"containers", json::array({json{{"name", "task"}, {"image", "trace"}, {"resources", {{"requests", requests}, {"limits", limits}}}}})}}}};
+              {"containers", json::array({json{{"name", "task"},
+                                               {"image", "trace"},
+                                               {"resources", {{"requests", requests}, {"limits", limits}}}}})}}}};
   }
 
   // NodeResourcesFit (LeastAllocated over the non-zero requests, CPU and memory at weight 1) +
@@ -249,7 +256,9 @@ class ExtenderTracePolicy : public TracePolicy {
     server::HttpRequest rq{"POST", path, "application/json", body, "trace"};
     server::HttpResponse rs;
     service_->Handle(rq, rs);
-    if (rs.status != 200) return Error("extender " + std::string(path) + ": HTTP " + std::to_string(rs.status) + ": " + rs.body);
+    if (rs.status != 200) {
+      return Error("extender " + std::string(path) + ": HTTP " + std::to_string(rs.status) + ": " + rs.body);
+    }
     json out = json::parse(rs.body, nullptr, false);
     if (out.is_discarded()) return Error("extender " + std::string(path) + ": reply is not JSON");
     return out;
