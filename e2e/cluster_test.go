@@ -349,8 +349,8 @@ func (c *cluster) chartExtender() map[string]any {
 		t.Fatalf("scheduler-config.yaml: %v", err)
 	}
 	exts, _ := cfg["extenders"].([]any)
-	if len(exts) != 1 {
-		t.Fatalf("scheduler-config.yaml: want one extender, got %d", len(exts))
+	if len(exts) != 2 {
+		t.Fatalf("scheduler-config.yaml: want two extenders (devices, and CPU-only pods), got %d", len(exts))
 	}
 	return exts[0].(map[string]any)
 }
@@ -776,37 +776,39 @@ func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string
 		t.Fatalf("scheduler-config.yaml: %v", err)
 	}
 	exts, _ := cfg["extenders"].([]any)
-	if len(exts) != 1 {
-		t.Fatalf("scheduler-config.yaml: want one extender, got %d", len(exts))
-	}
-	ext := exts[0].(map[string]any)
-	prefix, _ := ext["urlPrefix"].(string)
-	i := strings.Index(prefix, "://")
-	j := strings.Index(prefix[i+3:], "/")
-	if i < 0 || j < 0 {
-		t.Fatalf("urlPrefix %q", prefix)
-	}
-	ext["urlPrefix"] = c.proxy.URL + prefix[i+3+j:]
-	if tc, ok := ext["tlsConfig"].(map[string]any); ok {
-		if c.schedDep == nil {
-			t.Fatal("scheduler-config.yaml has a tlsConfig but the chart installed no scheduler Deployment")
-		}
-		spec := c.schedDep.Spec.Template.Spec
-		mounts := c.materialize("kube-scheduler", spec, spec.Containers[0])
-		for _, k := range []string{"caFile", "certFile", "keyFile"} {
-			if v, ok := tc[k].(string); ok {
-				local := localPath(mounts, v)
-				if local == "" {
-					t.Fatalf("tlsConfig.%s %s is under no volume the scheduler Deployment mounts", k, v)
-				}
-				tc[k] = local
-			}
-		}
+	if len(exts) != 2 {
+		t.Fatalf("scheduler-config.yaml: want two extenders (devices, and CPU-only pods), got %d", len(exts))
 	}
 	c.verbPaths = nil
-	for _, k := range []string{"filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"} {
-		if v, ok := ext[k].(string); ok && v != "" {
-			c.verbPaths = append(c.verbPaths, prefix[i+3+j:]+"/"+v)
+	for _, e := range exts {
+		ext := e.(map[string]any)
+		prefix, _ := ext["urlPrefix"].(string)
+		i := strings.Index(prefix, "://")
+		j := strings.Index(prefix[i+3:], "/")
+		if i < 0 || j < 0 {
+			t.Fatalf("urlPrefix %q", prefix)
+		}
+		ext["urlPrefix"] = c.proxy.URL + prefix[i+3+j:]
+		if tc, ok := ext["tlsConfig"].(map[string]any); ok {
+			if c.schedDep == nil {
+				t.Fatal("scheduler-config.yaml has a tlsConfig but the chart installed no scheduler Deployment")
+			}
+			spec := c.schedDep.Spec.Template.Spec
+			mounts := c.materialize("kube-scheduler", spec, spec.Containers[0])
+			for _, k := range []string{"caFile", "certFile", "keyFile"} {
+				if v, ok := tc[k].(string); ok {
+					local := localPath(mounts, v)
+					if local == "" {
+						t.Fatalf("tlsConfig.%s %s is under no volume the scheduler Deployment mounts", k, v)
+					}
+					tc[k] = local
+				}
+			}
+		}
+		for _, k := range []string{"filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"} {
+			if v, ok := ext[k].(string); ok && v != "" {
+				c.verbPaths = append(c.verbPaths, prefix[i+3+j:]+"/"+v)
+			}
 		}
 	}
 	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}

@@ -16,8 +16,11 @@ namespace toposched::extender {
 class KubeVerbs {
  public:
   KubeVerbs(Evaluator& evaluator, Binder& binder) : evaluator_(evaluator), binder_(binder) {}
-  // filter (Want::kFilter) and prioritize (Want::kScores).
-  void FilterOrPrioritize(std::string_view body, server::HttpResponse& resp, Want want);
+  // filter (Want::kFilter) and prioritize (Want::kScores); `device_free_only`: prioritize-cpu,
+  // which scores only the pods that ask no device (PodEntry::packs_cpu) and names no host for
+  // the others.
+  void FilterOrPrioritize(std::string_view body, server::HttpResponse& resp, Want want,
+                          bool device_free_only = false);
   void Bind(std::string_view body, server::HttpResponse& resp);
   void Preempt(std::string_view body, server::HttpResponse& resp);
 

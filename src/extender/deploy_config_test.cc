@@ -59,7 +59,7 @@ TEST(DeployConfig, KubeSchedulerExtenderEntryIsValidAndMatchesOurRoutes) {
   EXPECT_EQ(doc["kind"].as<std::string>(), "KubeSchedulerConfiguration");
   const YAML::Node extenders = doc["extenders"];
   ASSERT_TRUE(extenders.IsSequence());
-  ASSERT_EQ(extenders.size(), 1u);
+  ASSERT_EQ(extenders.size(), 2u);  // the devices' entry, and the CPU-only pods' (scoreCpuPods)
   const YAML::Node e = extenders[0];
   const std::set<std::string> known = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "bindVerb",
                                        "weight", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
@@ -89,6 +89,22 @@ TEST(DeployConfig, KubeSchedulerExtenderEntryIsValidAndMatchesOurRoutes) {
     (void)r["ignoredByScheduler"].as<bool>();
   }
   EXPECT_TRUE(names.count("nvidia.com/gpu"));
+
+  // The second entry: every pod reaches it (no managedResources), it only scores, and it may be
+  // ignored (validateExtenders allows one binder; a prioritize error only drops its scores).
+  const YAML::Node cpu = extenders[1];
+  for (const auto& kv : cpu) EXPECT_TRUE(known.count(kv.first.as<std::string>())) << kv.first.as<std::string>();
+  EXPECT_EQ(UrlPath(cpu["urlPrefix"].as<std::string>()), prefix);
+  ASSERT_TRUE(cpu["prioritizeVerb"]);
+  EXPECT_EQ(cpu["prioritizeVerb"].as<std::string>(), "prioritize-cpu");
+  EXPECT_TRUE(routes.Serves(prefix + "/" + cpu["prioritizeVerb"].as<std::string>()));
+  for (const char* absent : {"filterVerb", "preemptVerb", "bindVerb", "managedResources"}) {
+    EXPECT_FALSE(cpu[absent]) << absent;
+  }
+  EXPECT_GT(cpu["weight"].as<long>(), 0);
+  EXPECT_TRUE(cpu["ignorable"].as<bool>());
+  EXPECT_TRUE(cpu["nodeCacheCapable"].as<bool>());
+  EXPECT_EQ(cpu["tlsConfig"].IsDefined(), e["tlsConfig"].IsDefined());
 }
 
 TEST(DeployConfig, VolcanoExtenderPluginArgumentsAreValidAndMatchOurRoutes) {

@@ -95,6 +95,7 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   entry->pod_name = request.pod_name;
   entry->resource_version = std::string(rv);
   entry->interested = Interested(request);
+  entry->packs_cpu = !entry->interested && request.cpu_milli > 0;
   for (const std::string& warning : request.warnings) {
     metrics::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
                 warning);
@@ -102,16 +103,18 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   }
   // The pods this extender is asked about are the workload it packs for (capacity first):
   // each pod's cycles use the mix as it stood when the pod was first seen.
-  if (entry->interested) {
+  // A pod that asks no device is scored against the same mix; it is not one of the typical
+  // pods (their shapes are what GPUs are kept free for).
+  if (entry->interested || entry->packs_cpu) {
     SeedShapes();
-    shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
+    if (entry->interested) shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
     entry->mix = shapes_.Mix();
     entry->packs_by_mix = shapes_.pods() >= kMinPodsToPackByMix;
   }
   entry->request = std::move(request);
   // Shared by the pods that ask the same; a pod that names GPU UUIDs is decided node by node
   // (VerdictKey) and keeps its own.
-  if (entry->interested && !entry->request.NamesGpuUuids()) {
+  if ((entry->interested || entry->packs_cpu) && !entry->request.NamesGpuUuids()) {
     entry->set_verdicts(VerdictsFor(entry->request, entry->mix, entry->packs_by_mix));
   }
   return pods_.Put(std::move(entry), now);

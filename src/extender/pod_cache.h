@@ -71,6 +71,11 @@ struct PodEntry {
   std::string uid, pod_namespace, pod_name, resource_version;
   PlacementRequest request;
   bool interested = false;  // asks for GPUs or RDMA NICs; others pass every node untouched
+  // Asks CPU and no device of ours: filter passes every node and bind allocates nothing, but
+  // prioritize scores where its CPU strands the fewest GPUs (ExpectedFragmentation reads CPU),
+  // as it scores any pod: the nodes FGD's protocol sends CPU-only tasks to (docs/placement.md,
+  // "Pods that ask no device").
+  bool packs_cpu = false;
   // The typical pods when this pod was first seen (framework::ShapeWindow), for its cycles.
   std::shared_ptr<const packing::ShapeMix> mix;
   // The window held Evaluator::kMinPodsToPackByMix pods then: the mix is taken as the workload,

@@ -99,6 +99,7 @@ struct ExtenderService::Impl {
       if (rest == "/prioritize") return Verb::kPrioritize;
       if (rest == "/bind") return Verb::kBind;
       if (rest == "/preempt") return Verb::kPreempt;
+      if (rest == "/prioritize-cpu") return Verb::kPrioritizeCpu;
     }
     if (under(options.volcano_prefix, rest)) {
       if (rest == "/predicate") return Verb::kVPredicate;
@@ -193,6 +194,7 @@ struct ExtenderService::Impl {
       case Verb::kPrioritize: return kube.FilterOrPrioritize(req.body, resp, Want::kScores);
       case Verb::kBind: return kube.Bind(req.body, resp);
       case Verb::kPreempt: return kube.Preempt(req.body, resp);
+      case Verb::kPrioritizeCpu: return kube.FilterOrPrioritize(req.body, resp, Want::kScores, true);
       case Verb::kVPredicate: return volcano.Predicate(req.body, resp);
       case Verb::kVPrioritize: return volcano.Prioritize(req.body, resp);
       case Verb::kVAllocate: return volcano.Allocate(req.body, resp);

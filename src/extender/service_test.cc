@@ -303,6 +303,58 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
   EXPECT_LT(e["nodes"][1]["capacity"]["score"].get<int>(), e["nodes"][0]["capacity"]["score"].get<int>());
 }
 
+// A pod that asks no device (docs/placement.md, "Pods that ask no device"): the chart's second
+// extenders entry calls prioritize-cpu for every pod. The typical pods ask one GPU with 64
+// cores, or eight with 32. "full" has all its GPUs taken (and 32 of its 128 cores), "free" none.
+// An 80-core pod would leave "free" 48 cores, too few for the 64-core shape: its eight GPUs
+// would be stranded; on "full" it strands nothing. A 1-core pod strands nothing anywhere: the
+// node with fewer idle GPUs still scores higher (kube-scheduler would otherwise send it to the
+// emptiest node). A node without NodeTopology scores 10; a pod that asks devices gets no score
+// from this entry (the main one scores it).
+TEST(ExtenderPrioritize, APodWithoutDevicesScoresWhereItsCpuStrandsTheFewestGpus) {
+  Harness h(Nodes{{"full", "hgx-h100-8gpu"}, {"free", "hgx-h100-8gpu"}});
+  const auto topology = h.store().snapshot()->Find("full")->topology;
+  for (const char* n : {"full", "free"}) ASSERT_TRUE(h.store().UpsertNode({n, topology, {}, true, 128000}).ok());
+  HttpClient c(h.port());
+  const PodSpec one{.name = "one", .uid = "uid-one", .gpus = 1, .cpu = "64"};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(one), {"full", "free"}));  // seen, not bound
+  const PodSpec whole{.name = "whole", .uid = "uid-whole", .gpus = 8, .cpu = "32"};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(whole), {"full"}));
+  ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(whole, "full"))["Error"], "");
+  h.store().SetPodCpu(whole.uid, "full", 32000);
+
+  auto scores = [&](const std::string& verb, const PodSpec& p) {
+    std::map<std::string, int> out;
+    for (const json& hp : PostJson(c, verb, ExtenderArgs(MakePod(p), {"full", "free", "cpu-node"}))) {
+      out[hp["Host"]] = hp["Score"];
+    }
+    return out;
+  };
+  const PodSpec big{.name = "big", .uid = "uid-big", .cpu = "80"};
+  std::map<std::string, int> s = scores("/scheduler/prioritize-cpu", big);
+  EXPECT_EQ(s["full"], 10);
+  EXPECT_EQ(s["cpu-node"], 10);
+  const int big_on_free = s["free"];
+  EXPECT_EQ(scores("/scheduler/prioritize", big), s) << "both entries score such a pod alike";
+  // Filter and bind take it anywhere, with nothing allocated.
+  EXPECT_EQ(PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(big), {"full", "free"}))["NodeNames"],
+            json({"full", "free"}));
+
+  const PodSpec small{.name = "small", .uid = "uid-small", .cpu = "1"};
+  s = scores("/scheduler/prioritize-cpu", small);
+  EXPECT_EQ(s["full"], 10);
+  EXPECT_EQ(s["free"], 5) << "strands nothing now, but the idle node's CPU is what its GPUs will need";
+  EXPECT_LT(big_on_free, s["free"]) << "80 cores on the idle node strand its GPUs for the 64-core pods";
+
+  // No CPU asked: nothing to place, every node alike.
+  const PodSpec none{.name = "none", .uid = "uid-none", .cpu = ""};
+  s = scores("/scheduler/prioritize-cpu", none);
+  EXPECT_EQ(s, (std::map<std::string, int>{{"full", 0}, {"free", 0}, {"cpu-node", 0}}));
+  // A pod that asks devices: the main entry scores it, this one names no host.
+  EXPECT_TRUE(PostJson(c, "/scheduler/prioritize-cpu", ExtenderArgs(MakePod(one), {"full", "free"})).empty());
+  EXPECT_EQ(GpusHeld(h.store(), "free"), 0);
+}
+
 // A rare node class last (docs/placement.md): "rare" is the only node that can host the
 // 8-GPU, 8-NIC shape the extender has seen; "common" has 8 GPUs and 4 RDMA NICs. A 1-GPU, 1-NIC
 // pod scores 0 on "rare" while "common" fits, and /explain says why; a pod whose own pool runs

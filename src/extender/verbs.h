@@ -15,7 +15,7 @@
 namespace toposched::extender {
 
 enum class Verb {
-  kFilter, kPrioritize, kBind, kPreempt,
+  kFilter, kPrioritize, kBind, kPreempt, kPrioritizeCpu,
   kVPredicate, kVPrioritize, kVAllocate, kVDeallocate, kVPreemptable, kVReclaimable,
   kVSessionOpen, kVSessionClose,
   kHealthz, kReadyz, kMetrics, kExplain, kNodes,
@@ -28,6 +28,7 @@ constexpr std::string_view VerbName(Verb v) {
     case Verb::kPrioritize: return "prioritize";
     case Verb::kBind: return "bind";
     case Verb::kPreempt: return "preempt";
+    case Verb::kPrioritizeCpu: return "prioritize-cpu";
     case Verb::kVPredicate: return "volcano/predicate";
     case Verb::kVPrioritize: return "volcano/prioritize";
     case Verb::kVAllocate: return "volcano/allocate";

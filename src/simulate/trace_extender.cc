@@ -12,9 +12,10 @@
 // balanced_allocation.go, resource_allocation.go and extender.go's prioritize scaling, read at
 // k8s.io/kubernetes v1.37.2, the version e2e/ pins). The other default score plugins give every
 // trace node the same score (no taints, affinities, volumes, images or owners). Pods asking no
-// managed resource (CPU-only tasks) do not reach the extender (managedResources) and are placed
-// by the in-tree scores alone, in both modes. Without `kube` the extender's score alone decides
-// for the others.
+// managed resource (CPU-only tasks) reach only the chart's second extender entry, which has no
+// managedResources and names prioritize-cpu (kubeScheduler.scoreCpuPods): its score is added as
+// the main entry's is, and kube-scheduler binds them itself. Without `kube` the extender's score
+// alone decides.
 // Ties go to the lowest node rank in both, the replay's rule for every policy (kube-scheduler
 // draws among ties at random).
 
@@ -96,17 +97,12 @@ class ExtenderTracePolicy : public TracePolicy {
       if (HostFits(s_.trace->nodes[i], s_.nodes[i], task)) names_.push_back(s_.trace->nodes[i].name);
     }
     if (names_.empty()) return Choice{};
-    const bool managed = task.gpus > 0;  // managedResources: only pods asking a device reach the extender
-    // The in-tree scores of every node that passed kube-scheduler's own filters: with the
-    // extender's (kube_), or alone for a pod the extender never sees.
-    std::vector<std::int64_t> total(names_.size(), 0);
-    if (kube_ || !managed) {
-      for (std::size_t k = 0; k < names_.size(); ++k) total[k] = InTreeScore(index_.at(names_[k]), task);
-    }
+    const bool managed = task.gpus > 0;  // managedResources: only pods asking a device reach the main entry
+    const json pod = PodOf(task, name, uid);
+    json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names_}};
     std::vector<char> passed(names_.size(), 1);
+    std::size_t feasible = names_.size();
     if (managed) {
-      const json pod = PodOf(task, name, uid);
-      json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names_}};
       auto filtered = Call("/scheduler/filter", args.dump());
       if (!filtered.ok()) return filtered.error();
       if (const std::string e = filtered->value("Error", std::string()); !e.empty()) {
@@ -116,24 +112,35 @@ class ExtenderTracePolicy : public TracePolicy {
       if (const auto nn = filtered->find("NodeNames"); nn != filtered->end() && nn->is_array()) {
         for (const json& n : *nn) pass.insert(n.get<std::string>());
       }
-      if (pass.empty()) return Choice{};
       std::vector<std::string> kept;
-      for (const std::string& n : names_) {
-        if (pass.contains(n)) kept.push_back(n);
-      }
-      args["NodeNames"] = kept;
-      auto scored = Call("/scheduler/prioritize", args.dump());
-      if (!scored.ok()) return scored.error();
-      if (!scored->is_array()) return Error("extender prioritize: not a list: " + scored->dump().substr(0, 200));
-      std::unordered_map<std::string, std::int64_t> score;
-      for (const json& h : *scored) score[h.at("Host").get<std::string>()] = h.at("Score").get<std::int64_t>();
       for (std::size_t k = 0; k < names_.size(); ++k) {
         passed[k] = pass.contains(names_[k]) ? 1 : 0;
-        const auto it = score.find(names_[k]);
-        const std::int64_t s = it == score.end() ? 0 : it->second;
-        // extender.go: each extender's score x its weight x (MaxNodeScore / MaxExtenderPriority).
-        total[k] += kube_ ? s * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : s;
+        if (passed[k]) kept.push_back(names_[k]);
       }
+      if (kept.empty()) return Choice{};
+      feasible = kept.size();
+      args["NodeNames"] = std::move(kept);
+    }
+    // The in-tree scores of every node that passed the filters, and the extender entries' scores
+    // on top: kube-scheduler scores only when more than one node is feasible (schedule_one.go).
+    std::vector<std::int64_t> total(names_.size(), 0);
+    if (feasible > 1) {
+      if (kube_) {
+        for (std::size_t k = 0; k < names_.size(); ++k) total[k] = InTreeScore(index_.at(names_[k]), task);
+      }
+      if (managed) {
+        auto scored = Call("/scheduler/prioritize", args.dump());
+        if (!scored.ok()) return scored.error();
+        if (!scored->is_array()) return Error("extender prioritize: not a list: " + scored->dump().substr(0, 200));
+        AddScores(*scored, total);
+      }
+      // The second entry, called for every pod: it scores the pods that ask no device and names
+      // no host for the others.
+      auto scored_cpu = Call("/scheduler/prioritize-cpu", args.dump());
+      if (!scored_cpu.ok()) return scored_cpu.error();
+      if (!scored_cpu->is_array()) return Error("extender prioritize-cpu: not a list");
+      if (managed && !scored_cpu->empty()) return Error("extender prioritize-cpu scored a pod that asks devices");
+      AddScores(*scored_cpu, total);
     }
     int best = -1;
     std::int64_t best_total = 0;
@@ -226,6 +233,19 @@ class ExtenderTracePolicy : public TracePolicy {
               {"containers", json::array({json{{"name", "task"},
                                                {"image", "trace"},
                                                {"resources", {{"requests", requests}, {"limits", limits}}}}})}}}};
+  }
+
+  // An extender's reply added to the totals of the hosts it names (schedule_one.go
+  // prioritizeNodes): its score x its weight x (MaxNodeScore / MaxExtenderPriority), both entries
+  // at the chart's weight; without `kube` the score itself.
+  void AddScores(const json& reply, std::vector<std::int64_t>& total) const {
+    std::unordered_map<std::string, std::int64_t> score;
+    for (const json& h : reply) score[h.at("Host").get<std::string>()] = h.at("Score").get<std::int64_t>();
+    for (std::size_t k = 0; k < names_.size(); ++k) {
+      const auto it = score.find(names_[k]);
+      if (it == score.end()) continue;
+      total[k] += kube_ ? it->second * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
+    }
   }
 
   // NodeResourcesFit (LeastAllocated over the non-zero requests, CPU and memory at weight 1) +

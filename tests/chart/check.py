@@ -299,14 +299,42 @@ def check_kube_scheduler_config(text, where, ctx):
     cfg = docs[0]
     if cfg.get("apiVersion") != "kubescheduler.config.k8s.io/v1" or cfg.get("kind") != "KubeSchedulerConfiguration":
         fail(where, "not a kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration")
-    extenders = cfg.get("extenders") or []
-    if len(extenders) != 1:
-        fail(where, "expected exactly one extender")
+    check_kube_extenders(cfg.get("extenders") or [], where, ctx)
+
+
+def check_kube_extenders(extenders, where, ctx):
+    want = 2 if ctx["score_cpu"] else 1
+    if len(extenders) != want:
+        fail(where, f"expected {want} extenders (kubeScheduler.scoreCpuPods {ctx['score_cpu']}), got {len(extenders)}")
         return
     check_kube_extender(extenders[0], where, ctx)
+    if want == 2:
+        check_cpu_extender(extenders[1], f"{where} extenders[1]", ctx)
+
+
+def check_cpu_extender(e, where, ctx):
+    # Every pod reaches it (no managedResources); it scores only, and kube-scheduler allows one
+    # binder (validateExtenders); a prioritize failure only drops its scores.
+    check_kube_connection(e, where, ctx)
+    if e.get("prioritizeVerb") != "prioritize-cpu" or not isinstance(e.get("weight"), int) or e["weight"] <= 0:
+        fail(where, "the CPU-only pods' entry must name prioritize-cpu with a positive weight")
+    for key in ("filterVerb", "preemptVerb", "bindVerb", "managedResources"):
+        if key in e:
+            fail(where, f"the CPU-only pods' entry must not set {key}")
+    if e.get("ignorable") is not True:
+        fail(where, "the CPU-only pods' entry must be ignorable")
 
 
 def check_kube_extender(e, where, ctx):
+    check_kube_connection(e, where, ctx)
+    if e.get("ignorable") is not False or e.get("bindVerb") != "bind":
+        fail(where, "the binding extender must not be ignorable")
+    names = [r["name"] for r in e.get("managedResources", [])]
+    if len(names) != len(set(names)) or "nvidia.com/gpu" not in names:
+        fail(where, "managedResources must be distinct and include nvidia.com/gpu")
+
+
+def check_kube_connection(e, where, ctx):
     unknown(where, e, KUBE_EXTENDER_KEYS)
     unknown(f"{where} tlsConfig", e.get("tlsConfig", {}), TLS_CONFIG_KEYS)
     expected_url = f"{ctx['scheme']}://{ctx['fullname']}-extender.{ctx['namespace']}.svc:{ctx['service_port']}/scheduler"
@@ -324,13 +352,8 @@ def check_kube_extender(e, where, ctx):
     if bool(tls_config.get("certFile") and tls_config.get("keyFile")) != ctx["mtls"]:
         fail(where, f"tlsConfig certFile/keyFile {'missing' if ctx['mtls'] else 'set'}, "
                     f"but the extender {'requires' if ctx['mtls'] else 'does not require'} a client certificate")
-    if e.get("ignorable") is not False or e.get("bindVerb") != "bind":
-        fail(where, "the binding extender must not be ignorable")
     if not GO_DURATION.match(str(e.get("httpTimeout", ""))):
         fail(where, "httpTimeout is not a Go duration")
-    names = [r["name"] for r in e.get("managedResources", [])]
-    if len(names) != len(set(names)) or "nvidia.com/gpu" not in names:
-        fail(where, "managedResources must be distinct and include nvidia.com/gpu")
 
 
 def check_volcano_conf(text, where, ctx):
@@ -401,7 +424,8 @@ def check_case(path, notes_path, schemas, toposched, opts):
     service = next((o for o in by_kind.get("Service", []) if o["metadata"]["name"] == f"{fullname}-extender"), None)
     ctx = {"fullname": fullname, "namespace": namespace, "tls": tls, "scheme": "https" if tls else "http",
            "mtls": "--tls-client-ca" in args, "insecure": tls_values.get("insecureSkipVerify") is True,
-           "service_port": service["spec"]["ports"][0]["port"] if service else None}
+           "service_port": service["spec"]["ports"][0]["port"] if service else None,
+           "score_cpu": (values_doc.get("kubeScheduler") or {}).get("scoreCpuPods", True) is not False}
 
     names = set()
     for i, o in enumerate(objs):
@@ -586,7 +610,7 @@ def check_case(path, notes_path, schemas, toposched, opts):
             if not docs or not docs[0].get("extenders"):
                 fail(case, "NOTES.txt in mode none must print an `extenders:` block")
             else:
-                check_kube_extender(docs[0]["extenders"][0], f"{case}: NOTES.txt extenders[0]", ctx)
+                check_kube_extenders(docs[0]["extenders"], f"{case}: NOTES.txt extenders", ctx)
     return len(objs)
 
 
@@ -718,8 +742,9 @@ def check_tls(case, mode, by_kind, ext_deploy, sched, config_maps, tls_values, c
         container = sched["spec"]["template"]["spec"]["containers"][0]
         files = mounted_secret_files(sched["spec"]["template"], container)
         cfg = yaml.safe_load(config_maps[f"{fullname}-scheduler-config"]["data"]["scheduler-config.yaml"])
-        tls_config = (cfg.get("extenders") or [{}])[0].get("tlsConfig") or {}
-        for field, key in (("caFile", "ca.crt"), ("certFile", "tls.crt"), ("keyFile", "tls.key")):
+        for field, key, tls_config in ((f, k, entry.get("tlsConfig") or {})
+                                       for entry in (cfg.get("extenders") or [{}])
+                                       for f, k in (("caFile", "ca.crt"), ("certFile", "tls.crt"), ("keyFile", "tls.key"))):
             path = tls_config.get(field)
             if path is None:
                 continue

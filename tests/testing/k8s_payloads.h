@@ -22,12 +22,14 @@ struct PodSpec {
   std::map<std::string, std::string> annotations = {};
   std::map<std::string, std::string> labels = {};
   std::map<std::string, std::string> extra_limits = {};  // e.g. nvidia.com/gpumem
+  std::string cpu = "4";  // the CPU request; empty: none
 };
 
 // A v1.Pod as the API server sends it (typical fields a real pod carries, incl. status).
 inline nlohmann::json MakePod(const PodSpec& p) {
   nlohmann::json limits = nlohmann::json::object();
-  nlohmann::json requests = {{"cpu", "4"}, {"memory", "32Gi"}};
+  nlohmann::json requests = {{"memory", "32Gi"}};
+  if (!p.cpu.empty()) requests["cpu"] = p.cpu;
   if (p.gpus > 0) limits["nvidia.com/gpu"] = std::to_string(p.gpus);
   if (p.rdma > 0) limits["rdma/ib"] = std::to_string(p.rdma);
   for (const auto& [k, v] : p.extra_limits) limits[k] = v;

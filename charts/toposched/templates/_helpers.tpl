@@ -252,6 +252,33 @@ the CA comes from the TLS Secret mounted at /etc/toposched/tls; for none, NOTES.
   # may bind, and a binding extender must not be ignorable: an ignored bind error would let
   # the default binder bind the pod without its device allocation.
   bindVerb: bind
+  {{- include "toposched.kubeExtenderConnection" . }}
+  ignorable: false
+  # Only pods that ask for these resources reach the extender. Resources no node advertises
+  # (HAMi's per-vGPU memory and cores) must be ignoredByScheduler, or NodeResourcesFit
+  # rejects every node.
+  managedResources:
+  {{- range .Values.managedResources }}
+    - name: {{ .name }}
+      ignoredByScheduler: {{ .ignoredByScheduler | default false }}
+  {{- end }}
+{{- if .Values.kubeScheduler.scoreCpuPods }}
+# Pods that ask no device (kubeScheduler.scoreCpuPods): without managedResources every pod
+# reaches this entry; prioritize-cpu scores the nodes where a pod's CPU strands the fewest GPUs
+# (FGD's rule for CPU-only tasks) and names no node for a pod that asks devices (the entry above
+# scores those). No filter, no bind: kube-scheduler binds these pods itself, and a failed call
+# only drops this entry's scores.
+- urlPrefix: "{{ include "toposched.scheme" . }}://{{ include "toposched.extenderAuthority" . }}/scheduler"
+  prioritizeVerb: prioritize-cpu
+  {{- include "toposched.kubeExtenderConnection" . }}
+  ignorable: true
+{{- end }}
+{{- end -}}
+
+{{/*
+What both `extenders` entries share: the weight, TLS, names-only node lists and the timeout.
+*/}}
+{{- define "toposched.kubeExtenderConnection" }}
   # Prioritize scores are 0-10; kube-scheduler multiplies them by weight x 10 and adds them to
   # the in-tree scores (each 0-100).
   weight: {{ .Values.kubeScheduler.weight | int }}
@@ -273,13 +300,4 @@ the CA comes from the TLS Secret mounted at /etc/toposched/tls; for none, NOTES.
   # Names only, never the full Node objects: 5,000 nodes are 87 KB instead of 90 MB.
   nodeCacheCapable: true
   httpTimeout: {{ .Values.kubeScheduler.httpTimeout }}
-  ignorable: false
-  # Only pods that ask for these resources reach the extender. Resources no node advertises
-  # (HAMi's per-vGPU memory and cores) must be ignoredByScheduler, or NodeResourcesFit
-  # rejects every node.
-  managedResources:
-  {{- range .Values.managedResources }}
-    - name: {{ .name }}
-      ignoredByScheduler: {{ .ignoredByScheduler | default false }}
-  {{- end }}
 {{- end -}}

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"toposched.io/e2e/harness"
+)
+
+// TestKubeSchedulerCpuPods: a pod that asks no device, scored through the chart's second
+// `extenders` entry (prioritize-cpu, kubeScheduler.scoreCpuPods) by the real kube-scheduler.
+// Two nodes of one hardware (AWS p4d, 8 GPUs): gpu-full has all its GPUs taken by an 8-GPU pod
+// that asks 32 cores, gpu-free has none taken. The typical pods (the extender's window) ask one
+// GPU with 64 cores, or eight with 32. An 80-core pod without GPUs leaves 48 cores on gpu-free,
+// too few for the 64-core shape: its eight GPUs would be stranded for it. On gpu-full it strands
+// nothing (no GPU is free there). kube-scheduler's own scores prefer gpu-free (LeastAllocated:
+// 32 cores fewer requested; BalancedAllocation too), so the pod lands on gpu-full only by the
+// extender's score (without the second entry it lands on gpu-free: checked with
+// kubeScheduler.scoreCpuPods=false).
+func TestKubeSchedulerCpuPods(t *testing.T) {
+	c := newCluster(t, "TestKubeSchedulerCpuPods")
+	ctx := context.Background()
+	// system-0 (no NodeTopology, no GPUs) has no such label: the pods below choose between the
+	// GPU nodes only.
+	gpuNodes := map[string]string{"toposched.io/leaf": "leaf-1", "toposched.io/spine": "spine-1"}
+	c.addNodes([]*gpuNode{
+		{Name: "gpu-full", File: "aws__p4d.24xlarge_8xA100_4xEFA.nccl.xml", Labels: gpuNodes},
+		{Name: "gpu-free", File: "aws__p4d.24xlarge_8xA100_4xEFA.nccl.xml", Labels: gpuNodes},
+	})
+	c.startAgents()
+	replica := c.extDep.Name + "-e2e-cpu"
+	c.extenderPod(replica)
+	r := c.startReplica(replica)
+	c.startProxy()
+	c.waitReady(r, 90*time.Second)
+	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
+		return strings.HasPrefix(c.leaseHolder(), replica), fmt.Errorf("lease holder %q", c.leaseHolder())
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, r.proc.Tail(3000))
+	}
+	c.cp.EnsureNamespace(t, workloadNS)
+	schedulerName := c.startScheduler()
+
+	create := func(name, node string, gpus int, cores string) {
+		pod := c.podObject(schedulerName, podSpec{name: name, gpus: gpus, node: node})
+		if node == "" {
+			pod.Spec.NodeSelector = map[string]string{"toposched.io/leaf": "leaf-1"}
+		}
+		res := &pod.Spec.Containers[0].Resources
+		res.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cores)}
+		if gpus == 0 {
+			res.Limits = nil
+		}
+		if _, err := c.cp.Admin.CoreV1().Pods(workloadNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create pod %s: %v", name, err)
+		}
+		c.waitBound([]podSpec{{name: name, fits: true}}, 2*time.Minute)
+	}
+	nodeOf := func(name string) string {
+		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get pod %s: %v", name, err)
+		}
+		return pod.Spec.NodeName
+	}
+
+	// The typical pods: the extender learns them from the GPU pods it is asked about. The
+	// one-GPU pod leaves again (the window keeps its shape).
+	create("one-gpu", "gpu-free", 1, "64")
+	if err := c.cp.Admin.CoreV1().Pods(workloadNS).Delete(ctx, "one-gpu", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatalf("delete pod one-gpu: %v", err)
+	}
+	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
+		_, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, "one-gpu", metav1.GetOptions{})
+		return isNotFound(err), fmt.Errorf("pod one-gpu still there (%v)", err)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	create("whole", "gpu-full", 8, "32")
+
+	create("cpu-only", "", 0, "80")
+	if n := nodeOf("cpu-only"); n != "gpu-full" {
+		t.Errorf("cpu-only on %s, want gpu-full: on gpu-free its 80 cores would strand 8 GPUs for the 64-core pods\n"+
+			"--- extender log tail:\n%s", n, r.proc.Tail(3000))
+	}
+	answered := c.proxy.Answered()["/scheduler/prioritize-cpu"]
+	if answered[200] == 0 {
+		t.Errorf("prioritize-cpu never answered 200 (answers %v)", answered)
+	}
+}
