@@ -238,7 +238,10 @@ Explanation Explain(const ExplainInput& in) {
     ++e.total;
     if (!e.interested) {
       n.fits = true;
-      n.explanation = "the pod asks no GPUs or RDMA NICs: toposched passes every node";
+      n.explanation = in.request.cpu_milli > 0
+                          ? "the pod asks no GPUs or RDMA NICs: toposched passes every node (prioritize-cpu "
+                            "scores where its CPU strands the fewest GPUs; not explained here)"
+                          : "the pod asks no GPUs or RDMA NICs: toposched passes every node";
       ++e.fitting;
       all.push_back(std::move(n));
       continue;
