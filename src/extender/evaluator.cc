@@ -19,6 +19,22 @@ bool Interested(const PlacementRequest& r) { return r.gpus > 0 || r.IsShared() |
 
 bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
 
+double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int, kGpuVendors>& free_by_vendor) {
+  int total = 0, free = 0;
+  for (std::size_t v = 0; v < hardware.gpus.size(); ++v) {
+    total += hardware.gpus[v];
+    free += free_by_vendor[v];
+  }
+  return total > 0 ? static_cast<double>(free) / total : 0.0;
+}
+
+int CpuPodScore(int band_score, double idle) {
+  if (idle < 0) return framework::kMaxExtenderScore;
+  if (band_score <= 0) return 0;
+  const auto penalty = static_cast<int>(std::lround(idle * framework::kMaxExtenderScore / 2));
+  return std::max(1, band_score - penalty);
+}
+
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config) {
   PlacementRequest r;
   r.pod_uid = std::string(task.uid);

@@ -51,6 +51,18 @@ enum class Want { kFilter, kScores };
 bool Interested(const PlacementRequest& r);
 // A pod of a Prefill/Decode pool (its scores depend on where the pool runs).
 bool IsPoolPod(const PlacementRequest& r);
+
+// The share of a node's GPUs that are free whole (0 on a node without GPUs).
+double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int, kGpuVendors>& free_by_vendor);
+// The extender score (0-10) of a pod that asks no device (PodEntry::packs_cpu) on a node whose
+// band score (its CPU's expected fragmentation, framework::CapacityBand) is `band_score`, where
+// `idle` of the GPUs are free (IdleGpuShare; -1: a node toposched knows no devices on, which
+// scores 10). Where the pod strands nothing now it still may later: its CPU is gone when the
+// node's idle GPUs find takers. So the score falls with the idle share, by up to half the scale
+// (5 on an idle node; a step of the band score is kept), and kube-scheduler, which breaks the
+// extender's ties by LeastAllocated (the emptiest node, the one with the most GPUs to strand),
+// sends the pod where GPUs are taken (docs/placement.md, "Pods that ask no device").
+int CpuPodScore(int band_score, double idle);
 // A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
 // the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evaluator.h"
 #include "rare_class_rule.h"
 #include "toposched/framework/allocation.h"
 
@@ -186,7 +187,11 @@ Explanation Explain(const ExplainInput& in) {
   Explanation e;
   e.pod = in.pod_label;
   e.request = DescribeRequest(in.request);
-  e.interested = in.request.gpus > 0 || in.request.IsShared() || in.request.rdma_nics > 0;
+  e.interested = Interested(in.request);
+  e.packs_cpu = !e.interested && in.request.cpu_milli > 0;
+  const bool scored = e.interested || e.packs_cpu;
+  // As the verbs (NodeVerdicts): a node's own CPU only where it changes the packing score.
+  const std::int64_t cpu_bound = Evaluator::CpuBound(in.request, in.shape_mix.get());
   e.bound = in.allocation;
   const state::Snapshot& snap = *in.snapshot;
   if (e.bound) {
@@ -236,21 +241,29 @@ Explanation Explain(const ExplainInput& in) {
     const bool own_node = e.bound && e.bound->node == record->name;
     if (own_node) framework::RevertDelta(e.bound->delta, framework::ShapeOf(info.allocated), info.allocated);
     ++e.total;
-    if (!e.interested) {
+    if (!scored || (e.packs_cpu && info.topology == nullptr)) {
       n.fits = true;
-      n.explanation = in.request.cpu_milli > 0
-                          ? "the pod asks no GPUs or RDMA NICs: toposched passes every node (prioritize-cpu "
-                            "scores where its CPU strands the fewest GPUs; not explained here)"
-                          : "the pod asks no GPUs or RDMA NICs: toposched passes every node";
+      if (!scored) {
+        n.explanation = "the pod asks no GPUs or RDMA NICs: toposched passes every node";
+      } else {
+        n.idle_gpus = -1;
+        n.extender_score = CpuPodScore(0, -1);
+        n.explanation = "no NodeTopology: toposched knows no GPUs here for the pod's CPU to strand -> " +
+                        std::to_string(n.extender_score);
+      }
       ++e.fitting;
       all.push_back(std::move(n));
       continue;
     }
+    if (info.cpu_milli_free >= cpu_bound) info.cpu_milli_free = -1;  // counted as enough, as the verbs do
+    const std::uint64_t key = info.cpu_milli_free >= 0 ? Evaluator::CpuVerdictKey(record->class_key, info.cpu_milli_free)
+                                                       : record->class_key;
+    if (e.packs_cpu) n.idle_gpus = IdleGpuShare(record->hardware, record->free_by_vendor);
     const bool cacheable = per_class && !own_node;
     ClassResult fresh;
     const ClassResult* result = nullptr;
     if (cacheable) {
-      if (const auto it = by_class.find(record->class_key); it != by_class.end()) result = &it->second;
+      if (const auto it = by_class.find(key); it != by_class.end()) result = &it->second;
     }
     if (result == nullptr) {
       fresh.filtered = fw.RunFilter(cycle, info);
@@ -262,7 +275,7 @@ Explanation Explain(const ExplainInput& in) {
         fresh.score = fw.RunScore(cycle, info);
         if (const PlacementOutcome& outcome = cycle.Outcome(info); outcome.ok()) fresh.placement = *outcome.placement;
       }
-      result = cacheable ? &(by_class[record->class_key] = std::move(fresh)) : &fresh;
+      result = cacheable ? &(by_class[key] = std::move(fresh)) : &fresh;
     }
     const ClassResult& r = *result;
     if (!r.filtered.ok()) {
@@ -305,13 +318,21 @@ Explanation Explain(const ExplainInput& in) {
     return s;
   };
   for (NodeExplanation& n : all) {
-    if (!n.fits || !e.interested) continue;
+    if (!n.fits || !scored || (n.idle_gpus && *n.idle_gpus < 0)) continue;
     const framework::NodeScore s = score_of(n);
     n.in_band = band.In(s);
     n.extender_score = band.ExtenderScore(s);
+    if (n.idle_gpus) {
+      n.extender_score = CpuPodScore(n.extender_score, *n.idle_gpus);
+      char why[96];
+      std::snprintf(why, sizeof why, "; %.0f %% of its GPUs idle -> extender score %d", 100 * *n.idle_gpus,
+                    n.extender_score);
+      n.explanation += why;
+    }
   }
-  std::stable_sort(all.begin(), all.end(), [&band, &score_of](const NodeExplanation& a, const NodeExplanation& b) {
+  std::stable_sort(all.begin(), all.end(), [&](const NodeExplanation& a, const NodeExplanation& b) {
     if (a.fits != b.fits) return a.fits;
+    if (a.fits && e.packs_cpu && a.extender_score != b.extender_score) return a.extender_score > b.extender_score;
     if (a.fits) {
       const framework::NodeScore sa = score_of(a);
       const framework::NodeScore sb = score_of(b);
@@ -320,7 +341,7 @@ Explanation Explain(const ExplainInput& in) {
     }
     return a.name < b.name;
   });
-  if (!all.empty() && all.front().fits && e.interested) e.best = all.front().name;
+  if (!all.empty() && all.front().fits && scored) e.best = all.front().name;
   e.reasons.assign(by_reason.begin(), by_reason.end());
   e.summary = SummarizeRefusals(e.total, e.fitting, e.reasons);
   std::sort(e.reasons.begin(), e.reasons.end(),
@@ -334,7 +355,8 @@ Explanation Explain(const ExplainInput& in) {
 }
 
 std::string ToJson(const Explanation& e) {
-  json out = {{"pod", e.pod}, {"request", e.request}, {"interested", e.interested}, {"nodesTotal", e.total},
+  json out = {{"pod", e.pod}, {"request", e.request}, {"interested", e.interested}, {"packsCpu", e.packs_cpu},
+              {"nodesTotal", e.total},
               {"nodesFit", e.fitting}, {"summary", e.summary}, {"truncated", e.truncated}};
   out["best"] = e.best.empty() ? json(nullptr) : json(e.best);
   if (e.bound) {
@@ -354,6 +376,7 @@ std::string ToJson(const Explanation& e) {
       j["extenderScore"] = n.extender_score;
       if (n.capacity >= 0) j["capacity"] = {{"score", n.capacity}, {"inBand", n.in_band}};
       if (n.reserved) j["keptFor"] = n.kept_for;
+      if (n.idle_gpus) j["idleGpuShare"] = *n.idle_gpus;
       j["worstClass"] = n.worst_class ? json(std::string(ToString(*n.worst_class))) : json(nullptr);
       if (!n.alignment.empty()) j["alignment"] = n.alignment;
       j["gpus"] = n.gpus;

@@ -81,6 +81,9 @@ struct NodeExplanation {
   std::string plugin, reason;  // the refusing plugin and its reason (empty when it fits)
   std::string summary;         // RefusalSummary (empty when it fits)
   int score100 = 0, extender_score = 0;
+  // A pod that asks CPU and no device (prioritize-cpu): the node's share of idle GPUs, which
+  // lowers its score (CpuPodScore); -1 on a node without NodeTopology; unset for other pods.
+  std::optional<double> idle_gpus;
   // Capacity first (framework::CapacityBand), as prioritize ranks: the capacity plugin's score
   // (-1: off) and whether it is within the band of the best; out-of-band nodes rank after the
   // rest and get extender score 0.
@@ -100,6 +103,7 @@ struct Explanation {
   std::string pod;
   std::string request;  // "4 GPUs, 2 RDMA NICs, alignment preferred"
   bool interested = false;  // asks for toposched's devices at all
+  bool packs_cpu = false;   // asks CPU and no device: scored by prioritize-cpu (PodEntry::packs_cpu)
   std::optional<state::PodAllocation> bound;
   std::string bound_devices;  // "GPUs 0,1; NICs mlx5_0" of `bound`
   std::size_t total = 0, fitting = 0;

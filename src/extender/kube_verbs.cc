@@ -1,8 +1,6 @@
 // kube-scheduler's verbs: filter, prioritize, bind, preempt (adapters.h).
 
-#include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -45,31 +43,6 @@ struct Scratch {
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
   return scratch;
-}
-
-// The share of a node's GPUs that are free whole (0 on a node without GPUs).
-double IdleShare(const state::Snapshot::Brief& b) {
-  int total = 0, free = 0;
-  for (std::size_t v = 0; v < b.hardware.gpus.size(); ++v) {
-    total += b.hardware.gpus[v];
-    free += b.free_by_vendor[v];
-  }
-  return total > 0 ? static_cast<double>(free) / total : 0.0;
-}
-
-// A pod that asks no device, on a node whose band score (its CPU's expected fragmentation,
-// CapacityBand) is `band_score`, where `idle` of the GPUs are free (-1: a node toposched knows no
-// devices on). Where the pod strands nothing now, it still may later: its CPU is gone when the
-// node's idle GPUs find takers. So the score falls with the idle share, by half the scale on an
-// idle node (a step of the band score is kept):
-// kube-scheduler breaks the extender's ties by LeastAllocated, which sends CPU to the emptiest
-// node, the one with the most GPUs to strand (docs/placement.md, "Pods that ask no device":
-// measured on the trace, 93.1 % allocated without this, 94.6 % with it).
-std::int64_t CpuPodScore(std::int64_t band_score, double idle) {
-  if (idle < 0) return framework::kMaxExtenderScore;
-  if (band_score <= 0) return 0;
-  const auto penalty = std::llround(idle * framework::kMaxExtenderScore / 2);
-  return std::max<std::int64_t>(1, band_score - penalty);
 }
 
 }  // namespace
@@ -168,13 +141,13 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (rare.active()) reserved_at.push_back(reserved);
       if (v != nullptr) band.Offer(v->score100, v->capacity, reserved);
       verdicts.push_back(v);
-      if (packs_cpu) idle.push_back(v == nullptr ? 0 : IdleShare(snap.briefs()[i]));
+      if (packs_cpu) idle.push_back(IdleGpuShare(snap.briefs()[i].hardware, snap.briefs()[i].free_by_vendor));
     }
     for (std::size_t k = 0; k < nodes.size(); ++k) {
       const ClassVerdict* v = verdicts[k];
       const bool reserved = rare.active() && reserved_at[k] != 0;
       std::int64_t score = v != nullptr ? band.ExtenderScore(v->score100, v->capacity, reserved) : 0;
-      if (packs_cpu) score = CpuPodScore(score, idle[k]);
+      if (packs_cpu) score = CpuPodScore(static_cast<int>(score), idle[k]);
       scores.push_back({nodes[k].name, score});
     }
     WriteHostPriorityList(resp.body, scores);

@@ -335,6 +335,14 @@ TEST(ExtenderPrioritize, APodWithoutDevicesScoresWhereItsCpuStrandsTheFewestGpus
   EXPECT_EQ(s["full"], 10);
   EXPECT_EQ(s["cpu-node"], 10);
   const int big_on_free = s["free"];
+  // /explain scores and ranks as prioritize-cpu does.
+  const json e = PostJson(c, "/explain", MakePod(big).dump());
+  EXPECT_EQ(e["packsCpu"], true) << e.dump(2);
+  EXPECT_EQ(e["best"], "full") << e.dump(2);
+  ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
+  for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], s[n["name"].get<std::string>()]) << e.dump(2);
+  EXPECT_EQ(e["nodes"][0]["name"], "full");
+  EXPECT_EQ(e["nodes"][1]["idleGpuShare"], 1.0);
   EXPECT_EQ(scores("/scheduler/prioritize", big), s) << "both entries score such a pod alike";
   // Filter and bind take it anywhere, with nothing allocated.
   EXPECT_EQ(PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(big), {"full", "free"}))["NodeNames"],
@@ -353,6 +361,26 @@ TEST(ExtenderPrioritize, APodWithoutDevicesScoresWhereItsCpuStrandsTheFewestGpus
   // A pod that asks devices: the main entry scores it, this one names no host.
   EXPECT_TRUE(PostJson(c, "/scheduler/prioritize-cpu", ExtenderArgs(MakePod(one), {"full", "free"})).empty());
   EXPECT_EQ(GpusHeld(h.store(), "free"), 0);
+}
+
+// Two nodes of one class whose free CPU differs where it binds: /explain gives each its own
+// score, as prioritize does (it once kept one result per class).
+TEST(ExtenderExplain, NodesOfOneClassWhoseCpuBindsAreExplainedWithTheirOwnCpu) {
+  Harness h(Nodes{{"a", "hgx-h100-8gpu"}, {"b", "hgx-h100-8gpu"}});
+  const auto topology = h.store().snapshot()->Find("a")->topology;
+  for (const char* n : {"a", "b"}) ASSERT_TRUE(h.store().UpsertNode({n, topology, {}, true, 128000}).ok());
+  h.store().SetPodCpu("uid-cpu", "a", 100000);
+  HttpClient c(h.port());
+  const PodSpec one{.name = "one", .uid = "uid-one", .gpus = 1, .cpu = "16"};
+  std::map<std::string, int> score;
+  for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(one), {"a", "b"}))) {
+    score[hp["Host"]] = hp["Score"];
+  }
+  EXPECT_LT(score["a"], score["b"]) << "a's 28 free cores strand GPUs for the 16-core shape";
+  const json e = PostJson(c, "/explain", MakePod(one).dump());
+  ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
+  for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], score[n["name"].get<std::string>()]) << e.dump(2);
+  EXPECT_EQ(e["best"], "b");
 }
 
 // A rare node class last (docs/placement.md): "rare" is the only node that can host the
