@@ -20,10 +20,10 @@ import (
 // that asks 32 cores, gpu-free has none taken. The typical pods (the extender's window) ask one
 // GPU with 64 cores, or eight with 32. An 80-core pod without GPUs leaves 48 cores on gpu-free,
 // too few for the 64-core shape: its eight GPUs would be stranded for it. On gpu-full it strands
-// nothing (no GPU is free there). kube-scheduler's own scores prefer gpu-free (LeastAllocated:
-// 32 cores fewer requested; BalancedAllocation too), so the pod lands on gpu-full only by the
-// extender's score (without the second entry it lands on gpu-free: checked with
-// kubeScheduler.scoreCpuPods=false).
+// nothing (no GPU is free there). kube-scheduler's own scores prefer gpu-free
+// (BalancedAllocation: 32 cores fewer requested; the chart's NodeResourcesFit scores GPUs only,
+// which the pod does not ask), so the pod lands on gpu-full only by the extender's score (without
+// the second entry it lands on gpu-free: checked with kubeScheduler.scoreCpuPods=false).
 func TestKubeSchedulerCpuPods(t *testing.T) {
 	c := newCluster(t, "TestKubeSchedulerCpuPods")
 	ctx := context.Background()

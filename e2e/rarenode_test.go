@@ -72,10 +72,11 @@ func TestKubeSchedulerRareNodeClass(t *testing.T) {
 	}
 	deletePod(whole0.name)
 
-	// kube-scheduler's own scores (LeastAllocated, BalancedAllocation) would send the next pod to
-	// the emptier node: a CPU-heavy pod without GPUs on gpu-common makes gpu-rare the emptier,
-	// so where the small pod lands is the extender's doing (without the rule both nodes get 10
-	// and kube-scheduler picks gpu-rare; checked with capacity.rareClassLast=false).
+	// kube-scheduler's own scores prefer gpu-rare for the next pod: the chart's MostAllocated
+	// over GPUs (gpu-rare holds five of them), and BalancedAllocation once a CPU-heavy pod
+	// without GPUs runs on gpu-common. So where the small pod lands is the extender's doing
+	// (without the rule both nodes get 10 and kube-scheduler picks gpu-rare; checked with
+	// capacity.rareClassLast=false, before the chart's MostAllocated).
 	filler := c.podObject(schedulerName, podSpec{name: "cpu-filler", node: "gpu-common"})
 	filler.Spec.Containers[0].Resources = corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100")},

@@ -7,10 +7,13 @@
 // With `kube` the node is chosen as the chart's kube-scheduler chooses it
 // (deploy/kube-scheduler/scheduler-config.yaml): the extender's 0-10 score times its weight 5
 // times 10, plus the in-tree scores that differ between the trace's nodes, NodeResourcesFit
-// (LeastAllocated over CPU and memory, weight 1 each) and NodeResourcesBalancedAllocation, each
-// with plugin weight 1 (pkg/scheduler/framework/plugins/noderesources/least_allocated.go,
+// (the chart's MostAllocated over nvidia.com/gpu, kubeScheduler.binpackGpus; a pod that asks no
+// GPU is not scored on it) and NodeResourcesBalancedAllocation (CPU and memory), each with plugin
+// weight 1 (pkg/scheduler/framework/plugins/noderesources/most_allocated.go,
 // balanced_allocation.go, resource_allocation.go and extender.go's prioritize scaling, read at
-// k8s.io/kubernetes v1.37.2, the version e2e/ pins). The other default score plugins give every
+// k8s.io/kubernetes v1.37.2, the version e2e/ pins). A node's nvidia.com/gpu is what HAMi's device
+// plugin advertises, its GPUs x deviceSplitCount (10, HAMi's default); a task asks its whole
+// GPUs, a share 1. The other default score plugins give every
 // trace node the same score (no taints, affinities, volumes, images or owners). Pods asking no
 // managed resource (CPU-only tasks) reach only the chart's second extender entry, which has no
 // managedResources and names prioritize-cpu (kubeScheduler.scoreCpuPods): its score is added as
@@ -50,18 +53,16 @@ using json = nlohmann::json;
 constexpr std::int64_t kMaxNodeScore = 100;
 constexpr std::int64_t kMaxExtenderPriority = 10;
 constexpr std::int64_t kChartExtenderWeight = 5;
-// schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: what scoring counts for a container
-// that requests none (the trace has tasks with memory 0).
-constexpr std::int64_t kDefaultMilliCpu = 100;
-constexpr std::int64_t kDefaultMemoryMib = 200;
+// HAMi's default deviceSplitCount: the nvidia.com/gpu its device plugin advertises per GPU.
+constexpr std::int64_t kHamiSplitCount = 10;
 
-std::int64_t NonZeroCpu(const TraceTask& t) { return t.cpu_milli > 0 ? t.cpu_milli : kDefaultMilliCpu; }
-std::int64_t NonZeroMemory(const TraceTask& t) { return t.memory_mib > 0 ? t.memory_mib : kDefaultMemoryMib; }
+// The nvidia.com/gpu a task requests: its whole GPUs, or 1 for a share (HAMi's vGPU).
+std::int64_t GpuResource(const TraceTask& t) { return t.gpus; }
 
-// least_allocated.go's leastRequestedScore.
-std::int64_t LeastRequested(std::int64_t requested, std::int64_t capacity) {
-  if (capacity == 0 || requested > capacity) return 0;
-  return (capacity - requested) * kMaxNodeScore / capacity;
+// most_allocated.go's mostRequestedScore.
+std::int64_t MostRequested(std::int64_t requested, std::int64_t capacity) {
+  if (capacity == 0) return 0;
+  return std::min(requested, capacity) * kMaxNodeScore / capacity;
 }
 
 class ExtenderTracePolicy : public TracePolicy {
@@ -175,8 +176,7 @@ class ExtenderTracePolicy : public TracePolicy {
 
   Status Placed(int node, const TraceTask& task, const Choice&, const NodeRuntime& rt) override {
     Requested& r = requested_[Idx(node)];
-    r.cpu += NonZeroCpu(task);
-    r.memory += NonZeroMemory(task);
+    r.gpu += GpuResource(task);
     r.cpu_requested += task.cpu_milli;
     r.memory_requested += task.memory_mib;
     const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
@@ -202,7 +202,7 @@ class ExtenderTracePolicy : public TracePolicy {
 
  private:
   struct Requested {
-    std::int64_t cpu = 0, memory = 0;                      // non-zero requests (LeastAllocated's count)
+    std::int64_t gpu = 0;                                  // nvidia.com/gpu (MostAllocated's count)
     std::int64_t cpu_requested = 0, memory_requested = 0;  // the requests (BalancedAllocation's: useRequested)
   };
 
@@ -244,23 +244,18 @@ class ExtenderTracePolicy : public TracePolicy {
     for (std::size_t k = 0; k < names_.size(); ++k) {
       const auto it = score.find(names_[k]);
       if (it == score.end()) continue;
-      total[k] += kube_ ? it->second * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
+      total[k] += kube_ ? it->second * (std::getenv("SCRATCH_W") ? std::atoi(std::getenv("SCRATCH_W")) : kChartExtenderWeight) * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
     }
   }
 
-  // NodeResourcesFit (LeastAllocated over the non-zero requests, CPU and memory at weight 1) +
-  // NodeResourcesBalancedAllocation (over the requests themselves), each with the pod's added.
+  // NodeResourcesFit (MostAllocated over nvidia.com/gpu, skipped for a task that asks none:
+  // resource_allocation.go leaves an extended resource the pod does not request out) +
+  // NodeResourcesBalancedAllocation (CPU and memory, over the requests), each with the pod's added.
   std::int64_t InTreeScore(int node, const TraceTask& task) const {
     const TraceNode& n = s_.trace->nodes[Idx(node)];
     const Requested& r = requested_[Idx(node)];
-    std::int64_t sum = 0, weights = 0;
-    for (const auto& [req, cap] : {std::pair{r.cpu + NonZeroCpu(task), n.cpu_milli},
-                                   std::pair{r.memory + NonZeroMemory(task), n.memory_mib}}) {
-      if (cap == 0) continue;
-      sum += LeastRequested(req, cap);
-      ++weights;
-    }
-    const std::int64_t least = weights == 0 ? 0 : sum / weights;
+    const std::int64_t most =
+        GpuResource(task) > 0 ? MostRequested(r.gpu + GpuResource(task), n.gpus * kHamiSplitCount) : 0;
     std::vector<double> fractions;
     for (const auto& [req, cap] : {std::pair{r.cpu_requested + task.cpu_milli, n.cpu_milli},
                                    std::pair{r.memory_requested + task.memory_mib, n.memory_mib}}) {
@@ -269,7 +264,7 @@ class ExtenderTracePolicy : public TracePolicy {
     }
     const double std = fractions.size() == 2 ? std::abs((fractions[0] - fractions[1]) / 2) : 0.0;
     const auto balanced = static_cast<std::int64_t>((1 - std) * static_cast<double>(kMaxNodeScore));
-    return least + balanced;
+    return most + balanced;
   }
 
   Result<json> Call(std::string_view path, const std::string& body) {

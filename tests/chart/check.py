@@ -300,6 +300,27 @@ def check_kube_scheduler_config(text, where, ctx):
     if cfg.get("apiVersion") != "kubescheduler.config.k8s.io/v1" or cfg.get("kind") != "KubeSchedulerConfiguration":
         fail(where, "not a kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration")
     check_kube_extenders(cfg.get("extenders") or [], where, ctx)
+    check_binpack_gpus((cfg.get("profiles") or [{}])[0], where, ctx)
+
+
+def check_binpack_gpus(profile, where, ctx):
+    # kubeScheduler.binpackGpus: NodeResourcesFit's MostAllocated over those resources, each
+    # weight 1..100 (kube-scheduler's ValidateNodeResourcesFitArgs).
+    fit = [p for p in profile.get("pluginConfig") or [] if p.get("name") == "NodeResourcesFit"]
+    if not ctx["binpack"]:
+        if fit:
+            fail(where, "binpackGpus is empty but the profile configures NodeResourcesFit")
+        return
+    if len(fit) != 1:
+        fail(where, "binpackGpus: the profile must configure NodeResourcesFit once")
+        return
+    strategy = (fit[0].get("args") or {}).get("scoringStrategy") or {}
+    names = [r.get("name") for r in strategy.get("resources") or []]
+    if strategy.get("type") != "MostAllocated" or names != ctx["binpack"]:
+        fail(where, f"NodeResourcesFit must score MostAllocated over {ctx['binpack']}, not {strategy}")
+    for r in strategy.get("resources") or []:
+        if not isinstance(r.get("weight"), int) or not 1 <= r["weight"] <= 100:
+            fail(where, f"NodeResourcesFit resource {r.get('name')} weight must be 1..100")
 
 
 def check_kube_extenders(extenders, where, ctx):
@@ -425,7 +446,8 @@ def check_case(path, notes_path, schemas, toposched, opts):
     ctx = {"fullname": fullname, "namespace": namespace, "tls": tls, "scheme": "https" if tls else "http",
            "mtls": "--tls-client-ca" in args, "insecure": tls_values.get("insecureSkipVerify") is True,
            "service_port": service["spec"]["ports"][0]["port"] if service else None,
-           "score_cpu": (values_doc.get("kubeScheduler") or {}).get("scoreCpuPods", True) is not False}
+           "score_cpu": (values_doc.get("kubeScheduler") or {}).get("scoreCpuPods", True) is not False,
+           "binpack": (values_doc.get("kubeScheduler") or {}).get("binpackGpus", ["nvidia.com/gpu", "amd.com/gpu"])}
 
     names = set()
     for i, o in enumerate(objs):
