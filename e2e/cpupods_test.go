@@ -20,10 +20,12 @@ import (
 // that asks 32 cores, gpu-free has none taken. The typical pods (the extender's window) ask one
 // GPU with 64 cores, or eight with 32. An 80-core pod without GPUs leaves 48 cores on gpu-free,
 // too few for the 64-core shape: its eight GPUs would be stranded for it. On gpu-full it strands
-// nothing (no GPU is free there). kube-scheduler's own scores prefer gpu-free
-// (BalancedAllocation: 32 cores fewer requested; the chart's NodeResourcesFit scores GPUs only,
-// which the pod does not ask), so the pod lands on gpu-full only by the extender's score (without
-// the second entry it lands on gpu-free: checked with kubeScheduler.scoreCpuPods=false).
+// nothing (no GPU is free there). Two 8-core pods after it strand nothing anywhere, and still go
+// to gpu-full: its GPUs are all taken, gpu-free's are all idle (CpuPodScore). kube-scheduler's
+// own scores do not tell the two nodes apart (the chart's NodeResourcesFit scores GPUs only,
+// which these pods do not ask, and BalancedAllocation is off), so without the second entry each
+// pod lands on either at random (with kubeScheduler.scoreCpuPods=false the test fails 7 times in
+// 8).
 func TestKubeSchedulerCpuPods(t *testing.T) {
 	c := newCluster(t, "TestKubeSchedulerCpuPods")
 	ctx := context.Background()
@@ -89,6 +91,12 @@ func TestKubeSchedulerCpuPods(t *testing.T) {
 	if n := nodeOf("cpu-only"); n != "gpu-full" {
 		t.Errorf("cpu-only on %s, want gpu-full: on gpu-free its 80 cores would strand 8 GPUs for the 64-core pods\n"+
 			"--- extender log tail:\n%s", n, r.proc.Tail(3000))
+	}
+	for _, name := range []string{"small-1", "small-2"} {
+		create(name, "", 0, "8")
+		if n := nodeOf(name); n != "gpu-full" {
+			t.Errorf("%s on %s, want gpu-full: every GPU there is taken, none on gpu-free", name, n)
+		}
 	}
 	answered := c.proxy.Answered()["/scheduler/prioritize-cpu"]
 	if answered[200] == 0 {

@@ -6,14 +6,14 @@
 //
 // With `kube` the node is chosen as the chart's kube-scheduler chooses it
 // (deploy/kube-scheduler/scheduler-config.yaml): the extender's 0-10 score times its weight 5
-// times 10, plus the in-tree scores that differ between the trace's nodes, NodeResourcesFit
-// (the chart's MostAllocated over nvidia.com/gpu, kubeScheduler.binpackGpus; a pod that asks no
-// GPU is not scored on it) and NodeResourcesBalancedAllocation (CPU and memory), each with plugin
-// weight 1 (pkg/scheduler/framework/plugins/noderesources/most_allocated.go,
-// balanced_allocation.go, resource_allocation.go and extender.go's prioritize scaling, read at
-// k8s.io/kubernetes v1.37.2, the version e2e/ pins). A node's nvidia.com/gpu is what HAMi's device
-// plugin advertises, its GPUs x deviceSplitCount (10, HAMi's default); a task asks its whole
-// GPUs, a share 1. The other default score plugins give every
+// times 10, plus the in-tree score that differs between the trace's nodes, NodeResourcesFit: the
+// chart's MostAllocated over nvidia.com/gpu with plugin weight 1 (kubeScheduler.binpackGpus,
+// which also turns NodeResourcesBalancedAllocation off; a pod that asks no GPU is not scored on
+// it), as pkg/scheduler/framework/plugins/noderesources/most_allocated.go,
+// resource_allocation.go and extender.go's prioritize scaling compute it at k8s.io/kubernetes
+// v1.37.2, the version e2e/ pins. A node's nvidia.com/gpu is what HAMi's device plugin
+// advertises, its GPUs x deviceSplitCount (10, HAMi's default); a task asks its whole GPUs, a
+// share 1. The other default score plugins give every
 // trace node the same score (no taints, affinities, volumes, images or owners). Pods asking no
 // managed resource (CPU-only tasks) reach only the chart's second extender entry, which has no
 // managedResources and names prioritize-cpu (kubeScheduler.scoreCpuPods): its score is added as
@@ -23,8 +23,8 @@
 // draws among ties at random).
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -71,7 +71,8 @@ class ExtenderTracePolicy : public TracePolicy {
       : s_(s),
         framework_(std::move(fw)),
         store_(nullptr, extender::StoreOptionsFor(framework_.config())),
-        kube_(kube) {}
+        kube_(kube),
+        ties_(s.rng) {}  // a copy: the replay's own stream is left as it is
 
   Status Build() {
     MachineShapes shapes;
@@ -82,7 +83,7 @@ class ExtenderTracePolicy : public TracePolicy {
       if (!topology.ok()) return topology.error();
       specs.push_back({n.name, *topology, {{"kubernetes.io/hostname", n.name}}, true, n.cpu_milli});
       index_.emplace(n.name, static_cast<int>(i));
-      requested_.emplace_back();
+      gpu_requested_.push_back(0);
     }
     if (Status st = store_.UpsertNodes(std::move(specs)); !st.ok()) return st.error().WithContext("extender policy");
     store_.SetSynced(true);
@@ -143,15 +144,24 @@ class ExtenderTracePolicy : public TracePolicy {
       if (managed && !scored_cpu->empty()) return Error("extender prioritize-cpu scored a pod that asks devices");
       AddScores(*scored_cpu, total);
     }
+    // The highest total wins. Among equals kube-scheduler draws one at random (schedule_one.go
+    // selectHost: reservoir sampling); the extender's own ranking takes the lowest node rank, the
+    // replay's rule for the other policies.
     int best = -1;
     std::int64_t best_total = 0;
+    std::uint32_t ties = 0;
     for (std::size_t k = 0; k < names_.size(); ++k) {
       if (!passed[k]) continue;
       const int node = index_.at(names_[k]);
-      if (best < 0 || total[k] > best_total ||
-          (total[k] == best_total && s_.node_rank[Idx(node)] < s_.node_rank[Idx(best)])) {
+      if (best < 0 || total[k] > best_total) {
         best = node;
         best_total = total[k];
+        ties = 1;
+      } else if (total[k] == best_total) {
+        const bool take = kube_ ? std::uniform_int_distribution<std::uint32_t>(0, ties)(ties_) == 0
+                                : s_.node_rank[Idx(node)] < s_.node_rank[Idx(best)];
+        ++ties;
+        if (take) best = node;
       }
     }
     if (best < 0) return Choice{};
@@ -175,10 +185,7 @@ class ExtenderTracePolicy : public TracePolicy {
   }
 
   Status Placed(int node, const TraceTask& task, const Choice&, const NodeRuntime& rt) override {
-    Requested& r = requested_[Idx(node)];
-    r.gpu += GpuResource(task);
-    r.cpu_requested += task.cpu_milli;
-    r.memory_requested += task.memory_mib;
+    gpu_requested_[Idx(node)] += GpuResource(task);
     const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
     const state::NodeRecord* record = snap->Find(s_.trace->nodes[Idx(node)].name);
     if (record == nullptr) return Error("extender policy: node " + s_.trace->nodes[Idx(node)].name + " left the store");
@@ -201,11 +208,6 @@ class ExtenderTracePolicy : public TracePolicy {
   }
 
  private:
-  struct Requested {
-    std::int64_t gpu = 0;                                  // nvidia.com/gpu (MostAllocated's count)
-    std::int64_t cpu_requested = 0, memory_requested = 0;  // the requests (BalancedAllocation's: useRequested)
-  };
-
   // A trace task as a Pod: its CPU and memory requests; a share of one GPU as HAMi asks it
   // (nvidia.com/gpu 1 with gpucores and gpumem-percentage at the task's fraction: the trace's
   // gpu_milli is both, and every value in it is a multiple of 10 milli); whole GPUs as
@@ -244,27 +246,16 @@ class ExtenderTracePolicy : public TracePolicy {
     for (std::size_t k = 0; k < names_.size(); ++k) {
       const auto it = score.find(names_[k]);
       if (it == score.end()) continue;
-      total[k] += kube_ ? it->second * (std::getenv("SCRATCH_W") ? std::atoi(std::getenv("SCRATCH_W")) : kChartExtenderWeight) * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
+      total[k] += kube_ ? it->second * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
     }
   }
 
-  // NodeResourcesFit (MostAllocated over nvidia.com/gpu, skipped for a task that asks none:
-  // resource_allocation.go leaves an extended resource the pod does not request out) +
-  // NodeResourcesBalancedAllocation (CPU and memory, over the requests), each with the pod's added.
+  // NodeResourcesFit: MostAllocated over nvidia.com/gpu with the pod's added, 0 for a task that
+  // asks none (resource_allocation.go leaves an extended resource the pod does not request out).
   std::int64_t InTreeScore(int node, const TraceTask& task) const {
-    const TraceNode& n = s_.trace->nodes[Idx(node)];
-    const Requested& r = requested_[Idx(node)];
-    const std::int64_t most =
-        GpuResource(task) > 0 ? MostRequested(r.gpu + GpuResource(task), n.gpus * kHamiSplitCount) : 0;
-    std::vector<double> fractions;
-    for (const auto& [req, cap] : {std::pair{r.cpu_requested + task.cpu_milli, n.cpu_milli},
-                                   std::pair{r.memory_requested + task.memory_mib, n.memory_mib}}) {
-      if (cap == 0) continue;
-      fractions.push_back(std::min(1.0, static_cast<double>(req) / static_cast<double>(cap)));
-    }
-    const double std = fractions.size() == 2 ? std::abs((fractions[0] - fractions[1]) / 2) : 0.0;
-    const auto balanced = static_cast<std::int64_t>((1 - std) * static_cast<double>(kMaxNodeScore));
-    return most + balanced;
+    if (GpuResource(task) == 0) return 0;
+    return MostRequested(gpu_requested_[Idx(node)] + GpuResource(task),
+                         s_.trace->nodes[Idx(node)].gpus * kHamiSplitCount);
   }
 
   Result<json> Call(std::string_view path, const std::string& body) {
@@ -285,8 +276,9 @@ class ExtenderTracePolicy : public TracePolicy {
   metrics::Registry metrics_;
   std::unique_ptr<extender::ExtenderService> service_;
   bool kube_ = false;
+  std::mt19937 ties_;  // kube-scheduler's draw among equal totals
   std::unordered_map<std::string, int> index_;
-  std::vector<Requested> requested_;
+  std::vector<std::int64_t> gpu_requested_;  // nvidia.com/gpu requested per node
   std::vector<std::string> names_;
 };
 

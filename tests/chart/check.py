@@ -307,10 +307,13 @@ def check_binpack_gpus(profile, where, ctx):
     # kubeScheduler.binpackGpus: NodeResourcesFit's MostAllocated over those resources, each
     # weight 1..100 (kube-scheduler's ValidateNodeResourcesFitArgs).
     fit = [p for p in profile.get("pluginConfig") or [] if p.get("name") == "NodeResourcesFit"]
+    disabled = [p.get("name") for p in ((profile.get("plugins") or {}).get("score") or {}).get("disabled") or []]
     if not ctx["binpack"]:
-        if fit:
-            fail(where, "binpackGpus is empty but the profile configures NodeResourcesFit")
+        if fit or disabled:
+            fail(where, "binpackGpus is empty but the profile configures NodeResourcesFit or disables score plugins")
         return
+    if disabled != ["NodeResourcesBalancedAllocation"]:
+        fail(where, f"binpackGpus: the profile must disable NodeResourcesBalancedAllocation only, not {disabled}")
     if len(fit) != 1:
         fail(where, "binpackGpus: the profile must configure NodeResourcesFit once")
         return
