@@ -17,6 +17,7 @@
 // them so little left (0.1-7.9 cores, each its own milli value) that it binds the packing score
 // of the bench's 4-core pods (Evaluator::CpuBound: 4 cores + the typical pods' 4): those nodes
 // are scored one by one. Without it nodes carry no CPU (the file source), as before.
+// `--only cpu-pods`: prioritize-cpu for a pod that asks no device and for a GPU pod (CpuPods).
 // `--only store`: one pod's CPU request set and taken back (ClusterStore::SetPodCpu, what each
 // bound pod's event costs) beside a device bind and release, at 5,000 nodes.
 //
@@ -341,6 +342,44 @@ void InProcess(World& w, int names_count, int iterations, const char* pool = nul
               os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
 }
 
+// --only cpu-pods: prioritize-cpu (the chart's second extenders entry, called for every pod):
+// for a pod that asks no device (4 cores), scored node by node as prioritize scores a GPU pod,
+// and for the bench's GPU pod, answered `[]`; beside the floor prioritize on the same bodies.
+void CpuPods(World& w, int names_count, int iterations) {
+  const std::vector<std::string> names = Names(names_count);
+  extender::WireReader reader;
+  std::string out;
+  server::HttpResponse rs;
+  std::vector<double> cpu_us, gpu_us, floor_us;
+  for (int i = 0; i < iterations; ++i) {
+    PodSpec cpu{.name = "web-" + std::to_string(i), .ns = "web", .uid = "web-uid-" + std::to_string(names_count * 10000 + i)};
+    const std::string cpu_body = testing::ExtenderArgs(testing::MakePod(cpu), names);
+    const std::string gpu_body = PodBody(names_count * 10000 + 7000000 + i, names);
+    auto t0 = Clock::now();
+    FloorHandler(reader, "/scheduler/prioritize", cpu_body, out);
+    auto t1 = Clock::now();
+    w.service->Handle(server::HttpRequest{"POST", "/scheduler/prioritize-cpu", "application/json", cpu_body, "bench"}, rs);
+    auto t2 = Clock::now();
+    if (rs.status != 200 || rs.body.size() < 3) {
+      std::fprintf(stderr, "bench: prioritize-cpu failed: %s\n", rs.body.c_str());
+      std::exit(1);
+    }
+    w.service->Handle(server::HttpRequest{"POST", "/scheduler/prioritize-cpu", "application/json", gpu_body, "bench"}, rs);
+    auto t3 = Clock::now();
+    if (rs.status != 200 || rs.body != "[]") {
+      std::fprintf(stderr, "bench: prioritize-cpu of a GPU pod: %s\n", rs.body.c_str());
+      std::exit(1);
+    }
+    floor_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    cpu_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    gpu_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+  }
+  const Stats c = Summarize(cpu_us), g = Summarize(gpu_us), f = Summarize(floor_us);
+  std::printf("prioritize-cpu %5d names: CPU-only pod p50 %7.1f us p99 %7.1f (%.2fx the floor) | GPU pod ([]) p50 %7.1f "
+              "p99 %7.1f | floor prioritize p50 %7.1f p99 %7.1f\n",
+              names_count, c.p50_us, c.p99_us, c.p50_us / f.p50_us, g.p50_us, g.p99_us, f.p50_us, f.p99_us);
+}
+
 std::unique_ptr<server::HttpServer> StartServer(server::Handler handler) {
   server::ServerOptions so;
   so.address = "127.0.0.1";
@@ -537,6 +576,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
   if (only.empty() || only == "store") StoreCost(w, iterations);
+  if (only.empty() || only == "cpu-pods") for (int n : {500, 5000}) CpuPods(w, n, iterations);
   if (only == "rare") {
     // A rare node class (docs/placement.md, "A rare node class last"): one node in eight can run
     // an 8-GPU, 8-NIC pod, and the extender has seen 40 such pods (filter calls, not timed), so
