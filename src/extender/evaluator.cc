@@ -229,9 +229,30 @@ std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::Node
   return (record.class_key ^ std::hash<std::string_view>{}(record.name)) * 1099511628211ull;
 }
 
-std::uint64_t Evaluator::CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_free_milli) {
+std::uint64_t Evaluator::CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_class) {
   constexpr std::uint64_t kCpuSalt = 0x43505521u;  // "CPU!": apart from every class key
-  return Mix64(verdict_key ^ Mix64(static_cast<std::uint64_t>(cpu_free_milli) ^ kCpuSalt));
+  return Mix64(verdict_key ^ Mix64(static_cast<std::uint64_t>(cpu_class) ^ kCpuSalt));
+}
+
+std::vector<std::int64_t> Evaluator::CpuThresholds(const PlacementRequest& r, const packing::ShapeMix* mix) {
+  std::vector<std::int64_t> out;
+  if (mix != nullptr && !mix->shapes.empty()) {
+    for (const packing::WeightedShape& w : mix->shapes) out.push_back(w.shape.cpu_milli);
+  } else {
+    out.push_back(r.cpu_milli);  // ExpectedFragmentation packs for the pod itself without a mix
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::int64_t Evaluator::CpuClass(const std::vector<std::int64_t>& thresholds, std::int64_t pod_cpu_milli,
+                                 std::int64_t cpu_free_milli) {
+  const auto fitting = [&](std::int64_t cpu) {
+    return static_cast<std::int64_t>(std::upper_bound(thresholds.begin(), thresholds.end(), cpu) - thresholds.begin());
+  };
+  const auto n = static_cast<std::int64_t>(thresholds.size()) + 1;
+  return fitting(cpu_free_milli) * n + fitting(std::max<std::int64_t>(0, cpu_free_milli - pod_cpu_milli));
 }
 
 std::int64_t Evaluator::CpuBound(const PlacementRequest& r, const packing::ShapeMix* mix) {
@@ -250,7 +271,11 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   const bool pool_pod = IsPoolPod(entry.request);
   const bool pool_scores = pool_pod && want == Want::kScores;
   const std::uint64_t class_verdict_key = VerdictKey(entry.request, record);
-  const std::uint64_t verdict_key = cpu_free >= 0 ? CpuVerdictKey(class_verdict_key, cpu_free) : class_verdict_key;
+  const std::uint64_t verdict_key =
+      cpu_free >= 0
+          ? CpuVerdictKey(class_verdict_key,
+                          CpuClass(CpuThresholds(entry.request, entry.mix.get()), entry.request.cpu_milli, cpu_free))
+          : class_verdict_key;
   std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(verdict_key);
   if (base != nullptr && !(pool_scores && base->passes())) return base;
   if (!cycle) {
@@ -546,6 +571,7 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       pool_scoring_(IsPoolPod(entry.request) && want == Want::kScores),
       per_node_(entry.request.NamesGpuUuids()),
       cpu_bound_(want == Want::kScores ? Evaluator::CpuBound(entry.request, entry.mix.get()) : 0) {
+  if (cpu_bound_ > 0) cpu_thresholds_ = Evaluator::CpuThresholds(entry.request, entry.mix.get());
   local_.clear();  // before the arena its pointers may point into
   many_.clear();
   if (!pool_scoring_) return;
@@ -744,7 +770,7 @@ const ClassVerdict* NodeVerdicts::At(std::size_t i) {
   // bit set, so the mode tells them apart, not the bit.
   const bool own = per_node_ || (pool_scoring_ && (key & kOwnKey) != 0);
   if (const std::int64_t cpu = CpuFreeIfBinding(i); cpu >= 0 && !own) {
-    key = Evaluator::CpuVerdictKey(key, cpu) & ~kOwnKey;
+    key = Evaluator::CpuVerdictKey(key, Evaluator::CpuClass(cpu_thresholds_, entry_.request.cpu_milli, cpu)) & ~kOwnKey;
   }
   auto& direct = direct_[(key ^ (key >> 29) ^ (key >> 47)) & (kDirect - 1)];
   if (direct.second != nullptr && direct.first == key) return direct.second;

@@ -123,8 +123,17 @@ class Evaluator {
   // names GPUs by UUID (which node classes leave out), the node itself.
   static std::uint64_t VerdictKey(const PlacementRequest& r, const state::NodeRecord& record);
   // The key of a verdict on a node whose free CPU binds the packing score (CpuBound): its
-  // verdict key and that CPU, so a verdict is kept per node state, not per class.
-  static std::uint64_t CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_free_milli);
+  // verdict key and the CPU's class (CpuClass), so such a verdict is kept per node state.
+  static std::uint64_t CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_class);
+  // What of a node's free CPU the packing score reads: which typical shapes (`mix`'s; the pod's
+  // own without one) fit in it before the pod and after it (packing::Fits compares a shape's CPU
+  // with the CPU left, nothing else reads it), as the counts of the shapes' distinct CPU requests
+  // at or below each. Nodes of one class whose free CPU has one class score alike, exactly: at
+  // 5,000 nodes whose CPU binds, a few verdicts instead of one per node. `thresholds`:
+  // CpuThresholds(r, mix).
+  static std::vector<std::int64_t> CpuThresholds(const PlacementRequest& r, const packing::ShapeMix* mix);
+  static std::int64_t CpuClass(const std::vector<std::int64_t>& thresholds, std::int64_t pod_cpu_milli,
+                               std::int64_t cpu_free_milli);
   // The free CPU below which a node's CPU changes the pod's packing score: the largest CPU of the
   // typical pods (and the pod's own) plus the pod's, for then a shape may not fit before or after
   // the pod. At or above it every shape fits either way, which is what a node whose CPU is unknown
@@ -267,6 +276,7 @@ class NodeVerdicts {
   // Scores only: nodes with less free CPU than this are keyed and evaluated with their own CPU
   // (Evaluator::CpuBound); the filter's pass or fail does not read CPU.
   std::int64_t cpu_bound_ = 0;
+  std::vector<std::int64_t> cpu_thresholds_;  // Evaluator::CpuThresholds, when CPU may bind
   std::int64_t CpuFreeIfBinding(std::size_t index) const;  // -1 where it does not bind
   bool positions_resolved_ = false;
   std::shared_ptr<const std::vector<framework::PoolMember>> pool_members_;

@@ -309,6 +309,49 @@ TEST_F(EvaluatorTest, ANodeWhoseCpuBindsIsScoredWithItsOwnCpu) {
   EXPECT_EQ(scores.at("roomy-a"), scores.at("roomy-b"));
 }
 
+// Nodes whose CPU binds share a verdict when the same typical shapes fit in their CPU before and
+// after the pod (Evaluator::CpuClass): what ExpectedFragmentation reads of CPU. Exact: each
+// shared verdict equals the node's own evaluation.
+TEST_F(EvaluatorTest, NodesWhoseCpuBindsAlikeShareOneVerdict) {
+  const auto hgx = Preset("hgx-h100-8gpu");
+  const auto add = [&](const std::string& name, std::int64_t cpu) {
+    state::NodeSpec spec{name, hgx, {}, true};
+    spec.cpu_allocatable_milli = cpu;
+    ASSERT_TRUE(store_.UpsertNode(std::move(spec)).ok());
+  };
+  // The typical pods ask 4 cores (kTwoGpus), so CPU binds below 8 cores; 4-7.999 cores fit the
+  // shape before the pod and none after, below 4 none either way.
+  for (int i = 0; i < 8; ++i) add("before-" + std::to_string(i), 4'000 + 500 * i);
+  for (int i = 0; i < 4; ++i) add("none-" + std::to_string(i), 500 + 1'000 * i);
+  std::shared_ptr<PodEntry> entry = Entry(kTwoGpus);
+  ASSERT_NE(entry, nullptr);
+  const std::vector<std::int64_t> thresholds = Evaluator::CpuThresholds(entry->request, entry->mix.get());
+  EXPECT_EQ(thresholds, (std::vector<std::int64_t>{4'000}));
+  EXPECT_EQ(Evaluator::CpuClass(thresholds, 4'000, 4'000), Evaluator::CpuClass(thresholds, 4'000, 7'999));
+  EXPECT_NE(Evaluator::CpuClass(thresholds, 4'000, 3'999), Evaluator::CpuClass(thresholds, 4'000, 4'000));
+  EXPECT_NE(Evaluator::CpuClass(thresholds, 4'000, 8'000), Evaluator::CpuClass(thresholds, 4'000, 7'999));
+
+  std::size_t evaluated = 0;
+  const auto scores = Verdicts(*entry, Want::kScores, &evaluated);
+  EXPECT_EQ(evaluated, 2u) << "one verdict per CPU class, not per node";
+  const auto snap = store_.snapshot();
+  for (const auto& [name, v] : scores) {
+    const state::NodeRecord* record = snap->Find(name);
+    PodEntry alone;  // a table of its own: nothing shared with the call above
+    alone.request = entry->request;
+    alone.interested = true;
+    alone.mix = entry->mix;
+    alone.packs_by_mix = entry->packs_by_mix;
+    std::optional<framework::CycleState> cycle;
+    EXPECT_EQ(v->score100, evaluator_.Evaluate(alone, cycle, *record, Want::kScores, snap, nullptr, nullptr, nullptr, 0,
+                                               record->cpu_free_milli())
+                               ->score100)
+        << name;
+  }
+  EXPECT_LT(scores.at("before-0")->score100, scores.at("none-0")->score100)
+      << "the pod spends the CPU the typical pods need only where they still fit";
+}
+
 TEST_F(EvaluatorTest, ANodeThatChangesLeavesItsClassAndIsEvaluatedAnew) {
   const auto hgx = Preset("hgx-h100-8gpu");
   AddNode("a", hgx);

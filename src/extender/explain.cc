@@ -192,6 +192,7 @@ Explanation Explain(const ExplainInput& in) {
   const bool scored = e.interested || e.packs_cpu;
   // As the verbs (NodeVerdicts): a node's own CPU only where it changes the packing score.
   const std::int64_t cpu_bound = Evaluator::CpuBound(in.request, in.shape_mix.get());
+  const std::vector<std::int64_t> cpu_thresholds = Evaluator::CpuThresholds(in.request, in.shape_mix.get());
   e.bound = in.allocation;
   const state::Snapshot& snap = *in.snapshot;
   if (e.bound) {
@@ -256,8 +257,11 @@ Explanation Explain(const ExplainInput& in) {
       continue;
     }
     if (info.cpu_milli_free >= cpu_bound) info.cpu_milli_free = -1;  // counted as enough, as the verbs do
-    const std::uint64_t key = info.cpu_milli_free >= 0 ? Evaluator::CpuVerdictKey(record->class_key, info.cpu_milli_free)
-                                                       : record->class_key;
+    const std::uint64_t key =
+        info.cpu_milli_free >= 0
+            ? Evaluator::CpuVerdictKey(record->class_key,
+                                       Evaluator::CpuClass(cpu_thresholds, in.request.cpu_milli, info.cpu_milli_free))
+            : record->class_key;
     if (e.packs_cpu) n.idle_gpus = IdleGpuShare(record->hardware, record->free_by_vendor);
     const bool cacheable = per_class && !own_node;
     ClassResult fresh;
