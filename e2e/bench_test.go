@@ -336,13 +336,7 @@ func (b *bench) schedulerConfig(v benchVariant) string {
 		}
 		for _, e := range exts {
 			ext := e.(map[string]any)
-			prefix, _ := ext["urlPrefix"].(string)
-			i := strings.Index(prefix, "://")
-			j := strings.Index(prefix[i+3:], "/")
-			if i < 0 || j < 0 {
-				b.t.Fatalf("urlPrefix %q", prefix)
-			}
-			ext["urlPrefix"] = fmt.Sprintf("http://127.0.0.1:%d%s", b.r.port, prefix[i+3+j:])
+			ext["urlPrefix"] = fmt.Sprintf("http://127.0.0.1:%d%s", b.r.port, urlPath(b.t, ext))
 		}
 	} else {
 		delete(cfg, "extenders")

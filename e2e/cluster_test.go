@@ -782,13 +782,8 @@ func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string
 	c.verbPaths = nil
 	for _, e := range exts {
 		ext := e.(map[string]any)
-		prefix, _ := ext["urlPrefix"].(string)
-		i := strings.Index(prefix, "://")
-		j := strings.Index(prefix[i+3:], "/")
-		if i < 0 || j < 0 {
-			t.Fatalf("urlPrefix %q", prefix)
-		}
-		ext["urlPrefix"] = c.proxy.URL + prefix[i+3+j:]
+		path := urlPath(t, ext)
+		ext["urlPrefix"] = c.proxy.URL + path
 		if tc, ok := ext["tlsConfig"].(map[string]any); ok {
 			if c.schedDep == nil {
 				t.Fatal("scheduler-config.yaml has a tlsConfig but the chart installed no scheduler Deployment")
@@ -807,7 +802,7 @@ func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string
 		}
 		for _, k := range []string{"filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"} {
 			if v, ok := ext[k].(string); ok && v != "" {
-				c.verbPaths = append(c.verbPaths, prefix[i+3+j:]+"/"+v)
+				c.verbPaths = append(c.verbPaths, path+"/"+v)
 			}
 		}
 	}
@@ -826,6 +821,64 @@ func (c *cluster) schedulerConfig(kubeconfig string) (path, schedulerName string
 		t.Fatal(err)
 	}
 	return path, schedulerName
+}
+
+// startLeaderAndScheduler starts the agents, one extender replica named after the chart's
+// Deployment plus `suffix`, the Service stand-in, and, once the replica holds the lease, the
+// chart's kube-scheduler; it returns the replica and the profile's schedulerName.
+func (c *cluster) startLeaderAndScheduler(suffix string) (*replica, string) {
+	t := c.t
+	c.startAgents()
+	name := c.extDep.Name + suffix
+	c.extenderPod(name)
+	r := c.startReplica(name)
+	c.startProxy()
+	c.waitReady(r, 90*time.Second)
+	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
+		return strings.HasPrefix(c.leaseHolder(), name), fmt.Errorf("lease holder %q", c.leaseHolder())
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, r.proc.Tail(3000))
+	}
+	c.cp.EnsureNamespace(t, workloadNS)
+	return r, c.startScheduler()
+}
+
+// nodeOf is the node workload pod `name` is bound to ("" while pending).
+func (c *cluster) nodeOf(name string) string {
+	pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatalf("get pod %s: %v", name, err)
+	}
+	return pod.Spec.NodeName
+}
+
+// deletePod deletes workload pod `name` at once and waits until the API server has no such pod.
+func (c *cluster) deletePod(name string) {
+	ctx := context.Background()
+	if err := c.cp.Admin.CoreV1().Pods(workloadNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		c.t.Fatalf("delete pod %s: %v", name, err)
+	}
+	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
+		_, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, name, metav1.GetOptions{})
+		return isNotFound(err), fmt.Errorf("pod %s still there (%v)", name, err)
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// urlPath is the path part of an extenders entry's urlPrefix ("https://host:port/scheduler" ->
+// "/scheduler").
+func urlPath(t testing.TB, ext map[string]any) string {
+	prefix, _ := ext["urlPrefix"].(string)
+	i := strings.Index(prefix, "://")
+	if i < 0 {
+		t.Fatalf("urlPrefix %q", prefix)
+	}
+	j := strings.Index(prefix[i+3:], "/")
+	if j < 0 {
+		t.Fatalf("urlPrefix %q", prefix)
+	}
+	return prefix[i+3+j:]
 }
 
 func (c *cluster) startScheduler() string {

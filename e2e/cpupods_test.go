@@ -2,16 +2,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"toposched.io/e2e/harness"
 )
 
 // TestKubeSchedulerCpuPods: a pod that asks no device, scored through the chart's second
@@ -36,19 +32,7 @@ func TestKubeSchedulerCpuPods(t *testing.T) {
 		{Name: "gpu-full", File: "aws__p4d.24xlarge_8xA100_4xEFA.nccl.xml", Labels: gpuNodes},
 		{Name: "gpu-free", File: "aws__p4d.24xlarge_8xA100_4xEFA.nccl.xml", Labels: gpuNodes},
 	})
-	c.startAgents()
-	replica := c.extDep.Name + "-e2e-cpu"
-	c.extenderPod(replica)
-	r := c.startReplica(replica)
-	c.startProxy()
-	c.waitReady(r, 90*time.Second)
-	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
-		return strings.HasPrefix(c.leaseHolder(), replica), fmt.Errorf("lease holder %q", c.leaseHolder())
-	}); err != nil {
-		t.Fatalf("%v\n%s", err, r.proc.Tail(3000))
-	}
-	c.cp.EnsureNamespace(t, workloadNS)
-	schedulerName := c.startScheduler()
+	r, schedulerName := c.startLeaderAndScheduler("-e2e-cpu")
 
 	create := func(name, node string, gpus int, cores string) {
 		pod := c.podObject(schedulerName, podSpec{name: name, gpus: gpus, node: node})
@@ -65,36 +49,20 @@ func TestKubeSchedulerCpuPods(t *testing.T) {
 		}
 		c.waitBound([]podSpec{{name: name, fits: true}}, 2*time.Minute)
 	}
-	nodeOf := func(name string) string {
-		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("get pod %s: %v", name, err)
-		}
-		return pod.Spec.NodeName
-	}
-
 	// The typical pods: the extender learns them from the GPU pods it is asked about. The
 	// one-GPU pod leaves again (the window keeps its shape).
 	create("one-gpu", "gpu-free", 1, "64")
-	if err := c.cp.Admin.CoreV1().Pods(workloadNS).Delete(ctx, "one-gpu", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatalf("delete pod one-gpu: %v", err)
-	}
-	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
-		_, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, "one-gpu", metav1.GetOptions{})
-		return isNotFound(err), fmt.Errorf("pod one-gpu still there (%v)", err)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c.deletePod("one-gpu")
 	create("whole", "gpu-full", 8, "32")
 
 	create("cpu-only", "", 0, "80")
-	if n := nodeOf("cpu-only"); n != "gpu-full" {
+	if n := c.nodeOf("cpu-only"); n != "gpu-full" {
 		t.Errorf("cpu-only on %s, want gpu-full: on gpu-free its 80 cores would strand 8 GPUs for the 64-core pods\n"+
 			"--- extender log tail:\n%s", n, r.proc.Tail(3000))
 	}
 	for _, name := range []string{"small-1", "small-2"} {
 		create(name, "", 0, "8")
-		if n := nodeOf(name); n != "gpu-full" {
+		if n := c.nodeOf(name); n != "gpu-full" {
 			t.Errorf("%s on %s, want gpu-full: every GPU there is taken, none on gpu-free", name, n)
 		}
 	}

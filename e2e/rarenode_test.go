@@ -2,16 +2,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"toposched.io/e2e/harness"
 )
 
 // TestKubeSchedulerRareNodeClass: a rare node class last (docs/placement.md) through the real
@@ -29,48 +25,17 @@ func TestKubeSchedulerRareNodeClass(t *testing.T) {
 		{Name: "gpu-rare", File: "azure__nd-a100-v4_8xA100_8xCX6.nccl.xml", Labels: leaf},
 		{Name: "gpu-common", File: "aws__p4d.24xlarge_8xA100_4xEFA.nccl.xml", Labels: leaf},
 	})
-	c.startAgents()
-	replica := c.extDep.Name + "-e2e-rare"
-	c.extenderPod(replica)
-	r := c.startReplica(replica)
-	c.startProxy()
-	c.waitReady(r, 90*time.Second)
-	if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
-		return strings.HasPrefix(c.leaseHolder(), replica), fmt.Errorf("lease holder %q", c.leaseHolder())
-	}); err != nil {
-		t.Fatalf("%v\n%s", err, r.proc.Tail(3000))
-	}
-	c.cp.EnsureNamespace(t, workloadNS)
-	schedulerName := c.startScheduler()
-
-	nodeOf := func(name string) string {
-		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("get pod %s: %v", name, err)
-		}
-		return pod.Spec.NodeName
-	}
-	deletePod := func(name string) {
-		if err := c.cp.Admin.CoreV1().Pods(workloadNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatalf("delete pod %s: %v", name, err)
-		}
-		if err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
-			_, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, name, metav1.GetOptions{})
-			return isNotFound(err), fmt.Errorf("pod %s still there (%v)", name, err)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r, schedulerName := c.startLeaderAndScheduler("-e2e-rare")
 
 	// The extender learns the typical pods from the pods it is asked about: a whole-node pod
 	// runs first (only gpu-rare fits it) and leaves.
 	whole0 := podSpec{name: "whole-0", gpus: 8, rdmaRes: 8, fits: true}
 	c.createPod(schedulerName, whole0)
 	c.waitBound([]podSpec{whole0}, 2*time.Minute)
-	if n := nodeOf(whole0.name); n != "gpu-rare" {
+	if n := c.nodeOf(whole0.name); n != "gpu-rare" {
 		t.Fatalf("%s on %s, want gpu-rare (the only node with 8 RDMA NICs)", whole0.name, n)
 	}
-	deletePod(whole0.name)
+	c.deletePod(whole0.name)
 
 	// kube-scheduler's own scores prefer gpu-rare for the next pod: the chart's MostAllocated
 	// over GPUs (gpu-rare holds five of them), and BalancedAllocation once a CPU-heavy pod
@@ -89,22 +54,22 @@ func TestKubeSchedulerRareNodeClass(t *testing.T) {
 	big := podSpec{name: "big", gpus: 5, rdmaRes: 5, fits: true}
 	c.createPod(schedulerName, big)
 	c.waitBound([]podSpec{big}, 2*time.Minute)
-	if n := nodeOf(big.name); n != "gpu-rare" {
+	if n := c.nodeOf(big.name); n != "gpu-rare" {
 		t.Fatalf("%s on %s, want gpu-rare (the only node with 5 RDMA NICs)", big.name, n)
 	}
 	small := podSpec{name: "small", gpus: 1, rdmaRes: 1, fits: true}
 	c.createPod(schedulerName, small)
 	c.waitBound([]podSpec{small}, 2*time.Minute)
-	if n := nodeOf(small.name); n != "gpu-common" {
+	if n := c.nodeOf(small.name); n != "gpu-common" {
 		t.Errorf("%s on %s, want gpu-common: gpu-rare is kept for the 8-GPU, 8-NIC pods\n--- extender log tail:\n%s",
 			small.name, n, r.proc.Tail(3000))
 	}
 
-	deletePod(big.name)
+	c.deletePod(big.name)
 	whole1 := podSpec{name: "whole-1", gpus: 8, rdmaRes: 8, fits: true}
 	c.createPod(schedulerName, whole1)
 	c.waitBound([]podSpec{whole1}, 2*time.Minute)
-	if n := nodeOf(whole1.name); n != "gpu-rare" {
+	if n := c.nodeOf(whole1.name); n != "gpu-rare" {
 		t.Errorf("%s on %s, want gpu-rare", whole1.name, n)
 	}
 }
