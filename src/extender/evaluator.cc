@@ -19,6 +19,8 @@ bool Interested(const PlacementRequest& r) { return r.gpus > 0 || r.IsShared() |
 
 bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
 
+bool PacksCpu(const PlacementRequest& r) { return !Interested(r) && r.cpu_milli > 0; }
+
 double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int, kGpuVendors>& free_by_vendor) {
   int total = 0, free = 0;
   for (std::size_t v = 0; v < hardware.gpus.size(); ++v) {
@@ -111,7 +113,7 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   entry->pod_name = request.pod_name;
   entry->resource_version = std::string(rv);
   entry->interested = Interested(request);
-  entry->packs_cpu = !entry->interested && request.cpu_milli > 0;
+  entry->packs_cpu = PacksCpu(request);
   for (const std::string& warning : request.warnings) {
     metrics::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
                 warning);
@@ -126,6 +128,7 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
     if (entry->interested) shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
     entry->mix = shapes_.Mix();
     entry->packs_by_mix = shapes_.pods() >= kMinPodsToPackByMix;
+    entry->cpu_thresholds = CpuThresholds(request, entry->mix.get());
   }
   entry->request = std::move(request);
   // Shared by the pods that ask the same; a pod that names GPU UUIDs is decided node by node
@@ -185,6 +188,11 @@ std::shared_ptr<VerdictTable> Evaluator::VerdictsFor(const PlacementRequest& req
                                                      const std::shared_ptr<const packing::ShapeMix>& mix,
                                                      bool packs_by_mix) {
   PlacementRequest key = request;
+  // A pod that asks no device: its verdicts do not depend on its own CPU (ExpectedFragmentation,
+  // the only plugin that reads it, finds nothing to strand where CPU counts as enough, and a
+  // node whose CPU binds is keyed by its CpuClass, which is what the score reads), so such pods
+  // share one table whatever they ask, rather than taking a slot per request from the GPU pods.
+  if (PacksCpu(key)) key.cpu_milli = 0;
   key.pod_namespace.clear();
   key.pod_name.clear();
   key.pod_uid.clear();
@@ -273,8 +281,7 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
   const std::uint64_t class_verdict_key = VerdictKey(entry.request, record);
   const std::uint64_t verdict_key =
       cpu_free >= 0
-          ? CpuVerdictKey(class_verdict_key,
-                          CpuClass(CpuThresholds(entry.request, entry.mix.get()), entry.request.cpu_milli, cpu_free))
+          ? CpuVerdictKey(class_verdict_key, CpuClass(entry.cpu_thresholds, entry.request.cpu_milli, cpu_free))
           : class_verdict_key;
   std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(verdict_key);
   if (base != nullptr && !(pool_scores && base->passes())) return base;
@@ -571,7 +578,6 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       pool_scoring_(IsPoolPod(entry.request) && want == Want::kScores),
       per_node_(entry.request.NamesGpuUuids()),
       cpu_bound_(want == Want::kScores ? Evaluator::CpuBound(entry.request, entry.mix.get()) : 0) {
-  if (cpu_bound_ > 0) cpu_thresholds_ = Evaluator::CpuThresholds(entry.request, entry.mix.get());
   local_.clear();  // before the arena its pointers may point into
   many_.clear();
   if (!pool_scoring_) return;
@@ -770,7 +776,8 @@ const ClassVerdict* NodeVerdicts::At(std::size_t i) {
   // bit set, so the mode tells them apart, not the bit.
   const bool own = per_node_ || (pool_scoring_ && (key & kOwnKey) != 0);
   if (const std::int64_t cpu = CpuFreeIfBinding(i); cpu >= 0 && !own) {
-    key = Evaluator::CpuVerdictKey(key, Evaluator::CpuClass(cpu_thresholds_, entry_.request.cpu_milli, cpu)) & ~kOwnKey;
+    key = Evaluator::CpuVerdictKey(key, Evaluator::CpuClass(entry_.cpu_thresholds, entry_.request.cpu_milli, cpu)) &
+          ~kOwnKey;
   }
   auto& direct = direct_[(key ^ (key >> 29) ^ (key >> 47)) & (kDirect - 1)];
   if (direct.second != nullptr && direct.first == key) return direct.second;

@@ -51,6 +51,8 @@ enum class Want { kFilter, kScores };
 bool Interested(const PlacementRequest& r);
 // A pod of a Prefill/Decode pool (its scores depend on where the pool runs).
 bool IsPoolPod(const PlacementRequest& r);
+// A pod that asks CPU and no device of ours: prioritize scores it (PodEntry::packs_cpu).
+bool PacksCpu(const PlacementRequest& r);
 
 // The share of a node's GPUs that are free whole (0 on a node without GPUs).
 double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int, kGpuVendors>& free_by_vendor);
@@ -130,7 +132,7 @@ class Evaluator {
   // with the CPU left, nothing else reads it), as the counts of the shapes' distinct CPU requests
   // at or below each. Nodes of one class whose free CPU has one class score alike, exactly: at
   // 5,000 nodes whose CPU binds, a few verdicts instead of one per node. `thresholds`:
-  // CpuThresholds(r, mix).
+  // CpuThresholds(r, mix) (PodEntry::cpu_thresholds).
   static std::vector<std::int64_t> CpuThresholds(const PlacementRequest& r, const packing::ShapeMix* mix);
   static std::int64_t CpuClass(const std::vector<std::int64_t>& thresholds, std::int64_t pod_cpu_milli,
                                std::int64_t cpu_free_milli);
@@ -276,7 +278,6 @@ class NodeVerdicts {
   // Scores only: nodes with less free CPU than this are keyed and evaluated with their own CPU
   // (Evaluator::CpuBound); the filter's pass or fail does not read CPU.
   std::int64_t cpu_bound_ = 0;
-  std::vector<std::int64_t> cpu_thresholds_;  // Evaluator::CpuThresholds, when CPU may bind
   std::int64_t CpuFreeIfBinding(std::size_t index) const;  // -1 where it does not bind
   bool positions_resolved_ = false;
   std::shared_ptr<const std::vector<framework::PoolMember>> pool_members_;

@@ -342,6 +342,7 @@ TEST_F(EvaluatorTest, NodesWhoseCpuBindsAlikeShareOneVerdict) {
     alone.interested = true;
     alone.mix = entry->mix;
     alone.packs_by_mix = entry->packs_by_mix;
+    alone.cpu_thresholds = entry->cpu_thresholds;
     std::optional<framework::CycleState> cycle;
     EXPECT_EQ(v->score100, evaluator_.Evaluate(alone, cycle, *record, Want::kScores, snap, nullptr, nullptr, nullptr, 0,
                                                record->cpu_free_milli())
@@ -350,6 +351,21 @@ TEST_F(EvaluatorTest, NodesWhoseCpuBindsAlikeShareOneVerdict) {
   }
   EXPECT_LT(scores.at("before-0")->score100, scores.at("none-0")->score100)
       << "the pod spends the CPU the typical pods need only where they still fit";
+}
+
+// Pods that ask no device share one verdict table whatever CPU they ask (their verdicts read it
+// only through CpuClass): a cluster's many CPU-only requests take one of the shared slots, not
+// one each from the GPU pods'. GPU pods that ask different CPU keep tables of their own.
+TEST_F(EvaluatorTest, PodsWithoutDevicesShareOneTableWhateverTheirCpu) {
+  AddNode("a", Preset("hgx-h100-8gpu"));
+  const std::shared_ptr<PodEntry> small = Entry(PodSpec{.name = "small", .uid = "uid-small", .cpu = "1"});
+  const std::shared_ptr<PodEntry> big = Entry(PodSpec{.name = "big", .uid = "uid-big", .cpu = "80"});
+  ASSERT_TRUE(small->packs_cpu && big->packs_cpu);
+  EXPECT_EQ(small->verdicts(), big->verdicts());
+  const std::shared_ptr<PodEntry> gpu1 = Entry(PodSpec{.name = "g1", .uid = "uid-g1", .gpus = 1, .cpu = "1"});
+  const std::shared_ptr<PodEntry> gpu80 = Entry(PodSpec{.name = "g80", .uid = "uid-g80", .gpus = 1, .cpu = "80"});
+  EXPECT_NE(gpu1->verdicts(), gpu80->verdicts());
+  EXPECT_NE(gpu1->verdicts(), small->verdicts());
 }
 
 TEST_F(EvaluatorTest, ANodeThatChangesLeavesItsClassAndIsEvaluatedAnew) {

@@ -188,7 +188,7 @@ Explanation Explain(const ExplainInput& in) {
   e.pod = in.pod_label;
   e.request = DescribeRequest(in.request);
   e.interested = Interested(in.request);
-  e.packs_cpu = !e.interested && in.request.cpu_milli > 0;
+  e.packs_cpu = PacksCpu(in.request);
   const bool scored = e.interested || e.packs_cpu;
   // As the verbs (NodeVerdicts): a node's own CPU only where it changes the packing score.
   const std::int64_t cpu_bound = Evaluator::CpuBound(in.request, in.shape_mix.get());

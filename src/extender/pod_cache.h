@@ -81,6 +81,8 @@ struct PodEntry {
   // The window held Evaluator::kMinPodsToPackByMix pods then: the mix is taken as the workload,
   // and the blind heuristics stand down where it asks no RDMA NIC (CycleState::packs_for_shape_mix).
   bool packs_by_mix = false;
+  // Evaluator::CpuThresholds of the request and `mix`, for the CPU class of a node whose CPU binds.
+  std::vector<std::int64_t> cpu_thresholds;
 
   std::shared_ptr<const ClassVerdict> FindVerdict(std::uint64_t class_key) const;
   // Keeps the first verdict stored for a class (concurrent callers may compute one twice).

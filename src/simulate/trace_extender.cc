@@ -19,8 +19,8 @@
 // managedResources and names prioritize-cpu (kubeScheduler.scoreCpuPods): its score is added as
 // the main entry's is, and kube-scheduler binds them itself. Without `kube` the extender's score
 // alone decides.
-// Ties go to the lowest node rank in both, the replay's rule for every policy (kube-scheduler
-// draws among ties at random).
+// Ties: with `kube` drawn at random, as kube-scheduler's selectHost does; without it the lowest
+// node rank, the replay's rule for the other policies.
 
 #include <algorithm>
 #include <memory>
