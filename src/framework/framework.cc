@@ -62,7 +62,8 @@ int CapacityBand::ExtenderScore(int total, int capacity, bool reserved) const {
   // An offer of this score raises top to at least total; a score never offered is compared
   // against the offers alone (and is capped at 10).
   if (top <= 0) return std::max(1, ToExtenderScore(clamped));
-  return std::clamp(RoundedDivide(static_cast<long long>(clamped) * kMaxExtenderScore, top), 1, kMaxExtenderScore);
+  // The best in-band total gets 10 and each total point below it one less, down to 1.
+  return std::clamp(kMaxExtenderScore - (top - clamped), 1, kMaxExtenderScore);
 }
 
 int ToExtenderScore(int score100) {

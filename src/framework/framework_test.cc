@@ -136,10 +136,14 @@ TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
   EXPECT_TRUE(band.Ahead(packs, strands)) << "outside the band ranks last, whatever its total";
   EXPECT_FALSE(band.Ahead(strands, near));
   EXPECT_FALSE(band.Ahead(near, near));
-  // The extender's one number per node: in band 1..10 relative to the best in-band total (70,
-  // not the out-of-band 100), out of band 0.
+  // The extender's one number per node: in band 10 for the best in-band total (70, not the
+  // out-of-band 100) and one less per total point below it, down to 1; out of band 0.
   EXPECT_EQ(band.ExtenderScore(near), 10);
-  EXPECT_EQ(band.ExtenderScore(packs), 6);  // 40 * 10 / 70 = 5.7
+  EXPECT_EQ(band.ExtenderScore(packs), 1);  // 30 points below
+  NodeScore close;
+  close.total = 67;
+  close.capacity = 60;
+  EXPECT_EQ(band.ExtenderScore(close), 7) << "3 points below the best: 3 steps";
   EXPECT_EQ(band.ExtenderScore(strands), 0);
   NodeScore poor;
   poor.total = 2;
@@ -153,7 +157,7 @@ TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
   NodeScore unscored;
   unscored.total = 10;
   EXPECT_TRUE(band.In(unscored));
-  // Off, the scale is still relative: the best of the call gets 10, the rest in proportion.
+  // Off, the scale is still relative: the best of the call gets 10, one less per point below.
   NodeScore aligned, unaligned;
   aligned.total = 74;
   unaligned.total = 62;
@@ -161,7 +165,10 @@ TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
   plain.Offer(aligned);
   plain.Offer(unaligned);
   EXPECT_EQ(plain.ExtenderScore(aligned), 10);
-  EXPECT_EQ(plain.ExtenderScore(unaligned), 8);  // 62 * 10 / 74 = 8.4
+  EXPECT_EQ(plain.ExtenderScore(unaligned), 1);  // 12 points below
+  NodeScore nearly;
+  nearly.total = 73;
+  EXPECT_EQ(plain.ExtenderScore(nearly), 9);
 }
 
 TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
@@ -186,7 +193,7 @@ TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
   EXPECT_FALSE(band.Ahead(kept, weaker));
   EXPECT_EQ(band.ExtenderScore(kept), 0);
   EXPECT_EQ(band.ExtenderScore(other), 10) << "relative to the best unreserved total, not the kept node's";
-  EXPECT_EQ(band.ExtenderScore(weaker), 5);
+  EXPECT_EQ(band.ExtenderScore(weaker), 1);  // 25 points below
 
   // Only kept nodes fit: they rank among themselves as any nodes do, and score 1..10.
   NodeScore kept_low = kept;
@@ -197,7 +204,7 @@ TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
   EXPECT_TRUE(only.In(kept));
   EXPECT_TRUE(only.Ahead(kept, kept_low));
   EXPECT_EQ(only.ExtenderScore(kept), 10);
-  EXPECT_EQ(only.ExtenderScore(kept_low), 4);
+  EXPECT_EQ(only.ExtenderScore(kept_low), 1);
   EXPECT_EQ(only.best(), 60);
 
   // With capacity first off, the same order.

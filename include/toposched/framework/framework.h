@@ -69,10 +69,11 @@ struct NodeScore {
 // they rank among themselves as any nodes do.
 //
 // The extender's wire has one number per node, 0..10. ExtenderScore gives out-of-band nodes 0
-// and in-band ones 1..10 by their total relative to the best in-band total (kube-scheduler's
-// DefaultNormalizeScore: score * max / highest, pkg/scheduler/framework/plugins/helper/
-// normalize_score.go), so the best node of the call gets 10 and the spread between aligned and
-// unaligned nodes survives the coarse scale whatever the totals' absolute level.
+// and in-band ones 10 for the best in-band total and one less for each total point below it,
+// down to 1: the best node of the call gets 10 whatever the totals' absolute level, and the
+// steps fall where placements differ. A proportional scale (total * 10 / best, as kube-
+// scheduler's DefaultNormalizeScore) gave every node within 5 % of the best a 10, and
+// kube-scheduler's own scores, or its random draw, chose among them (docs/placement.md).
 class CapacityBand {
  public:
   explicit CapacityBand(int band) : band_(band) {}
