@@ -37,6 +37,15 @@ int CpuPodScore(int band_score, double idle) {
   return std::max(1, band_score - penalty);
 }
 
+std::uint64_t NodeOrderKey(std::string_view node) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a's offset basis and prime
+  for (const char c : node) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config) {
   PlacementRequest r;
   r.pod_uid = std::string(task.uid);
@@ -120,14 +129,13 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
     if (hooks_ != nullptr) hooks_->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
   }
   // The pods this extender is asked about are the workload it packs for (capacity first):
-  // each pod's cycles use the mix as it stood when the pod was first seen.
-  // A pod that asks no device is scored against the same mix; it is not one of the typical
-  // pods (their shapes are what GPUs are kept free for).
+  // each pod's cycles use the mix as it stood when the pod was first seen. A pod that asks no
+  // device joins the mix when a verb scores it among GPU nodes (ObserveCpuPod).
   if (entry->interested || entry->packs_cpu) {
     SeedShapes();
     if (entry->interested) shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
     entry->mix = shapes_.Mix();
-    entry->packs_by_mix = shapes_.pods() >= kMinPodsToPackByMix;
+    entry->packs_by_mix = shapes_.device_pods() >= kMinPodsToPackByMix;
     entry->cpu_thresholds = CpuThresholds(request, entry->mix.get());
   }
   entry->request = std::move(request);
@@ -229,7 +237,11 @@ bool Evaluator::PacksByMixFor(std::string_view uid) {
       return entry->packs_by_mix;
     }
   }
-  return shapes_.pods() >= kMinPodsToPackByMix;
+  return shapes_.device_pods() >= kMinPodsToPackByMix;
+}
+
+void Evaluator::ObserveCpuPod(const PodEntry& e) {
+  if (e.packs_cpu) shapes_.Observe(e.uid, packing::ShapeOf(e.request, e.request.cpu_milli));
 }
 
 std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::NodeRecord& record) {

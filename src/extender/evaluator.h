@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -65,6 +66,41 @@ double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int,
 // extender's ties by LeastAllocated (the emptiest node, the one with the most GPUs to strand),
 // sends the pod where GPUs are taken (docs/placement.md, "Pods that ask no device").
 int CpuPodScore(int band_score, double idle);
+
+// A node's place in the extender's stable order of nodes: FNV-1a (64-bit) of its name, the same
+// in every replica and release, whatever the node list's order.
+std::uint64_t NodeOrderKey(std::string_view node);
+// One node of a call's best, the rest a step behind: among the entries of `scores` that share
+// the highest score, the one first in the stable order (NodeOrderKey) keeps it and the others
+// drop by `step` (one point of kube-scheduler's 0-10; Volcano's scores are the total x a weight,
+// so half a total point there); nothing happens unless the demoted score stays at least `step`
+// (a best of 1 on the 0-10 scale is left as it is). kube-scheduler draws at random among equal
+// totals (schedule_one.go selectHost), as Volcano does among its best nodes, and so spreads
+// equal pods over every node the extender scores alike; a fixed order packs them where the last
+// ones went, as a simulator's node order does, and keeps the other nodes whole
+// (docs/extender.md, "One node of the best"). Returns the index kept, or scores.size().
+template <class Entry, class NameOf, class ScoreOf, class Score = int>
+std::size_t PreferOneOfTheBest(std::span<Entry> scores, NameOf name_of, ScoreOf score_of, Score step = 1) {
+  std::size_t first = scores.size();
+  std::uint64_t first_key = 0;
+  for (std::size_t k = 0; k < scores.size(); ++k) {
+    const auto s = score_of(scores[k]);
+    if (first < scores.size() && s < score_of(scores[first])) continue;
+    const std::uint64_t key = NodeOrderKey(name_of(scores[k]));
+    if (first == scores.size() || s > score_of(scores[first]) || key < first_key) {
+      first = k;
+      first_key = key;
+    }
+  }
+  if (first == scores.size()) return first;
+  const auto best = score_of(scores[first]);
+  if (best < 2 * step) return scores.size();
+  for (std::size_t k = 0; k < scores.size(); ++k) {
+    auto& score = score_of(scores[k]);
+    if (k != first && score == best) score = static_cast<std::remove_cvref_t<decltype(score)>>(best - step);
+  }
+  return first;
+}
 // A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
 // the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config);
@@ -182,9 +218,10 @@ class Evaluator {
   std::shared_ptr<VerdictTable> VerdictsFor(const PlacementRequest& request,
                                             const std::shared_ptr<const packing::ShapeMix>& mix, bool packs_by_mix);
 
-  // How many pods the window must hold before its mix is taken as the workload (PodEntry::
-  // packs_by_mix): a new leader's few pods are not (the e2e suite's first pods asked no NIC and
-  // took GPU+NIC nodes a Prefill pod needed), a quarter of the window is.
+  // How many pods asking a device the window must hold before its mix is taken as the workload
+  // (PodEntry::packs_by_mix): a new leader's few pods are not (the e2e suite's first pods asked
+  // no NIC and took GPU+NIC nodes a Prefill pod needed), a quarter of the window is. Pods asking
+  // CPU alone do not count: they say nothing of the GPU shapes.
   static constexpr std::size_t kMinPodsToPackByMix = framework::ShapeWindow::kDefaultSize / 4;
 
   const framework::Framework& framework() const { return framework_; }
@@ -194,6 +231,13 @@ class Evaluator {
   // Whether `uid`'s cycles pack by the mix (PodEntry::packs_by_mix), else whether a pod seen now
   // would.
   bool PacksByMixFor(std::string_view uid);
+  // A pod that asks CPU and no device (PodEntry::packs_cpu) scored among nodes with GPUs joins
+  // the typical pods: FGD's include such pods, and without them the packing score misjudges
+  // what a node's CPU is for (the trace replay: 0.2-0.4 points; docs/placement.md). One that
+  // only CPU nodes could take (taints, selectors: kube-scheduler filtered the GPU nodes out)
+  // is not part of the GPU nodes' workload and does not. Not seeded from the pods a cluster
+  // runs (SeedShapes): the store cannot tell this scheduler's pods from DaemonSets'.
+  void ObserveCpuPod(const PodEntry& e);
   state::ClusterStore& store() const { return store_; }
   // `pool`'s index for snapshots with `snap`'s positions, built when the pool or the positions
   // changed since the last one (null: `snap` has no position runs).

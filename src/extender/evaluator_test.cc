@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "adapters.h"
 #include "explain.h"
 #include "rare_class_rule.h"
 #include "plugins/registry.h"
@@ -473,6 +476,68 @@ TEST_F(EvaluatorTest, TheBlindHeuristicsStayCountedUntilTheWindowIsTheWorkload) 
   check("few", false);
   observe(Evaluator::kMinPodsToPackByMix);
   check("many", true);
+}
+
+// One node of the best: among the highest scores the node first in the stable order keeps its
+// score and the others drop a step; the rest, and a best of 1, are left as they are.
+TEST(PreferOneOfTheBestTest, KeepsTheFirstOfTheStableOrderAndStepsTheOthersBack) {
+  using Scores = std::vector<std::pair<std::string, int>>;
+  const auto prefer = [](Scores scores) {
+    PreferOneOfTheBest(std::span<std::pair<std::string, int>>(scores),
+                       [](const std::pair<std::string, int>& s) -> std::string_view { return s.first; },
+                       [](std::pair<std::string, int>& s) -> int& { return s.second; });
+    return std::map<std::string, int>(scores.begin(), scores.end());
+  };
+  std::string first = "a";
+  for (const char* n : {"b", "d"}) {
+    if (NodeOrderKey(n) < NodeOrderKey(first)) first = n;
+  }
+  std::map<std::string, int> got = prefer({{"a", 10}, {"b", 10}, {"c", 9}, {"d", 10}, {"e", 0}});
+  for (const char* n : {"a", "b", "d"}) EXPECT_EQ(got[n], n == first ? 10 : 9) << n;
+  EXPECT_EQ(got["c"], 9);
+  EXPECT_EQ(got["e"], 0);
+  EXPECT_EQ(prefer({{"d", 10}, {"e", 0}, {"c", 9}, {"b", 10}, {"a", 10}}), got) << "the list's order does not matter";
+  EXPECT_EQ(prefer({{"a", 7}, {"b", 3}}), (std::map<std::string, int>{{"a", 7}, {"b", 3}})) << "a single best";
+  EXPECT_EQ(prefer({{"a", 1}, {"b", 1}}), (std::map<std::string, int>{{"a", 1}, {"b", 1}})) << "nothing below 1";
+  EXPECT_EQ(prefer({}), (std::map<std::string, int>{}));
+  EXPECT_NE(NodeOrderKey("node-1"), NodeOrderKey("node-2"));
+  EXPECT_EQ(NodeOrderKey(""), 14695981039346656037ull) << "FNV-1a: the same in every replica and release";
+}
+
+// A pod that asks CPU alone joins the typical pods when prioritize-cpu scores it among nodes with
+// GPUs (its CPU is then part of their workload), not when only nodes toposched knows no GPUs on
+// were left to it; either way the window rule counts only the pods asking a device.
+TEST_F(EvaluatorTest, PodsAskingCpuAloneJoinTheTypicalPodsWhereTheyCouldTakeAGpuNodesCpu) {
+  AddNode("gpu", Preset("hgx-h100-8gpu"));
+  Binder binder(evaluator_, metrics_);
+  KubeVerbs verbs(evaluator_, binder);
+  const auto prioritize_cpu = [&](const PodSpec& pod, const std::vector<std::string>& nodes) {
+    server::HttpResponse resp;
+    verbs.FilterOrPrioritize(testing::ExtenderArgs(MakePod(pod), nodes), resp, Want::kScores, true);
+    EXPECT_EQ(resp.status, 200) << resp.body;
+    return nlohmann::json::parse(resp.body);
+  };
+  const auto shapes = [&] {
+    std::set<packing::Shape> out;
+    for (const auto& w : evaluator_.ShapeMixFor("")->shapes) out.insert(w.shape);
+    return out;
+  };
+  ASSERT_NE(Entry(kTwoGpus), nullptr);
+  const packing::Shape two{2, packing::kMilli, 4000, {}, 2};
+  EXPECT_EQ(shapes(), (std::set<packing::Shape>{two}));
+
+  const nlohmann::json elsewhere = prioritize_cpu({.name = "web", .uid = "uid-web", .cpu = "8"}, {"cpu-node"});
+  ASSERT_EQ(elsewhere.size(), 1u);
+  EXPECT_EQ(elsewhere[0]["Score"], 10) << "toposched knows no GPUs there to strand";
+  EXPECT_EQ(shapes(), (std::set<packing::Shape>{two})) << "only a CPU node was left to it";
+
+  prioritize_cpu({.name = "etl", .uid = "uid-etl", .cpu = "16"}, {"cpu-node", "gpu"});
+  const packing::Shape etl{0, 0, 16000, {}, 0};
+  EXPECT_EQ(shapes(), (std::set<packing::Shape>{two, etl}));
+  prioritize_cpu({.name = "etl", .uid = "uid-etl", .cpu = "16"}, {"gpu"});  // asked again: counted once
+  EXPECT_FALSE(evaluator_.PacksByMixFor(""));
+  // The mix's weights: one pod of each.
+  for (const auto& w : evaluator_.ShapeMixFor("")->shapes) EXPECT_DOUBLE_EQ(w.weight, 0.5);
 }
 
 TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {

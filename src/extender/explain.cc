@@ -310,8 +310,9 @@ Explanation Explain(const ExplainInput& in) {
     n.explanation = framework::ExplainNode(record->name, r.filtered, &r.score);
     all.push_back(std::move(n));
   }
-  // Ranked as prioritize ranks (kube_verbs.cc): the capacity band first, then the total, then
-  // the capacity score; the name breaks ties.
+  // Ranked as prioritize ranks (kube_verbs.cc): by the extender score (the capacity band first,
+  // then the total; one node of the best), then the capacity score; the stable node order
+  // (NodeOrderKey) breaks ties.
   // The two fields the band reads (assigned: a designated initializer that leaves the others
   // out draws -Wmissing-field-initializers).
   const auto score_of = [](const NodeExplanation& n) {
@@ -334,16 +335,33 @@ Explanation Explain(const ExplainInput& in) {
       n.explanation += why;
     }
   }
+  // The reply's one node of the best (PreferOneOfTheBest): the others that share its score are
+  // a step behind on the wire.
+  if (scored) {
+    std::vector<int> before;
+    before.reserve(all.size());
+    for (const NodeExplanation& n : all) before.push_back(n.extender_score);
+    PreferOneOfTheBest(std::span<NodeExplanation>(all),
+                       [](const NodeExplanation& n) -> std::string_view { return n.name; },
+                       [](NodeExplanation& n) -> int& { return n.extender_score; });
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      if (all[k].extender_score != before[k]) {
+        all[k].explanation += "; ties the best node's score, one step behind it (stable node order) -> extender score " +
+                              std::to_string(all[k].extender_score);
+      }
+    }
+  }
   std::stable_sort(all.begin(), all.end(), [&](const NodeExplanation& a, const NodeExplanation& b) {
     if (a.fits != b.fits) return a.fits;
-    if (a.fits && e.packs_cpu && a.extender_score != b.extender_score) return a.extender_score > b.extender_score;
+    if (a.fits && scored && a.extender_score != b.extender_score) return a.extender_score > b.extender_score;
     if (a.fits) {
       const framework::NodeScore sa = score_of(a);
       const framework::NodeScore sb = score_of(b);
       if (band.Ahead(sa, sb)) return true;
       if (band.Ahead(sb, sa)) return false;
     }
-    return a.name < b.name;
+    const std::uint64_t ka = NodeOrderKey(a.name), kb = NodeOrderKey(b.name);
+    return ka != kb ? ka < kb : a.name < b.name;
   });
   if (!all.empty() && all.front().fits && scored) e.best = all.front().name;
   e.reasons.assign(by_reason.begin(), by_reason.end());

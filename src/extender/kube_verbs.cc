@@ -115,6 +115,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     // lookup each).
     const std::shared_ptr<const std::vector<std::uint32_t>> hints = e.passed_order();
     std::size_t next_hint = 0;
+    bool gpu_node_listed = false;  // a pod asking no device: whether it could take a GPU node's CPU
     for (const NodeRef& n : nodes) {
       std::size_t hint = state::Snapshot::npos;
       if (hints != nullptr && next_hint < hints->size()) hint = (*hints)[next_hint];
@@ -141,8 +142,13 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (rare.active()) reserved_at.push_back(reserved);
       if (v != nullptr) band.Offer(v->score100, v->capacity, reserved);
       verdicts.push_back(v);
-      if (packs_cpu) idle.push_back(IdleGpuShare(snap.briefs()[i].hardware, snap.briefs()[i].free_by_vendor));
+      if (packs_cpu) {
+        const packing::NodeHardware& hw = snap.briefs()[i].hardware;
+        idle.push_back(IdleGpuShare(hw, snap.briefs()[i].free_by_vendor));
+        for (const int g : hw.gpus) gpu_node_listed = gpu_node_listed || g > 0;
+      }
     }
+    if (gpu_node_listed) evaluator_.ObserveCpuPod(e);
     for (std::size_t k = 0; k < nodes.size(); ++k) {
       const ClassVerdict* v = verdicts[k];
       const bool reserved = rare.active() && reserved_at[k] != 0;
@@ -150,6 +156,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (packs_cpu) score = CpuPodScore(static_cast<int>(score), idle[k]);
       scores.push_back({nodes[k].name, score});
     }
+    PreferOneOfTheBest(std::span<HostScore>(scores), [](const HostScore& h) { return h.host; },
+                       [](HostScore& h) -> std::int64_t& { return h.score; });
     WriteHostPriorityList(resp.body, scores);
     if (metrics::LogEnabled(LogLevel::kDebug)) {
       metrics::Log(LogLevel::kDebug, {"prioritize", pod, ""},

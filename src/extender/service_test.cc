@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evaluator.h"
 #include "explain.h"
 #include "plugins/registry.h"
 #include "testing/http_client.h"
@@ -252,6 +253,56 @@ TEST(ExtenderPrioritize, BareArrayOfHostScoresZeroToTenBetterAlignmentFirst) {
 
 // Capacity first (config `capacity`): the extender learns the workload's shapes from the pods it
 // is asked about, and a node that the band leaves out scores 0, below every node inside it.
+// Nodes alike score alike, but kube-scheduler would draw among equal scores at random and so
+// spread equal pods over all of them: one of them keeps the 10 (the first in the stable node
+// order), the same one whatever order kube-scheduler lists them in, and the others are a step
+// behind. The next pod goes where the first went.
+TEST(ExtenderPrioritize, OneNodeOfTheBestKeepsTheTopScoreWhateverTheListsOrder) {
+  const std::vector<std::string> names{"gpu-a", "gpu-b", "gpu-c", "gpu-d"};
+  Harness h(Nodes{{"gpu-a", "hgx-h100-8gpu"}, {"gpu-b", "hgx-h100-8gpu"}, {"gpu-c", "hgx-h100-8gpu"},
+                  {"gpu-d", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  std::string first = names[0];
+  for (const std::string& n : names) {
+    if (NodeOrderKey(n) < NodeOrderKey(first)) first = n;
+  }
+  const auto scores = [&](const PodSpec& p, std::vector<std::string> order) {
+    std::map<std::string, int> out;
+    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p), order))) out[hp["Host"]] = hp["Score"];
+    return out;
+  };
+  const PodSpec p1{.name = "p1", .uid = "uid-p1", .gpus = 1};
+  std::map<std::string, int> s = scores(p1, names);
+  for (const std::string& n : names) EXPECT_EQ(s[n], n == first ? 10 : 9) << n;
+  EXPECT_EQ(scores(p1, {names.rbegin(), names.rend()}), s) << "the list's order does not matter";
+  const json e = PostJson(c, "/explain", MakePod(p1).dump());
+  EXPECT_EQ(e["best"], first) << e.dump(2);
+  for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], s[n["name"].get<std::string>()]) << e.dump(2);
+  // Volcano's prioritize too: the others half a total point behind.
+  json nodes = json::array();
+  for (const std::string& n : names) nodes.push_back(testing::MakeVolcanoNode(n));
+  const PodSpec v1{.name = "v1", .uid = "uid-v1", .gpus = 1};
+  const json v = PostJson(c, "/volcano/prioritize", json{{"task", testing::MakeTask(v1)}, {"nodes", nodes}}.dump());
+  const double top = v["nodeScore"][first].get<double>();
+  for (const std::string& n : names) {
+    if (n == first) continue;
+    const double other = v["nodeScore"][n].get<double>();
+    EXPECT_GT(other, 0.0) << v.dump();
+    EXPECT_LT(other, top) << v.dump();
+    EXPECT_EQ(other, v["nodeScore"][names[first == names[0] ? 1 : 0]].get<double>()) << v.dump();
+  }
+
+  ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p1, first))["Error"], "");
+  const PodSpec p2{.name = "p2", .uid = "uid-p2", .gpus = 1};
+  s = scores(p2, names);
+  EXPECT_EQ(s[first], 10) << "the next pod goes where the first went";
+  for (const std::string& n : names) {
+    if (n != first) {
+      EXPECT_LT(s[n], 10) << n;
+    }
+  }
+}
+
 TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen) {
   auto prioritize = [](Harness& h) {
     HttpClient c(h.port());
@@ -274,7 +325,17 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
   {
     Harness plain(nodes, {}, nullptr, config);
     std::map<std::string, int> score = prioritize(plain);
-    EXPECT_GE(score["hgx-a"], score["hgx-b"]) << "without ExpectedFragmentation the empty node is as good";
+    // Equal totals: one node of the best keeps the 10, the first in the stable node order
+    // (NodeOrderKey puts hgx-b first), and the other is a step behind.
+    ASSERT_LT(NodeOrderKey("hgx-b"), NodeOrderKey("hgx-a"));
+    EXPECT_EQ(score["hgx-b"], 10);
+    EXPECT_EQ(score["hgx-a"], 9);
+    HttpClient c(plain.port());
+    const json e = PostJson(c, "/explain", MakePod({.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1}).dump());
+    ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
+    EXPECT_EQ(e["nodes"][0]["score"], e["nodes"][1]["score"]) << "without ExpectedFragmentation the empty node is as good";
+    EXPECT_EQ(e["best"], "hgx-b") << e.dump(2);
+    for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], score[n["name"].get<std::string>()]) << e.dump(2);
   }
   {
     Harness defaults(nodes);
@@ -332,8 +393,11 @@ TEST(ExtenderPrioritize, APodWithoutDevicesScoresWhereItsCpuStrandsTheFewestGpus
   };
   const PodSpec big{.name = "big", .uid = "uid-big", .cpu = "80"};
   std::map<std::string, int> s = scores("/scheduler/prioritize-cpu", big);
+  // "full" and the node without NodeTopology both strand nothing: one node of the best keeps
+  // the 10 (the first in the stable node order), the other is a step behind.
+  ASSERT_LT(NodeOrderKey("full"), NodeOrderKey("cpu-node"));
   EXPECT_EQ(s["full"], 10);
-  EXPECT_EQ(s["cpu-node"], 10);
+  EXPECT_EQ(s["cpu-node"], 9);
   const int big_on_free = s["free"];
   // /explain scores and ranks as prioritize-cpu does.
   const json e = PostJson(c, "/explain", MakePod(big).dump());
@@ -482,11 +546,18 @@ std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, con
     fits[name] = fw.RunScore(cycle, info);
     band.Offer(fits[name]);
   }
+  std::vector<std::pair<std::string, int>> want;
   for (const std::string& name : names) {
     const auto it = fits.find(name);
-    const int want = it == fits.end() ? 0 : band.ExtenderScore(it->second);
-    EXPECT_EQ(got[name], want) << name;
-    distinct.insert(want);
+    want.emplace_back(name, it == fits.end() ? 0 : band.ExtenderScore(it->second));
+  }
+  // One node of the best (PreferOneOfTheBest): the others with the best score a step behind.
+  PreferOneOfTheBest(std::span<std::pair<std::string, int>>(want),
+                     [](const std::pair<std::string, int>& w) -> std::string_view { return w.first; },
+                     [](std::pair<std::string, int>& w) -> int& { return w.second; });
+  for (const auto& [name, score] : want) {
+    EXPECT_EQ(got[name], score) << name;
+    distinct.insert(score);
   }
   return distinct;
 }

@@ -15,7 +15,9 @@ bool ShapeWindow::AddLocked(std::string_view uid, const packing::Shape& shape) {
   if (uids_.contains(key)) return false;
   uids_.insert(key);
   pods_.emplace_back(std::move(key), shape);
+  if (AsksDevice(shape)) ++device_pods_;
   if (pods_.size() > size_) {
+    if (AsksDevice(pods_.front().second)) --device_pods_;
     uids_.erase(pods_.front().first);
     pods_.pop_front();
   }
@@ -59,5 +61,12 @@ std::size_t ShapeWindow::pods() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pods_.size();
 }
+
+std::size_t ShapeWindow::device_pods() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_pods_;
+}
+
+bool ShapeWindow::AsksDevice(const packing::Shape& shape) { return shape.gpus > 0 || shape.milli > 0 || shape.nics > 0; }
 
 }  // namespace toposched::framework

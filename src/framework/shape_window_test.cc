@@ -30,6 +30,27 @@ TEST(ShapeWindowTest, CountsEachPodOnceAndForgetsTheOldest) {
   EXPECT_EQ(window.Mix()->shapes.size(), 2u);
 }
 
+// Pods that ask CPU alone are typical pods too (FGD's include them), but the window's count of
+// pods asking a device is what says the mix has seen the GPU workload; a CPU-only pod that
+// leaves the window is counted out of neither.
+TEST(ShapeWindowTest, CountsThePodsThatAskADeviceApart) {
+  ShapeWindow window(/*size=*/3, /*refresh=*/1);
+  const packing::Shape cpu_only{0, 0, 8000, {}};
+  const packing::Shape nic_only{0, 0, 0, {}, 1};
+  window.Observe("cpu", cpu_only);
+  window.Observe("gpu", Gpus(1));
+  EXPECT_EQ(window.pods(), 2u);
+  EXPECT_EQ(window.device_pods(), 1u);
+  ASSERT_EQ(window.Mix()->shapes.size(), 2u) << "the CPU-only shape is one of the typical pods";
+  window.Observe("nic", nic_only);
+  EXPECT_EQ(window.device_pods(), 2u);
+  window.Observe("gpu2", Gpus(2));  // "cpu" leaves
+  EXPECT_EQ(window.pods(), 3u);
+  EXPECT_EQ(window.device_pods(), 3u);
+  window.Observe("cpu2", cpu_only);  // "gpu" leaves
+  EXPECT_EQ(window.device_pods(), 2u);
+}
+
 // A recomputed mix that equals the last one is the last one (what is keyed by the mix's
 // identity, the extender's shared verdicts, stays valid); a changed one is a new object.
 TEST(ShapeWindowTest, AnUnchangedMixStaysTheSameObject) {

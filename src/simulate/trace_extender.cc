@@ -20,7 +20,8 @@
 // the main entry's is, and kube-scheduler binds them itself. Without `kube` the extender's score
 // alone decides.
 // Ties: with `kube` drawn at random, as kube-scheduler's selectHost does; without it the lowest
-// node rank, the replay's rule for the other policies.
+// node rank, the replay's rule for the other policies. The extender's reply leaves few: one node
+// of its best keeps the top score (PreferOneOfTheBest), so both modes mostly take that node.
 
 #include <algorithm>
 #include <memory>
