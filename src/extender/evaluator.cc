@@ -37,15 +37,6 @@ int CpuPodScore(int band_score, double idle) {
   return std::max(1, band_score - penalty);
 }
 
-std::uint64_t NodeOrderKey(std::string_view node) {
-  std::uint64_t h = 14695981039346656037ull;  // FNV-1a's offset basis and prime
-  for (const char c : node) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config) {
   PlacementRequest r;
   r.pod_uid = std::string(task.uid);

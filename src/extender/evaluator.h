@@ -13,6 +13,7 @@
 // part, which depends on where the node sits relative to the pool: computed on every scoring
 // call, never cached; nodes that sit alike relative to the pool share one result per call.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -37,6 +38,7 @@
 #include "toposched/common/flat_hash_index.h"
 #include "toposched/extender/service.h"
 #include "toposched/wire/wire.h"
+#include "toposched/framework/cluster_view.h"
 #include "toposched/framework/framework.h"
 #include "toposched/framework/shape_window.h"
 #include "toposched/metrics/metrics.h"
@@ -67,34 +69,33 @@ double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int,
 // sends the pod where GPUs are taken (docs/placement.md, "Pods that ask no device").
 int CpuPodScore(int band_score, double idle);
 
-// A node's place in the extender's stable order of nodes: FNV-1a (64-bit) of its name, the same
-// in every replica and release, whatever the node list's order.
-std::uint64_t NodeOrderKey(std::string_view node);
+using framework::NodeOrderKey;
 // One node of a call's best, the rest a step behind: among the entries of `scores` that share
-// the highest score, the one first in the stable order (NodeOrderKey) keeps it and the others
-// drop by `step` (one point of kube-scheduler's 0-10; Volcano's scores are the total x a weight,
-// so half a total point there); nothing happens unless the demoted score stays at least `step`
-// (a best of 1 on the 0-10 scale is left as it is). kube-scheduler draws at random among equal
-// totals (schedule_one.go selectHost), as Volcano does among its best nodes, and so spreads
-// equal pods over every node the extender scores alike; a fixed order packs them where the last
-// ones went, as a simulator's node order does, and keeps the other nodes whole
-// (docs/extender.md, "One node of the best"). Returns the index kept, or scores.size().
-template <class Entry, class NameOf, class ScoreOf, class Score = int>
-std::size_t PreferOneOfTheBest(std::span<Entry> scores, NameOf name_of, ScoreOf score_of, Score step = 1) {
+// the highest score, the one first in the stable order (`key_of(k)`: entry k's NodeOrderKey)
+// keeps it and the others drop by `step` (one point of kube-scheduler's 0-10; Volcano's scores
+// are the total x a weight, so half a total point there); nothing happens unless the demoted
+// score stays at least `step` (a best of 1 on the 0-10 scale is left as it is). kube-scheduler
+// draws at random among equal totals (schedule_one.go selectHost), as Volcano does among its
+// best nodes, and so spreads equal pods over every node the extender scores alike; a fixed order
+// packs them where the last ones went, as a simulator's node order does, and keeps the other
+// nodes whole (docs/extender.md, "One node of the best"). Returns the index kept, or
+// scores.size().
+template <class Entry, class KeyOf, class ScoreOf, class Score = int>
+std::size_t PreferOneOfTheBest(std::span<Entry> scores, KeyOf key_of, ScoreOf score_of, Score step = 1) {
+  if (scores.empty()) return 0;
+  auto best = score_of(scores[0]);
+  for (Entry& e : scores) best = std::max(best, score_of(e));
+  if (best < 2 * step) return scores.size();
   std::size_t first = scores.size();
   std::uint64_t first_key = 0;
   for (std::size_t k = 0; k < scores.size(); ++k) {
-    const auto s = score_of(scores[k]);
-    if (first < scores.size() && s < score_of(scores[first])) continue;
-    const std::uint64_t key = NodeOrderKey(name_of(scores[k]));
-    if (first == scores.size() || s > score_of(scores[first]) || key < first_key) {
+    if (score_of(scores[k]) != best) continue;
+    const std::uint64_t key = key_of(k);
+    if (first == scores.size() || key < first_key) {
       first = k;
       first_key = key;
     }
   }
-  if (first == scores.size()) return first;
-  const auto best = score_of(scores[first]);
-  if (best < 2 * step) return scores.size();
   for (std::size_t k = 0; k < scores.size(); ++k) {
     auto& score = score_of(scores[k]);
     if (k != first && score == best) score = static_cast<std::remove_cvref_t<decltype(score)>>(best - step);

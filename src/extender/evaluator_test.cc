@@ -484,7 +484,7 @@ TEST(PreferOneOfTheBestTest, KeepsTheFirstOfTheStableOrderAndStepsTheOthersBack)
   using Scores = std::vector<std::pair<std::string, int>>;
   const auto prefer = [](Scores scores) {
     PreferOneOfTheBest(std::span<std::pair<std::string, int>>(scores),
-                       [](const std::pair<std::string, int>& s) -> std::string_view { return s.first; },
+                       [&](std::size_t k) { return NodeOrderKey(scores[k].first); },
                        [](std::pair<std::string, int>& s) -> int& { return s.second; });
     return std::map<std::string, int>(scores.begin(), scores.end());
   };

@@ -341,8 +341,7 @@ Explanation Explain(const ExplainInput& in) {
     std::vector<int> before;
     before.reserve(all.size());
     for (const NodeExplanation& n : all) before.push_back(n.extender_score);
-    PreferOneOfTheBest(std::span<NodeExplanation>(all),
-                       [](const NodeExplanation& n) -> std::string_view { return n.name; },
+    PreferOneOfTheBest(std::span<NodeExplanation>(all), [&](std::size_t k) { return NodeOrderKey(all[k].name); },
                        [](NodeExplanation& n) -> int& { return n.extender_score; });
     for (std::size_t k = 0; k < all.size(); ++k) {
       if (all[k].extender_score != before[k]) {

@@ -37,6 +37,7 @@ struct Scratch {
   // prioritize, a pod that asks no device (PodEntry::packs_cpu): each node's share of idle GPUs
   // (CpuPodScore); -1 where toposched knows no devices.
   std::vector<double> idle;
+  std::vector<std::uint64_t> order_keys;  // prioritize: each node's NodeOrderKey (0: not in the snapshot)
   // prioritize: whether a verdict's nodes could host the rare shape, by the verdict's address.
   std::array<std::pair<const ClassVerdict*, bool>, kHostsSlots> hosts_rare{};
 };
@@ -102,6 +103,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     std::vector<const ClassVerdict*>& verdicts = scratch.verdicts;
     std::vector<char>& reserved_at = scratch.reserved;
     std::vector<double>& idle = scratch.idle;
+    std::vector<std::uint64_t>& order_keys = scratch.order_keys;
+    order_keys.clear();
     scores.clear();
     verdicts.clear();
     reserved_at.clear();
@@ -121,6 +124,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (hints != nullptr && next_hint < hints->size()) hint = (*hints)[next_hint];
       const std::size_t i = snap.IndexOf(n.name, hint);
       if (i == hint && i != state::Snapshot::npos) ++next_hint;
+      order_keys.push_back(i == state::Snapshot::npos ? 0 : snap.briefs()[i].order_key);  // 0: hashed if needed
       // A pod that asks no device strands nothing on a node where toposched knows no devices
       // (no NodeTopology: a CPU node, or one whose agent has not published): the top score.
       if (packs_cpu && (i == state::Snapshot::npos || snap.nodes()[i]->topology == nullptr)) {
@@ -156,7 +160,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (packs_cpu) score = CpuPodScore(static_cast<int>(score), idle[k]);
       scores.push_back({nodes[k].name, score});
     }
-    PreferOneOfTheBest(std::span<HostScore>(scores), [](const HostScore& h) { return h.host; },
+    PreferOneOfTheBest(std::span<HostScore>(scores),
+                       [&](std::size_t k) { return order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host); },
                        [](HostScore& h) -> std::int64_t& { return h.score; });
     WriteHostPriorityList(resp.body, scores);
     if (metrics::LogEnabled(LogLevel::kDebug)) {

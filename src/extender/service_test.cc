@@ -553,7 +553,7 @@ std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, con
   }
   // One node of the best (PreferOneOfTheBest): the others with the best score a step behind.
   PreferOneOfTheBest(std::span<std::pair<std::string, int>>(want),
-                     [](const std::pair<std::string, int>& w) -> std::string_view { return w.first; },
+                     [&](std::size_t k) { return NodeOrderKey(want[k].first); },
                      [](std::pair<std::string, int>& w) -> int& { return w.second; });
   for (const auto& [name, score] : want) {
     EXPECT_EQ(got[name], score) << name;

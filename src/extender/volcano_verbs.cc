@@ -110,7 +110,7 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   }
   // One node of the best: Volcano too draws at random among its best nodes. Half a total point
   // behind keeps the others above every node a point below.
-  PreferOneOfTheBest(std::span<VolcanoNodeScore>(scores), [](const VolcanoNodeScore& s) { return s.node; },
+  PreferOneOfTheBest(std::span<VolcanoNodeScore>(scores), [&](std::size_t k) { return NodeOrderKey(scores[k].node); },
                      [](VolcanoNodeScore& s) -> double& { return s.score; }, score_weight_ / 2);
   WriteVolcanoPrioritizeResult(resp.body, scores, "");
 }

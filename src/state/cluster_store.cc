@@ -370,6 +370,7 @@ struct ClusterStore::Impl {
     record.class_key = ComputeClassKey(record, options.class_labels ? &*options.class_labels : nullptr);
     record.position = pd::LocateByLabels(tiers, record.name, record.labels);
     record.name_hash = framework::PositionHash(record.name);
+    record.order_key = framework::NodeOrderKey(record.name);
     record.position_hashes.resize(record.position.domains.size());
     for (std::size_t t = 0; t < record.position.domains.size(); ++t) {
       record.position_hashes[t] = framework::PositionHash(record.position.domains[t]);
@@ -631,7 +632,7 @@ struct ClusterStore::Impl {
     const NodeRecord& r = *s.nodes_[i];
     s.class_keys_[i] = r.class_key;
     s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held(),
-                                   r.free_by_vendor, r.hardware, r.cpu_free_milli()};
+                                   r.free_by_vendor, r.hardware, r.cpu_free_milli(), r.order_key};
     const std::size_t tiers = s.tier_labels().size();
     for (std::size_t t = 0; t < tiers; ++t) {
       s.position_hashes_[i * tiers + t] = r.position_hashes.size() == tiers ? r.position_hashes[t] : 0;

@@ -100,6 +100,7 @@ struct NodeRecord {
   // them against the few names and domains that matter (a pool's), comparing strings only on a
   // hash match.
   std::uint64_t name_hash = 0;
+  std::uint64_t order_key = 0;  // framework::NodeOrderKey of the name
   std::vector<std::uint64_t> position_hashes;
   int free_gpus = 0;       // GPUs neither exclusive nor shared (0 while held_pods is not empty)
   std::array<int, kGpuVendors> free_by_vendor{};  // free_gpus by the GPUs' vendor
@@ -153,6 +154,7 @@ class Snapshot {
     std::array<int, kGpuVendors> free_by_vendor{};
     packing::NodeHardware hardware;  // NodeRecord::hardware
     std::int64_t cpu_free_milli = -1;  // NodeRecord::cpu_free_milli()
+    std::uint64_t order_key = 0;       // NodeRecord::order_key
   };
   std::span<const Brief> briefs() const { return briefs_; }
   // NodeRecord::position_hashes of node i at [i * tier_labels().size(), ...): a node whose
