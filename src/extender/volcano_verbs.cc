@@ -108,8 +108,9 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
     }
     scores.push_back({args->node_names[k], score});
   }
-  // One node of the best: Volcano too draws at random among its best nodes. Half a total point
-  // behind keeps the others above every node a point below.
+  // One node of the best: Volcano too draws at random among its best nodes (pkg/scheduler/util/
+  // scheduler_helper.go, SelectBestNodeAndScore: rand.Intn over the nodes of the highest score).
+  // Half a total point behind keeps the others above every node a point below.
   PreferOneOfTheBest(std::span<VolcanoNodeScore>(scores), [&](std::size_t k) { return NodeOrderKey(scores[k].node); },
                      [](VolcanoNodeScore& s) -> double& { return s.score; }, score_weight_ / 2);
   WriteVolcanoPrioritizeResult(resp.body, scores, "");
