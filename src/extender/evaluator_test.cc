@@ -538,6 +538,20 @@ TEST_F(EvaluatorTest, PodsAskingCpuAloneJoinTheTypicalPodsWhereTheyCouldTakeAGpu
   EXPECT_FALSE(evaluator_.PacksByMixFor(""));
   // The mix's weights: one pod of each.
   for (const auto& w : evaluator_.ShapeMixFor("")->shapes) EXPECT_DOUBLE_EQ(w.weight, 0.5);
+
+  // The window rule counts only pods asking a device: one short of it, however many CPU-only
+  // pods the window holds, the blind heuristics stay counted; the next GPU pod ends that.
+  for (std::size_t k = 1; k + 1 < Evaluator::kMinPodsToPackByMix; ++k) {
+    ASSERT_NE(Entry({.name = "g" + std::to_string(k), .uid = "uid-g" + std::to_string(k), .gpus = 1}), nullptr);
+  }
+  for (int k = 0; k < 100; ++k) {
+    const std::shared_ptr<PodEntry> cpu = Entry({.name = "c" + std::to_string(k), .uid = "uid-c" + std::to_string(k), .cpu = "2"});
+    ASSERT_NE(cpu, nullptr);
+    evaluator_.ObserveCpuPod(*cpu);
+  }
+  EXPECT_FALSE(evaluator_.PacksByMixFor("")) << "499 pods asking a device, 101 asking CPU alone";
+  ASSERT_NE(Entry({.name = "last", .uid = "uid-last", .gpus = 1}), nullptr);
+  EXPECT_TRUE(evaluator_.PacksByMixFor(""));
 }
 
 TEST_F(EvaluatorTest, APoolPodsScoresFollowThePoolFromOneCallToTheNext) {
