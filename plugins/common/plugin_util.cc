@@ -30,11 +30,6 @@ Status RequireNoArgs(const framework::PluginArgs& args) {
   return Error("takes no args (got: " + keys + ")");
 }
 
-bool PacksByMixWithoutNics(const framework::CycleState& state) {
-  if (!state.packs_for_shape_mix() || state.request().rdma_nics > 0) return false;
-  const packing::ShapeMix* mix = state.shape_mix();
-  if (mix == nullptr || mix->shapes.empty()) return false;
-  return std::none_of(mix->shapes.begin(), mix->shapes.end(), [](const auto& s) { return s.shape.nics > 0; });
-}
+bool PacksByMixWithoutNics(const framework::CycleState& state) { return state.packs_by_mix_without_nics(); }
 
 }  // namespace toposched::plugins

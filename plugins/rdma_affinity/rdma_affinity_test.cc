@@ -13,7 +13,7 @@ framework::CycleState Cycle(int rdma_nics) {
   PlacementRequest request;
   request.gpus = 1;
   request.rdma_nics = rdma_nics;
-  return framework::CycleState(request, [](const NodeTopology&, std::string_view, const NodeAllocation&, const PlacementRequest&) {
+  return framework::CycleState(request, [](const NodeTopology&, std::string_view, const NodeAllocation&, const PlacementRequest&, SharePacking) {
     return PlacementOutcome{};  // the plugin never asks the engine
   });
 }

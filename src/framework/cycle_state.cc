@@ -1,5 +1,7 @@
 #include "toposched/framework/cycle_state.h"
 
+#include <algorithm>
+
 #include <utility>
 
 namespace toposched::framework {
@@ -30,7 +32,8 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
     return it->second.outcome;
   }
   ++placer_calls_;
-  PlacementOutcome outcome = placer_(*node.topology, node.topology_fingerprint, node.allocated, request_);
+  PlacementOutcome outcome =
+      placer_(*node.topology, node.topology_fingerprint, node.allocated, request_, share_packing());
   if (it == outcomes_.end()) {
     it = outcomes_.emplace(node.name, CachedOutcome{}).first;
   }
@@ -39,6 +42,24 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
   it->second.outcome = std::move(outcome);
   if (node.outcome_key != 0) by_key_.try_emplace(node.outcome_key, it->second);
   return it->second.outcome;
+}
+
+void CycleState::SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix) {
+  if (mix != mix_) mix_key_ = mix == nullptr ? 0 : packing::MixKey(*mix);
+  mix_ = std::move(mix);
+}
+
+bool CycleState::packs_by_mix_without_nics() const {
+  if (!packs_for_shape_mix_ || request_.rdma_nics > 0 || mix_ == nullptr || mix_->shapes.empty()) return false;
+  return std::none_of(mix_->shapes.begin(), mix_->shapes.end(), [](const auto& s) { return s.shape.nics > 0; });
+}
+
+SharePacking CycleState::share_packing() const {
+  if (!request_.IsShared() || request_.shared.count != 1 || request_.shared.gpu_policy != PackPolicy::kDefault ||
+      !packs_by_mix_without_nics()) {
+    return {};
+  }
+  return {mix_.get(), mix_key_};
 }
 
 void CycleState::Write(std::string key, std::unique_ptr<StateData> data) {

@@ -80,6 +80,54 @@ TEST(CycleStateTest, RequestIsKept) {
   EXPECT_EQ(state.request().rdma_nics, 2);
 }
 
+// The engine chooses a single vGPU's card for the typical pods only where capacity packing owns
+// the decision (docs/placement.md, "Which card a vGPU takes"), and passes the mix to the placer.
+TEST(CycleStateTest, SharePackingOnlyWhereCapacityPackingOwnsTheDecision) {
+  auto share = [](int count) {
+    PlacementRequest r;
+    r.shared.count = count;
+    r.shared.cores = 5000;
+    return r;
+  };
+  packing::ShapeMix no_nics;
+  no_nics.shapes.push_back({packing::Shape{.gpus = 1, .milli = 500}, 1.0});
+  packing::ShapeMix with_nics = no_nics;
+  with_nics.shapes.push_back({packing::Shape{.gpus = 8, .milli = 1000, .nics = 8}, 0.1});
+  auto mix = std::make_shared<const packing::ShapeMix>(no_nics);
+
+  SharePacking seen;
+  CycleState state(share(1), [&seen](const NodeTopology&, std::string_view, const NodeAllocation&,
+                                     const PlacementRequest&, SharePacking p) {
+    seen = p;
+    return Fits(Placement{});
+  });
+  state.SetShapeMix(mix);
+  EXPECT_EQ(state.share_packing().mix, nullptr) << "the cycle does not pack for the typical pods";
+  state.set_packs_for_shape_mix(true);
+  ASSERT_EQ(state.share_packing().mix, mix.get());
+  EXPECT_EQ(state.share_packing().key, packing::MixKey(no_nics));
+  state.Outcome(NodeBuilder("a", "hgx-h100-8gpu").Build());
+  EXPECT_EQ(seen.mix, mix.get()) << "the placer is given it";
+
+  auto packing_of = [&](PlacementRequest r, const packing::ShapeMix& m) {
+    CycleState c(std::move(r), FakePlacer{}.AsPlacer());
+    c.SetShapeMix(std::make_shared<const packing::ShapeMix>(m));
+    c.set_packs_for_shape_mix(true);
+    return c.share_packing().mix != nullptr;
+  };
+  EXPECT_TRUE(packing_of(share(1), no_nics));
+  EXPECT_FALSE(packing_of(share(1), with_nics)) << "typical pods ask NICs: HAMi's policy decides";
+  EXPECT_FALSE(packing_of(share(2), no_nics)) << "two vGPUs";
+  PlacementRequest named = share(1);
+  named.shared.gpu_policy = PackPolicy::kBinpack;
+  EXPECT_FALSE(packing_of(named, no_nics)) << "the pod names its policy";
+  PlacementRequest nics = share(1);
+  nics.rdma_nics = 1;
+  EXPECT_FALSE(packing_of(nics, no_nics)) << "the pod asks a NIC";
+  EXPECT_FALSE(packing_of(RequestBuilder().Gpus(1).Build(), no_nics)) << "whole GPUs";
+  EXPECT_FALSE(packing_of(share(1), packing::ShapeMix{})) << "no typical pods";
+}
+
 struct Note : StateData {
   explicit Note(int v) : value(v) {}
   int value;

@@ -155,9 +155,10 @@ CycleState Framework::NewCycle(PlacementRequest request) const {
   const EngineOptions options = impl_->config.engine;
   CycleState state(std::move(request),
                    [memo, options](const NodeTopology& topology, std::string_view fingerprint,
-                                   const NodeAllocation& allocated, const PlacementRequest& req) {
+                                   const NodeAllocation& allocated, const PlacementRequest& req,
+                                   SharePacking share_packing) {
                      std::lock_guard<std::mutex> lock(memo->mu);
-                     return memo->memo.Place(topology, allocated, req, options, fingerprint);
+                     return memo->memo.Place(topology, allocated, req, options, fingerprint, share_packing);
                    });
   state.set_packs_for_shape_mix(impl_->packs_for_shape_mix);
   return state;

@@ -210,9 +210,10 @@ PlacementOutcome BruteWhole(const NodeTopology& t, const NodeAllocation& a, cons
 }
 
 PlacementOutcome BruteShared(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
-                             const EngineOptions& o) {
+                             const EngineOptions& o, const SharePacking& share_packing) {
   const pi::SwitchGroups groups = pi::ComputeSwitchGroups(t, a);
   const PackPolicy policy = pi::SharedPolicy(r, o);
+  const pi::ShareFragmentation frag(t, a, r, share_packing);
   std::vector<int> eligible;
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     if (pi::JudgeSharedGpu(t, a, r, o, static_cast<int>(i)) == pi::ShareVerdict::kFits) {
@@ -226,7 +227,7 @@ PlacementOutcome BruteShared(const NodeTopology& t, const NodeAllocation& a, con
       if (std::any_of(s.begin(), s.end(), [&](int gpu) { return t.gpus[Idx(gpu)].numa != numa; })) return;
     }
     std::vector<pi::ShareKey> keys;
-    for (int gpu : s) keys.push_back(pi::SharedKey(t, a, groups, policy, gpu));
+    for (int gpu : s) keys.push_back(pi::SharedKey(t, a, groups, r, o, policy, frag, gpu));
     std::sort(keys.begin(), keys.end());
     if (!best || keys < *best) best = std::move(keys);
   });
@@ -234,15 +235,16 @@ PlacementOutcome BruteShared(const NodeTopology& t, const NodeAllocation& a, con
   std::vector<int> gpus;
   for (const pi::ShareKey& k : *best) gpus.push_back(k.gpu);
   PlacementOutcome out;
-  out.placement = pi::DescribeShared(t, a, groups, r, o, std::move(gpus));
+  out.placement = pi::DescribeShared(t, a, groups, r, o, std::move(gpus), &frag);
   return out;
 }
 
 }  // namespace
 
 PlacementOutcome PlaceByBruteForce(const NodeTopology& topology, const NodeAllocation& allocated,
-                                   const PlacementRequest& request, const EngineOptions& options) {
-  if (request.IsShared()) return BruteShared(topology, allocated, request, options);
+                                   const PlacementRequest& request, const EngineOptions& options,
+                                   SharePacking share_packing) {
+  if (request.IsShared()) return BruteShared(topology, allocated, request, options, share_packing);
   return BruteWhole(topology, allocated, request, /*bounded=*/true);
 }
 

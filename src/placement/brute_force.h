@@ -8,6 +8,7 @@
 namespace toposched {
 
 PlacementOutcome PlaceByBruteForce(const NodeTopology& topology, const NodeAllocation& allocated,
-                                   const PlacementRequest& request, const EngineOptions& options = {});
+                                   const PlacementRequest& request, const EngineOptions& options = {},
+                                   SharePacking share_packing = {});
 
 }  // namespace toposched

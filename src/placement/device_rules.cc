@@ -52,6 +52,21 @@ std::int64_t ShareMemoryMib(const Gpu& gpu, const SharedGpuRequest& s) {
   return ShareMemoryNeed(gpu, s).value_or(s.memory_mib);
 }
 
+std::int64_t ShareUsageScore(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                             int max_shares_per_gpu, int gpu) {
+  constexpr std::int64_t kWhole = 1'000'000;
+  const Gpu& g = t.gpus[Idx(gpu)];
+  const GpuShareUsage used = GpuShares(a, gpu);
+  std::int64_t score = 0;
+  if (max_shares_per_gpu > 0) score += (used.shares + 1) * kWhole / max_shares_per_gpu;
+  score += std::clamp<std::int64_t>(used.cores + r.shared.cores, 0, kFullGpuCores) * kWhole / kFullGpuCores;
+  if (g.memory_mib > 0) {
+    const std::int64_t mem = used.memory_mib + ShareMemoryMib(g, r.shared);
+    score += std::clamp<std::int64_t>(mem, 0, g.memory_mib) * kWhole / static_cast<std::int64_t>(g.memory_mib);
+  }
+  return score;
+}
+
 ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
                             int max_shares_per_gpu, int gpu) {
   const Gpu& g = t.gpus[Idx(gpu)];

@@ -783,14 +783,15 @@ PlacementOutcome PlaceWhole(const NodeTopology& t, const NodeAllocation& a, cons
 }
 
 PlacementOutcome PlaceShared(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
-                             const EngineOptions& o) {
+                             const EngineOptions& o, const SharePacking& share_packing) {
   const SwitchGroups groups = placement_internal::ComputeSwitchGroups(t, a);
   const PackPolicy policy = placement_internal::SharedPolicy(r, o);
+  const placement_internal::ShareFragmentation frag(t, a, r, share_packing);
   std::vector<placement_internal::ShareKey> keys;
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     const int gpu = static_cast<int>(i);
     if (placement_internal::JudgeSharedGpu(t, a, r, o, gpu) == placement_internal::ShareVerdict::kFits) {
-      keys.push_back(placement_internal::SharedKey(t, a, groups, policy, gpu));
+      keys.push_back(placement_internal::SharedKey(t, a, groups, r, o, policy, frag, gpu));
     }
   }
   std::sort(keys.begin(), keys.end());
@@ -816,15 +817,16 @@ PlacementOutcome PlaceShared(const NodeTopology& t, const NodeAllocation& a, con
   std::vector<int> gpus;
   for (const auto& k : chosen) gpus.push_back(k.gpu);
   PlacementOutcome out;
-  out.placement = placement_internal::DescribeShared(t, a, groups, r, o, std::move(gpus));
+  out.placement = placement_internal::DescribeShared(t, a, groups, r, o, std::move(gpus), &frag);
   return out;
 }
 
 }  // namespace
 
 PlacementOutcome PlaceOnNode(const NodeTopology& topology, const NodeAllocation& allocated,
-                             const PlacementRequest& request, const EngineOptions& options) {
-  if (request.IsShared()) return PlaceShared(topology, allocated, request, options);
+                             const PlacementRequest& request, const EngineOptions& options,
+                             SharePacking share_packing) {
+  if (request.IsShared()) return PlaceShared(topology, allocated, request, options, share_packing);
   return PlaceWhole(topology, allocated, request);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "toposched/placement/device_rules.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 
 namespace toposched::placement_internal {
@@ -71,19 +72,44 @@ inline ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& 
                                    const EngineOptions& o, int gpu) {
   return ::toposched::JudgeSharedGpu(t, a, r, o.max_shares_per_gpu, gpu);
 }
-// Sort key of an eligible GPU, smaller first: (opens an intact switch group, policy key, index).
+// FGD's per-GPU rule for one vGPU (SharePacking): the node's expected fragmentation after the
+// vGPU takes each card. Active only for a single vGPU whose pod names no GPU policy, with a mix.
+class ShareFragmentation {
+ public:
+  ShareFragmentation(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                     const SharePacking& share_packing);
+  bool active() const { return active_; }
+  // In millionths of a milli-GPU, rounded: equal fragmentation compares equal.
+  std::int64_t After(int gpu) const;
+
+ private:
+  bool active_ = false;
+  const packing::ShapeMix* mix_ = nullptr;
+  const NodeTopology& t_;
+  const NodeAllocation& a_;
+  const PlacementRequest& r_;
+};
+
+// Sort key of an eligible GPU, smaller first: (fragmentation after, when ShareFragmentation is
+// active; opens an intact switch group; policy key; index).
 struct ShareKey {
+  std::int64_t fragmentation = 0;  // ShareFragmentation::After, 0 when inactive
   int opens_group = 0;          // 0: its group is already broken (or it has none); 1: intact
-  std::int64_t policy_key = 0;  // binpack: -used memory; spread: +used memory
+  std::int64_t policy_key = 0;  // binpack: -ShareUsageScore (fullest card first); spread: +it
   int gpu = 0;
   auto operator<=>(const ShareKey&) const = default;
 };
+// With `frag` active the policy key is binpack's whatever `policy` says (capacity first: among
+// cards that strand alike, the fuller).
 ShareKey SharedKey(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
-                   PackPolicy policy, int gpu);
+                   const PlacementRequest& r, const EngineOptions& o, PackPolicy policy,
+                   const ShareFragmentation& frag, int gpu);
 // kRequestTooLarge or kNotEnoughShareCapacity for a shared request that found no GPU set.
 PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
                                const EngineOptions& o);
+// `frag` (may be null): when active, the reasons say the card strands least and binpack broke ties.
 Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
-                         const PlacementRequest& r, const EngineOptions& o, std::vector<int> gpus);
+                         const PlacementRequest& r, const EngineOptions& o, std::vector<int> gpus,
+                         const ShareFragmentation* frag = nullptr);
 
 }  // namespace toposched::placement_internal

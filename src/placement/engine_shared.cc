@@ -8,6 +8,7 @@
 #include <bit>
 #include <cctype>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -376,14 +377,38 @@ PlacementOutcome AlignmentFailure(const NodeTopology& t, const PlacementRequest&
   return o;
 }
 
+ShareFragmentation::ShareFragmentation(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
+                                       const SharePacking& share_packing)
+    : active_(share_packing.mix != nullptr && !share_packing.mix->shapes.empty() && r.IsShared() &&
+              r.shared.count == 1 && r.shared.gpu_policy == PackPolicy::kDefault),
+      mix_(share_packing.mix),
+      t_(t),
+      a_(a),
+      r_(r) {}
+
+std::int64_t ShareFragmentation::After(int gpu) const {
+  if (!active_) return 0;
+  // The allocation with the vGPU on `gpu`, as the Reserve would record it (DeltaOf), read back
+  // by packing's one rule for what a card has left. The node's CPU is the same whichever card
+  // the vGPU takes: left out.
+  NodeAllocation after = a_;
+  if (after.gpu_shares.size() <= Idx(gpu)) after.gpu_shares.resize(Idx(gpu) + 1);
+  GpuShareUsage& used = after.gpu_shares[Idx(gpu)];
+  ++used.shares;
+  used.memory_mib += ShareMemoryMib(t_.gpus[Idx(gpu)], r_.shared);
+  used.cores += r_.shared.cores;
+  return std::llround(packing::Fragmentation(packing::StateOf(t_, after, r_.vendor), *mix_) * 1e6);
+}
+
 ShareKey SharedKey(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
-                   PackPolicy policy, int gpu) {
-  (void)t;
+                   const PlacementRequest& r, const EngineOptions& o, PackPolicy policy,
+                   const ShareFragmentation& frag, int gpu) {
   ShareKey k;
+  k.fragmentation = frag.After(gpu);
   const int group = groups.of_gpu[Idx(gpu)];
   k.opens_group = group >= 0 && groups.intact_before[Idx(group)] ? 1 : 0;
-  const std::int64_t used = GpuShares(a, gpu).memory_mib;
-  k.policy_key = policy == PackPolicy::kBinpack ? -used : used;
+  const std::int64_t score = ShareUsageScore(t, a, r, o.max_shares_per_gpu, gpu);
+  k.policy_key = policy == PackPolicy::kBinpack || frag.active() ? -score : score;
   k.gpu = gpu;
   return k;
 }
@@ -443,9 +468,11 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
 }
 
 Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,
-                         const PlacementRequest& r, const EngineOptions& o, std::vector<int> gpus) {
+                         const PlacementRequest& r, const EngineOptions& o, std::vector<int> gpus,
+                         const ShareFragmentation* frag) {
   std::sort(gpus.begin(), gpus.end());
-  const PackPolicy policy = SharedPolicy(r, o);
+  const bool packs = frag != nullptr && frag->active();
+  const PackPolicy policy = packs ? PackPolicy::kBinpack : SharedPolicy(r, o);
   Placement p;
   p.gpus = gpus;
   std::vector<bool> touched(groups.intact_before.size(), false);
@@ -464,6 +491,10 @@ Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const S
     const GpuShareUsage used = GpuShares(a, gpu);
     const int group = groups.of_gpu[Idx(gpu)];
     std::vector<std::string> parts;
+    if (packs) {
+      parts.push_back("strands least of the typical pods' GPU (" + std::to_string((frag->After(gpu) + 500'000) / 1'000'000) +
+                      " milli-GPU of the node after; capacity first)");
+    }
     if (group < 0) {
       parts.push_back("in no switch group");
     } else if (groups.intact_before[Idx(group)]) {
@@ -472,7 +503,8 @@ Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const S
       parts.push_back("switch group " + GroupId(t, groups, group) + " already in use (fragmentation rule)");
     }
     parts.push_back(std::string(ToString(policy)) + ": " + std::to_string(used.memory_mib) + " of " +
-                    std::to_string(g.memory_mib) + " MiB already used");
+                    std::to_string(g.memory_mib) + " MiB and " + std::to_string(used.cores * 100 / kFullGpuCores) +
+                    "% of compute already used");
     parts.push_back("vGPU " + std::to_string(used.shares + 1) + " of at most " +
                     std::to_string(o.max_shares_per_gpu));
     p.reasons.push_back(GpuLabel(t, gpu) + ": " + Join(parts));

@@ -17,6 +17,7 @@
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
 #include "brute_force.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/synthetic.h"
 
@@ -361,6 +362,17 @@ TEST(PlacementEngineTest, SharedRequests) {
   cores.shared.cores = 6000;
   NodeAllocation busy_cores = Alloc({}, {}, {{0, 100}});
   busy_cores.gpu_shares[0].cores = 5000;  // 5000 + 6000 > 10000
+  // HAMi orders cards by slots, compute and memory used together (gpu_policy.go ComputeScore),
+  // not by memory alone. With a 1000 MiB, 10% vGPU added (split 10): GPU0 (one vGPU, 10000 MiB,
+  // 60% compute) scores 0.2 + 0.7 + 11000/81559 = 1.03; GPU1 (two vGPUs, 12000 MiB, 20%
+  // compute) 0.3 + 0.3 + 13000/81559 = 0.76. By memory alone GPU1 would be the fuller.
+  NodeAllocation mixed_use = Alloc({}, {}, {{0, 10000}, {1, 6000}, {1, 6000}});
+  mixed_use.gpu_shares[0].cores = 6000;
+  mixed_use.gpu_shares[1].cores = 2000;
+  PlacementRequest tenth_binpack = Shared(1, 1000, PackPolicy::kBinpack);
+  tenth_binpack.shared.cores = 1000;
+  PlacementRequest tenth_spread = tenth_binpack;
+  tenth_spread.shared.gpu_policy = PackPolicy::kSpread;
   const std::vector<SharedCase> cases = {
       // Nothing allocated: all groups intact, spread, lowest index: GPU0 opens S0 (-3, spread -1).
       {"first GPU on an empty node", {}, Shared(1, 1000), {}, {0}, -3, -1},
@@ -382,6 +394,8 @@ TEST(PlacementEngineTest, SharedRequests) {
        {1},
        -3,
        0},
+      {"binpack by HAMi's device score", mixed_use, tenth_binpack, {}, {0}, -3, 0},
+      {"spread by HAMi's device score", mixed_use, tenth_spread, {}, {1}, -3, 0},
       // The node default applies when the pod says nothing.
       {"node default binpack",
        Alloc({}, {}, {{0, 20000}, {1, 10000}}),
@@ -422,6 +436,56 @@ TEST(PlacementEngineTest, SharedRequests) {
   }
 }
 
+// Capacity first inside the node (SharePacking): a single vGPU takes the card that leaves the
+// node's expected fragmentation lowest for the typical pods, whatever HAMi's policy would pick.
+// GPU0 (45 % used) and GPU1 (20 %) share switch group S0; the typical pod is a half card. A 50 %
+// vGPU on GPU0 strands its last 5 % (binpack's pick), on GPU1 its last 30 % (spread's pick); on a
+// free card (GPU2, the first of intact S1) it strands nothing.
+TEST(PlacementEngineTest, OneVgpuTakesTheCardThatStrandsLeastForTheTypicalPods) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  NodeAllocation used = Alloc({}, {}, {{0, 0}, {1, 0}});
+  used.gpu_shares[0].cores = 4500;
+  used.gpu_shares[1].cores = 2000;
+  PlacementRequest half = Shared(1, 0);
+  half.shared.cores = 5000;
+  packing::ShapeMix mix;
+  mix.shapes.push_back({packing::Shape{.gpus = 1, .milli = 500}, 1.0});
+  const SharePacking packs{&mix, packing::MixKey(mix)};
+  auto gpus_of = [&](const PlacementRequest& r, const EngineOptions& o, SharePacking p) {
+    const PlacementOutcome out = PlaceOnNode(hgx, used, r, o, p);
+    EXPECT_TRUE(out.ok()) << Show(out);
+    EXPECT_TRUE(SameOutcome(out, PlaceByBruteForce(hgx, used, r, o, p)));
+    return out.ok() ? out.placement->gpus : std::vector<int>{};
+  };
+  EXPECT_EQ(gpus_of(half, EngineOptions{PackPolicy::kSpread, 10}, {}), std::vector<int>{1});
+  EXPECT_EQ(gpus_of(half, EngineOptions{PackPolicy::kBinpack, 10}, {}), std::vector<int>{0});
+  EXPECT_EQ(gpus_of(half, EngineOptions{PackPolicy::kSpread, 10}, packs), std::vector<int>{2});
+  EXPECT_EQ(gpus_of(half, EngineOptions{PackPolicy::kBinpack, 10}, packs), std::vector<int>{2});
+  const PlacementOutcome said = PlaceOnNode(hgx, used, half, {}, packs);
+  ASSERT_TRUE(said.ok());
+  ASSERT_EQ(said.placement->reasons.size(), 1u);
+  EXPECT_NE(said.placement->reasons[0].find("strands least of the typical pods' GPU (0 milli-GPU of the node after; "
+                                            "capacity first)"),
+            std::string::npos)
+      << said.placement->reasons[0];
+  EXPECT_NE(said.placement->reasons[0].find("binpack: 0 of 81559 MiB and 0% of compute"), std::string::npos)
+      << said.placement->reasons[0];
+  // Among cards that strand alike, the fuller (HAMi's binpack score), whatever the default: with
+  // a typical pod of a tenth, every card strands nothing and GPU0 is the fullest that fits.
+  packing::ShapeMix tenth;
+  tenth.shapes.push_back({packing::Shape{.gpus = 1, .milli = 50}, 1.0});
+  EXPECT_EQ(gpus_of(half, EngineOptions{PackPolicy::kSpread, 10}, {&tenth, packing::MixKey(tenth)}),
+            std::vector<int>{0});
+  // A pod that names its policy keeps it.
+  PlacementRequest named = half;
+  named.shared.gpu_policy = PackPolicy::kSpread;
+  EXPECT_EQ(gpus_of(named, {}, packs), std::vector<int>{1});
+  // Two vGPUs are placed by the policy alone (FGD's rule is for one share).
+  PlacementRequest two = half;
+  two.shared.count = 2;
+  EXPECT_EQ(gpus_of(two, EngineOptions{PackPolicy::kSpread, 10}, packs), (std::vector<int>{0, 1}));
+}
+
 TEST(PlacementEngineTest, SharedReasonsStateTheRule) {
   const NodeTopology hgx = Preset("hgx-h100-8gpu");
   const PlacementOutcome o =
@@ -431,7 +495,7 @@ TEST(PlacementEngineTest, SharedReasonsStateTheRule) {
   EXPECT_EQ(o.placement->reasons,
             std::vector<std::string>{"GPU1 (" + hgx.gpus[1].pci_bus_id + "): switch group " + sw +
                                      " already in use (fragmentation rule); binpack: 2048 of "
-                                     "81559 MiB already used; vGPU 2 of at most 10"});
+                                     "81559 MiB and 0% of compute already used; vGPU 2 of at most 10"});
 }
 
 TEST(PlacementEngineTest, SharedFailures) {

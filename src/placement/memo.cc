@@ -72,14 +72,18 @@ PlacementMemo::~PlacementMemo() = default;
 
 PlacementOutcome PlacementMemo::Place(const NodeTopology& topology, const NodeAllocation& allocated,
                                       const PlacementRequest& request, const EngineOptions& options,
-                                      std::string_view fingerprint) {
+                                      std::string_view fingerprint, SharePacking share_packing) {
   std::string key = MemoKey(topology, allocated, request, options, fingerprint);
+  if (share_packing.mix != nullptr) {
+    key += "|mix";
+    AppendInt(key, static_cast<std::int64_t>(share_packing.key));
+  }
   if (auto it = impl_->entries.find(key); it != impl_->entries.end()) {
     ++impl_->hits;
     return it->second;
   }
   ++impl_->misses;
-  PlacementOutcome outcome = PlaceOnNode(topology, allocated, request, options);
+  PlacementOutcome outcome = PlaceOnNode(topology, allocated, request, options, share_packing);
   if (impl_->capacity == 0) return outcome;
   // Clearing beats LRU bookkeeping here: states churn slowly, and a full clear costs one
   // recomputation per live state.

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/synthetic.h"
 
@@ -149,6 +150,26 @@ TEST(PlacementMemoTest, EveryInputOfTheOutcomeMisses) {
   ExpectSame(memo.Place(hgx, gpu0, Whole(1, 1)), PlaceOnNode(hgx, gpu0, Whole(1, 1)));
   ExpectSame(memo.Place(hgx, vgpu0_more, Whole(1, 1)), PlaceOnNode(hgx, vgpu0_more, Whole(1, 1)));
   EXPECT_EQ(memo.hits(), 2u);
+}
+
+// The typical pods a single vGPU's card is chosen for are part of the key, by content.
+TEST(PlacementMemoTest, TheSharePackingMixIsPartOfTheKey) {
+  const NodeTopology hgx = Preset("hgx-h100-8gpu");
+  PlacementRequest shared;
+  shared.shared.count = 1;
+  shared.shared.cores = 5000;
+  packing::ShapeMix half, tenth;
+  half.shapes.push_back({packing::Shape{.gpus = 1, .milli = 500}, 1.0});
+  tenth.shapes.push_back({packing::Shape{.gpus = 1, .milli = 100}, 1.0});
+  const packing::ShapeMix half_again = half;
+  ASSERT_NE(packing::MixKey(half), packing::MixKey(tenth));
+  PlacementMemo memo;
+  memo.Place(hgx, {}, shared);
+  memo.Place(hgx, {}, shared, {}, {}, {&half, packing::MixKey(half)});
+  memo.Place(hgx, {}, shared, {}, {}, {&tenth, packing::MixKey(tenth)});
+  EXPECT_EQ(memo.misses(), 3u);
+  memo.Place(hgx, {}, shared, {}, {}, {&half_again, packing::MixKey(half_again)});
+  EXPECT_EQ(memo.hits(), 1u) << "an equal mix in another object";
 }
 
 TEST(PlacementMemoTest, FailuresAreMemoizedToo) {

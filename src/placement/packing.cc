@@ -1,6 +1,7 @@
 #include "toposched/placement/packing.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <map>
 #include <tuple>
@@ -188,6 +189,29 @@ NodeState After(const NodeState& node, const Shape& shape, const std::vector<int
     out.milli_left[Idx(g)] = std::max(0, out.milli_left[Idx(g)] - take);
   }
   return out;
+}
+
+std::uint64_t MixKey(const ShapeMix& mix) {
+  std::uint64_t h = 14695981039346656037ull;
+  auto mix_in = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const WeightedShape& w : mix.shapes) {
+    mix_in(static_cast<std::uint64_t>(w.shape.gpus));
+    mix_in(static_cast<std::uint64_t>(w.shape.milli));
+    mix_in(static_cast<std::uint64_t>(w.shape.cpu_milli));
+    mix_in(static_cast<std::uint64_t>(w.shape.nics));
+    for (const std::string& m : w.shape.models) {
+      for (const char c : m) mix_in(static_cast<unsigned char>(c));
+      mix_in(0xff);  // ends one model's name
+    }
+    mix_in(w.shape.models.size());
+    mix_in(std::bit_cast<std::uint64_t>(w.weight));
+  }
+  return h;
 }
 
 int BestShareGpu(const NodeState& node, const Shape& shape, const ShapeMix& mix) {

@@ -289,8 +289,12 @@ class ToposchedTracePolicy : public TracePolicy {
     request.pod_uid = "trace-" + std::to_string(task_index);
     request.cpu_milli = cpu_blind_ ? 0 : task.cpu_milli;
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
+      // The share a pod asks through HAMi, as the extender's replay sends it (trace_extender.cc
+      // PodOf): compute and memory at the task's fraction. Memory matters to the engine's choice
+      // of GPU inside the node (HAMi's device score, engine.defaultGpuPolicy).
       request.shared.count = 1;
-      request.shared.cores = static_cast<std::int64_t>(task.gpu_milli) * kFullGpuCores / kMilli;
+      request.shared.cores = static_cast<std::int64_t>(trace_internal::SharePercent(task)) * (kFullGpuCores / 100);
+      request.shared.memory_percent = trace_internal::SharePercent(task);
       request.shared.use_types = task.gpu_spec;
     } else {
       request.gpus = task.gpus;

@@ -217,7 +217,7 @@ class ExtenderTracePolicy : public TracePolicy {
     json limits = json::object();
     limits["nvidia.com/gpu"] = std::to_string(task.gpus);
     if (task.gpus == 1 && task.gpu_milli < packing::kMilli) {
-      const std::string percent = std::to_string((task.gpu_milli + 9) / 10);
+      const std::string percent = std::to_string(SharePercent(task));
       limits["nvidia.com/gpucores"] = percent;
       limits["nvidia.com/gpumem-percentage"] = percent;
     }

@@ -35,6 +35,11 @@ inline bool ModelAccepted(const TraceNode& node, const TraceTask& task) {
   return std::find(task.gpu_spec.begin(), task.gpu_spec.end(), node.model) != task.gpu_spec.end();
 }
 
+// A share's fraction of its GPU as HAMi asks it, in percent, for both nvidia.com/gpucores and
+// nvidia.com/gpumem-percentage: the trace's gpu_milli is both (GPU sharing splits compute and
+// memory alike), rounded up to a whole percent (every value in the trace is a multiple of 10).
+inline int SharePercent(const TraceTask& task) { return (task.gpu_milli + 9) / 10; }
+
 // kube-scheduler's NodeResourcesFit for CPU and memory, and the gpu_spec node selector.
 inline bool HostFits(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task) {
   return rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib && ModelAccepted(node, task) &&

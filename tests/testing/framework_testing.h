@@ -135,7 +135,7 @@ struct FakePlacer {
   std::shared_ptr<int> calls = std::make_shared<int>(0);
   framework::CycleState::Placer AsPlacer() const {
     return [outcome = outcome, calls = calls](const NodeTopology&, std::string_view, const NodeAllocation&,
-                                              const PlacementRequest&) {
+                                              const PlacementRequest&, SharePacking) {
       ++*calls;
       return outcome;
     };

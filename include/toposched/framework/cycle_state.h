@@ -12,6 +12,7 @@
 // Thread-compatible: one cycle is driven by one thread at a time.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,8 +38,10 @@ class CycleState {
   // Computes one node's outcome. The Framework binds it to its PlacementMemo and EngineOptions;
   // tests may pass a fake that returns hand-built outcomes.
   // `fingerprint` is NodeInfo::topology_fingerprint (may be empty: the placer computes it).
+  // `share_packing`: share_packing() of the cycle.
   using Placer = std::function<PlacementOutcome(const NodeTopology&, std::string_view fingerprint,
-                                                const NodeAllocation&, const PlacementRequest&)>;
+                                                const NodeAllocation&, const PlacementRequest&,
+                                                SharePacking share_packing)>;
 
   CycleState(PlacementRequest request, Placer placer);
   CycleState(CycleState&&) noexcept;
@@ -57,12 +60,20 @@ class CycleState {
   // The workload's typical pod shapes with their weights (FGD's "typical pods"), for the
   // ExpectedFragmentation plugin; null when the caller has none (the plugin then packs for
   // more pods of the request's own shape). The same for every node of the cycle.
-  void SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix) { mix_ = std::move(mix); }
+  void SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix);
   const packing::ShapeMix* shape_mix() const { return mix_.get(); }
   // Whether a Score plugin that packs for the typical shapes (ScorePlugin::PacksForShapeMix) is
   // counted in this cycle (weighted, or ranking capacity first); the Framework sets it.
   void set_packs_for_shape_mix(bool packs) { packs_for_shape_mix_ = packs; }
   bool packs_for_shape_mix() const { return packs_for_shape_mix_; }
+  // Whether capacity packing owns the decision: it packs for the typical shapes, there are
+  // some, and neither they nor the pod ask an RDMA NIC (the fragmentation measure then states
+  // the whole objective, and HAMi's binpack/spread policies stand down: docs/placement.md,
+  // "When the typical pods ask no NIC").
+  bool packs_by_mix_without_nics() const;
+  // What the engine chooses a single vGPU's card for (SharePacking): the typical shapes when
+  // packs_by_mix_without_nics() and the pod names no hami.io/gpu-scheduler-policy; else none.
+  SharePacking share_packing() const;
 
   // Whether Score plugins should say how they scored (ScoreResult::explanation); true unless the
   // caller keeps the numbers only, as the extender's verbs do (the CLI and the simulator explain).
@@ -105,6 +116,7 @@ class CycleState {
   Placer placer_;
   std::shared_ptr<const ClusterView> cluster_;
   std::shared_ptr<const packing::ShapeMix> mix_;
+  std::uint64_t mix_key_ = 0;  // packing::MixKey of mix_
   bool packs_for_shape_mix_ = false;
   bool explain_ = true;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;

@@ -30,6 +30,14 @@ std::optional<std::int64_t> ShareMemoryNeed(const Gpu& gpu, const SharedGpuReque
 // (a percentage of an unknown size records 0).
 std::int64_t ShareMemoryMib(const Gpu& gpu, const SharedGpuRequest& shared);
 
+// HAMi's device score for one more vGPU of `r` on `gpu`, the order binpack and spread pick cards
+// in (pkg/scheduler/policy/gpu_policy.go ComputeScore): the card's vGPU slots, compute and memory
+// each as the fraction used once the vGPU is added, summed, here in millionths (0..3,000,000).
+// `max_shares_per_gpu` is the card's slot count (deviceSplitCount). A card of unknown memory
+// size leaves the memory term out (HAMi, which never sees one, would score the card 0).
+std::int64_t ShareUsageScore(const NodeTopology& topology, const NodeAllocation& allocated,
+                             const PlacementRequest& r, int max_shares_per_gpu, int gpu);
+
 // Whether one more vGPU of request `r` fits on GPU `gpu` (HAMi's per-card checks, plus the
 // card's health and the unknown-memory rule), and if not, why.
 enum class ShareVerdict : std::uint8_t {

@@ -55,6 +55,8 @@ struct ShapeMix {
   std::vector<WeightedShape> shapes;  // most frequent first
   bool operator==(const ShapeMix&) const = default;
 };
+// A 64-bit hash of a mix's content (FNV-1a over its shapes and weights): equal mixes, equal keys.
+std::uint64_t MixKey(const ShapeMix& mix);
 
 // FGD's typical pods from a workload's pods: shapes counted, most frequent first (ties: the
 // larger shape by CPU, then milli, GPUs and models first, as the FGD simulator orders them), the

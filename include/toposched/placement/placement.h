@@ -91,10 +91,26 @@ struct EngineOptions {
   int max_shares_per_gpu = 10;                          // HAMi deviceSplitCount
 };
 
+namespace packing {
+struct ShapeMix;
+}
+
+// Capacity first inside a node (docs/placement.md, "Which card a vGPU takes"): the typical pods
+// a single vGPU's card is chosen for, with FGD's per-GPU rule: the card that leaves the node's
+// expected fragmentation lowest, ties to the fuller card by HAMi's device score. Given only when
+// the cycle packs by the typical pods and the pod names no hami.io/gpu-scheduler-policy
+// (framework::CycleState::share_packing); `key` identifies the mix's content in memo keys.
+// mix null: HAMi's GPU policy alone.
+struct SharePacking {
+  const packing::ShapeMix* mix = nullptr;
+  std::uint64_t key = 0;
+};
+
 // The exact engine. Enumerates candidate GPU and NIC sets with bounds that never discard an
 // optimum; see docs/placement.md for the search and its cost.
 PlacementOutcome PlaceOnNode(const NodeTopology& topology, const NodeAllocation& allocated,
-                             const PlacementRequest& request, const EngineOptions& options = {});
+                             const PlacementRequest& request, const EngineOptions& options = {},
+                             SharePacking share_packing = {});
 
 // Memoizes PlaceOnNode per (topology fingerprint, free devices and shares, request shape):
 // nodes of one hardware type in the same state cost one computation. Thread-compatible (one
@@ -110,7 +126,7 @@ class PlacementMemo {
   // it is most of the cost of a hit).
   PlacementOutcome Place(const NodeTopology& topology, const NodeAllocation& allocated,
                          const PlacementRequest& request, const EngineOptions& options = {},
-                         std::string_view fingerprint = {});
+                         std::string_view fingerprint = {}, SharePacking share_packing = {});
   std::size_t hits() const;
   std::size_t misses() const;
   std::size_t size() const;
