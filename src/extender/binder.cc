@@ -71,6 +71,10 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.
     const framework::NodeInfo info = NodeInfoOf(record);
     framework::CycleState cycle = framework.NewCycle(entry->request);
+    // The typical pods the verbs scored it for (Evaluator::Evaluate): a vGPU's card is chosen for
+    // them where capacity packing owns the decision (CycleState::share_packing), here as there.
+    cycle.SetShapeMix(entry->mix);
+    if (!entry->packs_by_mix) cycle.set_packs_for_shape_mix(false);
     const framework::FilterResult filtered = framework.RunFilter(cycle, info);
     if (!filtered.ok()) {
       return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString(), ErrorCode::kUnfit);

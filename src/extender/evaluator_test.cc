@@ -478,6 +478,39 @@ TEST_F(EvaluatorTest, TheBlindHeuristicsStayCountedUntilTheWindowIsTheWorkload) 
   check("many", true);
 }
 
+// The binder re-decides a vGPU's card for the typical pods the verbs scored it for: where
+// capacity packing owns the decision (no NIC in the typical pods, no GPU policy named), the card
+// that strands least (CycleState::share_packing), not HAMi's spread.
+TEST_F(EvaluatorTest, TheBinderChoosesAVgpusCardForTheTypicalPodsAsTheVerbsDid) {
+  AddNode("box", Preset("hgx-h100-8gpu"));
+  const auto share = [](const std::string& name, int percent) {
+    const std::string p = std::to_string(percent);
+    return PodSpec{.name = name,
+                   .uid = "uid-" + name,
+                   .gpus = 1,
+                   .extra_limits = {{"nvidia.com/gpucores", p}, {"nvidia.com/gpumem-percentage", p}}};
+  };
+  const auto card_of = [&](const std::string& uid) {
+    const std::optional<state::PodAllocation> a = store_.FindPod(uid);
+    return a && a->delta.shares.size() == 1 ? a->delta.shares[0].first : -1;
+  };
+  Bind(share("a", 45), "box");  // an empty node: GPU0
+  Bind(share("b", 20), "box");  // switch group S0 is broken: spread takes its emptier card, GPU1
+  ASSERT_EQ(card_of("uid-a"), 0);
+  ASSERT_EQ(card_of("uid-b"), 1);
+  // The workload: half cards. A half on GPU0 strands its last 5 %, on GPU1 its last 30 %; on a
+  // free card nothing.
+  for (std::size_t k = 0; k < Evaluator::kMinPodsToPackByMix; ++k) {
+    ASSERT_NE(Entry(share("w" + std::to_string(k), 50)), nullptr);
+  }
+  const std::shared_ptr<PodEntry> c = Entry(share("c", 50));
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->packs_by_mix);
+  Binder binder(evaluator_, metrics_);
+  EXPECT_EQ(binder.Bind(BindingArgs{"c", "default", "uid-c", "box"}), "");
+  EXPECT_EQ(card_of("uid-c"), 2);
+}
+
 // One node of the best: among the highest scores the node first in the stable order keeps its
 // score and the others drop a step; the rest, and a best of 1, are left as they are.
 TEST(PreferOneOfTheBestTest, KeepsTheFirstOfTheStableOrderAndStepsTheOthersBack) {
