@@ -14,6 +14,7 @@
 
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/synthetic.h"
 
@@ -102,6 +103,39 @@ void BM_PlaceMemoized(benchmark::State& state, std::string machine, int gpus, in
   memo.Place(t, {}, r);
   Latencies latencies(state);
   for (auto _ : state) latencies.Time([&] { benchmark::DoNotOptimize(memo.Place(t, {}, r)); });
+}
+
+// One vGPU (half a card) on an HGX H100 whose GPU0 and GPU1 carry vGPUs, cold, by HAMi's policy
+// alone and with the typical pods (SharePacking: FGD's per-card rule, one fragmentation per card
+// that fits), over a mix of 20 shapes as the trace's: the price of choosing the card that strands
+// least.
+void BM_PlaceShare(benchmark::State& state, bool packs) {
+  const NodeTopology t = Preset("hgx-h100-8gpu");
+  NodeAllocation a;
+  a.gpu_shares.resize(2);
+  a.gpu_shares[0] = {1, 36701, 4500};
+  a.gpu_shares[1] = {1, 16311, 2000};
+  PlacementRequest r;
+  r.shared.count = 1;
+  r.shared.cores = 5000;
+  r.shared.memory_percent = 50;
+  toposched::packing::ShapeMix mix;
+  for (int k = 0; k < 20; ++k) {
+    toposched::packing::Shape s;
+    s.gpus = k < 12 ? 1 : 1 + k % 4;
+    s.milli = k < 12 ? 50 + 80 * k : 1000;
+    s.cpu_milli = 4000 + 1000 * k;
+    mix.shapes.push_back({s, 1.0 / 20});
+  }
+  const toposched::SharePacking sp = packs ? toposched::SharePacking{&mix, toposched::packing::MixKey(mix)}
+                                           : toposched::SharePacking{};
+  Latencies latencies(state);
+  for (auto _ : state)
+    latencies.Time([&] {
+      auto o = toposched::PlaceOnNode(t, a, r, {}, sp);
+      if (!o.ok()) state.SkipWithError(o.detail.c_str());
+      benchmark::DoNotOptimize(o);
+    });
 }
 
 // What the memo pays per call to name the hardware type: a hash of the whole topology.
@@ -210,6 +244,8 @@ BENCHMARK_CAPTURE(BM_PlaceMemoized, hgx_h100_2gpu_2nic, std::string("hgx-h100-8g
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PlaceMemoized, oci_16nic_4gpu_4nic, std::string("oci"), 4, 4)
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PlaceShare, hgx_h100_policy_alone, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PlaceShare, hgx_h100_typical_pods, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Fingerprint, hgx_h100, std::string("hgx-h100-8gpu"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Fingerprint, oci_16nic, std::string("oci"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Score5000Nodes, fresh_memo, true)->Unit(benchmark::kMillisecond);

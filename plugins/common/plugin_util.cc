@@ -1,7 +1,5 @@
 #include "common/plugin_util.h"
 
-#include <algorithm>
-
 namespace toposched::plugins {
 
 std::string_view RankName(int rank) {

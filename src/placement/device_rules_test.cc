@@ -34,6 +34,28 @@ TEST(DeviceRules, ShareMemoryNeedAndWhatAVgpuRecords) {
   EXPECT_EQ(ShareMemoryNeed(h100, third), 26914);
 }
 
+// HAMi's device score (gpu_policy.go ComputeScore): slots, compute and memory used once the
+// vGPU is added, each a fraction, summed; here in millionths. A card of unknown size leaves the
+// memory term out.
+TEST(DeviceRules, ShareUsageScoreIsHamisDeviceScore) {
+  NodeTopology t;
+  t.gpus.resize(2);
+  t.gpus[0].memory_mib = 81559;
+  t.gpus[1].index = 1;
+  NodeAllocation a;
+  a.gpu_shares = {GpuShareUsage{1, 10000, 6000}, GpuShareUsage{2, 12000, 2000}};
+  PlacementRequest r;
+  r.shared.count = 1;
+  r.shared.memory_mib = 1000;
+  r.shared.cores = 1000;
+  // (1 + 1) / 10 + (6000 + 1000) / 10000 + (10000 + 1000) / 81559
+  EXPECT_EQ(ShareUsageScore(t, a, r, 10, 0), 200000 + 700000 + 134871);
+  // (2 + 1) / 10 + (2000 + 1000) / 10000, memory unknown
+  EXPECT_EQ(ShareUsageScore(t, a, r, 10, 1), 300000 + 300000);
+  // Nothing on the card yet: the vGPU's own part.
+  EXPECT_EQ(ShareUsageScore(t, NodeAllocation{}, r, 4, 0), 250000 + 100000 + 12261);
+}
+
 TEST(DeviceRules, OneMoreVgpuFitsOrSaysWhyNot) {
   NodeTopology t;
   t.gpus.resize(2);
