@@ -45,7 +45,7 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
 }
 
 void CycleState::SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix) {
-  if (mix != mix_) mix_key_ = mix == nullptr ? 0 : packing::MixKey(*mix);
+  if (mix != mix_) mix_key_.reset();
   mix_ = std::move(mix);
 }
 
@@ -59,7 +59,9 @@ SharePacking CycleState::share_packing() const {
       !packs_by_mix_without_nics()) {
     return {};
   }
-  return {mix_.get(), mix_key_};
+  // Hashed once per cycle, and only for a cycle that gives it (most cycles place whole GPUs).
+  if (!mix_key_) mix_key_ = packing::MixKey(*mix_);
+  return {mix_.get(), *mix_key_};
 }
 
 void CycleState::Write(std::string key, std::unique_ptr<StateData> data) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -116,7 +117,7 @@ class CycleState {
   Placer placer_;
   std::shared_ptr<const ClusterView> cluster_;
   std::shared_ptr<const packing::ShapeMix> mix_;
-  std::uint64_t mix_key_ = 0;  // packing::MixKey of mix_
+  mutable std::optional<std::uint64_t> mix_key_;  // packing::MixKey of mix_, once asked
   bool packs_for_shape_mix_ = false;
   bool explain_ = true;
   std::unordered_map<std::string, CachedOutcome, StringHash, std::equal_to<>> outcomes_;
