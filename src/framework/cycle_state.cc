@@ -1,7 +1,6 @@
 #include "toposched/framework/cycle_state.h"
 
 #include <algorithm>
-
 #include <utility>
 
 namespace toposched::framework {

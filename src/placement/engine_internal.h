@@ -79,12 +79,14 @@ class ShareFragmentation {
   ShareFragmentation(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
                      const SharePacking& share_packing);
   bool active() const { return active_; }
-  // In millionths of a milli-GPU, rounded: equal fragmentation compares equal.
+  // In millionths of a milli-GPU, rounded: equal fragmentation compares equal. Computed once per
+  // card (the key and the reasons both ask).
   std::int64_t After(int gpu) const;
 
  private:
   bool active_ = false;
   const packing::ShapeMix* mix_ = nullptr;
+  mutable std::vector<std::int64_t> after_;  // per card; -1: not computed yet
   const NodeTopology& t_;
   const NodeAllocation& a_;
   const PlacementRequest& r_;

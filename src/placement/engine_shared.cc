@@ -384,10 +384,14 @@ ShareFragmentation::ShareFragmentation(const NodeTopology& t, const NodeAllocati
       mix_(share_packing.mix),
       t_(t),
       a_(a),
-      r_(r) {}
+      r_(r) {
+  if (active_) after_.assign(t.gpus.size(), -1);
+}
 
 std::int64_t ShareFragmentation::After(int gpu) const {
   if (!active_) return 0;
+  std::int64_t& cached = after_[Idx(gpu)];
+  if (cached >= 0) return cached;
   // The allocation with the vGPU on `gpu`, as the Reserve would record it (DeltaOf), read back
   // by packing's one rule for what a card has left. The node's CPU is the same whichever card
   // the vGPU takes: left out.
@@ -397,7 +401,8 @@ std::int64_t ShareFragmentation::After(int gpu) const {
   ++used.shares;
   used.memory_mib += ShareMemoryMib(t_.gpus[Idx(gpu)], r_.shared);
   used.cores += r_.shared.cores;
-  return std::llround(packing::Fragmentation(packing::StateOf(t_, after, r_.vendor), *mix_) * 1e6);
+  cached = std::llround(packing::Fragmentation(packing::StateOf(t_, after, r_.vendor), *mix_) * 1e6);
+  return cached;
 }
 
 ShareKey SharedKey(const NodeTopology& t, const NodeAllocation& a, const SwitchGroups& groups,

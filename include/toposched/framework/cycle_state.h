@@ -69,8 +69,8 @@ class CycleState {
   bool packs_for_shape_mix() const { return packs_for_shape_mix_; }
   // Whether capacity packing owns the decision: it packs for the typical shapes, there are
   // some, and neither they nor the pod ask an RDMA NIC (the fragmentation measure then states
-  // the whole objective, and HAMi's binpack/spread policies stand down: docs/placement.md,
-  // "When the typical pods ask no NIC").
+  // the whole objective, and the blind heuristics and HAMi's binpack/spread stand down:
+  // docs/placement.md, "What closed the gap: packing by the mix" and "Which card a vGPU takes").
   bool packs_by_mix_without_nics() const;
   // What the engine chooses a single vGPU's card for (SharePacking): the typical shapes when
   // packs_by_mix_without_nics() and the pod names no hami.io/gpu-scheduler-policy; else none.
