@@ -22,6 +22,10 @@
 // Ties: with `kube` drawn at random, as kube-scheduler's selectHost does; without it the lowest
 // node rank, the replay's rule for the other policies. The extender's reply leaves few: one node
 // of its best keeps the top score (PreferOneOfTheBest), so both modes mostly take that node.
+// That node is the first of the best in the stable order of node names, so the nodes carry the
+// names the FGD simulator gives them in the seed's run (SimulatorNodeName: the seed's rank,
+// a dash, the trace name), as every other policy's ties follow the seed's rank: with the bare
+// trace names the extender would meet one order on every seed.
 
 #include <algorithm>
 #include <memory>
@@ -82,8 +86,9 @@ class ExtenderTracePolicy : public TracePolicy {
       const TraceNode& n = s_.trace->nodes[i];
       auto topology = shapes.For(n);
       if (!topology.ok()) return topology.error();
-      specs.push_back({n.name, *topology, {{"kubernetes.io/hostname", n.name}}, true, n.cpu_milli});
-      index_.emplace(n.name, static_cast<int>(i));
+      const std::string& name = node_names_.emplace_back(SimulatorNodeName(s_.node_rank[i], n.name));
+      specs.push_back({name, *topology, {{"kubernetes.io/hostname", name}}, true, n.cpu_milli});
+      index_.emplace(name, static_cast<int>(i));
       gpu_requested_.push_back(0);
     }
     if (Status st = store_.UpsertNodes(std::move(specs)); !st.ok()) return st.error().WithContext("extender policy");
@@ -97,7 +102,7 @@ class ExtenderTracePolicy : public TracePolicy {
     const std::string name = task.name + "-" + std::to_string(task_index);  // draws repeat a task's name
     names_.clear();
     for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      if (HostFits(s_.trace->nodes[i], s_.nodes[i], task)) names_.push_back(s_.trace->nodes[i].name);
+      if (HostFits(s_.trace->nodes[i], s_.nodes[i], task)) names_.push_back(node_names_[i]);
     }
     if (names_.empty()) return Choice{};
     const bool managed = task.gpus > 0;  // managedResources: only pods asking a device reach the main entry
@@ -166,7 +171,7 @@ class ExtenderTracePolicy : public TracePolicy {
       }
     }
     if (best < 0) return Choice{};
-    const std::string& node_name = s_.trace->nodes[Idx(best)].name;
+    const std::string& node_name = node_names_[Idx(best)];
     Choice choice{best, {}};
     if (managed) {
       const json binding = {{"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}};
@@ -188,8 +193,8 @@ class ExtenderTracePolicy : public TracePolicy {
   Status Placed(int node, const TraceTask& task, const Choice&, const NodeRuntime& rt) override {
     gpu_requested_[Idx(node)] += GpuResource(task);
     const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
-    const state::NodeRecord* record = snap->Find(s_.trace->nodes[Idx(node)].name);
-    if (record == nullptr) return Error("extender policy: node " + s_.trace->nodes[Idx(node)].name + " left the store");
+    const state::NodeRecord* record = snap->Find(node_names_[Idx(node)]);
+    if (record == nullptr) return Error("extender policy: node " + node_names_[Idx(node)] + " left the store");
     if (record->cpu_free_milli() != rt.cpu_left) {
       return Error("extender policy: the store's free CPU on " + record->name + " disagrees with the replay after " +
                    task.name);
@@ -278,6 +283,7 @@ class ExtenderTracePolicy : public TracePolicy {
   std::unique_ptr<extender::ExtenderService> service_;
   bool kube_ = false;
   std::mt19937 ties_;  // kube-scheduler's draw among equal totals
+  std::vector<std::string> node_names_;  // by trace node: the name the cluster knows it by (SimulatorNodeName)
   std::unordered_map<std::string, int> index_;
   std::vector<std::int64_t> gpu_requested_;  // nvidia.com/gpu requested per node
   std::vector<std::string> names_;

@@ -318,6 +318,12 @@ TraceWorkload PrepareWorkload(const Trace& trace, double tune_ratio, std::uint32
   return w;
 }
 
+std::string SimulatorNodeName(int rank, std::string_view name) {
+  std::array<char, 16> digits{};
+  std::snprintf(digits.data(), digits.size(), "%04d-", rank);
+  return std::string(digits.data()) + std::string(name);
+}
+
 Result<SyntheticSpec> TraceMachine(const TraceNode& node) {
   if (node.gpus <= 0) return Error(node.name + ": no GPUs");
   SyntheticSpec s;

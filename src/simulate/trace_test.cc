@@ -10,6 +10,7 @@
 
 #include "plugins/registry.h"
 #include "testing/shared_topologies.h"
+#include "toposched/framework/cluster_view.h"
 #include "toposched/metrics/logging.h"
 #include "toposched/placement/packing.h"
 #include "toposched/topology/synthetic.h"
@@ -176,6 +177,31 @@ TEST(TraceTest, TiesGoToTheNodeOfTheLowerSeededRank) {
     EXPECT_DOUBLE_EQ(ratios[seed - 1], rank[0] < rank[1] ? 0.5 : 1.0) << "seed " << seed;
   }
   EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()).size(), 2u);  // the name would always pick a-t4: 0.5 at every seed
+}
+
+// The extender's replay names the nodes as the FGD simulator does in the seed's run, so the
+// extender's own tie order (the first of its best in the stable order of node names) is the
+// seed's too: the same two nodes as above, which the extender scores alike for the first task
+// (two tasks never make the 500 typical pods it packs for), take it by the FNV order of
+// "<rank>-<name>" (for these two names "0000-t4" comes first, and "0000-p100" does). With the
+// bare trace names every seed would meet one order.
+TEST(TraceTest, TheExtenderReplayNamesTheNodesAsTheSimulatorDoes) {
+  EXPECT_EQ(SimulatorNodeName(7, "open-gpu-0001"), "0007-open-gpu-0001");
+  EXPECT_EQ(SimulatorNodeName(1212, "n"), "1212-n");
+  metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);
+  Trace trace;
+  trace.variant = "ties";
+  trace.nodes = {TraceNode{"t4", 8000, 8192, 1, "T4"}, TraceNode{"p100", 8000, 8192, 1, "P100"}};
+  trace.tasks = {TraceTask{"any", 1000, 1024, 1, 1000, {}, 0},
+                 TraceTask{"t4", 1000, 1024, 1, 1000, {"T4"}, 1}};
+  const std::vector<double> ratios = RatioPerSeed(trace, "extender");
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    const std::vector<int> rank = PrepareWorkload(trace, 1.0, seed, false).node_rank;
+    const bool t4_first = framework::NodeOrderKey(SimulatorNodeName(rank[0], "t4")) <
+                          framework::NodeOrderKey(SimulatorNodeName(rank[1], "p100"));
+    EXPECT_DOUBLE_EQ(ratios[seed - 1], t4_first ? 0.5 : 1.0) << "seed " << seed;
+  }
+  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()).size(), 2u);
 }
 
 // Random puts a share on a random GPU that fits (the simulator's -gpusel random), not the lowest.

@@ -102,6 +102,10 @@ struct TraceWorkload {
   std::mt19937 rng;              // the stream after the set-up
 };
 TraceWorkload PrepareWorkload(const Trace& trace, double tune_ratio, std::uint32_t seed, bool shuffle = true);
+// The name the FGD simulator gives a trace node in one seed's run: its rank there
+// (TraceWorkload::node_rank) in four digits, a dash, its trace name (syncClusterResourceList:
+// `fmt.Sprintf("%04d-", idx) + name`). A scheduler that orders nodes by name sees the seed's order.
+std::string SimulatorNodeName(int rank, std::string_view name);
 
 // The machine shape a trace node is simulated as (the trace has no topology): NVSwitch boards
 // with 4 PCIe switches and 4 RDMA NICs for the 8-GPU G2/G3 nodes, NVLink-paired PCIe boxes for
