@@ -126,7 +126,7 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
     SeedShapes();
     if (entry->interested) shapes_.Observe(entry->uid, packing::ShapeOf(request, request.cpu_milli));
     entry->mix = shapes_.Mix();
-    entry->packs_by_mix = shapes_.device_pods() >= kMinPodsToPackByMix;
+    entry->packs_by_mix = shapes_.device_pods() >= min_pods_to_pack_by_mix();
     entry->cpu_thresholds = CpuThresholds(request, entry->mix.get());
   }
   entry->request = std::move(request);
@@ -228,7 +228,7 @@ bool Evaluator::PacksByMixFor(std::string_view uid) {
       return entry->packs_by_mix;
     }
   }
-  return shapes_.device_pods() >= kMinPodsToPackByMix;
+  return shapes_.device_pods() >= min_pods_to_pack_by_mix();
 }
 
 void Evaluator::ObserveCpuPod(const PodEntry& e) {
@@ -293,7 +293,7 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     cycle->set_explain(false);  // the verbs answer with numbers only
     cycle->SetShapeMix(entry.mix);
     // The window's mix describes the pods this replica saw last: until it holds
-    // kMinPodsToPackByMix of them it is not the workload (a new leader may hold a few NIC-less
+    // min_pods_to_pack_by_mix() of them it is not the workload (a new leader may hold a few NIC-less
     // pods and would let them take GPU+NIC nodes: e2e TestKubeScheduler left a Prefill pod
     // unplaceable so), and the blind heuristics stay counted. After, they stand down as in the
     // simulator (the framework's own setting).

@@ -220,10 +220,16 @@ class Evaluator {
                                             const std::shared_ptr<const packing::ShapeMix>& mix, bool packs_by_mix);
 
   // How many pods asking a device the window must hold before its mix is taken as the workload
-  // (PodEntry::packs_by_mix): a new leader's few pods are not (the e2e suite's first pods asked
-  // no NIC and took GPU+NIC nodes a Prefill pod needed), a quarter of the window is. Pods asking
-  // CPU alone do not count: they say nothing of the GPU shapes.
-  static constexpr std::size_t kMinPodsToPackByMix = framework::ShapeWindow::kDefaultSize / 4;
+  // (PodEntry::packs_by_mix), by default: a new leader's few pods are not (the e2e suite's first
+  // pods asked no NIC and took GPU+NIC nodes a Prefill pod needed), a quarter of the window is.
+  // Pods asking CPU alone do not count: they say nothing of the GPU shapes. The configuration's
+  // `capacity.minTypicalPods` sets it (min_pods_to_pack_by_mix).
+  static constexpr std::size_t kMinPodsToPackByMix = framework::kDefaultMinTypicalPods;
+  static_assert(kMinPodsToPackByMix == framework::ShapeWindow::kDefaultSize / 4);
+  static_assert(framework::kMaxMinTypicalPods == framework::ShapeWindow::kDefaultSize);
+  std::size_t min_pods_to_pack_by_mix() const {
+    return static_cast<std::size_t>(framework_.config().capacity.min_typical_pods);
+  }
 
   const framework::Framework& framework() const { return framework_; }
   // The typical pods capacity packs for: `uid`'s own mix when the pod is cached (as it stood

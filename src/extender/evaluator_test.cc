@@ -478,6 +478,38 @@ TEST_F(EvaluatorTest, TheBlindHeuristicsStayCountedUntilTheWindowIsTheWorkload) 
   check("many", true);
 }
 
+// `capacity.minTypicalPods` sets how many device pods the window must hold before its mix is
+// the workload (500 by default): a small cluster can pack by its few pods' mix.
+TEST(EvaluatorConfigTest, MinTypicalPodsSetsWhenTheWindowIsTheWorkload) {
+  metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kError);
+  const framework::Registry registry = plugins::BuiltinRegistry();
+  framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
+  config.capacity.min_typical_pods = 3;
+  const framework::Framework fw = framework::Framework::Create(config, registry).value();
+  state::ClusterStore store(nullptr, StoreOptionsFor(fw.config()));
+  metrics::Registry metrics;
+  Evaluator evaluator(fw, store, metrics, ExtenderOptions{}, nullptr, nullptr);
+  ASSERT_TRUE(store.UpsertNode({"n", Preset("hgx-h100-8gpu"), {}, true}).ok());
+  EXPECT_EQ(evaluator.min_pods_to_pack_by_mix(), 3u);
+  std::vector<std::string> raw;
+  const auto entry = [&](const std::string& name, int gpus) {
+    raw.push_back(MakePod(PodSpec{.name = name, .uid = "uid-" + name, .gpus = gpus}).dump());
+    PodRef ref;
+    ref.uid = "uid-" + name;
+    ref.name = name;
+    ref.pod_namespace = "default";
+    ref.raw = raw.back();
+    Result<std::shared_ptr<PodEntry>> e = evaluator.EntryFor(ref);
+    EXPECT_TRUE(e.ok()) << e.error().message();
+    return e.ok() ? *e : nullptr;
+  };
+  EXPECT_FALSE(entry("a", 1)->packs_by_mix);
+  EXPECT_FALSE(entry("cpu", 0)->packs_by_mix);  // a pod asking no device does not count
+  EXPECT_FALSE(entry("b", 2)->packs_by_mix);
+  EXPECT_TRUE(entry("c", 1)->packs_by_mix);  // the third pod asking a device
+  EXPECT_TRUE(evaluator.PacksByMixFor(""));
+}
+
 // The binder re-decides a vGPU's card for the typical pods the verbs scored it for: where
 // capacity packing owns the decision (no NIC in the typical pods, no GPU policy named), the card
 // that strands least (CycleState::share_packing), not HAMi's spread.

@@ -201,7 +201,7 @@ class ConfigParser {
   }
 
   Status ParseCapacity(const YAML::Node& node, CapacityConfig& capacity) {
-    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "capacity", {"plugin", "band", "rareClassLast"}));
+    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "capacity", {"plugin", "band", "rareClassLast", "minTypicalPods"}));
     if (const YAML::Node plugin = node["plugin"]) {
       Result<std::string> name = ParseString(plugin, "capacity.plugin");
       if (!name.ok()) return name.error();
@@ -225,6 +225,11 @@ class ConfigParser {
       Result<bool> b = ParseBool(flag, "capacity.rareClassLast");
       if (!b.ok()) return b.error();
       capacity.rare_class_last = *b;
+    }
+    if (const YAML::Node min = node["minTypicalPods"]) {
+      Result<int> m = ParseInt(min, "capacity.minTypicalPods", 1, kMaxMinTypicalPods);
+      if (!m.ok()) return m.error();
+      capacity.min_typical_pods = *m;
     }
     return Status::Ok();
   }

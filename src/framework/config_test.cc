@@ -170,6 +170,10 @@ TEST(ConfigTest, CapacitySection) {
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_FALSE(c->capacity.rare_class_last);
   EXPECT_TRUE(c->capacity.plugin.empty()) << "independent of capacity first";
+  EXPECT_EQ(c->capacity.min_typical_pods, 500) << "a quarter of the extender's window by default";
+  c = LoadSchedulerConfigYaml("capacity: {minTypicalPods: 20}", registry);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->capacity.min_typical_pods, 20);
   struct Case {
     const char* yaml;
     const char* error;
@@ -179,7 +183,10 @@ TEST(ConfigTest, CapacitySection) {
                           Case{"capacity: {band: 101}", "capacity.band"},
                           Case{"capacity: {band: -1}", "capacity.band"},
                           Case{"capacity: {width: 3}", "unknown key"},
-                          Case{"capacity: {rareClassLast: sometimes}", "capacity.rareClassLast"}}) {
+                          Case{"capacity: {rareClassLast: sometimes}", "capacity.rareClassLast"},
+                          Case{"capacity: {minTypicalPods: 0}", "capacity.minTypicalPods"},
+                          Case{"capacity: {minTypicalPods: 2001}", "capacity.minTypicalPods"},
+                          Case{"capacity: {minTypicalPods: many}", "capacity.minTypicalPods"}}) {
     SCOPED_TRACE(bad.yaml);
     c = LoadSchedulerConfigYaml(bad.yaml, registry);
     ASSERT_FALSE(c.ok());

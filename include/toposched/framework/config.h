@@ -55,6 +55,11 @@ struct PluginConfig {
 // it still ranks, and adds nothing to the total), so no weight can trade capacity away.
 // Off unless configured (docs/placement.md, "Capacity first", says why it is not the default).
 inline constexpr int kDefaultCapacityBand = 5;
+// CapacityConfig::min_typical_pods: its default (a quarter of the extender's window) and bounds
+// (the window's size).
+inline constexpr int kDefaultMinTypicalPods = 500;
+inline constexpr int kMaxMinTypicalPods = 2000;
+
 struct CapacityConfig {
   std::string plugin;  // a Score plugin (ExpectedFragmentation); empty: off
   int band = kDefaultCapacityBand;
@@ -63,6 +68,11 @@ struct CapacityConfig {
   // after every other node that fits, except nodes running the pod's own Prefill/Decode pool.
   // On by default, with or without `plugin`.
   bool rare_class_last = true;
+  // How many pods asking a device the extender's window of typical pods (ShapeWindow, the last
+  // 2,000 pods) must hold before their mix is taken as the workload and the blind heuristics
+  // stand down (extender::Evaluator, PodEntry::packs_by_mix): a new leader's first few pods are
+  // not the workload. A cluster that runs fewer device pods than this never packs by the mix.
+  int min_typical_pods = kDefaultMinTypicalPods;
   bool operator==(const CapacityConfig&) const = default;
 };
 
