@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestKubeSchedulerVgpuCardForTheTypicalPods: which card a vGPU takes (docs/placement.md, "Which
@@ -35,17 +34,7 @@ func TestKubeSchedulerVgpuCardForTheTypicalPods(t *testing.T) {
 	dgx := &gpuNode{Name: "gpu-dgx2h", File: "hwloc__nvidia-dgx2h_16xV100_12xNVSwitch.hwloc2.xml",
 		Labels: map[string]string{"toposched.io/leaf": "leaf-1", "toposched.io/spine": "spine-1"}}
 	c.addNodes([]*gpuNode{dgx})
-	registered := map[string]map[string]int32{dgx.Name: {}}
-	for _, g := range dgx.Topo.Status.GPUs {
-		registered[dgx.Name][g.UUID] = 32768
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		"hami.io/node-nvidia-register": hamiRegistration(dgx, 32768, "Tesla V100-SXM3-32GB-H"),
-		"hami.io/node-handshake":       "Reported " + time.Now().Format(time.DateTime),
-	}}})
-	if _, err := c.cp.Admin.CoreV1().Nodes().Patch(ctx, dgx.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	registered := c.registerHAMi(dgx, 32768, "Tesla V100-SXM3-32GB-H")
 	hami := startHAMiPlugin(c, dgx.Name)
 	defer hami.Stop()
 	r, schedulerName := c.startLeaderAndScheduler("-e2e-cards")

@@ -105,6 +105,23 @@ func hamiRegistration(n *gpuNode, memMiB int32, model string) string {
 	return string(b)
 }
 
+// registerHAMi annotates node n as HAMi's device plugin registers it (hamiRegistration, and its
+// handshake) and returns the memory registered per GPU UUID, by node, for assertHAMi.
+func (c *cluster) registerHAMi(n *gpuNode, memMiB int32, model string) map[string]map[string]int32 {
+	registered := map[string]map[string]int32{n.Name: {}}
+	for _, g := range n.Topo.Status.GPUs {
+		registered[n.Name][g.UUID] = memMiB
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		"hami.io/node-nvidia-register": hamiRegistration(n, memMiB, model),
+		"hami.io/node-handshake":       "Reported " + time.Now().Format(time.DateTime),
+	}}})
+	if _, err := c.cp.Admin.CoreV1().Nodes().Patch(context.Background(), n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	return registered
+}
+
 // assertHAMi reads every bound pod's HAMi annotations with the decoder above: pods on nodes
 // whose GPUs all have UUIDs carry them, with exactly the allocation's GPUs (UUIDs), the whole
 // card's memory and 100 cores for whole GPUs, the asked memory and cores for shared ones;

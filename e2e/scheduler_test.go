@@ -16,7 +16,6 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"toposched.io/e2e/harness"
 )
@@ -173,17 +172,7 @@ func TestKubeScheduler(t *testing.T) {
 	})
 	// HAMi's device plugin registers the DGX-2H's sixteen 32 GB V100s (the export names the
 	// model, Tesla V100-SXM3-32GB-H, and carries every GPU's UUID; it has no memory size).
-	registered := map[string]map[string]int32{dgx.Name: {}}
-	for _, g := range dgx.Topo.Status.GPUs {
-		registered[dgx.Name][g.UUID] = 32768
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		"hami.io/node-nvidia-register": hamiRegistration(dgx, 32768, "Tesla V100-SXM3-32GB-H"),
-		"hami.io/node-handshake":       "Reported " + time.Now().Format(time.DateTime),
-	}}})
-	if _, err := c.cp.Admin.CoreV1().Nodes().Patch(ctx, dgx.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	registered := c.registerHAMi(dgx, 32768, "Tesla V100-SXM3-32GB-H")
 	c.startAgents()
 	c.checkPublishedTopologies()
 	c.checkPrinterColumns()
