@@ -493,9 +493,10 @@ TEST(EvaluatorConfigTest, MinTypicalPodsSetsWhenTheWindowIsTheWorkload) {
   EXPECT_EQ(evaluator.min_pods_to_pack_by_mix(), 3u);
   std::vector<std::string> raw;
   const auto entry = [&](const std::string& name, int gpus) {
-    raw.push_back(MakePod(PodSpec{.name = name, .uid = "uid-" + name, .gpus = gpus}).dump());
+    const std::string uid = "uid-" + name;  // PodRef holds views: the strings outlive the call
+    raw.push_back(MakePod(PodSpec{.name = name, .uid = uid, .gpus = gpus}).dump());
     PodRef ref;
-    ref.uid = "uid-" + name;
+    ref.uid = uid;
     ref.name = name;
     ref.pod_namespace = "default";
     ref.raw = raw.back();
