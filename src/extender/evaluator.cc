@@ -293,9 +293,9 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
     cycle->set_explain(false);  // the verbs answer with numbers only
     cycle->SetShapeMix(entry.mix);
     // The window's mix describes the pods this replica saw last: until it holds
-    // min_pods_to_pack_by_mix() of them it is not the workload (a new leader may hold a few NIC-less
-    // pods and would let them take GPU+NIC nodes: e2e TestKubeScheduler left a Prefill pod
-    // unplaceable so), and the blind heuristics stay counted. After, they stand down as in the
+    // min_pods_to_pack_by_mix() of them it is not the workload (a new leader may hold a few
+    // NIC-less pods and would let them take GPU+NIC nodes: e2e TestKubeScheduler left a Prefill
+    // pod unplaceable so), and the blind heuristics stay counted. After, they stand down as in the
     // simulator (the framework's own setting).
     if (!entry.packs_by_mix) cycle->set_packs_for_shape_mix(false);
     if (pool_scores) {

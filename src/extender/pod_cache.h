@@ -78,8 +78,9 @@ struct PodEntry {
   bool packs_cpu = false;
   // The typical pods when this pod was first seen (framework::ShapeWindow), for its cycles.
   std::shared_ptr<const packing::ShapeMix> mix;
-  // The window held Evaluator::min_pods_to_pack_by_mix() pods then: the mix is taken as the workload,
-  // and the blind heuristics stand down where it asks no RDMA NIC (CycleState::packs_for_shape_mix).
+  // The window held Evaluator::min_pods_to_pack_by_mix() pods then: the mix is taken as the
+  // workload, and the blind heuristics stand down where it asks no RDMA NIC
+  // (CycleState::packs_for_shape_mix).
   bool packs_by_mix = false;
   // Evaluator::CpuThresholds of the request and `mix`, for the CPU class of a node whose CPU binds.
   std::vector<std::int64_t> cpu_thresholds;

@@ -201,7 +201,8 @@ class ConfigParser {
   }
 
   Status ParseCapacity(const YAML::Node& node, CapacityConfig& capacity) {
-    TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "capacity", {"plugin", "band", "rareClassLast", "minTypicalPods"}));
+    TOPOSCHED_RETURN_IF_ERROR(
+        CheckMap(node, "capacity", {"plugin", "band", "rareClassLast", "minTypicalPods"}));
     if (const YAML::Node plugin = node["plugin"]) {
       Result<std::string> name = ParseString(plugin, "capacity.plugin");
       if (!name.ok()) return name.error();

@@ -194,7 +194,9 @@ class ExtenderTracePolicy : public TracePolicy {
     gpu_requested_[Idx(node)] += GpuResource(task);
     const std::shared_ptr<const state::Snapshot> snap = store_.snapshot();
     const state::NodeRecord* record = snap->Find(node_names_[Idx(node)]);
-    if (record == nullptr) return Error("extender policy: node " + node_names_[Idx(node)] + " left the store");
+    if (record == nullptr) {
+      return Error("extender policy: node " + node_names_[Idx(node)] + " left the store");
+    }
     if (record->cpu_free_milli() != rt.cpu_left) {
       return Error("extender policy: the store's free CPU on " + record->name + " disagrees with the replay after " +
                    task.name);
@@ -283,7 +285,8 @@ class ExtenderTracePolicy : public TracePolicy {
   std::unique_ptr<extender::ExtenderService> service_;
   bool kube_ = false;
   std::mt19937 ties_;  // kube-scheduler's draw among equal totals
-  std::vector<std::string> node_names_;  // by trace node: the name the cluster knows it by (SimulatorNodeName)
+  // By trace node: the name the cluster knows it by (SimulatorNodeName).
+  std::vector<std::string> node_names_;
   std::unordered_map<std::string, int> index_;
   std::vector<std::int64_t> gpu_requested_;  // nvidia.com/gpu requested per node
   std::vector<std::string> names_;
