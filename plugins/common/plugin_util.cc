@@ -28,6 +28,4 @@ Status RequireNoArgs(const framework::PluginArgs& args) {
   return Error("takes no args (got: " + keys + ")");
 }
 
-bool PacksByMixWithoutNics(const framework::CycleState& state) { return state.packs_by_mix_without_nics(); }
-
 }  // namespace toposched::plugins

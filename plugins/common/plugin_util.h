@@ -20,12 +20,10 @@ std::string_view RankName(int rank);
 // Error naming every key when `args` is not empty: for plugins that take no arguments.
 Status RequireNoArgs(const framework::PluginArgs& args);
 
-// True when the cycle packs by the workload's typical pods (a counted ExpectedFragmentation and a
-// shape mix: CycleState::packs_for_shape_mix, shape_mix) and neither the pod nor any typical pod
-// asks for RDMA NICs. The blind packing heuristics (Fragmentation's intact PCIe groups,
-// RdmaAffinity's NIC nodes kept for NIC pods, SharedGpu's node packing) then protect nothing the
-// measure does not see, and would only pull against it: they stand down (not counted).
-bool PacksByMixWithoutNics(const framework::CycleState& state);
+// What a blind packing heuristic (Fragmentation's intact PCIe groups, RdmaAffinity's NIC nodes
+// kept for NIC pods, SharedGpu's node packing) says where CycleState::packs_by_mix_without_nics():
+// it then protects nothing the measure does not see, and would only pull against it, so it stands
+// down (not counted).
 inline constexpr std::string_view kPacksByMix =
     "the workload's typical pods ask no RDMA NIC and ExpectedFragmentation packs for them: not counted";
 

@@ -64,7 +64,7 @@ framework::ScoreResult Fragmentation::Score(framework::CycleState& state,
                                             const framework::NodeInfo& node) const {
   const PlacementOutcome& outcome = state.Outcome(node);
   if (!outcome.ok()) return {framework::kMinScore, "no placement on this node -> 0"};
-  if (PacksByMixWithoutNics(state)) return {framework::kMaxScore, std::string(kPacksByMix), false};
+  if (state.packs_by_mix_without_nics()) return {framework::kMaxScore, std::string(kPacksByMix), false};
   const GroupCount c = CountIntactGroups(*node.topology, node.allocated, *outcome.placement);
   if (c.groups == 0) {
     return {framework::kMaxScore,

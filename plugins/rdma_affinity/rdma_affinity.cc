@@ -9,7 +9,7 @@ namespace toposched::plugins::rdma_affinity {
 
 framework::ScoreResult RdmaAffinity::Score(framework::CycleState& state, const framework::NodeInfo& node) const {
   if (state.request().rdma_nics > 0) return {framework::kMaxScore, "pod asks RDMA NICs: neutral -> 100"};
-  if (PacksByMixWithoutNics(state)) return {framework::kMaxScore, std::string(kPacksByMix), false};
+  if (state.packs_by_mix_without_nics()) return {framework::kMaxScore, std::string(kPacksByMix), false};
   if (node.topology == nullptr) return {framework::kMinScore, "no topology -> 0"};
   const int total = node.topology->RdmaNicCount();
   if (total == 0) return {framework::kMaxScore, "no RDMA NICs on this node -> 100"};

@@ -37,7 +37,7 @@ NodeUsage UsageOf(const NodeTopology& t, const NodeAllocation& allocated) {
 
 framework::ScoreResult SharedGpu::Score(framework::CycleState& state, const framework::NodeInfo& node) const {
   const PlacementRequest& request = state.request();
-  if (PacksByMixWithoutNics(state)) return {framework::kMaxScore, std::string(kPacksByMix), false};
+  if (state.packs_by_mix_without_nics()) return {framework::kMaxScore, std::string(kPacksByMix), false};
   if (!request.IsShared()) return {framework::kMaxScore, "whole-GPU request: neutral -> 100"};
   const PlacementOutcome& outcome = state.Outcome(node);
   if (!outcome.ok()) return {framework::kMinScore, "no placement on this node -> 0"};
