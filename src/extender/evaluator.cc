@@ -231,6 +231,43 @@ bool Evaluator::PacksByMixFor(std::string_view uid) {
   return shapes_.device_pods() >= min_pods_to_pack_by_mix();
 }
 
+std::shared_ptr<const packing::RemnantCounts> Evaluator::Remnants(const state::Snapshot& snap,
+                                                                  GpuVendor vendor) {
+  std::lock_guard lock(remnants_mu_);
+  if (remnants_.counts != nullptr && remnants_.snap == &snap && remnants_.version == snap.version() &&
+      remnants_.vendor == vendor) {
+    return remnants_.counts;
+  }
+  auto counts = std::make_shared<const packing::RemnantCounts>(CountRemnants(snap, vendor));
+  remnants_ = {&snap, snap.version(), vendor, counts};
+  return counts;
+}
+
+packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vendor) {
+  packing::RemnantCounts counts;
+  const auto briefs = snap.briefs();
+  const auto nodes = snap.nodes();
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    // A cordoned or held node takes no vGPU: its remnants are no one's to fill.
+    if (!briefs[i].schedulable || nodes[i]->topology == nullptr) continue;
+    counts.Add(*nodes[i]->topology, nodes[i]->allocated, vendor);
+  }
+  return counts;
+}
+
+BestNodeOrder::BestNodeOrder(Evaluator& evaluator, const PodEntry& entry, const state::Snapshot& snap)
+    : evaluator_(evaluator),
+      snap_(snap),
+      request_(entry.request),
+      on_(evaluator.framework().EvenRemnants() && entry.request.IsShared() &&
+          entry.request.shared.count == 1) {}
+
+TieKey BestNodeOrder::operator()(const ClassVerdict* v, std::uint64_t order_key) {
+  if (!on_ || v == nullptr || v->share_left < 0) return {0, order_key};
+  if (remnants_ == nullptr) remnants_ = evaluator_.Remnants(snap_, request_.vendor);
+  return {remnants_->TieRank(v->share_left, packing::ShapeOf(request_).milli), order_key};
+}
+
 void Evaluator::ObserveCpuPod(const PodEntry& e) {
   if (e.packs_cpu) shapes_.Observe(e.uid, packing::ShapeOf(e.request, e.request.cpu_milli));
 }
@@ -336,6 +373,9 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
       v->score_weights = score.weights;
       const PlacementOutcome& outcome = cycle->Outcome(info);
       if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
+      if (outcome.ok() && outcome.placement->gpus.size() == 1 && cycle->share_packing().mix != nullptr) {
+        v->share_left = packing::MilliLeft(*info.topology, info.allocated, outcome.placement->gpus[0]);
+      }
     } else {
       v->message = filtered.ToString();
       // The engine's outcome is the cycle's (DeviceFit computed it); not for a node refused for

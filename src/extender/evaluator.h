@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <compare>
 #include <deque>
 #include <functional>
 #include <map>
@@ -27,6 +28,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -80,6 +82,7 @@ using framework::NodeOrderKey;
 // packs them where the last ones went, as a simulator's node order does, and keeps the other
 // nodes whole (docs/extender.md, "One node of the best"). Returns the index kept, or
 // scores.size().
+// `key_of` may return any ordered key (BestNodeOrder's TieKey: the remnants, then the node order).
 template <class Entry, class KeyOf, class ScoreOf, class Score = int>
 std::size_t PreferOneOfTheBest(std::span<Entry> scores, KeyOf key_of, ScoreOf score_of, Score step = 1) {
   if (scores.empty()) return 0;
@@ -87,10 +90,10 @@ std::size_t PreferOneOfTheBest(std::span<Entry> scores, KeyOf key_of, ScoreOf sc
   for (Entry& e : scores) best = std::max(best, score_of(e));
   if (best < 2 * step) return scores.size();
   std::size_t first = scores.size();
-  std::uint64_t first_key = 0;
+  std::invoke_result_t<KeyOf&, std::size_t> first_key{};
   for (std::size_t k = 0; k < scores.size(); ++k) {
     if (score_of(scores[k]) != best) continue;
-    const std::uint64_t key = key_of(k);
+    const auto key = key_of(k);
     if (first == scores.size() || key < first_key) {
       first = k;
       first_key = key;
@@ -246,6 +249,9 @@ class Evaluator {
   // runs (SeedShapes): the store cannot tell this scheduler's pods from DaemonSets'.
   void ObserveCpuPod(const PodEntry& e);
   state::ClusterStore& store() const { return store_; }
+  // The schedulable nodes' partly used GPUs of `vendor` by what is left on them, as of `snap`
+  // (packing::RemnantCounts): counted once per snapshot and vendor, the last one kept.
+  std::shared_ptr<const packing::RemnantCounts> Remnants(const state::Snapshot& snap, GpuVendor vendor);
   // `pool`'s index for snapshots with `snap`'s positions, built when the pool or the positions
   // changed since the last one (null: `snap` has no position runs).
   std::shared_ptr<const PoolIndex> PoolIndexFor(std::string_view pool, const state::Snapshot& snap,
@@ -256,6 +262,14 @@ class Evaluator {
  private:
   std::shared_ptr<PodEntry> Store(PlacementRequest request, std::string_view uid, std::string_view rv,
                                   PodCache::TimePoint now);
+
+  std::mutex remnants_mu_;
+  struct CountedRemnants {
+    const state::Snapshot* snap = nullptr;  // with its version: a later snapshot may reuse the address
+    std::uint64_t version = 0;
+    GpuVendor vendor = GpuVendor::kNvidia;
+    std::shared_ptr<const packing::RemnantCounts> counts;
+  } remnants_;
 
   const framework::Framework& framework_;
   state::ClusterStore& store_;
@@ -283,6 +297,33 @@ class Evaluator {
   std::mutex pool_mu_;  // guards pool_index_ (taken before the store's own locks)
   // Non-const: a patched version takes the last one's tables when only the map holds it.
   std::map<std::string, std::shared_ptr<PoolIndex>, std::less<>> pool_index_;
+};
+
+// The schedulable nodes' partly used GPUs of `vendor` by what is left on them.
+packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vendor);
+
+// The key PreferOneOfTheBest orders a reply's best nodes by. A single vGPU whose card capacity
+// packing chooses (ClassVerdict::share_left) goes first to the node whose card evens out the
+// cluster's remnants (packing::RemnantCounts::TieRank; capacity.evenRemnants), as the
+// simulator ranks its best nodes (docs/placement.md, "Evening out the remnants"); then, and for
+// every other pod, the stable node order (NodeOrderKey).
+struct TieKey {
+  long remnants = 0;
+  std::uint64_t order = 0;
+  auto operator<=>(const TieKey&) const = default;
+};
+class BestNodeOrder {
+ public:
+  BestNodeOrder(Evaluator& evaluator, const PodEntry& entry, const state::Snapshot& snap);
+  // `v`: the node's verdict (null: none); `order_key`: its NodeOrderKey.
+  TieKey operator()(const ClassVerdict* v, std::uint64_t order_key);
+
+ private:
+  Evaluator& evaluator_;
+  const state::Snapshot& snap_;
+  const PlacementRequest& request_;
+  const bool on_;
+  std::shared_ptr<const packing::RemnantCounts> remnants_;  // counted at the first vGPU verdict
 };
 
 // One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which

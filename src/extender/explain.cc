@@ -303,6 +303,9 @@ Explanation Explain(const ExplainInput& in) {
     if (r.placement && info.topology != nullptr) {
       const Placement& p = *r.placement;
       if (!p.pairs.empty()) n.worst_class = p.worst_class;
+      if (p.gpus.size() == 1 && cycle.share_packing().mix != nullptr) {
+        n.share_left = packing::MilliLeft(*info.topology, info.allocated, p.gpus[0]);
+      }
       n.alignment = AlignmentNote(p);
       n.gpus = GpuNames(*info.topology, p.gpus);
       n.nics = NicNames(*info.topology, p.nics);
@@ -341,12 +344,26 @@ Explanation Explain(const ExplainInput& in) {
     std::vector<int> before;
     before.reserve(all.size());
     for (const NodeExplanation& n : all) before.push_back(n.extender_score);
-    PreferOneOfTheBest(std::span<NodeExplanation>(all), [&](std::size_t k) { return NodeOrderKey(all[k].name); },
-                       [](NodeExplanation& n) -> int& { return n.extender_score; });
+    // As BestNodeOrder ranks them: a vGPU's card evening out the remnants first.
+    const bool even = fw.EvenRemnants() && in.request.IsShared() && in.request.shared.count == 1;
+    std::optional<packing::RemnantCounts> remnants;
+    const int milli = packing::ShapeOf(in.request).milli;
+    const auto tie_rank = [&](const NodeExplanation& n) -> long {
+      if (!even || n.share_left < 0) return 0;
+      if (!remnants) remnants = CountRemnants(snap, in.request.vendor);
+      return remnants->TieRank(n.share_left, milli);
+    };
+    const std::size_t kept = PreferOneOfTheBest(
+        std::span<NodeExplanation>(all),
+        [&](std::size_t k) { return TieKey{tie_rank(all[k]), NodeOrderKey(all[k].name)}; },
+        [](NodeExplanation& n) -> int& { return n.extender_score; });
     for (std::size_t k = 0; k < all.size(); ++k) {
       if (all[k].extender_score != before[k]) {
-        all[k].explanation += "; ties the best node's score, one step behind it (stable node order) -> extender score " +
-                              std::to_string(all[k].extender_score);
+        const bool by_remnants = kept < all.size() && tie_rank(all[k]) != tie_rank(all[kept]);
+        const char* why =
+            by_remnants ? "its card evens out the cluster's remnants less" : "stable node order";
+        all[k].explanation += std::string("; ties the best node's score, one step behind it (") + why +
+                              ") -> extender score " + std::to_string(all[k].extender_score);
       }
     }
   }

@@ -94,6 +94,9 @@ struct NodeExplanation {
   bool reserved = false;
   std::string kept_for;
   std::optional<LinkClass> worst_class;
+  // A single vGPU whose card capacity packing chooses: what is left on that card before it
+  // (ClassVerdict::share_left, which orders the best nodes); -1 otherwise.
+  int share_left = -1;
   std::string alignment;  // AlignmentNote
   std::vector<std::string> gpus, nics;  // "3 (0000:1b:00.0)", "mlx5_0"
   std::string explanation;  // framework::ExplainNode

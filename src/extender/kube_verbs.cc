@@ -160,9 +160,13 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (packs_cpu) score = CpuPodScore(static_cast<int>(score), idle[k]);
       scores.push_back({nodes[k].name, score});
     }
-    PreferOneOfTheBest(std::span<HostScore>(scores),
-                       [&](std::size_t k) { return order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host); },
-                       [](HostScore& h) -> std::int64_t& { return h.score; });
+    BestNodeOrder order(evaluator_, e, snap);
+    PreferOneOfTheBest(
+        std::span<HostScore>(scores),
+        [&](std::size_t k) {
+          return order(verdicts[k], order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host));
+        },
+        [](HostScore& h) -> std::int64_t& { return h.score; });
     WriteHostPriorityList(resp.body, scores);
     if (metrics::LogEnabled(LogLevel::kDebug)) {
       metrics::Log(LogLevel::kDebug, {"prioritize", pod, ""},

@@ -38,6 +38,10 @@ struct ClassVerdict {
   // its node-only part (ScoreSet::kNodeOnly), to which each node's cluster part is added.
   long long score_weighted = 0, score_weights = 0;
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
+  // A single vGPU whose card capacity packing chooses (CycleState::share_packing): what is left
+  // on that card before it (packing::MilliLeft), for the reply's order among its best nodes
+  // (Evaluator::TieOrder); -1 otherwise.
+  int share_left = -1;
   metrics::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
   // framework::CapacityBand takes score100 and capacity as they are (Offer(total, capacity,

@@ -111,8 +111,11 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   // One node of the best: Volcano too draws at random among its best nodes (pkg/scheduler/util/
   // scheduler_helper.go, SelectBestNodeAndScore: rand.Intn over the nodes of the highest score).
   // Half a total point behind keeps the others above every node a point below.
-  PreferOneOfTheBest(std::span<VolcanoNodeScore>(scores), [&](std::size_t k) { return NodeOrderKey(scores[k].node); },
-                     [](VolcanoNodeScore& s) -> double& { return s.score; }, score_weight_ / 2);
+  BestNodeOrder order(evaluator_, e, *snap);
+  PreferOneOfTheBest(
+      std::span<VolcanoNodeScore>(scores),
+      [&](std::size_t k) { return order(verdicts[k].get(), NodeOrderKey(scores[k].node)); },
+      [](VolcanoNodeScore& s) -> double& { return s.score; }, score_weight_ / 2);
   WriteVolcanoPrioritizeResult(resp.body, scores, "");
 }
 

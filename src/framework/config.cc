@@ -202,7 +202,7 @@ class ConfigParser {
 
   Status ParseCapacity(const YAML::Node& node, CapacityConfig& capacity) {
     TOPOSCHED_RETURN_IF_ERROR(
-        CheckMap(node, "capacity", {"plugin", "band", "rareClassLast", "minTypicalPods"}));
+        CheckMap(node, "capacity", {"plugin", "band", "rareClassLast", "evenRemnants", "minTypicalPods"}));
     if (const YAML::Node plugin = node["plugin"]) {
       Result<std::string> name = ParseString(plugin, "capacity.plugin");
       if (!name.ok()) return name.error();
@@ -226,6 +226,11 @@ class ConfigParser {
       Result<bool> b = ParseBool(flag, "capacity.rareClassLast");
       if (!b.ok()) return b.error();
       capacity.rare_class_last = *b;
+    }
+    if (const YAML::Node flag = node["evenRemnants"]) {
+      Result<bool> b = ParseBool(flag, "capacity.evenRemnants");
+      if (!b.ok()) return b.error();
+      capacity.even_remnants = *b;
     }
     if (const YAML::Node min = node["minTypicalPods"]) {
       Result<int> m = ParseInt(min, "capacity.minTypicalPods", 1, kMaxMinTypicalPods);

@@ -171,6 +171,10 @@ TEST(ConfigTest, CapacitySection) {
   EXPECT_FALSE(c->capacity.rare_class_last);
   EXPECT_TRUE(c->capacity.plugin.empty()) << "independent of capacity first";
   EXPECT_EQ(c->capacity.min_typical_pods, 500) << "a quarter of the extender's window by default";
+  EXPECT_TRUE(c->capacity.even_remnants) << "evening out the remnants is on by default";
+  c = LoadSchedulerConfigYaml("capacity: {evenRemnants: false}", registry);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_FALSE(c->capacity.even_remnants);
   c = LoadSchedulerConfigYaml("capacity: {minTypicalPods: 20}", registry);
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_EQ(c->capacity.min_typical_pods, 20);
@@ -184,6 +188,7 @@ TEST(ConfigTest, CapacitySection) {
                           Case{"capacity: {band: -1}", "capacity.band"},
                           Case{"capacity: {width: 3}", "unknown key"},
                           Case{"capacity: {rareClassLast: sometimes}", "capacity.rareClassLast"},
+                          Case{"capacity: {evenRemnants: 2}", "capacity.evenRemnants"},
                           Case{"capacity: {minTypicalPods: 0}", "capacity.minTypicalPods"},
                           Case{"capacity: {minTypicalPods: 2001}", "capacity.minTypicalPods"},
                           Case{"capacity: {minTypicalPods: many}", "capacity.minTypicalPods"}}) {

@@ -234,6 +234,8 @@ int Framework::CapacityBandWidth() const {
 
 bool Framework::RareClassLast() const { return impl_->config.capacity.rare_class_last; }
 
+bool Framework::EvenRemnants() const { return impl_->config.capacity.even_remnants; }
+
 std::string_view Framework::CapacityPluginName() const {
   return impl_->capacity == nullptr ? std::string_view() : impl_->capacity->Name();
 }

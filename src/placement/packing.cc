@@ -152,6 +152,17 @@ NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated,
   return n;
 }
 
+int MilliLeft(const NodeTopology& topology, const NodeAllocation& allocated, int gpu_index) {
+  const auto gpu = std::find_if(topology.gpus.begin(), topology.gpus.end(),
+                                [gpu_index](const Gpu& g) { return g.index == gpu_index; });
+  if (gpu == topology.gpus.end()) return -1;
+  // StateOf lists the vendor's GPUs in topology order.
+  std::size_t position = 0;
+  for (auto g = topology.gpus.begin(); g != gpu; ++g) position += g->vendor == gpu->vendor ? 1 : 0;
+  const NodeState state = StateOf(topology, allocated, gpu->vendor);
+  return position < state.milli_left.size() ? state.milli_left[position] : -1;
+}
+
 bool Fits(const NodeState& node, const Shape& shape) {
   if (node.cpu_left >= 0 && node.cpu_left < shape.cpu_milli) return false;
   if (node.nics_left < shape.nics) return false;
@@ -228,6 +239,29 @@ int BestShareGpu(const NodeState& node, const Shape& shape, const ShapeMix& mix)
     }
   }
   return best;
+}
+
+void RemnantCounts::Add(int left) {
+  if (left > 0 && left < kMilli) ++count_[Idx(left)];
+}
+
+void RemnantCounts::Add(const NodeState& node) {
+  for (const int left : node.milli_left) Add(left);
+}
+
+void RemnantCounts::Add(const NodeTopology& topology, const NodeAllocation& allocated, GpuVendor vendor) {
+  Add(StateOf(topology, allocated, vendor));
+}
+
+int RemnantCounts::Count(int left) const { return left > 0 && left < kMilli ? count_[Idx(left)] : 0; }
+
+long RemnantCounts::SumOfSquaresDelta(int left, int milli) const {
+  long delta = 0;
+  // (n - 1)^2 - n^2 for the gap the GPU leaves, (n + 1)^2 - n^2 for the one it joins.
+  if (left > 0 && left < kMilli) delta += 1 - 2L * Count(left);
+  const int after = left - std::max(milli, 0);
+  if (after > 0 && after < kMilli) delta += 1 + 2L * Count(after);
+  return delta;
 }
 
 }  // namespace toposched::packing

@@ -114,6 +114,31 @@ TEST(PackingTest, BestShareGpuMinimisesFragmentationNotLeftover) {
   EXPECT_EQ(BestShareGpu(Node({400, 300}), Share(500), mix), -1);
 }
 
+TEST(PackingTest, RemnantCountsAndTheSumOfSquaresChange) {
+  RemnantCounts gaps;
+  // Free, whole-held and full GPUs are not gaps; 190 twice, 530 once.
+  gaps.Add(Node({kMilli, 0, 190, 190, 530}));
+  gaps.Add(-5);
+  gaps.Add(kMilli + 1);
+  EXPECT_EQ(gaps.Count(190), 2);
+  EXPECT_EQ(gaps.Count(530), 1);
+  EXPECT_EQ(gaps.Count(0), 0);
+  EXPECT_EQ(gaps.Count(kMilli), 0);
+  // 160 on a 190: gap 190 goes 2 -> 1 (1 - 4), gap 30 goes 0 -> 1 (+1).
+  EXPECT_EQ(gaps.SumOfSquaresDelta(190, 160), -2);
+  // 190 on a 190 fills it: only the gap it leaves counts.
+  EXPECT_EQ(gaps.SumOfSquaresDelta(190, 190), -3);
+  // 340 on the 530 makes a third 190: 1 - 2 for 530, 1 + 4 for 190.
+  EXPECT_EQ(gaps.SumOfSquaresDelta(530, 340), 4);
+  // 810 on a free GPU opens gap 190: only the gap it joins counts.
+  EXPECT_EQ(gaps.SumOfSquaresDelta(kMilli, 810), 5);
+  EXPECT_EQ(gaps.SumOfSquaresDelta(kMilli, 400), 1);
+  // The tie rank keeps only what evens the gaps out.
+  EXPECT_EQ(gaps.TieRank(190, 160), -2);
+  EXPECT_EQ(gaps.TieRank(530, 340), 0);
+  EXPECT_EQ(gaps.TieRank(kMilli, 810), 0);
+}
+
 TEST(PackingTest, AfterTakesGpusAndCpu) {
   const NodeState after = After(Node({1000, 700, 1000}, 5000), Share(300, 1000), {1});
   EXPECT_EQ(after.milli_left, (std::vector<int>{1000, 400, 1000}));

@@ -2,6 +2,7 @@
 // filter, prioritize and bind verbs drive it, minus HTTP (bind itself is a no-op in process).
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <set>
@@ -12,6 +13,7 @@
 #include "plugins/registry.h"
 #include "simulate_internal.h"
 #include "toposched/framework/framework.h"
+#include "toposched/placement/packing.h"
 #include "toposched/placement/rare_class.h"
 
 namespace toposched::simulate {
@@ -56,6 +58,7 @@ class ToposchedPolicy : public Policy {
       if (band.Ahead(b.score, a.score)) return false;
       return a.index < b.index;
     });
+    RankTheBestByRemnants(cycle, request, nodes, band);
     for (const Candidate& c : candidates_) {
       VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
       // The placement Reserve claims is the cycle's cached outcome for the node; copy it before
@@ -79,7 +82,41 @@ class ToposchedPolicy : public Policy {
   struct Candidate {
     framework::NodeScore score;
     int index = 0;
+    long tie_rank = 0;  // RankTheBestByRemnants
   };
+
+  // A single vGPU whose card capacity packing chooses (CycleState::share_packing): among the
+  // nodes that share the best score, those whose card evens out the cluster's remnants come
+  // first (packing::RemnantCounts::TieRank), then the index; as the extender's prioritize ranks
+  // them (extender::BestNodeOrder).
+  void RankTheBestByRemnants(framework::CycleState& cycle, const PlacementRequest& request,
+                             const std::vector<VirtualNode>& nodes, const framework::CapacityBand& band) {
+    if (!framework_.EvenRemnants() || candidates_.size() < 2 || cycle.share_packing().mix == nullptr) return;
+    std::size_t tied = 1;
+    while (tied < candidates_.size() && !band.Ahead(candidates_[0].score, candidates_[tied].score)) ++tied;
+    if (tied < 2) return;
+    packing::RemnantCounts remnants;
+    for (const VirtualNode& node : nodes) {
+      if (node.schedulable && node.topology != nullptr) {
+        remnants.Add(*node.topology, node.allocated, request.vendor);
+      }
+    }
+    const int milli = packing::ShapeOf(request).milli;
+    for (std::size_t k = 0; k < tied; ++k) {
+      Candidate& c = candidates_[k];
+      const VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
+      const PlacementOutcome& outcome = cycle.Outcome(node);
+      c.tie_rank = 0;
+      if (!outcome.ok() || outcome.placement->gpus.size() != 1) continue;
+      const int left = packing::MilliLeft(*node.topology, node.allocated, outcome.placement->gpus[0]);
+      c.tie_rank = remnants.TieRank(left, milli);
+    }
+    std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tied),
+              [](const Candidate& a, const Candidate& b) {
+                if (a.tie_rank != b.tie_rank) return a.tie_rank < b.tie_rank;
+                return a.index < b.index;
+              });
+  }
 
   // The rare shape for `request` on these nodes (packing::RareShape), when the rule is on. The
   // nodes' hardware and its census are kept while the nodes are those of the last call (a run's

@@ -332,6 +332,7 @@ class ToposchedTracePolicy : public TracePolicy {
       if (band.Ahead(b.score, a.score)) return false;
       return rank[Idx(a.index)] < rank[Idx(b.index)];
     });
+    RankTheBestByRemnants(cycle, task, band);
     for (const Candidate& c : candidates_) {
       framework::NodeInfo& info = infos_[Idx(c.index)];
       const PlacementOutcome& outcome = cycle.Outcome(info);
@@ -345,6 +346,36 @@ class ToposchedTracePolicy : public TracePolicy {
       return Choice{c.index, std::move(gpus)};
     }
     return Choice{};
+  }
+
+  // A single vGPU whose card capacity packing chooses (CycleState::share_packing): among the
+  // nodes that share the best score, those whose card evens out the cluster's remnants come
+  // first (packing::RemnantCounts::TieRank), then the node rank; as the extender's prioritize
+  // ranks them (Evaluator::RemnantTieRanks).
+  void RankTheBestByRemnants(framework::CycleState& cycle, const TraceTask& task,
+                             const framework::CapacityBand& band) {
+    if (!framework_.EvenRemnants() || candidates_.size() < 2 || cycle.share_packing().mix == nullptr) return;
+    std::size_t tied = 1;
+    while (tied < candidates_.size() && !band.Ahead(candidates_[0].score, candidates_[tied].score)) ++tied;
+    if (tied < 2) return;
+    packing::RemnantCounts remnants;
+    for (const NodeRuntime& rt : s_.nodes) {
+      for (const int left : rt.milli_left) remnants.Add(left);
+    }
+    for (std::size_t k = 0; k < tied; ++k) {
+      Candidate& c = candidates_[k];
+      const PlacementOutcome& outcome = cycle.Outcome(infos_[Idx(c.index)]);
+      c.tie_rank = 0;
+      if (!outcome.ok() || outcome.placement->gpus.size() != 1) continue;
+      const int left = s_.nodes[Idx(c.index)].milli_left[Idx(outcome.placement->gpus[0])];
+      c.tie_rank = remnants.TieRank(left, task.gpu_milli);
+    }
+    const std::vector<int>& rank = s_.node_rank;
+    std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tied),
+              [&rank](const Candidate& a, const Candidate& b) {
+                if (a.tie_rank != b.tie_rank) return a.tie_rank < b.tie_rank;
+                return rank[Idx(a.index)] < rank[Idx(b.index)];
+              });
   }
 
   // The replay changed the node's CPU and memory; the allocation is what Reserve left, and the
@@ -368,6 +399,7 @@ class ToposchedTracePolicy : public TracePolicy {
   struct Candidate {
     framework::NodeScore score;
     int index = 0;
+    long tie_rank = 0;  // RankTheBestByRemnants
   };
 
   static const framework::Registry& BuiltinRegistryForTrace();

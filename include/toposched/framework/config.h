@@ -68,6 +68,11 @@ struct CapacityConfig {
   // after every other node that fits, except nodes running the pod's own Prefill/Decode pool.
   // On by default, with or without `plugin`.
   bool rare_class_last = true;
+  // Evening out the remnants: where capacity packing chooses a single vGPU's card
+  // (CycleState::share_packing), the nodes that share the best score rank first by how much
+  // their card evens out the cluster's partly used GPUs (packing::RemnantCounts::TieRank), then
+  // by the fixed node order. On by default (docs/placement.md, "Evening out the remnants").
+  bool even_remnants = true;
   // How many pods asking a device the extender's window of typical pods (ShapeWindow, the last
   // 2,000 pods) must hold before their mix is taken as the workload and the blind heuristics
   // stand down (extender::Evaluator, PodEntry::packs_by_mix): a new leader's first few pods are

@@ -160,6 +160,9 @@ class Framework {
   // Whether nodes kept for a rarer shape rank last (SchedulerConfig::capacity.rare_class_last;
   // the caller sets NodeScore::reserved).
   bool RareClassLast() const;
+  // Whether a single vGPU's best nodes rank by the remnants their card leaves
+  // (SchedulerConfig::capacity.even_remnants; the caller ranks, packing::RemnantCounts).
+  bool EvenRemnants() const;
   // Plugin names per extension point, in run order (for logs and /debug pages).
   std::vector<std::string_view> FilterPluginNames() const;
   std::vector<std::string_view> ScorePluginNames() const;
