@@ -306,6 +306,7 @@ class ToposchedTracePolicy : public TracePolicy {
     cache.resize(s_.nodes.size());
     candidates_.clear();
     framework::CapacityBand band(framework_.CapacityBandWidth());
+    const bool even_remnants = framework_.EvenRemnants() && cycle.share_packing().mix != nullptr;
     for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
       const NodeRuntime& rt = s_.nodes[i];
       if (!HostFits(s_.trace->nodes[i], rt, task)) continue;
@@ -315,14 +316,20 @@ class ToposchedTracePolicy : public TracePolicy {
         e.version = rt.version;
         e.fits = framework_.RunFilter(cycle, infos_[i]).ok();
         e.score = framework::NodeScore{};
+        e.share_left = -1;
         if (e.fits) {
           const framework::NodeScore s = framework_.RunScore(cycle, infos_[i]);
           e.score.total = s.total;
           e.score.capacity = s.capacity;
+          // The card the engine chose (the cycle's cached outcome), for RankTheBestByRemnants.
+          if (const PlacementOutcome& o = cycle.Outcome(infos_[i]);
+              even_remnants && o.ok() && o.placement->gpus.size() == 1) {
+            e.share_left = rt.milli_left[Idx(o.placement->gpus[0])];
+          }
         }
       }
       if (e.fits) {
-        candidates_.push_back({e.score, static_cast<int>(i)});
+        candidates_.push_back({e.score, static_cast<int>(i), e.share_left});
         band.Offer(e.score);
       }
     }
@@ -332,7 +339,7 @@ class ToposchedTracePolicy : public TracePolicy {
       if (band.Ahead(b.score, a.score)) return false;
       return rank[Idx(a.index)] < rank[Idx(b.index)];
     });
-    RankTheBestByRemnants(cycle, task, band);
+    if (even_remnants) RankTheBestByRemnants(task, band);
     for (const Candidate& c : candidates_) {
       framework::NodeInfo& info = infos_[Idx(c.index)];
       const PlacementOutcome& outcome = cycle.Outcome(info);
@@ -352,9 +359,8 @@ class ToposchedTracePolicy : public TracePolicy {
   // nodes that share the best score, those whose card evens out the cluster's remnants come
   // first (packing::RemnantCounts::TieRank), then the node rank; as the extender's prioritize
   // ranks them (Evaluator::RemnantTieRanks).
-  void RankTheBestByRemnants(framework::CycleState& cycle, const TraceTask& task,
-                             const framework::CapacityBand& band) {
-    if (!framework_.EvenRemnants() || candidates_.size() < 2 || cycle.share_packing().mix == nullptr) return;
+  void RankTheBestByRemnants(const TraceTask& task, const framework::CapacityBand& band) {
+    if (candidates_.size() < 2) return;
     std::size_t tied = 1;
     while (tied < candidates_.size() && !band.Ahead(candidates_[0].score, candidates_[tied].score)) ++tied;
     if (tied < 2) return;
@@ -364,11 +370,7 @@ class ToposchedTracePolicy : public TracePolicy {
     }
     for (std::size_t k = 0; k < tied; ++k) {
       Candidate& c = candidates_[k];
-      const PlacementOutcome& outcome = cycle.Outcome(infos_[Idx(c.index)]);
-      c.tie_rank = 0;
-      if (!outcome.ok() || outcome.placement->gpus.size() != 1) continue;
-      const int left = s_.nodes[Idx(c.index)].milli_left[Idx(outcome.placement->gpus[0])];
-      c.tie_rank = remnants.TieRank(left, task.gpu_milli);
+      c.tie_rank = c.share_left < 0 ? 0 : remnants.TieRank(c.share_left, task.gpu_milli);
     }
     const std::vector<int>& rank = s_.node_rank;
     std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tied),
@@ -395,11 +397,13 @@ class ToposchedTracePolicy : public TracePolicy {
     std::uint64_t version = 0;
     bool fits = false;
     framework::NodeScore score;  // total and capacity only
+    int share_left = -1;         // what the engine's card for a single vGPU had left (even_remnants)
   };
   struct Candidate {
     framework::NodeScore score;
     int index = 0;
-    long tie_rank = 0;  // RankTheBestByRemnants
+    int share_left = -1;  // Entry::share_left
+    long tie_rank = 0;    // RankTheBestByRemnants
   };
 
   static const framework::Registry& BuiltinRegistryForTrace();
