@@ -28,7 +28,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>

@@ -40,7 +40,7 @@ struct ClassVerdict {
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
   // A single vGPU whose card capacity packing chooses (CycleState::share_packing): what is left
   // on that card before it (packing::MilliLeft), for the reply's order among its best nodes
-  // (Evaluator::TieOrder); -1 otherwise.
+  // (BestNodeOrder); -1 otherwise.
   int share_left = -1;
   metrics::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
