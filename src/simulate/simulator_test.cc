@@ -417,6 +417,53 @@ TEST(Simulate, RunsTheFrameworkWithTheGivenRegistryAndConfig) {
       << refused.error().message();
 }
 
+// Evening out the remnants in the embedded simulator (as TraceTest's
+// ASharesBestNodesRankByTheRemnantsItsCardLeaves in the trace replay). Three one-GPU nodes
+// without RDMA NICs; the typical pods are whole GPUs, for which every partly used card strands
+// all it has left. Shares of 65 %, 70 % and 70 % of the cores leave 350, 300 and 300 milli-GPU;
+// a 20 % share then scores alike on all three, and the node order alone would take the 350,
+// leaving no card for the 35 % share after it. Taking a 300, a remnant two cards share, keeps
+// the 350 for it.
+TEST(Simulate, AShareTakesTheCardThatEvensOutTheRemnants) {
+  SyntheticSpec one;
+  one.preset = "one-gpu";
+  one.sockets = 1;
+  one.switches_per_numa = 1;
+  one.gpus_per_switch = 1;
+  one.nics_per_switch = 0;
+  one.nvlink = NvlinkShape::kNone;
+  auto topology = std::make_shared<const NodeTopology>(GenerateSynthetic(one).value());
+  VirtualCluster cluster;
+  for (const char* name : {"a", "b", "c"}) cluster.nodes.push_back(NodeOf(name, topology));
+  Workload w;
+  int t = 0;
+  for (const int percent : {65, 70, 70, 20, 35}) {
+    WorkloadPod pod = Pod("s" + std::to_string(t), 0, 0, t, 100);
+    pod.request.shared.count = 1;
+    pod.request.shared.cores = percent * (kFullGpuCores / 100);
+    pod.request.shared.memory_mib = 800 * percent;
+    w.pods.push_back(std::move(pod));
+    ++t;
+  }
+  packing::Shape whole;
+  whole.gpus = 1;
+  whole.milli = packing::kMilli;
+  SimulationOptions options;
+  options.policies = {"toposched"};
+  options.policy_options.mix = std::make_shared<const packing::ShapeMix>(packing::ShapeMix{{{whole, 1.0}}});
+  auto r = Simulate(cluster, w, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->policies[0].pending, 0) << FormatTable(*r);
+
+  framework::SchedulerConfig off = plugins::DefaultSchedulerConfig();
+  off.capacity.even_remnants = false;
+  options.policy_options.config = off;
+  auto without = Simulate(cluster, w, options);
+  ASSERT_TRUE(without.ok()) << without.error().message();
+  EXPECT_EQ(without->policies[0].pending, 1) << "the node order alone takes the 350\n"
+                                             << FormatTable(*without);
+}
+
 // A rare node class last (docs/placement.md): "rare" is the only node that can run the
 // whole-node shape (8 GPUs, 8 RDMA NICs); "common" has 8 GPUs and 4 NICs. While "big" holds part
 // of "rare", FGD's measure sees nothing more to lose there and a 1-GPU pod may as well go there;

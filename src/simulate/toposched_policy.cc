@@ -87,35 +87,26 @@ class ToposchedPolicy : public Policy {
 
   // A single vGPU whose card capacity packing chooses (CycleState::share_packing): among the
   // nodes that share the best score, those whose card evens out the cluster's remnants come
-  // first (packing::RemnantCounts::TieRank), then the index; as the extender's prioritize ranks
-  // them (extender::BestNodeOrder).
+  // first (packing::RemnantCounts::TieRank), then the index.
   void RankTheBestByRemnants(framework::CycleState& cycle, const PlacementRequest& request,
                              const std::vector<VirtualNode>& nodes, const framework::CapacityBand& band) {
-    if (!framework_.EvenRemnants() || candidates_.size() < 2 || cycle.share_packing().mix == nullptr) return;
-    std::size_t tied = 1;
-    while (tied < candidates_.size() && !band.Ahead(candidates_[0].score, candidates_[tied].score)) ++tied;
-    if (tied < 2) return;
-    packing::RemnantCounts remnants;
-    for (const VirtualNode& node : nodes) {
-      if (node.schedulable && node.topology != nullptr) {
-        remnants.Add(*node.topology, node.allocated, request.vendor);
-      }
-    }
+    if (!framework_.EvenRemnants() || cycle.share_packing().mix == nullptr) return;
+    std::optional<packing::RemnantCounts> remnants;  // counted once two nodes share the best place
     const int milli = packing::ShapeOf(request).milli;
-    for (std::size_t k = 0; k < tied; ++k) {
-      Candidate& c = candidates_[k];
+    simulate::RankTheBestByRemnants(candidates_, band, [&](const Candidate& c) -> long {
+      if (!remnants) {
+        remnants.emplace();
+        for (const VirtualNode& node : nodes) {
+          if (node.schedulable && node.topology != nullptr)
+            remnants->Add(*node.topology, node.allocated, request.vendor);
+        }
+      }
       const VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
       const PlacementOutcome& outcome = cycle.Outcome(node);
-      c.tie_rank = 0;
-      if (!outcome.ok() || outcome.placement->gpus.size() != 1) continue;
-      const int left = packing::MilliLeft(*node.topology, node.allocated, outcome.placement->gpus[0]);
-      c.tie_rank = remnants.TieRank(left, milli);
-    }
-    std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tied),
-              [](const Candidate& a, const Candidate& b) {
-                if (a.tie_rank != b.tie_rank) return a.tie_rank < b.tie_rank;
-                return a.index < b.index;
-              });
+      if (!outcome.ok() || outcome.placement->gpus.size() != 1) return 0;
+      return remnants->TieRank(packing::MilliLeft(*node.topology, node.allocated, outcome.placement->gpus[0]),
+                               milli);
+    });
   }
 
   // The rare shape for `request` on these nodes (packing::RareShape), when the rule is on. The

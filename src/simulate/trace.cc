@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -357,27 +358,18 @@ class ToposchedTracePolicy : public TracePolicy {
 
   // A single vGPU whose card capacity packing chooses (CycleState::share_packing): among the
   // nodes that share the best score, those whose card evens out the cluster's remnants come
-  // first (packing::RemnantCounts::TieRank), then the node rank; as the extender's prioritize
-  // ranks them (Evaluator::RemnantTieRanks).
+  // first (packing::RemnantCounts::TieRank), then the node rank.
   void RankTheBestByRemnants(const TraceTask& task, const framework::CapacityBand& band) {
-    if (candidates_.size() < 2) return;
-    std::size_t tied = 1;
-    while (tied < candidates_.size() && !band.Ahead(candidates_[0].score, candidates_[tied].score)) ++tied;
-    if (tied < 2) return;
-    packing::RemnantCounts remnants;
-    for (const NodeRuntime& rt : s_.nodes) {
-      for (const int left : rt.milli_left) remnants.Add(left);
-    }
-    for (std::size_t k = 0; k < tied; ++k) {
-      Candidate& c = candidates_[k];
-      c.tie_rank = c.share_left < 0 ? 0 : remnants.TieRank(c.share_left, task.gpu_milli);
-    }
-    const std::vector<int>& rank = s_.node_rank;
-    std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tied),
-              [&rank](const Candidate& a, const Candidate& b) {
-                if (a.tie_rank != b.tie_rank) return a.tie_rank < b.tie_rank;
-                return rank[Idx(a.index)] < rank[Idx(b.index)];
-              });
+    std::optional<packing::RemnantCounts> remnants;  // counted once two nodes share the best place
+    simulate::RankTheBestByRemnants(candidates_, band, [&](const Candidate& c) -> long {
+      if (!remnants) {
+        remnants.emplace();
+        for (const NodeRuntime& rt : s_.nodes) {
+          for (const int left : rt.milli_left) remnants->Add(left);
+        }
+      }
+      return c.share_left < 0 ? 0 : remnants->TieRank(c.share_left, task.gpu_milli);
+    });
   }
 
   // The replay changed the node's CPU and memory; the allocation is what Reserve left, and the
@@ -457,6 +449,26 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(k, v.size() - 1)];
 }
 
+// Where the GPU no task holds sits now (TraceIdleGpu).
+TraceIdleGpu IdleGpu(const ReplayState& state) {
+  TraceIdleGpu idle;
+  for (const NodeRuntime& rt : state.nodes) {
+    for (const std::int64_t left : rt.milli_left) {
+      if (left >= kMilli) {
+        ++idle.whole;
+        continue;
+      }
+      for (std::size_t b = kIdleBands; b-- > 0;) {
+        if (left >= kIdleBandFloors[b]) {
+          idle.remnant_milli[b] += left;
+          break;
+        }
+      }
+    }
+  }
+  return idle;
+}
+
 // `mix`, `demand_mix`: TraceReplayResult::typical, typical_demand (from the trace, not from this
 // seed's tuned tasks).
 Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint32_t seed,
@@ -506,6 +518,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
   run.tasks = tasks.size();
   run.ratio_at.assign(options.marks.size(), -1);
   run.kinds_at.assign(options.marks.size(), TraceKindCounts{});
+  run.idle_at.assign(options.marks.size(), TraceIdleGpu{});
   TraceKindCounts kinds;  // so far
   std::vector<double> times_us;
   times_us.reserve(tasks.size());
@@ -548,6 +561,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
       if (run.ratio_at[m] < 0 && arrived >= options.marks[m] * static_cast<double>(capacity)) {
         run.ratio_at[m] = allocated / static_cast<double>(capacity);
         run.kinds_at[m] = kinds;
+        run.idle_at[m] = IdleGpu(state);
       }
     }
     if (options.progress && (k % 256 == 0 || k + 1 == tasks.size())) options.progress(policy, seed, k + 1, tasks.size());
@@ -556,6 +570,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     if (run.ratio_at[m] < 0) {  // the mark was never reached
       run.ratio_at[m] = allocated / static_cast<double>(capacity);
       run.kinds_at[m] = kinds;
+      run.idle_at[m] = IdleGpu(state);
     }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -638,6 +653,7 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
     pr.mean_ratio_at.assign(options.marks.size(), 0);
     pr.min_ratio_at.assign(options.marks.size(), 1e9);
     pr.mean_pending_at.assign(options.marks.size(), std::array<double, kTraceKinds>{});
+    pr.mean_idle_at.assign(options.marks.size(), std::array<double, 1 + kIdleBands>{});
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].policy != p) continue;
       if (!runs[j]->ok()) return runs[j]->error();
@@ -648,6 +664,12 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
         for (std::size_t k = 0; k < kTraceKinds; ++k) {
           pr.mean_pending_at[m][k] +=
               static_cast<double>(r.kinds_at[m].pending[k]) / static_cast<double>(options.seeds.size());
+        }
+        const double runs_milli = static_cast<double>(options.seeds.size()) * kMilli;
+        pr.mean_idle_at[m][0] +=
+            static_cast<double>(r.idle_at[m].whole) / static_cast<double>(options.seeds.size());
+        for (std::size_t b = 0; b < kIdleBands; ++b) {
+          pr.mean_idle_at[m][1 + b] += static_cast<double>(r.idle_at[m].remnant_milli[b]) / runs_milli;
         }
       }
       pr.runs.push_back(r);
@@ -748,6 +770,26 @@ void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
   }
 }
 
+// Where the GPU no task holds sat when each mark was read: wholly free GPUs against the
+// remnants on partly used ones, by size (what a share could still use, what only a small one).
+void AppendIdleGpu(const TraceReplayResult& r, std::string& out) {
+  char buf[160];
+  for (std::size_t m = 0; m < r.marks.size(); ++m) {
+    std::snprintf(buf, sizeof buf,
+                  "idle GPU when %.0f%% had arrived (mean per seed, GPUs' worth): wholly free GPUs / left on "
+                  "partly used GPUs: under 0.2 / 0.2-0.5 / 0.5-1\n",
+                  100 * r.marks[m]);
+    out += buf;
+    for (const TracePolicyResult& p : r.policies) {
+      if (m >= p.mean_idle_at.size()) continue;
+      const auto& idle = p.mean_idle_at[m];
+      std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f %8.1f\n", p.policy.c_str(), idle[0], idle[1],
+                    idle[2], idle[3]);
+      out += buf;
+    }
+  }
+}
+
 }  // namespace
 
 std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
@@ -790,6 +832,7 @@ std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
     }
     AppendAgainstFgd(r, out);
     AppendPendingByKind(r, out);
+    AppendIdleGpu(r, out);
   }
   return out;
 }
@@ -810,6 +853,20 @@ nlohmann::json KindsJson(const std::vector<TraceKindCounts>& at) {
   return out;
 }
 
+// Per mark: {"whole_gpus": N, "remnant_milli": {"1-199": N, "200-499": N, "500-999": N}}.
+nlohmann::json IdleJson(const std::vector<TraceIdleGpu>& at) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TraceIdleGpu& idle : at) {
+    nlohmann::json bands = nlohmann::json::object();
+    for (std::size_t b = 0; b < kIdleBands; ++b) {
+      const std::int64_t top = b + 1 < kIdleBands ? kIdleBandFloors[b + 1] : kMilli;
+      bands[std::to_string(kIdleBandFloors[b]) + "-" + std::to_string(top - 1)] = idle.remnant_milli[b];
+    }
+    out.push_back({{"whole_gpus", idle.whole}, {"remnant_milli", std::move(bands)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
@@ -824,6 +881,7 @@ std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
         runs.push_back({{"seed", run.seed},
                         {"ratio_at", run.ratio_at},
                         {"kinds_at", KindsJson(run.kinds_at)},
+                        {"idle_at", IdleJson(run.idle_at)},
                         {"tasks", run.tasks},
                         {"placed", run.placed},
                         {"unplaced", run.unplaced},

@@ -464,6 +464,50 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][0]["whole-GPU"]["pending"], 1);
 }
 
+// Where the idle GPU sits is read with each mark: on one 4-GPU node a 0.90 share and a 0.70 one
+// leave 0.10 and 0.30 on two GPUs, a 1-GPU task takes a third, and a 2-GPU task pends: one GPU
+// is wholly free, whichever GPUs a policy takes.
+TEST(TraceTest, IdleGpuIsSplitIntoWholeGpusAndRemnantsBySize) {
+  Trace trace;
+  trace.variant = "idle";
+  trace.nodes = {TraceNode{"n", 8000, 8192, 4, "T4"}};
+  trace.tasks = {
+      TraceTask{"share-a", 1000, 1024, 1, 900, {}, 0}, TraceTask{"share-b", 1000, 1024, 1, 700, {}, 1},
+      TraceTask{"whole", 1000, 1024, 1, 1000, {}, 2}, TraceTask{"pair", 1000, 1024, 2, 1000, {}, 3}};
+  TraceReplayOptions options;
+  options.seeds = {1};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;
+  options.marks = {0.5, 2.0};  // 50 % is passed by the 1-GPU task; 200 % never (read at the end)
+  auto r = ReplayTrace(trace, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  for (const TracePolicyResult& p : r->policies) {
+    ASSERT_EQ(p.runs.size(), 1u);
+    const TraceRun& run = p.runs[0];
+    ASSERT_EQ(run.idle_at.size(), 2u) << p.policy;
+    for (const TraceIdleGpu& idle : run.idle_at) {
+      EXPECT_EQ(idle.whole, 1u) << p.policy;
+      EXPECT_EQ(idle.remnant_milli, (std::array<std::int64_t, kIdleBands>{100, 300, 0})) << p.policy;
+    }
+    ASSERT_EQ(p.mean_idle_at.size(), 2u);
+    EXPECT_DOUBLE_EQ(p.mean_idle_at[0][0], 1.0) << p.policy;
+    EXPECT_DOUBLE_EQ(p.mean_idle_at[0][1], 0.1) << p.policy;
+    EXPECT_DOUBLE_EQ(p.mean_idle_at[0][2], 0.3) << p.policy;
+    EXPECT_DOUBLE_EQ(p.mean_idle_at[0][3], 0.0) << p.policy;
+  }
+  const std::string table = FormatTraceTable({*r});
+  EXPECT_NE(
+      table.find("idle GPU when 50% had arrived (mean per seed, GPUs' worth): wholly free GPUs / left on "
+                 "partly used GPUs: under 0.2 / 0.2-0.5 / 0.5-1\n"
+                 "  toposched            1.0      0.1      0.3      0.0\n"),
+      std::string::npos)
+      << table;
+  const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
+  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["idle_at"][0]["whole_gpus"], 1);
+  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["idle_at"][0]["remnant_milli"]["200-499"], 300);
+  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["idle_at"][1]["remnant_milli"]["1-199"], 100);
+}
+
 // With the CPU known, toposched's packing keeps the node with the CPU for the task that needs it:
 // the small task goes where its GPU would be stranded anyway (too little CPU left for the large
 // one). Blind to CPU (what the extender saw before it read CPU) the two nodes look alike, and on seeds whose

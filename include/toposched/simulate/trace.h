@@ -172,10 +172,21 @@ struct TraceKindCounts {
   std::array<std::size_t, kTraceKinds> arrived{}, pending{};
 };
 
+// Where the GPU no task holds sat when a mark was read: GPUs wholly free, and the milli left on
+// partly used GPUs by how much each has left (under 200, 200-499, 500-999 milli). Whole GPUs
+// times 1,000 plus the remnants is the capacity less what was allocated.
+inline constexpr std::size_t kIdleBands = 3;
+inline constexpr std::array<std::int64_t, kIdleBands> kIdleBandFloors = {1, 200, 500};
+struct TraceIdleGpu {
+  std::size_t whole = 0;                                 // GPUs with all 1,000 milli free
+  std::array<std::int64_t, kIdleBands> remnant_milli{};  // milli left on partly used GPUs, by band
+};
+
 struct TraceRun {
   std::uint32_t seed = 0;
   std::vector<double> ratio_at;           // per mark: allocated / capacity
   std::vector<TraceKindCounts> kinds_at;  // per mark, read with ratio_at
+  std::vector<TraceIdleGpu> idle_at;      // per mark, read with ratio_at
   std::size_t tasks = 0, placed = 0, unplaced = 0;
   std::int64_t gpu_milli_unplaced = 0;  // requested GPU of the unplaced tasks
   double seconds = 0;                   // measured
@@ -188,6 +199,9 @@ struct TracePolicyResult {
   std::vector<double> min_ratio_at;   // per mark: the worst seed
   // Per mark, per kind: the mean over the runs of the tasks pending at the mark.
   std::vector<std::array<double, kTraceKinds>> mean_pending_at;
+  // Per mark: the mean over the runs of the idle GPU, in GPUs' worth: [0] wholly free GPUs,
+  // [1 + b] the remnants of band b (TraceIdleGpu).
+  std::vector<std::array<double, 1 + kIdleBands>> mean_idle_at;
   std::vector<TraceRun> runs;
 };
 
