@@ -12,7 +12,7 @@ import (
 // TestKubeSchedulerVgpuCardForTheTypicalPods: which card a vGPU takes (docs/placement.md, "Which
 // card a vGPU takes") through the real kube-scheduler, the chart and the extender's bind. Once
 // the extender's window holds `capacity.minTypicalPods` pods asking a device (3 here, set
-// through the chart's values; 500 by default) and neither they nor the pod ask an RDMA NIC, a
+// through the chart's values; 50 by default) and neither they nor the pod ask an RDMA NIC, a
 // single vGPU of a pod that names no hami.io/gpu-scheduler-policy takes the card that strands
 // least for the typical pods, not HAMi's spread.
 //
@@ -26,8 +26,8 @@ import (
 //   - d (30 %): on b's card it would leave 40 %, too little for the typical 50 % pods; on a free
 //     card nothing is stranded. So d takes a free card, where binpack would take b's.
 //
-// With the chart's default (500) c did not go to a's card (checked by running this test without
-// the --set): the blind spread decided every card.
+// With the chart's default (500, and 50 since 2026-12-05) c did not go to a's card (checked by
+// running this test without the --set): the blind spread decided every card.
 func TestKubeSchedulerVgpuCardForTheTypicalPods(t *testing.T) {
 	c := newCluster(t, "TestKubeSchedulerVgpuCardForTheTypicalPods", "--set", "config.capacity.minTypicalPods=3")
 	ctx := context.Background()

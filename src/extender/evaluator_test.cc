@@ -472,14 +472,14 @@ TEST_F(EvaluatorTest, TheBlindHeuristicsStayCountedUntilTheWindowIsTheWorkload) 
       EXPECT_EQ(weights(true), weights(false) - 6);
     }
   };
-  observe(60);
+  observe(Evaluator::kMinPodsToPackByMix - 2);  // with "few", one short of the rule
   check("few", false);
   observe(Evaluator::kMinPodsToPackByMix);
   check("many", true);
 }
 
 // `capacity.minTypicalPods` sets how many device pods the window must hold before its mix is
-// the workload (500 by default): a small cluster can pack by its few pods' mix.
+// the workload (50 by default): a small cluster can pack by its few pods' mix.
 TEST(EvaluatorConfigTest, MinTypicalPodsSetsWhenTheWindowIsTheWorkload) {
   metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kError);
   const framework::Registry registry = plugins::BuiltinRegistry();
@@ -615,7 +615,7 @@ TEST_F(EvaluatorTest, PodsAskingCpuAloneJoinTheTypicalPodsWhereTheyCouldTakeAGpu
     ASSERT_NE(cpu, nullptr);
     evaluator_.ObserveCpuPod(*cpu);
   }
-  EXPECT_FALSE(evaluator_.PacksByMixFor("")) << "499 pods asking a device, 101 asking CPU alone";
+  EXPECT_FALSE(evaluator_.PacksByMixFor("")) << "49 pods asking a device, 101 asking CPU alone";
   ASSERT_NE(Entry({.name = "last", .uid = "uid-last", .gpus = 1}), nullptr);
   EXPECT_TRUE(evaluator_.PacksByMixFor(""));
 }

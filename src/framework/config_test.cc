@@ -170,7 +170,7 @@ TEST(ConfigTest, CapacitySection) {
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_FALSE(c->capacity.rare_class_last);
   EXPECT_TRUE(c->capacity.plugin.empty()) << "independent of capacity first";
-  EXPECT_EQ(c->capacity.min_typical_pods, 500) << "a quarter of the extender's window by default";
+  EXPECT_EQ(c->capacity.min_typical_pods, 50) << "a fortieth of the extender's window by default";
   EXPECT_TRUE(c->capacity.even_remnants) << "evening out the remnants is on by default";
   c = LoadSchedulerConfigYaml("capacity: {evenRemnants: false}", registry);
   ASSERT_TRUE(c.ok()) << c.error().message();
