@@ -469,6 +469,21 @@ TraceIdleGpu IdleGpu(const ReplayState& state) {
   return idle;
 }
 
+// IdleGpu, checked against what the replay allocated: the GPUs' milli left must be the
+// capacity less the placed tasks' GPU, or the replay's books are wrong.
+Result<TraceIdleGpu> IdleGpuAddingUp(const ReplayState& state, std::int64_t capacity, double allocated) {
+  TraceIdleGpu idle = IdleGpu(state);
+  std::int64_t left = static_cast<std::int64_t>(idle.whole) * kMilli;
+  for (const std::int64_t milli : idle.remnant_milli) left += milli;
+  if (static_cast<double>(capacity - left) != allocated) {
+    return Error("the GPUs have " + std::to_string(left) + " milli-GPU left, but " +
+                 std::to_string(capacity) + " less the placed tasks' " +
+                 std::to_string(static_cast<std::int64_t>(allocated)) + " is " +
+                 std::to_string(capacity - static_cast<std::int64_t>(allocated)));
+  }
+  return idle;
+}
+
 // `mix`, `demand_mix`: TraceReplayResult::typical, typical_demand (from the trace, not from this
 // seed's tuned tasks).
 Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint32_t seed,
@@ -561,7 +576,9 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
       if (run.ratio_at[m] < 0 && arrived >= options.marks[m] * static_cast<double>(capacity)) {
         run.ratio_at[m] = allocated / static_cast<double>(capacity);
         run.kinds_at[m] = kinds;
-        run.idle_at[m] = IdleGpu(state);
+        auto idle = IdleGpuAddingUp(state, capacity, allocated);
+        if (!idle.ok()) return idle.error().WithContext(policy + ", task " + task.name);
+        run.idle_at[m] = *idle;
       }
     }
     if (options.progress && (k % 256 == 0 || k + 1 == tasks.size())) options.progress(policy, seed, k + 1, tasks.size());
@@ -570,7 +587,9 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     if (run.ratio_at[m] < 0) {  // the mark was never reached
       run.ratio_at[m] = allocated / static_cast<double>(capacity);
       run.kinds_at[m] = kinds;
-      run.idle_at[m] = IdleGpu(state);
+      auto idle = IdleGpuAddingUp(state, capacity, allocated);
+      if (!idle.ok()) return idle.error().WithContext(policy + ", the end of the run");
+      run.idle_at[m] = *idle;
     }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
