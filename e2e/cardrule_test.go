@@ -30,7 +30,6 @@ import (
 // running this test without the --set): the blind spread decided every card.
 func TestKubeSchedulerVgpuCardForTheTypicalPods(t *testing.T) {
 	c := newCluster(t, "TestKubeSchedulerVgpuCardForTheTypicalPods", "--set", "config.capacity.minTypicalPods=3")
-	ctx := context.Background()
 	dgx := &gpuNode{Name: "gpu-dgx2h", File: "hwloc__nvidia-dgx2h_16xV100_12xNVSwitch.hwloc2.xml",
 		Labels: map[string]string{"toposched.io/leaf": "leaf-1", "toposched.io/spine": "spine-1"}}
 	c.addNodes([]*gpuNode{dgx})
@@ -43,21 +42,7 @@ func TestKubeSchedulerVgpuCardForTheTypicalPods(t *testing.T) {
 		return podSpec{name: name, gpus: 1, gpucores: percent, gpumem: 32768 * percent / 100, node: dgx.Name, fits: true}
 	}
 	specs := []podSpec{share("vgpu-a", 50), share("vgpu-b", 30), share("vgpu-c", 50), share("vgpu-d", 30)}
-	card := map[string]string{}
-	for _, p := range specs {
-		c.createPod(schedulerName, p)
-		c.waitBound([]podSpec{p}, 2*time.Minute)
-		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, p.name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var al allocation
-		if err := json.Unmarshal([]byte(pod.Annotations["toposched.io/allocation"]), &al); err != nil || len(al.GPUs) != 1 {
-			t.Fatalf("%s: allocation %q: %v", p.name, pod.Annotations["toposched.io/allocation"], err)
-		}
-		card[p.name] = al.GPUs[0].UUID
-		t.Logf("%s (%d %%): GPU%d %s", p.name, p.gpucores, al.GPUs[0].Index, al.GPUs[0].UUID)
-	}
+	card := c.bindVgpusInTurn(t, schedulerName, specs, false)
 	tail := func() string { return "\n--- extender log tail:\n" + r.proc.Tail(2000) }
 	if card["vgpu-b"] == card["vgpu-a"] {
 		t.Errorf("vgpu-b shares vgpu-a's card %s: before the window holds 3 pods HAMi's spread keeps them apart", card["vgpu-a"])
@@ -72,4 +57,30 @@ func TestKubeSchedulerVgpuCardForTheTypicalPods(t *testing.T) {
 	}
 	// What the bind wrote is what HAMi reads.
 	c.assertHAMi(t, specs, registered, hami)
+}
+
+// bindVgpusInTurn creates each pod of `specs` (one vGPU each) and waits for its bind before the
+// next, and returns the card each took: its UUID, after its node's name and a slash with
+// `withNode` (toposched.io/allocation).
+func (c *cluster) bindVgpusInTurn(t *testing.T, schedulerName string, specs []podSpec, withNode bool) map[string]string {
+	t.Helper()
+	card := map[string]string{}
+	for _, p := range specs {
+		c.createPod(schedulerName, p)
+		c.waitBound([]podSpec{p}, 2*time.Minute)
+		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(context.Background(), p.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var al allocation
+		if err := json.Unmarshal([]byte(pod.Annotations["toposched.io/allocation"]), &al); err != nil || len(al.GPUs) != 1 {
+			t.Fatalf("%s: allocation %q: %v", p.name, pod.Annotations["toposched.io/allocation"], err)
+		}
+		card[p.name] = al.GPUs[0].UUID
+		if withNode {
+			card[p.name] = pod.Spec.NodeName + "/" + al.GPUs[0].UUID
+		}
+		t.Logf("%s (%d %%): %s GPU%d %s", p.name, p.gpucores, pod.Spec.NodeName, al.GPUs[0].Index, al.GPUs[0].UUID)
+	}
+	return card
 }

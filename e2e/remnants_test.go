@@ -1,14 +1,9 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"hash/fnv"
 	"sort"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestKubeSchedulerVgpuNodeEvensOutTheRemnants: evening out the remnants (docs/placement.md,
@@ -29,7 +24,6 @@ import (
 //     take a fresh card.
 func TestKubeSchedulerVgpuNodeEvensOutTheRemnants(t *testing.T) {
 	c := newCluster(t, "TestKubeSchedulerVgpuNodeEvensOutTheRemnants", "--set", "config.capacity.minTypicalPods=3")
-	ctx := context.Background()
 	names := []string{"rem-1", "rem-2", "rem-3"}
 	key := func(name string) uint64 {
 		h := fnv.New64a()
@@ -59,21 +53,7 @@ func TestKubeSchedulerVgpuNodeEvensOutTheRemnants(t *testing.T) {
 	}
 	specs := []podSpec{share("vgpu-65", 65, a), share("vgpu-70-b", 70, names[1]), share("vgpu-70-c", 70, names[2]),
 		share("vgpu-20", 20, ""), share("vgpu-35", 35, "")}
-	card := map[string]string{}
-	for _, p := range specs {
-		c.createPod(schedulerName, p)
-		c.waitBound([]podSpec{p}, 2*time.Minute)
-		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, p.name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var al allocation
-		if err := json.Unmarshal([]byte(pod.Annotations["toposched.io/allocation"]), &al); err != nil || len(al.GPUs) != 1 {
-			t.Fatalf("%s: allocation %q: %v", p.name, pod.Annotations["toposched.io/allocation"], err)
-		}
-		card[p.name] = pod.Spec.NodeName + "/" + al.GPUs[0].UUID
-		t.Logf("%s (%d %%): %s GPU%d %s", p.name, p.gpucores, pod.Spec.NodeName, al.GPUs[0].Index, al.GPUs[0].UUID)
-	}
+	card := c.bindVgpusInTurn(t, schedulerName, specs, true)
 	tail := func() string { return "\n--- extender log tail:\n" + r.proc.Tail(2000) }
 	if n := c.nodeOf("vgpu-20"); n != b {
 		t.Errorf("vgpu-20 on %s, want %s: its card leaves a 30 %% remnant two cards share; %s, the first in the stable order, "+
