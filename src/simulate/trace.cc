@@ -469,6 +469,22 @@ TraceIdleGpu IdleGpu(const ReplayState& state) {
   return idle;
 }
 
+// Why `task` found no node on the cluster as it stands (PendingWhy).
+PendingWhy WhyPending(const ReplayState& state, const TraceTask& task) {
+  bool gpu_room = false;
+  for (std::size_t i = 0; i < state.nodes.size(); ++i) {
+    const TraceNode& node = state.trace->nodes[i];
+    const NodeRuntime& rt = state.nodes[i];
+    if (!trace_internal::ModelAccepted(node, task) || node.gpus < task.gpus) continue;
+    int free = 0;
+    for (const int left : rt.milli_left) free += left >= task.gpu_milli ? 1 : 0;
+    if (free < task.gpus) continue;
+    gpu_room = true;
+    if (rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib) return PendingWhy::kNotPlaced;
+  }
+  return gpu_room ? PendingWhy::kCpuOrMemory : PendingWhy::kNoGpuRoom;
+}
+
 // IdleGpu, checked against what the replay allocated: the GPUs' milli left must be the
 // capacity less the placed tasks' GPU, or the replay's books are wrong.
 Result<TraceIdleGpu> IdleGpuAddingUp(const ReplayState& state, std::int64_t capacity, double allocated) {
@@ -569,6 +585,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
       ++run.unplaced;
       run.gpu_milli_unplaced += task.GpuMilli();
       ++kinds.pending[static_cast<std::size_t>(KindOfTask(task))];
+      ++kinds.why[static_cast<std::size_t>(WhyPending(state, task))];
     }
     ++kinds.arrived[static_cast<std::size_t>(KindOfTask(task))];
     arrived += static_cast<double>(task.GpuMilli());
@@ -673,6 +690,7 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
     pr.min_ratio_at.assign(options.marks.size(), 1e9);
     pr.mean_pending_at.assign(options.marks.size(), std::array<double, kTraceKinds>{});
     pr.mean_idle_at.assign(options.marks.size(), std::array<double, 1 + kIdleBands>{});
+    pr.mean_why_at.assign(options.marks.size(), std::array<double, kPendingWhys>{});
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].policy != p) continue;
       if (!runs[j]->ok()) return runs[j]->error();
@@ -683,6 +701,10 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
         for (std::size_t k = 0; k < kTraceKinds; ++k) {
           pr.mean_pending_at[m][k] +=
               static_cast<double>(r.kinds_at[m].pending[k]) / static_cast<double>(options.seeds.size());
+        }
+        for (std::size_t w = 0; w < kPendingWhys; ++w) {
+          pr.mean_why_at[m][w] +=
+              static_cast<double>(r.kinds_at[m].why[w]) / static_cast<double>(options.seeds.size());
         }
         const double runs_milli = static_cast<double>(options.seeds.size()) * kMilli;
         pr.mean_idle_at[m][0] +=
@@ -706,6 +728,18 @@ std::string_view TraceKindName(TraceKind kind) {
       return "shared";
     case TraceKind::kWholeGpu:
       return "whole-GPU";
+  }
+  return "?";
+}
+
+std::string_view PendingWhyName(PendingWhy why) {
+  switch (why) {
+    case PendingWhy::kNoGpuRoom:
+      return "no GPU room";
+    case PendingWhy::kCpuOrMemory:
+      return "GPU room, CPU or memory short";
+    case PendingWhy::kNotPlaced:
+      return "fit, not placed";
   }
   return "?";
 }
@@ -784,6 +818,18 @@ void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
       if (m >= p.mean_pending_at.size()) continue;
       std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f\n", p.policy.c_str(), p.mean_pending_at[m][0],
                     p.mean_pending_at[m][1], p.mean_pending_at[m][2]);
+      out += buf;
+    }
+    out += "  why, all kinds:";
+    for (std::size_t w = 0; w < kPendingWhys; ++w) {
+      out += w == 0 ? " " : " / ";
+      out += PendingWhyName(static_cast<PendingWhy>(w));
+    }
+    out += "\n";
+    for (const TracePolicyResult& p : r.policies) {
+      if (m >= p.mean_why_at.size()) continue;
+      std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f\n", p.policy.c_str(), p.mean_why_at[m][0],
+                    p.mean_why_at[m][1], p.mean_why_at[m][2]);
       out += buf;
     }
   }
@@ -872,6 +918,18 @@ nlohmann::json KindsJson(const std::vector<TraceKindCounts>& at) {
   return out;
 }
 
+// Per mark: {"no GPU room": N, "GPU room, CPU or memory short": N, "fit, not placed": N}.
+nlohmann::json WhyJson(const std::vector<TraceKindCounts>& at) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TraceKindCounts& c : at) {
+    nlohmann::json mark = nlohmann::json::object();
+    for (std::size_t w = 0; w < kPendingWhys; ++w)
+      mark[std::string(PendingWhyName(static_cast<PendingWhy>(w)))] = c.why[w];
+    out.push_back(std::move(mark));
+  }
+  return out;
+}
+
 // Per mark: {"whole_gpus": N, "remnant_milli": {"1-199": N, "200-499": N, "500-999": N}}.
 nlohmann::json IdleJson(const std::vector<TraceIdleGpu>& at) {
   nlohmann::json out = nlohmann::json::array();
@@ -900,6 +958,7 @@ std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
         runs.push_back({{"seed", run.seed},
                         {"ratio_at", run.ratio_at},
                         {"kinds_at", KindsJson(run.kinds_at)},
+                        {"pending_why_at", WhyJson(run.kinds_at)},
                         {"idle_at", IdleJson(run.idle_at)},
                         {"tasks", run.tasks},
                         {"placed", run.placed},

@@ -403,6 +403,12 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
             << defaults->policies[i].policy << "\n" << table;
       }
     }
+    // Every policy places a task wherever a node fits it: none pends for want of a decision.
+    for (const TracePolicyResult& p : defaults->policies) {
+      for (const auto& why : p.mean_why_at) {
+        EXPECT_EQ(why[static_cast<std::size_t>(PendingWhy::kNotPlaced)], 0.0) << variant << ": " << p.policy;
+      }
+    }
 
     // Capacity first (the plugin ranks before the total, at weight 0): above toposched without
     // ExpectedFragmentation and at least every blind baseline; on gpushare40 at least best-fit
@@ -451,6 +457,8 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
     EXPECT_EQ(run.kinds_at[0].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
     EXPECT_EQ(run.kinds_at[1].arrived, (std::array<std::size_t, kTraceKinds>{1, 2, 1})) << p.policy;
     EXPECT_EQ(run.kinds_at[1].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
+    EXPECT_EQ(run.kinds_at[1].why, (std::array<std::size_t, kPendingWhys>{1, 0, 0}))
+        << "the share holds the GPU";
     EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kWhole], 1.0) << p.policy;
     EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kShare] + p.mean_pending_at[0][kCpu], 0.0) << p.policy;
   }
@@ -462,6 +470,36 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
   const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][1]["shared"]["arrived"], 2);
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][0]["whole-GPU"]["pending"], 1);
+}
+
+// Why a task pended is read on the cluster as it stood: a 1-GPU task that takes all of a 2-GPU
+// node's CPU leaves the second GPU free for a task that asks CPU too (CPU short); a 3-GPU task
+// finds no node with 3 GPUs free (no GPU room). No policy leaves a task pending where it fits.
+TEST(TraceTest, PendingTasksSayWhyTheyFoundNoNode) {
+  Trace trace;
+  trace.variant = "why";
+  trace.nodes = {TraceNode{"n", 4000, 8192, 2, "T4"}};
+  trace.tasks = {TraceTask{"all-cpu", 4000, 1024, 1, 1000, {}, 0},
+                 TraceTask{"cpu-short", 1000, 1024, 1, 1000, {}, 1},
+                 TraceTask{"too-big", 0, 0, 3, 1000, {}, 2}};
+  TraceReplayOptions options;
+  options.seeds = {1};
+  options.shuffle = false;
+  options.tune_ratio = 1.0;
+  options.marks = {9.0};  // never reached: read at the end
+  auto r = ReplayTrace(trace, options);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  for (const TracePolicyResult& p : r->policies) {
+    ASSERT_EQ(p.runs.size(), 1u);
+    EXPECT_EQ(p.runs[0].kinds_at[0].why, (std::array<std::size_t, kPendingWhys>{1, 1, 0})) << p.policy;
+  }
+  const std::string table = FormatTraceTable({*r});
+  EXPECT_NE(table.find("  why, all kinds: no GPU room / GPU room, CPU or memory short / fit, not placed\n"
+                       "  toposched            1.0      1.0      0.0\n"),
+            std::string::npos)
+      << table;
+  const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
+  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["pending_why_at"][0]["GPU room, CPU or memory short"], 1);
 }
 
 // Where the idle GPU sits is read with each mark: on one 4-GPU node a 0.90 share and a 0.70 one
@@ -591,6 +629,11 @@ TEST(TraceTest, TheExtenderPoliciesReplayTheTraceThroughTheVerbs) {
   for (std::size_t p = 0; p < 2; ++p) {
     EXPECT_GT(r->policies[p].mean_ratio_at[0], 0.5) << table;
     EXPECT_GT(r->policies[p].mean_ratio_at[0], r->policies[3].mean_ratio_at[0]) << table;  // above random
+    // The verbs place a task wherever the replay's books say a node fits it.
+    for (const auto& why : r->policies[p].mean_why_at) {
+      EXPECT_EQ(why[static_cast<std::size_t>(PendingWhy::kNotPlaced)], 0.0) << r->policies[p].policy << "\n"
+                                                                            << table;
+    }
   }
 }
 

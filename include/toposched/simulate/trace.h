@@ -166,10 +166,20 @@ inline constexpr std::size_t kTraceKinds = 3;
 std::string_view TraceKindName(TraceKind kind);
 TraceKind KindOfTask(const TraceTask& task);
 
+// Why a task found no node, read on the cluster as it stood when the task arrived:
+//   kNoGpuRoom: no node whose model the task accepts had its GPUs free (for a share, a GPU with
+//     its fraction left), whatever the CPU and memory;
+//   kCpuOrMemory: some did, but none of them had the task's CPU and memory left;
+//   kNotPlaced: a node had all of it, and the policy placed the task nowhere.
+enum class PendingWhy : std::uint8_t { kNoGpuRoom, kCpuOrMemory, kNotPlaced };
+inline constexpr std::size_t kPendingWhys = 3;
+std::string_view PendingWhyName(PendingWhy why);
+
 // Tasks of each kind (indexed by TraceKind) that had arrived by a mark, and those of them that
-// found no node.
+// found no node; the pending ones of every kind by why (indexed by PendingWhy).
 struct TraceKindCounts {
   std::array<std::size_t, kTraceKinds> arrived{}, pending{};
+  std::array<std::size_t, kPendingWhys> why{};
 };
 
 // Where the GPU no task holds sat when a mark was read: GPUs wholly free, and the milli left on
@@ -199,6 +209,8 @@ struct TracePolicyResult {
   std::vector<double> min_ratio_at;   // per mark: the worst seed
   // Per mark, per kind: the mean over the runs of the tasks pending at the mark.
   std::vector<std::array<double, kTraceKinds>> mean_pending_at;
+  // Per mark, per PendingWhy: the mean over the runs of the pending tasks of every kind.
+  std::vector<std::array<double, kPendingWhys>> mean_why_at;
   // Per mark: the mean over the runs of the idle GPU, in GPUs' worth: [0] wholly free GPUs,
   // [1 + b] the remnants of band b (TraceIdleGpu).
   std::vector<std::array<double, 1 + kIdleBands>> mean_idle_at;
