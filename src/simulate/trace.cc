@@ -584,8 +584,9 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     } else {
       ++run.unplaced;
       run.gpu_milli_unplaced += task.GpuMilli();
-      ++kinds.pending[static_cast<std::size_t>(KindOfTask(task))];
-      ++kinds.why[static_cast<std::size_t>(WhyPending(state, task))];
+      const auto kind = static_cast<std::size_t>(KindOfTask(task));
+      ++kinds.pending[kind];
+      ++kinds.why[kind][static_cast<std::size_t>(WhyPending(state, task))];
     }
     ++kinds.arrived[static_cast<std::size_t>(KindOfTask(task))];
     arrived += static_cast<double>(task.GpuMilli());
@@ -690,7 +691,7 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
     pr.min_ratio_at.assign(options.marks.size(), 1e9);
     pr.mean_pending_at.assign(options.marks.size(), std::array<double, kTraceKinds>{});
     pr.mean_idle_at.assign(options.marks.size(), std::array<double, 1 + kIdleBands>{});
-    pr.mean_why_at.assign(options.marks.size(), std::array<double, kPendingWhys>{});
+    pr.mean_why_at.assign(options.marks.size(), std::array<std::array<double, kPendingWhys>, kTraceKinds>{});
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].policy != p) continue;
       if (!runs[j]->ok()) return runs[j]->error();
@@ -702,9 +703,11 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
           pr.mean_pending_at[m][k] +=
               static_cast<double>(r.kinds_at[m].pending[k]) / static_cast<double>(options.seeds.size());
         }
-        for (std::size_t w = 0; w < kPendingWhys; ++w) {
-          pr.mean_why_at[m][w] +=
-              static_cast<double>(r.kinds_at[m].why[w]) / static_cast<double>(options.seeds.size());
+        for (std::size_t k = 0; k < kTraceKinds; ++k) {
+          for (std::size_t w = 0; w < kPendingWhys; ++w) {
+            pr.mean_why_at[m][k][w] +=
+                static_cast<double>(r.kinds_at[m].why[k][w]) / static_cast<double>(options.seeds.size());
+          }
         }
         const double runs_milli = static_cast<double>(options.seeds.size()) * kMilli;
         pr.mean_idle_at[m][0] +=
@@ -820,17 +823,27 @@ void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
                     p.mean_pending_at[m][1], p.mean_pending_at[m][2]);
       out += buf;
     }
-    out += "  why, all kinds:";
-    for (std::size_t w = 0; w < kPendingWhys; ++w) {
-      out += w == 0 ? " " : " / ";
-      out += PendingWhyName(static_cast<PendingWhy>(w));
-    }
-    out += "\n";
-    for (const TracePolicyResult& p : r.policies) {
-      if (m >= p.mean_why_at.size()) continue;
-      std::snprintf(buf, sizeof buf, "  %-16s%8.1f %8.1f %8.1f\n", p.policy.c_str(), p.mean_why_at[m][0],
-                    p.mean_why_at[m][1], p.mean_why_at[m][2]);
-      out += buf;
+    // Why, for the kinds any policy left pending.
+    for (std::size_t k = 0; k < kTraceKinds; ++k) {
+      bool any = false;
+      for (const TracePolicyResult& p : r.policies)
+        any = any || (m < p.mean_pending_at.size() && p.mean_pending_at[m][k] > 0);
+      if (!any) continue;
+      out += "  why ";
+      out += TraceKindName(static_cast<TraceKind>(k));
+      out += " tasks pended:";
+      for (std::size_t w = 0; w < kPendingWhys; ++w) {
+        out += w == 0 ? " " : " / ";
+        out += PendingWhyName(static_cast<PendingWhy>(w));
+      }
+      out += "\n";
+      for (const TracePolicyResult& p : r.policies) {
+        if (m >= p.mean_why_at.size()) continue;
+        const auto& why = p.mean_why_at[m][k];
+        std::snprintf(buf, sizeof buf, "    %-14s%8.1f %8.1f %8.1f\n", p.policy.c_str(), why[0], why[1],
+                      why[2]);
+        out += buf;
+      }
     }
   }
 }
@@ -918,13 +931,19 @@ nlohmann::json KindsJson(const std::vector<TraceKindCounts>& at) {
   return out;
 }
 
-// Per mark: {"no GPU room": N, "GPU room, CPU or memory short": N, "fit, not placed": N}.
+// Per mark: {"shared": {"no GPU room": N, "GPU room, CPU or memory short": N,
+// "fit, not placed": N}, ...}.
 nlohmann::json WhyJson(const std::vector<TraceKindCounts>& at) {
   nlohmann::json out = nlohmann::json::array();
   for (const TraceKindCounts& c : at) {
     nlohmann::json mark = nlohmann::json::object();
-    for (std::size_t w = 0; w < kPendingWhys; ++w)
-      mark[std::string(PendingWhyName(static_cast<PendingWhy>(w)))] = c.why[w];
+    for (std::size_t k = 0; k < kTraceKinds; ++k) {
+      nlohmann::json kind = nlohmann::json::object();
+      for (std::size_t w = 0; w < kPendingWhys; ++w) {
+        kind[std::string(PendingWhyName(static_cast<PendingWhy>(w)))] = c.why[k][w];
+      }
+      mark[std::string(TraceKindName(static_cast<TraceKind>(k)))] = std::move(kind);
+    }
     out.push_back(std::move(mark));
   }
   return out;

@@ -405,8 +405,11 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     }
     // Every policy places a task wherever a node fits it: none pends for want of a decision.
     for (const TracePolicyResult& p : defaults->policies) {
-      for (const auto& why : p.mean_why_at) {
-        EXPECT_EQ(why[static_cast<std::size_t>(PendingWhy::kNotPlaced)], 0.0) << variant << ": " << p.policy;
+      for (const auto& at : p.mean_why_at) {
+        for (const auto& why : at) {
+          EXPECT_EQ(why[static_cast<std::size_t>(PendingWhy::kNotPlaced)], 0.0)
+              << variant << ": " << p.policy;
+        }
       }
     }
 
@@ -457,8 +460,7 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
     EXPECT_EQ(run.kinds_at[0].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
     EXPECT_EQ(run.kinds_at[1].arrived, (std::array<std::size_t, kTraceKinds>{1, 2, 1})) << p.policy;
     EXPECT_EQ(run.kinds_at[1].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
-    EXPECT_EQ(run.kinds_at[1].why, (std::array<std::size_t, kPendingWhys>{1, 0, 0}))
-        << "the share holds the GPU";
+    EXPECT_EQ(run.kinds_at[1].why[kWhole], (PendingWhyCounts{1, 0, 0})) << "the share holds the GPU";
     EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kWhole], 1.0) << p.policy;
     EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kShare] + p.mean_pending_at[0][kCpu], 0.0) << p.policy;
   }
@@ -491,15 +493,20 @@ TEST(TraceTest, PendingTasksSayWhyTheyFoundNoNode) {
   ASSERT_TRUE(r.ok()) << r.error().message();
   for (const TracePolicyResult& p : r->policies) {
     ASSERT_EQ(p.runs.size(), 1u);
-    EXPECT_EQ(p.runs[0].kinds_at[0].why, (std::array<std::size_t, kPendingWhys>{1, 1, 0})) << p.policy;
+    const auto kWhole = static_cast<std::size_t>(TraceKind::kWholeGpu);
+    EXPECT_EQ(p.runs[0].kinds_at[0].why[kWhole], (PendingWhyCounts{1, 1, 0})) << p.policy;
   }
   const std::string table = FormatTraceTable({*r});
-  EXPECT_NE(table.find("  why, all kinds: no GPU room / GPU room, CPU or memory short / fit, not placed\n"
-                       "  toposched            1.0      1.0      0.0\n"),
-            std::string::npos)
+  EXPECT_NE(
+      table.find(
+          "  why whole-GPU tasks pended: no GPU room / GPU room, CPU or memory short / fit, not placed\n"
+          "    toposched          1.0      1.0      0.0\n"),
+      std::string::npos)
       << table;
   const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
-  EXPECT_EQ(json[0]["policies"][0]["runs"][0]["pending_why_at"][0]["GPU room, CPU or memory short"], 1);
+  EXPECT_EQ(
+      json[0]["policies"][0]["runs"][0]["pending_why_at"][0]["whole-GPU"]["GPU room, CPU or memory short"],
+      1);
 }
 
 // Where the idle GPU sits is read with each mark: on one 4-GPU node a 0.90 share and a 0.70 one
@@ -630,9 +637,11 @@ TEST(TraceTest, TheExtenderPoliciesReplayTheTraceThroughTheVerbs) {
     EXPECT_GT(r->policies[p].mean_ratio_at[0], 0.5) << table;
     EXPECT_GT(r->policies[p].mean_ratio_at[0], r->policies[3].mean_ratio_at[0]) << table;  // above random
     // The verbs place a task wherever the replay's books say a node fits it.
-    for (const auto& why : r->policies[p].mean_why_at) {
-      EXPECT_EQ(why[static_cast<std::size_t>(PendingWhy::kNotPlaced)], 0.0) << r->policies[p].policy << "\n"
-                                                                            << table;
+    for (const auto& at : r->policies[p].mean_why_at) {
+      for (const auto& why : at) {
+        EXPECT_EQ(why[static_cast<std::size_t>(PendingWhy::kNotPlaced)], 0.0) << r->policies[p].policy << "\n"
+                                                                              << table;
+      }
     }
   }
 }

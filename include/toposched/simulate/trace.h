@@ -176,10 +176,11 @@ inline constexpr std::size_t kPendingWhys = 3;
 std::string_view PendingWhyName(PendingWhy why);
 
 // Tasks of each kind (indexed by TraceKind) that had arrived by a mark, and those of them that
-// found no node; the pending ones of every kind by why (indexed by PendingWhy).
+// found no node, and those by why (indexed by kind, then PendingWhy).
+using PendingWhyCounts = std::array<std::size_t, kPendingWhys>;
 struct TraceKindCounts {
   std::array<std::size_t, kTraceKinds> arrived{}, pending{};
-  std::array<std::size_t, kPendingWhys> why{};
+  std::array<PendingWhyCounts, kTraceKinds> why{};
 };
 
 // Where the GPU no task holds sat when a mark was read: GPUs wholly free, and the milli left on
@@ -209,8 +210,8 @@ struct TracePolicyResult {
   std::vector<double> min_ratio_at;   // per mark: the worst seed
   // Per mark, per kind: the mean over the runs of the tasks pending at the mark.
   std::vector<std::array<double, kTraceKinds>> mean_pending_at;
-  // Per mark, per PendingWhy: the mean over the runs of the pending tasks of every kind.
-  std::vector<std::array<double, kPendingWhys>> mean_why_at;
+  // Per mark, per kind, per PendingWhy: the mean over the runs of the pending tasks.
+  std::vector<std::array<std::array<double, kPendingWhys>, kTraceKinds>> mean_why_at;
   // Per mark: the mean over the runs of the idle GPU, in GPUs' worth: [0] wholly free GPUs,
   // [1 + b] the remnants of band b (TraceIdleGpu).
   std::vector<std::array<double, 1 + kIdleBands>> mean_idle_at;
