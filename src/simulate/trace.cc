@@ -471,18 +471,21 @@ TraceIdleGpu IdleGpu(const ReplayState& state) {
 
 // Why `task` found no node on the cluster as it stands (PendingWhy).
 PendingWhy WhyPending(const ReplayState& state, const TraceTask& task) {
-  bool gpu_room = false;
+  bool gpu_room = false, host_room = false;
   for (std::size_t i = 0; i < state.nodes.size(); ++i) {
     const TraceNode& node = state.trace->nodes[i];
     const NodeRuntime& rt = state.nodes[i];
     if (!trace_internal::ModelAccepted(node, task) || node.gpus < task.gpus) continue;
     int free = 0;
     for (const int left : rt.milli_left) free += left >= task.gpu_milli ? 1 : 0;
-    if (free < task.gpus) continue;
-    gpu_room = true;
-    if (rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib) return PendingWhy::kNotPlaced;
+    const bool gpus = free >= task.gpus;
+    const bool host = rt.cpu_left >= task.cpu_milli && rt.mem_left >= task.memory_mib;
+    if (gpus && host) return PendingWhy::kNotPlaced;
+    gpu_room = gpu_room || gpus;
+    host_room = host_room || host;
   }
-  return gpu_room ? PendingWhy::kCpuOrMemory : PendingWhy::kNoGpuRoom;
+  if (!gpu_room) return PendingWhy::kNoGpuRoom;
+  return host_room ? PendingWhy::kApart : PendingWhy::kNoCpuOrMemory;
 }
 
 // IdleGpu, checked against what the replay allocated: the GPUs' milli left must be the
@@ -739,8 +742,10 @@ std::string_view PendingWhyName(PendingWhy why) {
   switch (why) {
     case PendingWhy::kNoGpuRoom:
       return "no GPU room";
-    case PendingWhy::kCpuOrMemory:
-      return "GPU room, CPU or memory short";
+    case PendingWhy::kNoCpuOrMemory:
+      return "no CPU or memory";
+    case PendingWhy::kApart:
+      return "GPU and CPU on different nodes";
     case PendingWhy::kNotPlaced:
       return "fit, not placed";
   }
@@ -840,8 +845,8 @@ void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
       for (const TracePolicyResult& p : r.policies) {
         if (m >= p.mean_why_at.size()) continue;
         const auto& why = p.mean_why_at[m][k];
-        std::snprintf(buf, sizeof buf, "    %-14s%8.1f %8.1f %8.1f\n", p.policy.c_str(), why[0], why[1],
-                      why[2]);
+        std::snprintf(buf, sizeof buf, "    %-14s%8.1f %8.1f %8.1f %8.1f\n", p.policy.c_str(), why[0], why[1],
+                      why[2], why[3]);
         out += buf;
       }
     }
@@ -931,8 +936,8 @@ nlohmann::json KindsJson(const std::vector<TraceKindCounts>& at) {
   return out;
 }
 
-// Per mark: {"shared": {"no GPU room": N, "GPU room, CPU or memory short": N,
-// "fit, not placed": N}, ...}.
+// Per mark: {"shared": {"no GPU room": N, "no CPU or memory": N, "GPU and CPU on different
+// nodes": N, "fit, not placed": N}, ...}.
 nlohmann::json WhyJson(const std::vector<TraceKindCounts>& at) {
   nlohmann::json out = nlohmann::json::array();
   for (const TraceKindCounts& c : at) {

@@ -460,7 +460,7 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
     EXPECT_EQ(run.kinds_at[0].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
     EXPECT_EQ(run.kinds_at[1].arrived, (std::array<std::size_t, kTraceKinds>{1, 2, 1})) << p.policy;
     EXPECT_EQ(run.kinds_at[1].pending, (std::array<std::size_t, kTraceKinds>{0, 0, 1})) << p.policy;
-    EXPECT_EQ(run.kinds_at[1].why[kWhole], (PendingWhyCounts{1, 0, 0})) << "the share holds the GPU";
+    EXPECT_EQ(run.kinds_at[1].why[kWhole], (PendingWhyCounts{1, 0, 0, 0})) << "the share holds the GPU";
     EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kWhole], 1.0) << p.policy;
     EXPECT_DOUBLE_EQ(p.mean_pending_at[0][kShare] + p.mean_pending_at[0][kCpu], 0.0) << p.policy;
   }
@@ -474,16 +474,21 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
   EXPECT_EQ(json[0]["policies"][0]["runs"][0]["kinds_at"][0]["whole-GPU"]["pending"], 1);
 }
 
-// Why a task pended is read on the cluster as it stood: a 1-GPU task that takes all of a 2-GPU
-// node's CPU leaves the second GPU free for a task that asks CPU too (CPU short); a 3-GPU task
-// finds no node with 3 GPUs free (no GPU room). No policy leaves a task pending where it fits.
+// Why a task pended is read on the cluster as it stood. Node a (2 GPUs, 4 cores) and node b
+// (1 GPU, 3 cores): a 1-GPU task that asks 4 cores can only take a, and its CPU with it; a small
+// 1-GPU task then takes b's GPU. Now a 1-GPU task asking one core finds a GPU on a and a core on
+// b (apart), one asking 100 cores finds no node with them (no CPU), and a 3-GPU task no node
+// with 3 GPUs (no GPU room). No policy leaves a task pending where it fits.
 TEST(TraceTest, PendingTasksSayWhyTheyFoundNoNode) {
   Trace trace;
   trace.variant = "why";
-  trace.nodes = {TraceNode{"n", 4000, 8192, 2, "T4"}};
-  trace.tasks = {TraceTask{"all-cpu", 4000, 1024, 1, 1000, {}, 0},
-                 TraceTask{"cpu-short", 1000, 1024, 1, 1000, {}, 1},
-                 TraceTask{"too-big", 0, 0, 3, 1000, {}, 2}};
+  trace.nodes = {TraceNode{"a", 4000, 8192, 2, "T4"}, TraceNode{"b", 3000, 8192, 1, "T4"}};
+  int t = 0;
+  for (const auto& [cpu, gpus] :
+       std::vector<std::pair<std::int64_t, int>>{{4000, 1}, {500, 1}, {1000, 1}, {100000, 1}, {0, 3}}) {
+    trace.tasks.push_back(TraceTask{"t" + std::to_string(t), cpu, 1024, gpus, 1000, {}, 1.0 * t});
+    ++t;
+  }
   TraceReplayOptions options;
   options.seeds = {1};
   options.shuffle = false;
@@ -491,21 +496,21 @@ TEST(TraceTest, PendingTasksSayWhyTheyFoundNoNode) {
   options.marks = {9.0};  // never reached: read at the end
   auto r = ReplayTrace(trace, options);
   ASSERT_TRUE(r.ok()) << r.error().message();
+  const auto kWhole = static_cast<std::size_t>(TraceKind::kWholeGpu);
   for (const TracePolicyResult& p : r->policies) {
     ASSERT_EQ(p.runs.size(), 1u);
-    const auto kWhole = static_cast<std::size_t>(TraceKind::kWholeGpu);
-    EXPECT_EQ(p.runs[0].kinds_at[0].why[kWhole], (PendingWhyCounts{1, 1, 0})) << p.policy;
+    EXPECT_EQ(p.runs[0].kinds_at[0].why[kWhole], (PendingWhyCounts{1, 1, 1, 0})) << p.policy;
   }
   const std::string table = FormatTraceTable({*r});
   EXPECT_NE(
-      table.find(
-          "  why whole-GPU tasks pended: no GPU room / GPU room, CPU or memory short / fit, not placed\n"
-          "    toposched          1.0      1.0      0.0\n"),
+      table.find("  why whole-GPU tasks pended: no GPU room / no CPU or memory / GPU and CPU on different "
+                 "nodes / fit, not placed\n"
+                 "    toposched          1.0      1.0      1.0      0.0\n"),
       std::string::npos)
       << table;
   const auto json = nlohmann::json::parse(FormatTraceJson({*r}));
   EXPECT_EQ(
-      json[0]["policies"][0]["runs"][0]["pending_why_at"][0]["whole-GPU"]["GPU room, CPU or memory short"],
+      json[0]["policies"][0]["runs"][0]["pending_why_at"][0]["whole-GPU"]["GPU and CPU on different nodes"],
       1);
 }
 

@@ -166,13 +166,15 @@ inline constexpr std::size_t kTraceKinds = 3;
 std::string_view TraceKindName(TraceKind kind);
 TraceKind KindOfTask(const TraceTask& task);
 
-// Why a task found no node, read on the cluster as it stood when the task arrived:
-//   kNoGpuRoom: no node whose model the task accepts had its GPUs free (for a share, a GPU with
-//     its fraction left), whatever the CPU and memory;
-//   kCpuOrMemory: some did, but none of them had the task's CPU and memory left;
+// Why a task found no node, read on the cluster as it stood when the task arrived, over the
+// nodes whose model the task accepts and that have as many GPUs as it asks:
+//   kNoGpuRoom: none had its GPUs free (for a share, a GPU with its fraction left);
+//   kNoCpuOrMemory: some did, but none of the nodes had the task's CPU and memory left;
+//   kApart: some had the GPUs free and some the CPU and memory, never one node both (the GPU
+//     stranded on nodes whose CPU or memory is gone, FGD's fragmentation);
 //   kNotPlaced: a node had all of it, and the policy placed the task nowhere.
-enum class PendingWhy : std::uint8_t { kNoGpuRoom, kCpuOrMemory, kNotPlaced };
-inline constexpr std::size_t kPendingWhys = 3;
+enum class PendingWhy : std::uint8_t { kNoGpuRoom, kNoCpuOrMemory, kApart, kNotPlaced };
+inline constexpr std::size_t kPendingWhys = 4;
 std::string_view PendingWhyName(PendingWhy why);
 
 // Tasks of each kind (indexed by TraceKind) that had arrived by a mark, and those of them that
