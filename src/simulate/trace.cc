@@ -831,8 +831,9 @@ void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
     // Why, for the kinds any policy left pending.
     for (std::size_t k = 0; k < kTraceKinds; ++k) {
       bool any = false;
-      for (const TracePolicyResult& p : r.policies)
+      for (const TracePolicyResult& p : r.policies) {
         any = any || (m < p.mean_pending_at.size() && p.mean_pending_at[m][k] > 0);
+      }
       if (!any) continue;
       out += "  why ";
       out += TraceKindName(static_cast<TraceKind>(k));
