@@ -255,17 +255,21 @@ packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vend
   return counts;
 }
 
+bool RanksBestByRemnants(const framework::Framework& fw, const PlacementRequest& request) {
+  return fw.EvenRemnants() && request.IsShared() && request.shared.count == 1;
+}
+
 BestNodeOrder::BestNodeOrder(Evaluator& evaluator, const PodEntry& entry, const state::Snapshot& snap)
     : evaluator_(evaluator),
       snap_(snap),
-      request_(entry.request),
-      on_(evaluator.framework().EvenRemnants() && entry.request.IsShared() &&
-          entry.request.shared.count == 1) {}
+      vendor_(entry.request.vendor),
+      on_(RanksBestByRemnants(evaluator.framework(), entry.request)),
+      milli_(on_ ? packing::ShapeOf(entry.request).milli : 0) {}
 
 TieKey BestNodeOrder::operator()(const ClassVerdict* v, std::uint64_t order_key) {
   if (!on_ || v == nullptr || v->share_left < 0) return {0, order_key};
-  if (remnants_ == nullptr) remnants_ = evaluator_.Remnants(snap_, request_.vendor);
-  return {remnants_->TieRank(v->share_left, packing::ShapeOf(request_).milli), order_key};
+  if (remnants_ == nullptr) remnants_ = evaluator_.Remnants(snap_, vendor_);
+  return {remnants_->TieRank(v->share_left, milli_), order_key};
 }
 
 void Evaluator::ObserveCpuPod(const PodEntry& e) {

@@ -302,6 +302,10 @@ class Evaluator {
 // The schedulable nodes' partly used GPUs of `vendor` by what is left on them.
 packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vendor);
 
+// Whether `request`'s best nodes rank by the remnants its card leaves (capacity.evenRemnants, a
+// single vGPU); its verdicts carry the card's remainder only where capacity packing chose it.
+bool RanksBestByRemnants(const framework::Framework& fw, const PlacementRequest& request);
+
 // The key PreferOneOfTheBest orders a reply's best nodes by. A single vGPU whose card capacity
 // packing chooses (ClassVerdict::share_left) goes first to the node whose card evens out the
 // cluster's remnants (packing::RemnantCounts::TieRank; capacity.evenRemnants), as the
@@ -321,8 +325,9 @@ class BestNodeOrder {
  private:
   Evaluator& evaluator_;
   const state::Snapshot& snap_;
-  const PlacementRequest& request_;
+  const GpuVendor vendor_;
   const bool on_;
+  const int milli_;                                         // the vGPU's share of its card (on_)
   std::shared_ptr<const packing::RemnantCounts> remnants_;  // counted at the first vGPU verdict
 };
 

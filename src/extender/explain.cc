@@ -345,7 +345,7 @@ Explanation Explain(const ExplainInput& in) {
     before.reserve(all.size());
     for (const NodeExplanation& n : all) before.push_back(n.extender_score);
     // As BestNodeOrder ranks them: a vGPU's card evening out the remnants first.
-    const bool even = fw.EvenRemnants() && in.request.IsShared() && in.request.shared.count == 1;
+    const bool even = RanksBestByRemnants(fw, in.request);
     std::optional<packing::RemnantCounts> remnants;
     const int milli = packing::ShapeOf(in.request).milli;
     const auto tie_rank = [&](const NodeExplanation& n) -> long {
