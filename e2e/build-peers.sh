@@ -8,9 +8,16 @@
 # across runs and checkouts. Each build goes to a temporary directory first and is renamed into
 # place only when every binary of the peer built, so an interrupted build never looks complete.
 #
-# usage: e2e/build-peers.sh [PEER...]     (default: etcd kube helm kwok prometheus-operator;
+# usage: e2e/build-peers.sh [PEER...]     (default: etcd kube helm kwok prometheus-operator volcano;
 #                                          PEER in those and promtool)
-# env:   GO (default: go on PATH, else /usr/local/go/bin/go), TOPOSCHED_E2E_CACHE
+# env:   GO (default: go on PATH, else /usr/local/go/bin/go), TOPOSCHED_E2E_CACHE,
+#        TOPOSCHED_SHARED_PEERS (default: ../shared/peers next to the repository)
+#
+# volcano is not on the module proxy (it answers 403 for volcano.sh/volcano and volcano.sh/apis):
+# it builds from the upstream source tree in $TOPOSCHED_SHARED_PEERS/volcano-<tag> (read-only;
+# `go build` writes only to GOCACHE and GOMODCACHE, every dependency comes from the proxy and is
+# pinned by that tree's own go.sum), into <cache>/volcano-<tag>/. The tests install Volcano with helm
+# from that tree's own chart (installer/helm/chart/volcano), in place.
 #
 # promtool is not a peer of the e2e suite: tests/chart/run.sh checks the chart's PrometheusRule
 # with it (scripts/promtool-path.sh builds it on demand, and the check is skipped, saying why,
@@ -98,6 +105,42 @@ build_peer() {
   echo "build-peers: $name $version: built in ${secs}s -> $dest"
 }
 
+# build_source_peer NAME SRC TAG LDFLAGS PKG:OUT...: like build_peer, from the source tree SRC
+# (a module of its own, its go.sum complete) instead of a module of e2e/tools; keyed by TAG.
+build_source_peer() {
+  local name=$1 src=$2 tag=$3 ldflags=$4; shift 4
+  local dest="$cache/$name-$tag" tmp start secs spec pkg out missing=()
+  if [[ ! -f "$src/go.mod" ]]; then
+    echo "build-peers: $name $tag: no source tree at $src (set TOPOSCHED_SHARED_PEERS)" >&2
+    return 1
+  fi
+  if [[ -f "$dest/.complete" ]]; then
+    for spec in "$@"; do [[ -x "$dest/${spec##*:}" ]] || missing+=("$spec"); done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+      echo "build-peers: $name $tag: cached in $dest"
+      return 0
+    fi
+    rm -f "$dest/.complete"   # rebuilt whole below: a partial peer is never used
+  fi
+  mkdir -p "$cache"
+  tmp=$(mktemp -d "$cache/.$name-$tag.XXXXXX")
+  echo "build-peers: $name $tag: building $* from $src ..."
+  start=$(date +%s)
+  for spec in "$@"; do
+    pkg=${spec%%:*}; out=${spec##*:}
+    if ! (cd "$src" && CGO_ENABLED=${cgo:-0} "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/$out" "$pkg"); then
+      rm -rf "$tmp"
+      echo "build-peers: $name $tag: go build $pkg failed" >&2
+      return 1
+    fi
+  done
+  secs=$(( $(date +%s) - start ))
+  echo "$tag built in ${secs}s with $("$GO" env GOVERSION) from $src" > "$tmp/.complete"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  echo "build-peers: $name $tag: built in ${secs}s -> $dest"
+}
+
 # fetch_crds NAME MODULE SUBDIR FILE...: FILEs of the pinned MODULE's SUBDIR into <cache>/NAME-<version>/crds/
 # (the module comes from the proxy into the module cache; nothing is built).
 fetch_crds() {
@@ -138,16 +181,21 @@ kube_ldflags() {
   echo "$f"
 }
 
+shared_peers=${TOPOSCHED_SHARED_PEERS:-$(dirname "$(dirname "$here")")/shared/peers}
+volcano_tag=v1.13.3
+
 peers=("$@")
-[[ ${#peers[@]} -gt 0 ]] || peers=(etcd kube helm kwok prometheus-operator)
+[[ ${#peers[@]} -gt 0 ]] || peers=(etcd kube helm kwok prometheus-operator volcano)
 
 # The newest `go` directive among the test module and the requested peers' modules is the
 # minimum toolchain (promtool's, 1.26.7, binds only when promtool is asked for).
 mods=("$here/go.mod")
 for p in "${peers[@]}"; do
-  [[ "$p" == kube || "$p" == etcd || "$p" == helm || "$p" == kwok || "$p" == prometheus-operator || "$p" == promtool ]] ||
-    { echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator promtool)" >&2; exit 2; }
-  mods+=("$here/tools/$p/go.mod")
+  case "$p" in
+    kube|etcd|helm|kwok|prometheus-operator|promtool) mods+=("$here/tools/$p/go.mod") ;;
+    volcano) [[ -f "$shared_peers/volcano-$volcano_tag/go.mod" ]] && mods+=("$shared_peers/volcano-$volcano_tag/go.mod") ;;
+    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator volcano promtool)" >&2; exit 2 ;;
+  esac
 done
 need=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' "${mods[@]}" | sort -V | tail -1)
 have=$("$GO" env GOVERSION | sed 's/^go//; s/[^0-9.].*$//')
@@ -185,7 +233,15 @@ for p in "${peers[@]}"; do
       tags=remove_all_sd build_peer promtool github.com/prometheus/prometheus \
         "-s -w -X github.com/prometheus/common/version.Version=$v" \
         github.com/prometheus/prometheus/cmd/promtool:promtool ;;
-    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator promtool)" >&2; exit 2 ;;
+    volcano)
+      # vc-scheduler and vc-controller-manager (PodGroups for plain pods, Jobs). Not
+      # vc-webhook-manager: the tests install Volcano with custom.admission_enable=false (no
+      # Service routing here reaches a webhook server; e2e/README.md). Static
+      # (CGO_ENABLED=0), stamped with the tag and commit as Volcano's Makefile does.
+      v="-s -w -X volcano.sh/volcano/pkg/version.Version=$volcano_tag -X volcano.sh/volcano/pkg/version.GitSHA=5fe5adf1cc501a3d66950a84a47e0543606bf47e"
+      build_source_peer volcano "$shared_peers/volcano-$volcano_tag" "$volcano_tag" "$v" \
+        ./cmd/scheduler:vc-scheduler ./cmd/controller-manager:vc-controller-manager ;;
+    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator volcano promtool)" >&2; exit 2 ;;
   esac
 done
 echo "build-peers: done in $(( $(date +%s) - total_start ))s; cache: $cache"

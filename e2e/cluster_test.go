@@ -74,7 +74,8 @@ func (n *gpuNode) rdmaNICs() int {
 
 // cluster is one scenario's running system.
 type cluster struct {
-	t        *testing.T
+	t        *testing.T // the test the helpers fail (a subtest's while it runs: as)
+	root     *testing.T // the scenario's test: processes live as long as it does
 	peers    harness.Peers
 	out      string
 	cp       *harness.ControlPlane
@@ -98,6 +99,9 @@ type cluster struct {
 	replicaHTTP *http.Client
 	// verbPaths are the URL paths of the verbs the chart's KubeSchedulerConfiguration names.
 	verbPaths []string
+	// volcano: the chart runs in schedulerMode volcano and vc-scheduler places the pods
+	// (volcano_test.go); binds are Volcano's, allocations come from its allocate events.
+	volcano bool
 }
 
 type replica struct {
@@ -108,12 +112,22 @@ type replica struct {
 
 func newCluster(t *testing.T, name string, helmArgs ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: helmNamespace, replicas: map[string]*replica{}, cms: map[string]*corev1.ConfigMap{}}
+	return newClusterWith(t, name, nil, helmArgs...)
+}
+
+// newClusterWith is newCluster with `before` run once the control plane is up, before the
+// chart is installed (Volcano's own install comes first in volcano mode).
+func newClusterWith(t *testing.T, name string, before func(c *cluster), helmArgs ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, root: t, ns: helmNamespace, replicas: map[string]*replica{}, cms: map[string]*corev1.ConfigMap{}}
 	c.peers = harness.FindPeers(t)
 	c.out = harness.OutputDir(t, name)
 	c.cp = harness.StartControlPlane(t, c.peers, c.out)
 	c.dyn = c.cp.NewDynamic()
 	ctx := context.Background()
+	if before != nil {
+		before(c)
+	}
 
 	helm := harness.NewHelm(t, c.peers.Helm, c.cp.AdminKubeconfig)
 	args := append([]string{"install", "toposched", harness.ChartDir(), "--namespace", c.ns, "--create-namespace", "--timeout", "2m"}, helmArgs...)
@@ -569,7 +583,8 @@ func (c *cluster) startReplica(name string) *replica {
 	if len(ct.Command) == 1 && filepath.Base(ct.Command[0]) == "toposched-extender" {
 		bin = filepath.Join(filepath.Dir(c.peers.Toposched), "toposched-extender")
 	}
-	r.proc = harness.Start(t, c.out, name, env, bin, args...)
+	// The process lives as long as the whole test, also when a subtest (re)starts it.
+	r.proc = harness.Start(c.root, c.out, name, env, bin, args...)
 	err := harness.Eventually(60*time.Second, 200*time.Millisecond, func() (bool, error) {
 		if ok, err := r.proc.Exited(); ok {
 			return false, harness.Permanent(fmt.Errorf("exited: %v", err))
@@ -855,6 +870,12 @@ func (c *cluster) nodeOf(name string) string {
 // deletePod deletes workload pod `name` at once and waits until the API server has no such pod.
 func (c *cluster) deletePod(name string) {
 	ctx := context.Background()
+	if c.volcano {
+		// No kube-controller-manager runs here: do its garbage collector's part and delete the
+		// PodGroup vc-controller-manager made for the pod (owned by it), or a stale Inqueue
+		// group would keep holding its queue's room.
+		defer c.deleteOwnedPodGroups(c.podUID(name))
+	}
 	if err := c.cp.Admin.CoreV1().Pods(workloadNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		c.t.Fatalf("delete pod %s: %v", name, err)
 	}

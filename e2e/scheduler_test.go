@@ -393,6 +393,15 @@ func (c *cluster) assertPlacements(specs []podSpec) {
 			t.Logf("bind %s -> %s via %s answered: %s", b.Pod, b.Node, b.Replica, b.Error)
 		}
 	}
+	allocatedOn := map[string]map[string]bool{}
+	for _, e := range c.proxy.VolcanoEvents() {
+		if e.Allocate && e.Error == "" {
+			if allocatedOn[e.Pod] == nil {
+				allocatedOn[e.Pod] = map[string]bool{}
+			}
+			allocatedOn[e.Pod][e.Node] = true
+		}
+	}
 	freeGPUs := map[string]int{}
 	freeNICs := map[string]int{}
 	for _, n := range c.nodes {
@@ -432,7 +441,14 @@ func (c *cluster) assertPlacements(specs []podSpec) {
 		if !c.proxy.FilterPassed(key)[pod.Spec.NodeName] {
 			t.Errorf("%s: bound to %s, which toposched's filter never passed for it (passed: %v)", key, pod.Spec.NodeName, c.proxy.FilterPassed(key))
 		}
-		if got := okBinds[key]; len(got) == 0 {
+		if c.volcano {
+			// Volcano binds the pod itself; toposched decided its devices at the session's
+			// allocate event for that node (an earlier allocate elsewhere may have been
+			// discarded with its statement).
+			if !allocatedOn[key][pod.Spec.NodeName] {
+				t.Errorf("%s: bound to %s without an allocate call answered without error there (allocated: %v)", key, pod.Spec.NodeName, allocatedOn[key])
+			}
+		} else if got := okBinds[key]; len(got) == 0 {
 			// Only a bind whose answer was lost with the killed leader may have bound it.
 			lostHere := false
 			for _, b := range lostBinds[key] {

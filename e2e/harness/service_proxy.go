@@ -48,6 +48,7 @@ type ServiceProxy struct {
 	passed     map[string]map[string]bool
 	binds      []BindRecord
 	preempts   []PreemptRecord
+	events     []VolcanoEvent
 	answered   map[string]map[int]int // URL path -> HTTP status -> calls
 	withCert   map[string]int         // URL path -> calls whose caller presented a verified client certificate
 	multi      []string               // times the selector matched more than one running endpoint
@@ -303,6 +304,40 @@ func (p *ServiceProxy) record(path string, req, resp []byte, target string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.preempts = append(p.preempts, rec)
+	case strings.HasSuffix(path, "/predicate"):
+		// Volcano's extender plugin: {"task","node"} -> {"status","code"}; a pass is code 0
+		// with no message (volcano-sh/volcano pkg/scheduler/plugins/extender/extender.go).
+		var args volcanoPredicateArgs
+		var res struct {
+			Status string `json:"status"`
+			Code   int    `json:"code"`
+		}
+		if json.Unmarshal(req, &args) != nil || json.Unmarshal(resp, &res) != nil || args.Task == nil || args.Node == nil {
+			return
+		}
+		if res.Code != 0 || res.Status != "" {
+			return
+		}
+		key := args.Task.Namespace + "/" + args.Task.Name
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.passed[key] == nil {
+			p.passed[key] = map[string]bool{}
+		}
+		p.passed[key][args.Node.Name] = true
+	case strings.HasSuffix(path, "/allocate"), strings.HasSuffix(path, "/deallocate"):
+		var args volcanoEventArgs
+		var res struct {
+			ErrorMessage string `json:"errorMessage"`
+		}
+		if json.Unmarshal(req, &args) != nil || json.Unmarshal(resp, &res) != nil || args.Task == nil {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.events = append(p.events, VolcanoEvent{Allocate: strings.HasSuffix(path, "/allocate"),
+			Pod: args.Task.Namespace + "/" + args.Task.Name, Node: args.Task.NodeName, Error: res.ErrorMessage, Replica: target,
+			At: time.Now()})
 	case strings.HasSuffix(path, "/bind"):
 		var args extenderv1.ExtenderBindingArgs
 		var res extenderv1.ExtenderBindingResult
@@ -335,7 +370,38 @@ func (p *ServiceProxy) recordLost(path string, req []byte, target string, cause 
 		Error: "no answer: " + cause.Error(), Lost: delivered, Replica: target})
 }
 
-// FilterPassed is the set of nodes any filter call passed for the pod ns/name.
+// volcanoTask is the part of Volcano's api.TaskInfo read here (its JSON has Go's field names;
+// NodeName comes from the embedded TransactionContext).
+type volcanoTask struct {
+	Namespace, Name, NodeName string
+}
+
+type volcanoPredicateArgs struct {
+	Task *volcanoTask           `json:"task"`
+	Node *struct{ Name string } `json:"node"`
+}
+
+type volcanoEventArgs struct {
+	Task *volcanoTask `json:"task"`
+}
+
+// VolcanoEvent is one answered allocate or deallocate call of Volcano's extender plugin.
+type VolcanoEvent struct {
+	Allocate         bool // else deallocate
+	Pod, Node, Error string
+	Replica          string
+	At               time.Time // when the answer came back
+}
+
+// VolcanoEvents are the answered allocate and deallocate calls, in the order they were answered.
+func (p *ServiceProxy) VolcanoEvents() []VolcanoEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]VolcanoEvent(nil), p.events...)
+}
+
+// FilterPassed is the set of nodes any filter call (kube-scheduler) or predicate call (Volcano)
+// passed for the pod ns/name.
 func (p *ServiceProxy) FilterPassed(key string) map[string]bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

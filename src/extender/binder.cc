@@ -34,7 +34,9 @@ Binder::Binder(Evaluator& evaluator, metrics::Registry& reg)
                             {"outcome"})),
       volcano_events_(reg.AddCounter("toposched_volcano_events_total",
                                      "Volcano session events with an outcome of their own: deallocate_kept (a bound "
-                                     "pod evicted in a session keeps its devices), deallocate_released (never bound).",
+                                     "pod evicted in a session keeps its devices), deallocate_released (never bound), "
+                                     "pipelined_waiting (pipelined onto devices its victims still hold: allocated "
+                                     "later, once they are gone).",
                                      {"event"})),
       volcano_missing_(reg.AddGauge(
           "toposched_volcano_allocate_missing",
@@ -211,6 +213,10 @@ std::string Binder::Bind(const BindingArgs& b) {
   return out.error;
 }
 
+// Volcano's TaskStatus Pipelined (pkg/scheduler/api/types.go: Pending 1 << 0, Allocated 1 << 1,
+// Pipelined 1 << 2).
+constexpr int kVolcanoPipelined = 1 << 2;
+
 std::string Binder::Allocate(const VolcanoTaskView& task) {
   volcano_allocates_.fetch_add(1, std::memory_order_relaxed);
   if (std::string error; RefuseUnlessLeader(error)) {
@@ -228,6 +234,17 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     return error;
   }
   const Outcome out = Commit(*entry, task.node_name, "volcano/allocate");
+  if (!out.error.empty() && out.metric == "unfit" && task.status == kVolcanoPipelined) {
+    // Pipelined (preempt or reclaim) onto devices that its victims still hold: no allocation
+    // now; a later session allocates the task once they are gone. An error here would fail
+    // Volcano's Statement.Pipeline and the statement would be discarded, the eviction undone
+    // with it, so the preemption could never happen (framework/statement.go; seen with
+    // vc-scheduler v1.13.3 in e2e TestVolcano/Preemption).
+    volcano_events_.With({"pipelined_waiting"}).Inc();
+    metrics::Log(LogLevel::kInfo, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},
+                "pipelined onto devices still held (" + out.error + "): allocated once they are free");
+    return "";
+  }
   if (out.error.empty() && out.metric == "bound" && hooks_ != nullptr) {
     if (auto allocated = store_.FindPod(task.uid)) hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
   }

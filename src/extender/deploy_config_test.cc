@@ -120,7 +120,7 @@ TEST(DeployConfig, VolcanoExtenderPluginArgumentsAreValidAndMatchOurRoutes) {
   const std::set<std::string> known = {
       "extender.urlPrefix", "extender.httpTimeout", "extender.onSessionOpenVerb", "extender.onSessionCloseVerb",
       "extender.predicateVerb", "extender.prioritizeVerb", "extender.preemptableVerb", "extender.reclaimableVerb",
-      "extender.queueOverusedVerb", "extender.jobEnqueueableVerb", "extender.jobEnqueuedVerb",
+      "extender.queueOverusedVerb", "extender.jobEnqueueableVerb",
       "extender.jobReadyVerb", "extender.allocateFuncVerb", "extender.deallocateFuncVerb", "extender.ignorable",
       "extender.managedResources"};
   const std::string prefix = UrlPath(args["extender.urlPrefix"].as<std::string>());

@@ -817,7 +817,33 @@ TEST(ExtenderVolcano, TasksWithoutAPodAreReadFromMilliUnitResreq) {
   EXPECT_EQ(r["code"], 3) << r.dump();
 }
 
-TEST(ExtenderVolcano, PreemptableEchoesTheEvicteesHoldingDevices) {
+TEST(ExtenderVolcano, APipelinedTaskWaitsForItsVictimsWithoutFailingTheStatement) {
+  // Volcano's preempt action evicts, then pipelines the preemptor onto the victims' devices and
+  // calls allocate for it; an error there fails Statement.Pipeline and the statement is
+  // discarded, the eviction undone (e2e TestVolcano/Preemption). A pipelined task answers no
+  // error and gets no devices until they are free; an allocated one that does not fit is refused.
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec victim{.name = "low", .uid = "uid-low", .gpus = 8};
+  ASSERT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"], "");
+  const PodSpec preemptor{.name = "hi", .uid = "uid-hi", .gpus = 4};
+  json task = testing::MakeTask(preemptor, "hgx-a");
+  task["Status"] = 4;  // api.Pipelined
+  task["EvictionOccurred"] = true;
+  EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);  // the victim's, nothing given twice
+  EXPECT_FALSE(h.store().FindPod("uid-hi").has_value());
+  task["Status"] = 2;  // api.Allocated: the same request on a full node is an error
+  EXPECT_NE(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
+  // The victim goes; the next session allocates the preemptor there.
+  ASSERT_EQ(PostJson(c, "/volcano/deallocate", json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"], "");
+  EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 4);
+}
+
+TEST(ExtenderVolcano, PreemptableAndReclaimableAlwaysAbstain) {
+  // Volcano asks a later tier only when the earlier ones named no victim: a permit from the
+  // extender there would evict pods Volcano's priority plugin refused to (e2e TestVolcano).
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
   HttpClient c(h.port());
   const PodSpec holder{.name = "holder", .uid = "uid-holder", .gpus = 8};
@@ -825,13 +851,15 @@ TEST(ExtenderVolcano, PreemptableEchoesTheEvicteesHoldingDevices) {
   const PodSpec cpu_only{.name = "cpu", .uid = "uid-cpu"};
   const PodSpec evictor{.name = "hi", .uid = "uid-hi", .gpus = 4};
   const json evictees = {testing::MakeTask(holder, "hgx-a"), testing::MakeTask(cpu_only, "hgx-a")};
-  json r = PostJson(c, "/volcano/preemptable", json{{"evictor", testing::MakeTask(evictor)}, {"evictees", evictees}}.dump());
-  EXPECT_EQ(r["status"], 1);
-  ASSERT_EQ(r["victims"].size(), 1u);
-  EXPECT_EQ(r["victims"][0], evictees[0]);  // the whole TaskInfo, echoed
-  r = PostJson(c, "/volcano/reclaimable", json{{"evictor", testing::MakeTask(cpu_only)}, {"evictees", evictees}}.dump());
-  EXPECT_EQ(r["status"], 0);  // not a device request: abstain
-  EXPECT_TRUE(r["victims"].empty());
+  for (const char* verb : {"/volcano/preemptable", "/volcano/reclaimable"}) {
+    for (const PodSpec& who : {evictor, cpu_only}) {
+      const json r = PostJson(c, verb, json{{"evictor", testing::MakeTask(who)}, {"evictees", evictees}}.dump());
+      EXPECT_EQ(r["status"], 0) << verb << " " << who.name;
+      EXPECT_TRUE(r["victims"].empty()) << verb << " " << who.name;
+    }
+  }
+  // The holder keeps its devices: nothing was released by the question.
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);
 }
 
 TEST(ExtenderVolcano, SessionOpenAndCloseAnswerEmptyObjects) {

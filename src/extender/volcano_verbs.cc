@@ -17,10 +17,9 @@ using framework::Code;
 using server::HttpResponse;
 using metrics::LogLevel;
 
-// Volcano's vote values (pkg/scheduler/plugins/util/util.go) and predicate status codes
+// Volcano's abstain vote (pkg/scheduler/plugins/util/util.go) and predicate status codes
 // (pkg/scheduler/api/types.go).
 constexpr int kVoteAbstain = 0;
-constexpr int kVotePermit = 1;
 constexpr int kVolcanoError = 1;
 constexpr int kVolcanoUnschedulable = 2;
 constexpr int kVolcanoUnresolvable = 3;
@@ -134,21 +133,14 @@ void VolcanoVerbs::Deallocate(std::string_view body, HttpResponse& resp) {
 void VolcanoVerbs::Evictable(std::string_view body, HttpResponse& resp, Verb verb) {
   Result<VolcanoEvictArgs> args = ThreadReader().ReadVolcanoEvict(body);
   if (!args.ok()) return BadRequest(resp, verb, args.error());
-  Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(args->evictor);
-  if (!entry.ok() || !(*entry)->interested) {
-    // Not a device request (or unreadable): no opinion on whom to evict.
-    WriteVolcanoEvictResult(resp.body, kVoteAbstain, {});
-    return;
-  }
-  // Evicting a pod helps a device request only if it holds devices toposched tracks.
-  std::vector<std::string_view> victims;
-  for (const VolcanoTaskView& t : args->evictees) {
-    const std::optional<state::PodAllocation> held = evaluator_.store().FindPod(t.uid);
-    if (!held) continue;
-    const framework::AllocationDelta& d = held->delta;
-    if (!d.exclusive_gpus.empty() || !d.shares.empty() || !d.nics.empty()) victims.push_back(t.raw);
-  }
-  WriteVolcanoEvictResult(resp.body, victims.empty() ? kVoteAbstain : kVotePermit, victims);
+  // Always abstain. Volcano asks the plugins tier by tier and the first tier that names victims
+  // decides (framework/session_plugins.go, Preemptable/Reclaimable); a later tier is asked only
+  // when the earlier ones named none, as the priority plugin does for a preemptor of equal or
+  // lower priority. An extender in a later tier that permits victims then makes Volcano evict
+  // pods its own policy just refused to (checked against vc-scheduler v1.13.3 in e2e
+  // TestVolcano/Preemption). toposched has no say on who may be evicted: the victims' devices
+  // are freed when the pods are gone, and allocate gives them out only then.
+  WriteVolcanoEvictResult(resp.body, kVoteAbstain, {});
 }
 
 void VolcanoVerbs::SessionOpen(std::string_view body, HttpResponse& resp) {

@@ -247,7 +247,7 @@ TLS_CONFIG_KEYS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "c
 VOLCANO_KEYS = {"extender.urlPrefix", "extender.httpTimeout", "extender.onSessionOpenVerb", "extender.onSessionCloseVerb",
                 "extender.predicateVerb", "extender.prioritizeVerb", "extender.preemptableVerb",
                 "extender.reclaimableVerb", "extender.queueOverusedVerb", "extender.jobEnqueueableVerb",
-                "extender.jobEnqueuedVerb", "extender.jobReadyVerb", "extender.allocateFuncVerb",
+                "extender.jobReadyVerb", "extender.allocateFuncVerb",
                 "extender.deallocateFuncVerb", "extender.ignorable", "extender.managedResources"}
 GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")
 
