@@ -161,6 +161,24 @@ func newBench(t *testing.T, n, pods int) *bench {
 	// Plain HTTP, as the published figures were measured (docs/benchmarks.md): the scheduler
 	// calls the replica directly (no Service stand-in in the path).
 	c := newCluster(t, fmt.Sprintf("BenchKubeScheduler-%d", n), "--set", "extender.tls.enabled=false")
+	b := newBenchOn(t, c, n, pods)
+	b.schedKC = c.cp.ServiceAccountKubeconfig(t, c.out, c.ns, c.schedSA)
+	for _, cm := range c.cms {
+		if v, ok := cm.Data["scheduler-config.yaml"]; ok {
+			if err := yaml.Unmarshal([]byte(v), &b.chart); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if b.chart == nil {
+		t.Fatal("the chart installed no scheduler-config.yaml")
+	}
+	return b
+}
+
+// newBenchOn: on the installed chart c, n kwok GPU nodes with their NodeTopology objects and
+// one extender replica that leads (the part every scheduler's benchmark shares).
+func newBenchOn(t *testing.T, c *cluster, n, pods int) *bench {
 	b := &bench{t: t, c: c, pods: pods}
 	ctx := context.Background()
 	file := filepath.Join(harness.TopologiesDir(t), benchTopology)
@@ -291,18 +309,6 @@ func newBench(t *testing.T, n, pods int) *bench {
 	c.waitReady(b.r, 3*time.Minute)
 	t.Logf("extender ready in %s (first start, %d nodes)", time.Since(start).Round(time.Millisecond), n)
 	b.waitLeader()
-
-	b.schedKC = c.cp.ServiceAccountKubeconfig(t, c.out, c.ns, c.schedSA)
-	for _, cm := range c.cms {
-		if v, ok := cm.Data["scheduler-config.yaml"]; ok {
-			if err := yaml.Unmarshal([]byte(v), &b.chart); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if b.chart == nil {
-		t.Fatal("the chart installed no scheduler-config.yaml")
-	}
 	return b
 }
 
@@ -372,7 +378,6 @@ func (b *bench) schedulerName() string {
 // variant v's configuration, waits (bounded) until every pod is Running, and stops it.
 func (b *bench) run(v benchVariant, round int) benchResult {
 	t, c := b.t, b.c
-	ctx := context.Background()
 	if v.extender {
 		b.heartbeat()
 	}
@@ -382,7 +387,18 @@ func (b *bench) run(v benchVariant, round int) benchResult {
 	for i := range names {
 		names[i] = fmt.Sprintf("b%d-%s-%05d", round, v.key, i)
 	}
-	parallel(t, len(names), func(i int) error {
+	b.createPods(sched, names, nil)
+	return b.measure(fmt.Sprintf("%s round %d", v.key, round), func() *harness.Proc {
+		return harness.Start(t, c.out, fmt.Sprintf("kube-scheduler-%s-%d", v.key, round), nil, c.peers.Scheduler,
+			"--config", cfg, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(harness.FreePort(t)), "--v", "1")
+	})
+}
+
+// createPods creates the benchmark's pods (1 nvidia.com/gpu each) for scheduler sched;
+// annotate, when set, adds annotations to pod i.
+func (b *bench) createPods(sched string, names []string, annotate func(i int) map[string]string) {
+	c := b.c
+	parallel(b.t, len(names), func(i int) error {
 		pod := c.podObject(sched, podSpec{name: names[i], gpus: 1})
 		// kwok v0.8.0 gives a non-host-network pod an IP from a pool per render, and its
 		// strategic-merge status patch appends to podIPs: at hundreds of pods some patches
@@ -390,9 +406,21 @@ func (b *bench) run(v benchVariant, round int) benchResult {
 		// each IP family"), leaving those pods never Running. A host-network pod gets the
 		// node's IP, the same on every render. No scheduling plugin here looks at it (no ports).
 		pod.Spec.HostNetwork = true
-		_, err := c.cp.Admin.CoreV1().Pods(workloadNS).Create(ctx, pod, metav1.CreateOptions{})
+		if annotate != nil {
+			for k, v := range annotate(i) {
+				pod.Annotations[k] = v
+			}
+		}
+		_, err := c.cp.Admin.CoreV1().Pods(workloadNS).Create(context.Background(), pod, metav1.CreateOptions{})
 		return err
 	})
+}
+
+// measure starts a scheduler (start) over the pending pods, waits (bounded) until every pod is
+// Running, stops it, and returns the rate and the bind->Running latencies.
+func (b *bench) measure(label string, start func() *harness.Proc) benchResult {
+	t, c := b.t, b.c
+	ctx := context.Background()
 	list, err := c.cp.Admin.CoreV1().Pods(workloadNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -459,8 +487,7 @@ func (b *bench) run(v benchVariant, round int) benchResult {
 			}
 		}
 	}()
-	proc := harness.Start(t, c.out, fmt.Sprintf("kube-scheduler-%s-%d", v.key, round), nil, c.peers.Scheduler,
-		"--config", cfg, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(harness.FreePort(t)), "--v", "1")
+	proc := start()
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Minute)
@@ -470,10 +497,10 @@ wait:
 		case <-done:
 			break wait
 		case <-proc.Done():
-			t.Fatalf("kube-scheduler exited:\n%s", proc.Tail(4000))
+			t.Fatalf("%s: the scheduler exited:\n%s", label, proc.Tail(4000))
 		case <-tick.C:
 			mu.Lock()
-			t.Logf("%s round %d: %d of %d bound, %d Running", v.key, round, len(bound), b.pods, len(running))
+			t.Logf("%s: %d of %d bound, %d Running", label, len(bound), b.pods, len(running))
 			mu.Unlock()
 			continue
 		case <-deadline:
@@ -481,8 +508,8 @@ wait:
 		mu.Lock()
 		nb, nr := len(bound), len(running)
 		mu.Unlock()
-		t.Fatalf("%s round %d: after 10 min %d of %d pods bound, %d Running (watch may have closed)\n--- kube-scheduler:\n%s",
-			v.key, round, nb, b.pods, nr, proc.Tail(3000))
+		t.Fatalf("%s: after 10 min %d of %d pods bound, %d Running (watch may have closed)\n--- the scheduler:\n%s",
+			label, nb, b.pods, nr, proc.Tail(3000))
 	}
 	proc.Stop(10 * time.Second)
 	mu.Lock()
@@ -558,14 +585,17 @@ func (b *bench) restartExtender(n int) []float64 {
 
 // verbMeans scrapes the replica's /metrics: the mean time per filter, prioritize and bind call
 // (server side, from request read to answer written) and the number of calls.
-func (b *bench) verbMeans() string {
+func (b *bench) verbMeans(verbs ...string) string {
+	if len(verbs) == 0 {
+		verbs = []string{"filter", "prioritize", "bind"}
+	}
 	code, body, err := b.c.replicaGet(b.r.port, "/metrics")
 	if err != nil || code != 200 {
 		return fmt.Sprintf("/metrics: %d %v", code, err)
 	}
 	sum, count := map[string]float64{}, map[string]float64{}
 	for _, line := range strings.Split(body, "\n") {
-		for _, verb := range []string{"filter", "prioritize", "bind"} {
+		for _, verb := range verbs {
 			for _, k := range []string{"sum", "count"} {
 				prefix := "toposched_request_duration_seconds_" + k + `{verb="` + verb + `"} `
 				if strings.HasPrefix(line, prefix) {
@@ -580,7 +610,7 @@ func (b *bench) verbMeans() string {
 		}
 	}
 	var parts []string
-	for _, verb := range []string{"filter", "prioritize", "bind"} {
+	for _, verb := range verbs {
 		if count[verb] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.2f ms (%.0f calls)", verb, 1000*sum[verb]/count[verb], count[verb]))
 		}

@@ -221,6 +221,11 @@ func (v *volcano) deployment(name string) *appsv1.Deployment {
 // ConfigMap volume read from the local copy `files` gives), its ServiceAccount's token, and
 // local ports for the listeners.
 func (v *volcano) run(dep, bin string, files map[string]string) *harness.Proc {
+	return v.runAs(dep, dep, bin, files)
+}
+
+// runAs is run with the process (and its log) named name.
+func (v *volcano) runAs(name, dep, bin string, files map[string]string) *harness.Proc {
 	c, t := v.c, v.c.t
 	d := v.deployment(dep)
 	spec := d.Spec.Template.Spec
@@ -261,7 +266,7 @@ func (v *volcano) run(dep, bin string, files map[string]string) *harness.Proc {
 			env = append(env, e.Name+"="+val)
 		}
 	}
-	return harness.Start(c.root, c.out, dep, env, filepath.Join(v.bin, bin), args...)
+	return harness.Start(c.root, c.out, name, env, filepath.Join(v.bin, bin), args...)
 }
 
 // start runs vc-controller-manager and vc-scheduler (the extender's replicas and the Service
@@ -281,9 +286,29 @@ func (v *volcano) startController() {
 func (v *volcano) startScheduler() {
 	c, t := v.c, v.c.t
 	ctx := context.Background()
+	confArg, conf := v.schedulerConf()
+	prefix := extenderArguments(t, conf)["extender.urlPrefix"]
+	ps, _ := prefix.(string)
+	local := strings.Replace(conf, ps, c.proxy.URL+urlPathOf(t, ps), 1)
+	// A restart appends to the same log (harness.Start), after a line with the command.
+	v.sched = v.run(volcanoRelease+"-scheduler", "vc-scheduler", map[string]string{confArg: v.writeConf(confArg, local)})
+	if err := harness.Eventually(90*time.Second, 500*time.Millisecond, func() (bool, error) {
+		if ok, err := v.sched.Exited(); ok {
+			return false, harness.Permanent(fmt.Errorf("vc-scheduler exited: %v", err))
+		}
+		_, err := c.dyn.Client.Resource(queueGVR).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	}); err != nil {
+		t.Fatalf("vc-scheduler did not come up: %v\n%s", err, v.sched.Tail(4000))
+	}
+}
+
+// schedulerConf is vc-scheduler's --scheduler-conf path (in the container) and the file as the
+// ConfigMap behind it holds it; it also reads the scheduler's name from the Deployment.
+func (v *volcano) schedulerConf() (confArg, conf string) {
+	c, t := v.c, v.c.t
 	d := v.deployment(volcanoRelease + "-scheduler")
 	ct := d.Spec.Template.Spec.Containers[0]
-	confArg := ""
 	v.schedulerName = "volcano"
 	for _, a := range ct.Args {
 		if s, ok := strings.CutPrefix(a, "--scheduler-conf="); ok {
@@ -306,41 +331,40 @@ func (v *volcano) startScheduler() {
 			}
 		}
 	}
-	cm, err := c.cp.Admin.CoreV1().ConfigMaps(volcanoNS).Get(ctx, cmName, metav1.GetOptions{})
+	cm, err := c.cp.Admin.CoreV1().ConfigMaps(volcanoNS).Get(context.Background(), cmName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the ConfigMap behind --scheduler-conf=%s (%q): %v", confArg, cmName, err)
 	}
-	conf := cm.Data[filepath.Base(confArg)]
-	prefix := extenderArguments(t, conf)["extender.urlPrefix"]
-	ps, _ := prefix.(string)
-	i := strings.Index(ps, "://")
-	j := strings.Index(ps[i+3:], "/")
-	if i < 0 || j < 0 {
-		t.Fatalf("extender.urlPrefix %q has no path", ps)
-	}
-	local := strings.Replace(conf, ps, c.proxy.URL+ps[i+3+j:], 1)
-	// A directory of its own, as the ConfigMap volume is: vc-scheduler watches the file's
-	// directory and reloads on every change in it (next to the logs it would reload on each
-	// line written).
-	dir := filepath.Join(c.out, "mounts", volcanoRelease+"-scheduler", strings.TrimPrefix(filepath.Dir(confArg), "/"))
+	return confArg, cm.Data[filepath.Base(confArg)]
+}
+
+// writeConf writes conf where the ConfigMap volume would put confArg, in a directory of its own
+// as the volume is: vc-scheduler watches the file's directory and reloads on every change in
+// it (next to the logs it would reload on each line written). It returns the local path.
+func (v *volcano) writeConf(confArg, conf string) string {
+	t := v.c.t
+	dir := filepath.Join(v.c.out, "mounts", volcanoRelease+"-scheduler", strings.TrimPrefix(filepath.Dir(confArg), "/"))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	v.confPath = filepath.Join(dir, filepath.Base(confArg))
-	if err := os.WriteFile(v.confPath, []byte(local), 0o644); err != nil {
+	if err := os.WriteFile(v.confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A restart appends to the same log (harness.Start), after a line with the command.
-	v.sched = v.run(volcanoRelease+"-scheduler", "vc-scheduler", map[string]string{confArg: v.confPath})
-	if err := harness.Eventually(90*time.Second, 500*time.Millisecond, func() (bool, error) {
-		if ok, err := v.sched.Exited(); ok {
-			return false, harness.Permanent(fmt.Errorf("vc-scheduler exited: %v", err))
-		}
-		_, err := c.dyn.Client.Resource(queueGVR).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	}); err != nil {
-		t.Fatalf("vc-scheduler did not come up: %v\n%s", err, v.sched.Tail(4000))
+	return v.confPath
+}
+
+// urlPathOf is the path of a URL ("http://host:port/volcano" -> "/volcano").
+func urlPathOf(t *testing.T, u string) string {
+	i := strings.Index(u, "://")
+	if i < 0 {
+		t.Fatalf("%q is not a URL", u)
 	}
+	j := strings.Index(u[i+3:], "/")
+	if j < 0 {
+		t.Fatalf("%q has no path", u)
+	}
+	return u[i+3+j:]
 }
 
 // startToposched runs two extender replicas as the chart deploys them, the Service stand-in,
