@@ -44,6 +44,7 @@ std::string AllocationNode(const PodView& pod) {
     }
   }
   if (auto it = pod.annotations.find(std::string(kHamiVgpuNode)); it != pod.annotations.end()) return it->second;
+  if (auto it = pod.annotations.find(std::string(kVolcanoVgpuNode)); it != pod.annotations.end()) return it->second;
   return "";
 }
 
@@ -97,10 +98,14 @@ void KubeSource::Impl::ApplyPod(const PodView& pod, std::vector<PodEvent>& event
 // (ClusterStore::Hold): its devices are never taken as free.
 void KubeSource::Impl::RestorePod(const PodView& pod) {
   const auto ours_it = pod.annotations.find(std::string(kAllocationAnnotation));
-  const auto hami_it = pod.annotations.find(std::string(kHamiDevicesAllocated));
+  auto hami_it = pod.annotations.find(std::string(kHamiDevicesAllocated));
   const auto hami_amd_it = pod.annotations.find(std::string(kHamiAmdDevicesAllocated));
+  // Volcano's own vGPU writes HAMi's NVIDIA format under its own key: read as HAMi's when
+  // HAMi's is absent.
+  auto volcano_it = pod.annotations.find(std::string(kVolcanoVgpuIds));
   const bool ours = ours_it != pod.annotations.end();
-  const bool hami = hami_it != pod.annotations.end();
+  const bool hami = hami_it != pod.annotations.end() || volcano_it != pod.annotations.end();
+  if (hami_it == pod.annotations.end()) hami_it = volcano_it;
   const bool hami_amd = hami_amd_it != pod.annotations.end();
   if (!ours && !hami && !hami_amd) {
     RestoreForeign(pod);
@@ -138,7 +143,9 @@ void KubeSource::Impl::RestorePod(const PodView& pod) {
         {GpuVendor::kAmd, hami_amd ? &hami_amd_it->second : nullptr}};
     for (const auto& [vendor, text] : lists) {
       if (text == nullptr || !delta.ok()) continue;
-      annotation = std::string(HamiDeviceKeysFor(vendor).allocated);
+      annotation = vendor == GpuVendor::kNvidia && hami_it == volcano_it
+                       ? std::string(kVolcanoVgpuIds)
+                       : std::string(HamiDeviceKeysFor(vendor).allocated);
       Result<HamiPodDevices> devices = DecodeHamiDevices(*text);
       Result<framework::AllocationDelta> part = devices.ok()
                                                     ? DeltaFromHami(*devices, *record->topology, vendor)

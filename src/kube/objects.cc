@@ -86,7 +86,8 @@ Status ReadNodeImpl(const json& node, NodeView* v) {
 }
 
 bool KeptPodAnnotation(const std::string& key) {
-  return key.starts_with("toposched.io/") || key.starts_with("hami.io/");
+  return key.starts_with("toposched.io/") || key.starts_with("hami.io/") || key == kVolcanoVgpuIds ||
+         key == kVolcanoVgpuNode;
 }
 
 // The kubelet's effective count of each extended resource (names with a '/'): max(sum over

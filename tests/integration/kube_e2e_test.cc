@@ -533,6 +533,39 @@ TEST_F(KubeE2E, NoNodeFitsIsOneFailedSchedulingEventWhoseCountRises) {
   EXPECT_EQ(r.Call("/explain?pod=default/nope", "", "GET").first, 404);
 }
 
+// Volcano's own vGPU (deviceshare with HAMi's vGPU on) records what it gave a pod in HAMi's
+// format under volcano.sh/vgpu-ids-new: those GPUs are taken, never handed out again.
+TEST_F(KubeE2E, VolcanoVgpuPodsHoldTheirGpus) {
+  json reg = json::array();  // HAMi's registration gives the node's GPUs their UUIDs here
+  for (int i = 0; i < 8; ++i) {
+    json d = {{"id", "GPU-a100-" + std::to_string(i)}, {"count", 10}, {"devmem", 81920}, {"devcore", 100},
+              {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"}, {"health", true}, {"index", i}};
+    reg.push_back(d);
+  }
+  AddNode("a100-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), reg.dump()}});
+  // Allocated by Volcano's session, not yet bound: the node comes from volcano.sh/vgpu-node.
+  json vc_pod = testing::MakePod({.name = "volcano-vgpu", .gpus = 0});
+  vc_pod["metadata"].erase("uid");
+  vc_pod["metadata"]["annotations"] = {
+      {"volcano.sh/vgpu-node", "a100-0"},
+      {"volcano.sh/vgpu-ids-new", "GPU-a100-5,NVIDIA,81920,100:GPU-a100-6,NVIDIA,20000,30:;"}};
+  vc_pod = server_.Create(kPods, vc_pod);
+
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const std::optional<state::PodAllocation> held = r.store.FindPod(vc_pod["metadata"]["uid"].get<std::string>());
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->node, "a100-0");
+  EXPECT_TRUE(held->hold.empty()) << held->hold;
+  ASSERT_EQ(held->delta.exclusive_gpus, std::vector<int>{5});
+  ASSERT_EQ(held->delta.shares.size(), 1u);
+  EXPECT_EQ(held->delta.shares[0].first, 6);
+
+  // Whole GPUs 0-4 and 7 are free (6 is shared): six fit, then none.
+  EXPECT_TRUE(Schedule(r, GpuPod(server_, "six", 6, 0), {"a100-0"}).error.empty());
+  EXPECT_FALSE(Schedule(r, GpuPod(server_, "one-more", 1, 0), {"a100-0"}).error.empty());
+}
+
 // HAMi's device plugin reads what we write; HAMi's scheduler's pods are read back as usage.
 TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
   // v2.8+ JSON registration (omitempty: index 0 and numa 0 absent) for 8 GPUs with UUIDs.

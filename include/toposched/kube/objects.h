@@ -41,6 +41,11 @@ inline constexpr std::string_view kHamiAmdDevicesToAllocate = "hami.io/amd-devic
 inline constexpr std::string_view kHamiAmdDevicesAllocated = "hami.io/amd-devices-allocated";
 inline constexpr std::string_view kHamiAmdNodeRegister = "hami.io/node-amd-register";
 inline constexpr std::string_view kHamiNodeLock = "hami.io/mutex.lock";
+// Volcano's own vGPU (its deviceshare plugin with HAMi's vGPU on; volcano-sh/volcano v1.13
+// pkg/scheduler/api/devices/nvidia/vgpu/type.go): the GPUs it gave a pod, in HAMi's device-list
+// format ("UUID,NVIDIA,memMiB,cores:" per container, ';' between), and the node.
+inline constexpr std::string_view kVolcanoVgpuIds = "volcano.sh/vgpu-ids-new";
+inline constexpr std::string_view kVolcanoVgpuNode = "volcano.sh/vgpu-node";
 inline constexpr std::string_view kGpuCountLabel = "toposched.io/gpu-count";
 inline constexpr std::string_view kRdmaNicCountLabel = "toposched.io/rdma-nic-count";
 inline constexpr std::string_view kTopologyClassLabel = "toposched.io/topology-class";
