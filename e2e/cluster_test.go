@@ -891,15 +891,20 @@ func (c *cluster) deletePod(name string) {
 // "/scheduler").
 func urlPath(t testing.TB, ext map[string]any) string {
 	prefix, _ := ext["urlPrefix"].(string)
-	i := strings.Index(prefix, "://")
+	return urlPathOf(t, prefix)
+}
+
+// urlPathOf is the path of a URL ("http://host:port/volcano" -> "/volcano").
+func urlPathOf(t testing.TB, u string) string {
+	i := strings.Index(u, "://")
 	if i < 0 {
-		t.Fatalf("urlPrefix %q", prefix)
+		t.Fatalf("%q is not a URL", u)
 	}
-	j := strings.Index(prefix[i+3:], "/")
+	j := strings.Index(u[i+3:], "/")
 	if j < 0 {
-		t.Fatalf("urlPrefix %q", prefix)
+		t.Fatalf("%q has no path", u)
 	}
-	return prefix[i+3+j:]
+	return u[i+3+j:]
 }
 
 func (c *cluster) startScheduler() string {

@@ -354,19 +354,6 @@ func (v *volcano) writeConf(confArg, conf string) string {
 	return v.confPath
 }
 
-// urlPathOf is the path of a URL ("http://host:port/volcano" -> "/volcano").
-func urlPathOf(t *testing.T, u string) string {
-	i := strings.Index(u, "://")
-	if i < 0 {
-		t.Fatalf("%q is not a URL", u)
-	}
-	j := strings.Index(u[i+3:], "/")
-	if j < 0 {
-		t.Fatalf("%q has no path", u)
-	}
-	return u[i+3+j:]
-}
-
 // startToposched runs two extender replicas as the chart deploys them, the Service stand-in,
 // and waits for one leader; it returns the leader's pod name.
 func (v *volcano) startToposched() string {
