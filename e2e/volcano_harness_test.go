@@ -48,6 +48,11 @@ type volcano struct {
 	// schedulerName is the name vc-scheduler schedules for (its Deployment's --scheduler-name, else volcano).
 	schedulerName string
 	sched, ctrl   *harness.Proc
+	// editConf, when set, edits the rendered volcano-scheduler.conf before it is given to
+	// Volcano's chart (an operator merging a plugin of their own).
+	editConf func(string) string
+	// extraEnv is added to every Volcano process's environment.
+	extraEnv []string
 }
 
 // sharedPeersDir is $TOPOSCHED_SHARED_PEERS, else ../shared/peers next to the repository.
@@ -82,7 +87,10 @@ func findVolcano(t *testing.T) *volcano {
 // mode, then Volcano upgraded with the scheduler configuration toposched's chart renders,
 // exactly as docs/install.md says.
 func newVolcanoCluster(t *testing.T, name string, toposchedArgs ...string) (*cluster, *volcano) {
-	v := findVolcano(t)
+	return newVolcanoClusterWith(t, findVolcano(t), name, toposchedArgs...)
+}
+
+func newVolcanoClusterWith(t *testing.T, v *volcano, name string, toposchedArgs ...string) (*cluster, *volcano) {
 	args := append([]string{"--set", "schedulerMode=volcano"}, toposchedArgs...)
 	c := newClusterWith(t, name, func(c *cluster) {
 		helm := harness.NewHelm(t, c.peers.Helm, c.cp.AdminKubeconfig)
@@ -111,6 +119,9 @@ func (v *volcano) upgradeWithToposchedConf() {
 	}
 	if conf == "" {
 		t.Fatal("toposched's chart in volcano mode installed no ConfigMap with volcano-scheduler.conf")
+	}
+	if v.editConf != nil {
+		conf = v.editConf(conf)
 	}
 	file := filepath.Join(c.out, "volcano-scheduler.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
@@ -256,7 +267,7 @@ func (v *volcano) runAs(name, dep, bin string, files map[string]string) *harness
 	args = append(args, "--kubeconfig", kc,
 		"--listen-address", "127.0.0.1:"+strconv.Itoa(harness.FreePort(t)),
 		"--healthz-address", "127.0.0.1:"+strconv.Itoa(harness.FreePort(t)))
-	var env []string
+	env := append([]string(nil), v.extraEnv...)
 	for _, e := range ct.Env {
 		if e.ValueFrom == nil {
 			val := e.Value
