@@ -424,7 +424,7 @@ func (v *volcano) createGroupPod(p podSpec, group string) {
 	}
 }
 
-// waitBoundVolcano is waitBound with vc-scheduler's log in the failure.
+// waitBound is cluster.waitBound with vc-scheduler's log in the failure.
 func (v *volcano) waitBound(specs []podSpec, timeout time.Duration) {
 	v.c.t.Helper()
 	var pending []string
@@ -488,7 +488,7 @@ func (c *cluster) annotated(names []string) map[string]string {
 	return out
 }
 
-// volcanoPodNames are the names of specs.
+// podNames are the names of specs.
 func podNames(specs []podSpec) []string {
 	var out []string
 	for _, p := range specs {
