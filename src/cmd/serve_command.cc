@@ -114,6 +114,11 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   flags.Text("--port-file", f.port_file, "FILE", "write the bound port to FILE once listening");
   long long threads = 0;
   flags.Integer("--threads", threads, 1, 256, "N", "worker threads")->default_str("the number of CPUs, at least 2");
+  long long bind_concurrency = 64;
+  flags.Integer("--bind-concurrency", bind_concurrency, 1, 1024, "N",
+                "binds (and Volcano allocates) waiting on the API server at once, on\n"
+                "threads of their own; as many more wait, and one over that is\n"
+                "answered 429 (the scheduler retries it)");
   flags.Text("--kube-prefix", f.extender.kube_prefix, "PATH", "kube-scheduler urlPrefix path");
   flags.Text("--volcano-prefix", f.extender.volcano_prefix, "PATH", "Volcano extender.urlPrefix path");
   std::int64_t max_body = static_cast<std::int64_t>(f.extender.max_body_bytes);
@@ -151,6 +156,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   f.http.threads = threads > 0 ? static_cast<int>(threads)
                                : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
   f.extender.max_body_bytes = static_cast<std::size_t>(max_body);
+  f.http.offload_threads = static_cast<int>(bind_concurrency);
   f.log_format = *metrics::ParseLogFormat(log_format);
   f.log_level = *metrics::ParseLogLevel(log_level);
 
@@ -296,6 +302,7 @@ int RunServe(const std::vector<std::string>& args) {
 
   extender::ExtenderService service(*fw, store, metrics, flags.extender, nullptr, kube_source.get());
   flags.http.body_limit = [&service](std::string_view target) { return service.BodyLimit(target); };
+  flags.http.offload = [&service](std::string_view target) { return service.WaitsOnApi(target); };
   Result<std::unique_ptr<server::HttpServer>> http = server::HttpServer::Start(
       flags.http, [&service](const server::HttpRequest& req, server::HttpResponse& resp) { service.Handle(req, resp); });
   if (!http.ok()) return Fatal(http.error().message()), 1;
@@ -318,6 +325,7 @@ int RunServe(const std::vector<std::string>& args) {
     http_errors.With({"timeout"}).Advance(c.timeouts);
     http_errors.With({"handler_exception"}).Advance(c.handler_exceptions);
     http_errors.With({"tls_reload_failure"}).Advance(c.tls_reload_failures);
+    http_errors.With({"binds_over_concurrency"}).Advance(c.offload_rejected);
   });
 
   if (!flags.port_file.empty()) {
@@ -334,7 +342,8 @@ int RunServe(const std::vector<std::string>& args) {
   metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
               std::string(flags.http.tls_enabled ? "serving https" : "serving http") + " on " + flags.http.address +
                   ":" + std::to_string(srv.port()) + " (kube " + flags.extender.kube_prefix + ", volcano " +
-                  flags.extender.volcano_prefix + ", " + std::to_string(flags.http.threads) + " threads)");
+                  flags.extender.volcano_prefix + ", " + std::to_string(flags.http.threads) + " threads, " +
+                  std::to_string(flags.http.offload_threads) + " binds in flight)");
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -132,6 +132,11 @@ std::string Binder::Complete(const state::PodAllocation& allocation) {
   if (s.ok()) return "";
   const std::string pod = PodLabel(allocation.pod_namespace, allocation.pod_name, allocation.uid);
   std::string error = "cannot create the Binding: " + s.error().message();
+  if (s.error().code() == kBindOutcomeUnknown) {
+    // Perhaps bound: freeing the devices could give them to a second pod (fail closed).
+    metrics::Log(LogLevel::kWarn, {"bind", pod, allocation.node}, error);
+    return error;
+  }
   if (auto released = store_.Release(allocation.uid); !released.ok()) {
     error += "; and releasing the allocation failed: " + released.error().message();
   }
@@ -246,7 +251,19 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     return "";
   }
   if (out.error.empty() && out.metric == "bound" && hooks_ != nullptr) {
-    if (auto allocated = store_.FindPod(task.uid)) hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
+    if (auto allocated = store_.FindPod(task.uid)) {
+      if (Status s = hooks_->CompleteAllocate(*allocated); !s.ok()) {
+        std::string error = s.error().message();
+        if (auto released = store_.Release(task.uid); !released.ok()) {
+          error += "; and releasing the allocation failed: " + released.error().message();
+        }
+        metrics::Log(LogLevel::kWarn, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid),
+                                      task.node_name}, error);
+        binds_.With({"error"}).Inc();
+        return error;
+      }
+      hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
+    }
   }
   binds_.With({out.metric}).Inc();
   return out.error;

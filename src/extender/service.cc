@@ -415,6 +415,11 @@ std::size_t ExtenderService::BodyLimit(std::string_view target) const {
   return impl_->options.max_body_bytes;
 }
 
+bool ExtenderService::WaitsOnApi(std::string_view target) const {
+  const std::optional<Verb> verb = impl_->Route(PathOf(target));
+  return verb == Verb::kBind || verb == Verb::kVAllocate || verb == Verb::kVDeallocate || verb == Verb::kExplain;
+}
+
 void ExtenderService::SetScrapeHook(std::function<void()> hook) { impl_->scrape_hook = std::move(hook); }
 
 std::size_t ExtenderService::cached_pods() const { return impl_->evaluator.cached_pods(); }

@@ -444,9 +444,10 @@ Result<nlohmann::json> Api::Update(const std::string& path,
 }
 
 Status Api::CreateBinding(const std::string& pod_namespace, const std::string& pod_name,
-                          const std::string& pod_uid, const std::string& node) {
+                          const std::string& pod_uid, const std::string& node, const json& annotations) {
   json metadata = {{"name", pod_name}, {"namespace", pod_namespace}};
   if (!pod_uid.empty()) metadata["uid"] = pod_uid;
+  if (annotations.is_object() && !annotations.empty()) metadata["annotations"] = annotations;
   const json binding = {{"apiVersion", "v1"},
                         {"kind", "Binding"},
                         {"metadata", std::move(metadata)},

@@ -118,19 +118,17 @@ void KubeSource::Impl::UnlockNode(const std::string& node, const std::string& ns
   }
 }
 
-Status KubeSource::RecordBind(const state::PodAllocation& allocation, const state::NodeRecord& node) {
-  Impl& d = *impl_;
-  {
-    std::lock_guard lock(d.bind_mu);
-    d.recent_binds[allocation.uid] = {SteadyClock::now()};
-  }
-  // A pod without devices of ours carries no annotations; its bind is just the Binding.
-  if (!HasDevices(allocation.delta) || node.topology == nullptr) return Status::Ok();
-  const auto now = SystemClock::now();
-  const AllocationAnnotations a = EncodeAllocation(allocation, *node.topology, d.options.policy_name);
-  const std::string unix_seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                      now.time_since_epoch()).count());
-  json annotations = {
+KubeSource::Impl::PreparedBind KubeSource::Impl::Prepare(const state::PodAllocation& allocation,
+                                                        const NodeTopology& t, SystemClock::time_point now) const {
+  PreparedBind p;
+  // A pod without devices of ours carries no annotations; its bind is just the Binding. Nor
+  // does a pod counted for another scheduler or held for an unreadable record: its record (or
+  // the lack of one) is the other scheduler's.
+  if (!HasDevices(allocation.delta) || allocation.foreign || !allocation.hold.empty()) return p;
+  const AllocationAnnotations a = EncodeAllocation(allocation, t, options.policy_name);
+  const std::string unix_seconds =
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+  p.annotations = {
       {std::string(kAllocationAnnotation), a.allocation},
       {std::string(kVisibleGpusAnnotation), a.visible_gpus},
       {std::string(kNcclIbHcaAnnotation), a.nccl_ib_hca},
@@ -138,48 +136,53 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
   };
   if (!a.hami_devices.empty()) {
     const HamiDeviceKeys keys = HamiDeviceKeysFor(a.hami_vendor);
-    annotations[std::string(keys.to_allocate)] = a.hami_devices;
-    annotations[std::string(keys.allocated)] = a.hami_devices;
-    annotations[std::string(kHamiVgpuNode)] = allocation.node;
-    annotations[std::string(kHamiVgpuTime)] = unix_seconds;
-    annotations[std::string(kHamiBindPhase)] = "allocating";
-    annotations[std::string(kHamiBindTime)] = unix_seconds;
+    p.annotations[std::string(keys.to_allocate)] = a.hami_devices;
+    p.annotations[std::string(keys.allocated)] = a.hami_devices;
+    p.annotations[std::string(kHamiVgpuNode)] = allocation.node;
+    p.annotations[std::string(kHamiVgpuTime)] = unix_seconds;
+    p.annotations[std::string(kHamiBindPhase)] = "allocating";
+    p.annotations[std::string(kHamiBindTime)] = unix_seconds;
   }
-  const bool lock = d.LocksFor(allocation, *node.topology, a);
-  if (lock) {
-    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+  p.lock = LocksFor(allocation, t, a);
+  return p;
+}
+
+Result<KubeSource::Impl::PreparedBind> KubeSource::Impl::PreparedFor(const state::PodAllocation& allocation) {
+  {
+    std::lock_guard lock(bind_mu);
+    if (auto it = prepared.find(allocation.uid); it != prepared.end()) return it->second;
   }
-  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
-                                     json{{"metadata", {{"annotations", annotations}}}});
-  if (!patched.ok()) {
-    d.annotation_writes.With({"error"}).Inc();
-    if (lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
-    return patched.error().WithContext("cannot write the allocation annotations");
+  if (!HasDevices(allocation.delta) || allocation.foreign || !allocation.hold.empty()) return PreparedBind{};
+  const std::shared_ptr<const state::Snapshot> snapshot = store.snapshot();
+  const state::NodeRecord* record = snapshot->Find(allocation.node);
+  if (record == nullptr || record->topology == nullptr) {
+    return Error("node " + allocation.node + " has no topology to name the allocated devices by");
   }
-  if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
-    // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
-    d.annotation_writes.With({"error"}).Inc();
-    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
-                      json{{"metadata", {{"annotations", [&] {
-                              json undo = json::object();
-                              for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
-                              return undo;
-                            }()}}}});
-    if (lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
-    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
-                 StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
-  }
-  d.annotation_writes.With({"bind"}).Inc();
+  return Prepare(allocation, *record->topology, SystemClock::now());
+}
+
+// Under the store's node lock: nothing but memory. The record is written by CompleteBind or
+// CompleteAllocate, outside every lock, so binds to one node do not wait on each other's API
+// round trips.
+Status KubeSource::RecordBind(const state::PodAllocation& allocation, const state::NodeRecord& node) {
+  Impl& d = *impl_;
+  Impl::PreparedBind p;
+  if (node.topology != nullptr) p = d.Prepare(allocation, *node.topology, SystemClock::now());
+  std::lock_guard lock(d.bind_mu);
+  d.recent_binds[allocation.uid] = {SteadyClock::now()};
+  d.prepared[allocation.uid] = std::move(p);
   return Status::Ok();
 }
 
 Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
   Impl& d = *impl_;
+  bool written = true;
   {
     std::lock_guard lock(d.bind_mu);
     d.recent_binds.erase(allocation.uid);
+    written = d.prepared.erase(allocation.uid) == 0;
   }
-  if (!HasDevices(allocation.delta)) return Status::Ok();
+  if (!HasDevices(allocation.delta) || !written) return Status::Ok();
   json undo = json::object();
   for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
   Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
@@ -197,17 +200,85 @@ Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
   return Status::Ok();
 }
 
+// kube-scheduler's bind: (HAMi's node lock, then) one Binding that carries the annotations, so
+// the pod is bound and annotated in one write or neither.
 Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
   Impl& d = *impl_;
-  Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node);
-  d.bindings.With({s.ok() ? "created" : "failed"}).Inc();
-  if (s.ok()) {
-    {
-      std::lock_guard lock(d.mu);
-      if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
+  const std::string pod = PodLabel(allocation.pod_namespace, allocation.pod_name);
+  Result<Impl::PreparedBind> prepared = d.PreparedFor(allocation);
+  if (!prepared.ok()) return prepared.error().WithContext("cannot write pod " + pod + "'s allocation");
+  if (prepared->lock) {
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+  }
+  Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node,
+                                 prepared->annotations);
+  std::string_view outcome = "created";
+  if (!s.ok() && (s.error().code() == ErrorCode::kUnavailable || s.error().code() == ErrorCode::kUnknown)) {
+    // A transport error or a 5xx after the retries: the write may have happened (a 504, a reply
+    // lost on the way back). The pod says which.
+    Result<json> read = d.api.Get(PodPath(allocation.pod_namespace, allocation.pod_name));
+    if (read.ok() && StringAt(*read, "/metadata/uid") == allocation.uid &&
+        StringAt(*read, "/spec/nodeName") == allocation.node) {
+      s = Status::Ok();
+    } else if (read.ok() || IsNotFound(read.error())) {
+      s = Error(s.error().message(), ErrorCode::kUnknown);  // not made: definite
+    } else {
+      outcome = "unknown";
+      s = Error(s.error().message() + "; and whether it was made cannot be read back (" + read.error().message() +
+                    "): the devices stay held until the pod is seen bound, gone or unbound",
+                extender::kBindOutcomeUnknown);
     }
   }
+  if (s.ok()) {
+    {
+      std::lock_guard lock(d.bind_mu);
+      d.prepared.erase(allocation.uid);
+    }
+    std::lock_guard lock(d.mu);
+    if (auto it = d.pods.find(allocation.uid); it != d.pods.end()) it->second.node_name = allocation.node;
+  } else if (outcome == "created") {
+    outcome = "failed";
+    // Not made: nothing of the record reached the pod (the entry stays, so the release that
+    // follows has nothing to undo); the lock is ours to give back.
+    if (prepared->lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+  } else {
+    std::lock_guard lock(d.bind_mu);
+    d.prepared.erase(allocation.uid);  // perhaps written: a later release undoes it
+  }
+  d.bindings.With({std::string(outcome)}).Inc();
+  if (!prepared->annotations.empty()) d.annotation_writes.With({s.ok() ? "binding" : "error"}).Inc();
   return s;
+}
+
+// Volcano's allocate: the annotations now, as one merge patch (Volcano's own Binding follows
+// the session's commit and carries none of them).
+Status KubeSource::CompleteAllocate(const state::PodAllocation& allocation) {
+  Impl& d = *impl_;
+  Result<Impl::PreparedBind> prepared = d.PreparedFor(allocation);
+  {
+    std::lock_guard lock(d.bind_mu);
+    d.prepared.erase(allocation.uid);  // from here on, perhaps written: a release undoes it
+  }
+  if (!prepared.ok()) return prepared.error().WithContext("cannot write the allocation annotations");
+  if (prepared->annotations.empty()) return Status::Ok();
+  if (prepared->lock) {
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+  }
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                                     json{{"metadata", {{"annotations", prepared->annotations}}}});
+  if (!patched.ok()) {
+    d.annotation_writes.With({"error"}).Inc();
+    return patched.error().WithContext("cannot write the allocation annotations");
+  }
+  if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
+    // Same name, another pod (deleted and recreated meanwhile): the release that follows takes
+    // the annotations off it again.
+    d.annotation_writes.With({"error"}).Inc();
+    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
+                 StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
+  }
+  d.annotation_writes.With({"bind"}).Inc();
+  return Status::Ok();
 }
 
 bool KubeSource::MayRebind(const state::PodAllocation& previous) {

@@ -415,6 +415,7 @@ void KubeSource::Impl::ReleaseGone(const std::string& uid, std::string_view why)
   }
   std::lock_guard lock(bind_mu);
   recent_binds.erase(uid);
+  prepared.erase(uid);
 }
 
 // Every pod in the API server now (a list): pods we knew that are missing were deleted while

@@ -61,11 +61,13 @@ KubeSource::Impl::Impl(Api& a, state::ClusterStore& s, metrics::Registry& reg, K
           "Pod allocations read from the API server that the state could not take (device gone, over "
           "capacity: two pods claim one device, bad annotation).")),
       bindings(reg.AddCounter("toposched_kube_bindings_total",
-                              "Bindings created by bind: created, failed.", {"outcome"})),
+                              "Bindings made by bind: created, failed (not made), unknown (whether it was made could not be read "
+                              "back: the devices stay held).",
+                              {"outcome"})),
       annotation_writes(reg.AddCounter(
           "toposched_kube_annotation_writes_total",
-          "Pod annotation writes: bind (allocation written), undo (removed after a failed Binding or a "
-          "release), error.",
+          "Pod annotation writes: binding (written by the Binding that bound the pod), bind (a patch: Volcano's "
+          "allocate), undo (removed after a release), error.",
           {"outcome"})),
       bind_to_ready(reg.AddHistogram(
           "toposched_bind_to_ready_seconds",

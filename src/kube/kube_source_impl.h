@@ -150,6 +150,20 @@ struct KubeSource::Impl {
     SteadyClock::time_point at;
   };
   std::unordered_map<std::string, LocalBind> recent_binds;
+  // A bind's record, prepared by RecordBind under the store's node lock (no API call there) and
+  // written by CompleteBind (in the Binding's own write) or CompleteAllocate (a merge patch).
+  // An entry still here when the allocation is released was never written: nothing to undo.
+  struct PreparedBind {
+    json annotations = json::object();  // empty: no devices of ours, the Binding carries nothing
+    bool lock = false;                  // HAMi's node lock is taken before the write
+  };
+  std::unordered_map<std::string, PreparedBind> prepared;
+  // kube_persistence.cc: the record of `allocation` on a node with topology `t`, at `now`.
+  PreparedBind Prepare(const state::PodAllocation& allocation, const NodeTopology& t,
+                       std::chrono::system_clock::time_point now) const;
+  // The prepared record of `allocation`, or (a retried bind after the entry was written or this
+  // replica restarted) one prepared again from the node's current topology.
+  Result<PreparedBind> PreparedFor(const state::PodAllocation& allocation);
 
   // ---- leadership ----
   std::atomic<bool> leader_ready{false};  // resynced since leadership was gained

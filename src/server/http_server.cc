@@ -3,7 +3,9 @@
 // Threading: `threads` workers run one io_context. Everything that belongs to the server as a
 // whole (the acceptor, the TLS reload timer, the shutdown grace timer) runs on one strand; each
 // connection runs on a strand of its own, so a connection's socket, timer and parser are only
-// ever touched by one thread at a time, and the handler runs inline in that strand.
+// ever touched by one thread at a time, and the handler runs inline in that strand, except for
+// targets ServerOptions::offload selects: their handler runs on the offload thread pool (it may
+// wait long on another server) and posts the reply back to the connection's strand.
 //
 // Timeouts: one steady_timer per connection holds the deadline of the current phase (idle wait,
 // request read, response write, lingering close). A phase change re-arms it; a generation number
@@ -36,6 +38,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/stream_traits.hpp>
@@ -122,6 +125,8 @@ struct AtomicCounters {
   std::atomic<std::uint64_t> body_too_large{0};
   std::atomic<std::uint64_t> timeouts{0};
   std::atomic<std::uint64_t> handler_exceptions{0};
+  std::atomic<std::uint64_t> offloaded{0};
+  std::atomic<std::uint64_t> offload_rejected{0};
   std::atomic<std::uint64_t> tls_reloads{0};
   std::atomic<std::uint64_t> tls_reload_failures{0};
   std::atomic<std::uint64_t> open_connections{0};
@@ -261,6 +266,28 @@ class ServerCore {
   }
   void Unregister(SessionBase* session);
 
+  // Whether `target`'s handler runs on the offload threads (ServerOptions::offload).
+  bool Offloads(std::string_view target) const {
+    if (!offload_pool_ || !options_.offload) return false;
+    try {
+      return options_.offload(target);
+    } catch (...) {
+      return false;  // a failing callback: handle it on the worker, as without offloading
+    }
+  }
+  // Admits one offloaded request: false when offload_threads run and as many more wait.
+  bool AdmitOffload() {
+    const std::size_t cap = 2 * static_cast<std::size_t>(options_.offload_threads);
+    std::size_t n = offload_admitted_.load(std::memory_order_relaxed);
+    while (n < cap) {
+      if (offload_admitted_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+  void EndOffload() { offload_admitted_.fetch_sub(1, std::memory_order_relaxed); }
+  asio::thread_pool& offload_pool() { return *offload_pool_; }
+  asio::io_context& io_context() { return io_context_; }
+
  private:
   void Accept();
   void OnAccept(const error_code& ec, tcp::socket socket);
@@ -290,6 +317,7 @@ class ServerCore {
   TlsStamp tls_stamp_;                         // of the files last tried; strand only
 
   std::mutex wait_mutex_;
+  std::atomic<std::size_t> offload_admitted_{0};  // running or waiting on the offload threads
 
   // Declared after everything sessions touch: destroying the io_context destroys any session
   // still held by a pending operation, and its destructor unregisters from the core.
@@ -300,6 +328,8 @@ class ServerCore {
   asio::steady_timer tls_timer_;
   asio::steady_timer grace_timer_;
   std::vector<std::thread> workers_;
+  // After the io_context: joined in Wait(), so no offloaded handler outlives the core.
+  std::unique_ptr<asio::thread_pool> offload_pool_;
 };
 
 SessionBase::SessionBase(ServerCore& core) : core_(core) {
@@ -477,13 +507,46 @@ class Session final : public SessionBase {
     SendErrorAndClose(413, "request body exceeds " + std::to_string(limit) + " bytes");
   }
 
+  using Request = http::request<http::string_body>;
+
   void HandleRequest() {
     DisarmDeadline();
     phase_ = Phase::kHandling;
     Bump(core_.counters().requests);
-    const auto& request = parser_->get();
+    // Owned apart from the parser: an offloaded handler reads it on another thread.
+    auto request = std::make_shared<const Request>(parser_->release());
+    parser_.reset();
+    const bool verified = ClientVerified();
+    if (!core_.Offloads(ToStd(request->target()))) return Reply(*request, RunHandler(*request, verified));
+    if (!core_.AdmitOffload()) {
+      Bump(core_.counters().offload_rejected);
+      HttpResponse busy = ErrorResponse(
+          429, "too many requests of this kind in flight (" + std::to_string(2 * core_.options().offload_threads) +
+                   "): retry");
+      busy.extra_header_name = "Retry-After";
+      busy.extra_header_value = "1";
+      return Reply(*request, std::move(busy));
+    }
+    Bump(core_.counters().offloaded);
+    // The work guard keeps the workers running until the reply is posted back (a graceful
+    // shutdown writes it); the connection's strand then writes it unless it was closed meanwhile.
+    asio::post(core_.offload_pool(), [self = Self(), request, verified, executor = stream_.get_executor(),
+                                      guard = asio::make_work_guard(core_.io_context())]() mutable {
+      HttpResponse response = self->RunHandler(*request, verified);
+      self->core_.EndOffload();
+      asio::post(executor, [self, request, response = std::move(response)]() mutable {
+        if (self->phase_ == Phase::kClosed) return;
+        self->Reply(*request, std::move(response));
+      });
+      guard.reset();
+    });
+  }
+
+  // Runs the handler; an exception becomes a 500. Any thread: touches no session state but
+  // the constant remote_.
+  HttpResponse RunHandler(const Request& request, bool verified) {
     const HttpRequest view{ToStd(request.method_string()), ToStd(request.target()),
-                           ToStd(request[http::field::content_type]), request.body(), remote_, ClientVerified()};
+                           ToStd(request[http::field::content_type]), request.body(), remote_, verified};
     HttpResponse response;
     try {
       core_.handler()(view, response);
@@ -496,11 +559,14 @@ class Session final : public SessionBase {
       Log(LogLevel::kError, {"http", "", ""}, "handler failed on " + std::string(view.method) + " " + std::string(view.target) + ": unknown exception");
       response = ErrorResponse(500, "unknown exception");
     }
+    return response;
+  }
+
+  void Reply(const Request& request, HttpResponse response) {
     // While shutting down the reply says Connection: close, so the client does not reuse it.
-    const bool keep_alive = parser_->keep_alive() && !core_.stopping();
+    const bool keep_alive = request.keep_alive() && !core_.stopping();
     const bool head = request.method() == http::verb::head;
     BuildResponse(std::move(response), request.version(), keep_alive, head);
-    parser_.reset();  // the request body is no longer needed
     Write(keep_alive);
   }
 
@@ -662,6 +728,7 @@ Status ServerCore::Listen() {
 
 Status ServerCore::StartWorkers() {
   try {
+    if (options_.offload_threads > 0) offload_pool_ = std::make_unique<asio::thread_pool>(options_.offload_threads);
     workers_.reserve(static_cast<std::size_t>(options_.threads));
     for (int i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { RunWorker(); });
   } catch (const std::system_error& e) {
@@ -805,6 +872,8 @@ void ServerCore::Wait() {
     // A worker cannot join itself (Wait from inside the handler); it returns when run() does.
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
   }
+  // Offloaded handlers still running finish (their replies are dropped with the io_context).
+  if (offload_pool_ && !offload_pool_->get_executor().running_in_this_thread()) offload_pool_->join();
 }
 
 ServerCounters ServerCore::Counters() const {
@@ -819,6 +888,8 @@ ServerCounters ServerCore::Counters() const {
   out.body_too_large = load(counters_.body_too_large);
   out.timeouts = load(counters_.timeouts);
   out.handler_exceptions = load(counters_.handler_exceptions);
+  out.offloaded = load(counters_.offloaded);
+  out.offload_rejected = load(counters_.offload_rejected);
   out.tls_reloads = load(counters_.tls_reloads);
   out.tls_reload_failures = load(counters_.tls_reload_failures);
   out.open_connections = load(counters_.open_connections);
@@ -827,6 +898,9 @@ ServerCounters ServerCore::Counters() const {
 
 Status ValidateOptions(const ServerOptions& options) {
   if (options.threads < 1) return Error("threads must be at least 1");
+  if (options.offload_threads < 0 || options.offload_threads > 4096) {
+    return Error("offload_threads must be between 0 and 4096");
+  }
   if (options.max_connections < 1) return Error("max_connections must be at least 1");
   if (options.max_header_bytes < 1) return Error("max_header_bytes must be at least 1");
   if (options.read_timeout.count() <= 0 || options.idle_timeout.count() <= 0 ||

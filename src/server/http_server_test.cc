@@ -797,6 +797,136 @@ TEST(HttpServerTest, ConcurrentKeepAliveClientsAreAllAnsweredCorrectly) {
   EXPECT_LT(Since(start), 5s);
 }
 
+// ---- Offloaded handlers ----------------------------------------------------------------------
+
+ServerOptions OffloadOptions(int threads, int offload_threads) {
+  ServerOptions options = TestOptions();
+  options.threads = threads;
+  options.offload_threads = offload_threads;
+  options.offload = [](std::string_view target) { return target.starts_with("/bind"); };
+  return options;
+}
+
+// A handler that holds "/bind" requests until released, counting them; others answer at once.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int waiting = 0;
+  bool open = false;
+  void Handle(const HttpRequest& request, HttpResponse& response) {
+    if (!request.target.starts_with("/bind")) {
+      response.body = "quick";
+      return;
+    }
+    std::unique_lock lock(mutex);
+    ++waiting;
+    changed.notify_all();
+    changed.wait_for(lock, 10s, [&] { return open; });
+    response.body = "bound:" + std::string(request.body);
+  }
+  bool WaitForWaiting(int n) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 5s, [&] { return waiting >= n; });
+  }
+  void Open() {
+    std::lock_guard lock(mutex);
+    open = true;
+    changed.notify_all();
+  }
+};
+
+TEST(HttpServerTest, OffloadedHandlersLeaveTheWorkersFreeForOtherRequests) {
+  Gate gate;
+  // One worker: without offloading, the first held bind would block every other request.
+  auto server = StartServer(OffloadOptions(1, 4), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<Client>> binds;
+  for (int i = 0; i < 4; ++i) {
+    binds.push_back(std::make_unique<Client>(server->port()));
+    ASSERT_TRUE(binds.back()->Send(Request("POST", "/bind", "pod-" + std::to_string(i))));
+  }
+  ASSERT_TRUE(gate.WaitForWaiting(4)) << "the four binds run at once, each on an offload thread";
+  Client other(server->port());
+  const auto quick = other.RoundTrip(Request("POST", "/filter", "x"));
+  ASSERT_TRUE(quick.has_value()) << "a filter is answered while every bind waits";
+  EXPECT_EQ(quick->body, "quick");
+  gate.Open();
+  for (int i = 0; i < 4; ++i) {
+    const auto response = binds[static_cast<std::size_t>(i)]->ReadResponse(5s);
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->status, 200);
+    EXPECT_EQ(response->body, "bound:pod-" + std::to_string(i));
+    // The connection stays usable after an offloaded reply.
+    const auto again = binds[static_cast<std::size_t>(i)]->RoundTrip(Request("GET", "/status"));
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ(again->body, "quick");
+  }
+  EXPECT_EQ(server->counters().offloaded, 4u);
+  EXPECT_EQ(server->counters().offload_rejected, 0u);
+}
+
+TEST(HttpServerTest, OffloadedRequestsOverTheBoundGet429AtOnceAndTheRestAreServed) {
+  Gate gate;
+  // Two offload threads: two binds run and two wait; the fifth is refused at once.
+  auto server = StartServer(OffloadOptions(2, 2), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<Client>> binds;
+  for (int i = 0; i < 4; ++i) {
+    binds.push_back(std::make_unique<Client>(server->port()));
+    ASSERT_TRUE(binds.back()->Send(Request("POST", "/bind", "pod-" + std::to_string(i))));
+  }
+  ASSERT_TRUE(gate.WaitForWaiting(2));
+  // The other two are admitted (queued): wait until the server has counted all four.
+  ASSERT_TRUE(Eventually([&] { return server->counters().offloaded == 4; }));
+  Client over(server->port());
+  const auto refused = over.RoundTrip(Request("POST", "/bind", "pod-4"));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 429);
+  EXPECT_EQ(refused->Header("retry-after"), "1");
+  EXPECT_NE(refused->body.find("too many requests"), std::string::npos) << refused->body;
+  EXPECT_EQ(server->counters().offload_rejected, 1u);
+  gate.Open();
+  for (auto& client : binds) {
+    const auto response = client->ReadResponse(5s);
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->status, 200);
+  }
+  // Room again: the refused client's retry on the same connection goes through.
+  const auto retried = over.RoundTrip(Request("POST", "/bind", "pod-4"));
+  ASSERT_TRUE(retried.has_value());
+  EXPECT_EQ(retried->body, "bound:pod-4");
+}
+
+TEST(HttpServerTest, ShutdownWritesTheReplyOfAnOffloadedRequestInFlight) {
+  Gate gate;
+  auto server = StartServer(OffloadOptions(1, 2), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
+  ASSERT_NE(server, nullptr);
+  Client bind(server->port());
+  ASSERT_TRUE(bind.Send(Request("POST", "/bind", "late")));
+  ASSERT_TRUE(gate.WaitForWaiting(1));
+  server->Shutdown(5s);
+  std::this_thread::sleep_for(100ms);  // the workers would have run out of work by now
+  gate.Open();
+  const auto response = bind.ReadResponse(5s);
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ(response->body, "bound:late");
+  EXPECT_EQ(response->Header("connection"), "close");
+  server->Wait();
+}
+
+TEST(HttpServerTest, AnOffloadedHandlerThatThrowsBecomes500) {
+  auto server = StartServer(OffloadOptions(1, 1), [](const HttpRequest&, HttpResponse&) {
+    throw std::runtime_error("bind exploded");
+  });
+  ASSERT_NE(server, nullptr);
+  Client client(server->port());
+  const auto response = client.RoundTrip(Request("POST", "/bind", "x"));
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ(response->status, 500);
+  EXPECT_NE(response->body.find("bind exploded"), std::string::npos);
+  EXPECT_EQ(server->counters().handler_exceptions, 1u);
+}
+
 // ---- Shutdown ------------------------------------------------------------------------------
 
 TEST(HttpServerTest, ShutdownFinishesInFlightRequestsAndClosesIdleConnectionsAtOnce) {

@@ -919,7 +919,7 @@ TEST_F(KubeE2E, WatchGoneForcesARelistThatMissesNothing) {
   EXPECT_TRUE(StoreMatchesApi(r, server_, &diff)) << diff;
 }
 
-TEST_F(KubeE2E, ServerErrorBurstsAreRetriedAndConflictsOnPatchFailCleanly) {
+TEST_F(KubeE2E, ServerErrorBurstsAreRetriedAndConflictsOnTheBindingFailCleanly) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
@@ -930,8 +930,9 @@ TEST_F(KubeE2E, ServerErrorBurstsAreRetriedAndConflictsOnPatchFailCleanly) {
   const Scheduled s = Schedule(r, burst, {"a100-0"});
   EXPECT_TRUE(s.error.empty()) << s.error;
   EXPECT_EQ((*server_.Get(kPods, "burst"))["spec"]["nodeName"], "a100-0");
-  // 409 on the annotation patch: the bind fails, nothing is held, the retry succeeds.
-  server_.InjectFault({.method = "PATCH", .path_prefix = "/api/v1/namespaces/default/pods/conflict",
+  // 409 on the Binding (not a retried Binding of ours: the pod has no node): the bind fails,
+  // nothing is held, the retry succeeds.
+  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/conflict/binding",
                        .times = 1, .status = 409});
   const json conflict = GpuPod(server_, "conflict", 2, 2);
   const Scheduled failed = Schedule(r, conflict, {"a100-0"});
@@ -940,6 +941,103 @@ TEST_F(KubeE2E, ServerErrorBurstsAreRetriedAndConflictsOnPatchFailCleanly) {
   const Scheduled retried = Schedule(r, conflict, {"a100-0"});
   EXPECT_TRUE(retried.error.empty()) << retried.error;
   ExpectNoDeviceHeldTwice(server_);
+  std::string diff;
+  EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
+}
+
+// The writes a bind makes, in order ("create pods/binding", "update nodes"): every request the
+// fake API server answered that changes something, events aside.
+std::vector<std::string> Writes(const FakeApiServer& server) {
+  std::vector<std::string> out;
+  for (const testing::RequestRecord& r : server.requests()) {
+    if (r.verb == "get" || r.verb == "list" || r.verb == "watch" || r.resource == "events") continue;
+    out.push_back(r.verb + " " + r.resource);
+  }
+  return out;
+}
+
+TEST_F(KubeE2E, ABindIsOneWriteTheBindingThatCarriesTheAnnotations) {
+  AddNode("a100-0", kAzureA100);
+  AddNode("hami-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), HamiRegistration("GPU-h-").dump()}});
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  server_.ClearRequests();
+  const json pod = GpuPod(server_, "one-write", 2, 2);
+  const Scheduled s = Schedule(r, pod, {"a100-0"});
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  EXPECT_EQ(Writes(server_), std::vector<std::string>{"create pods/binding"});
+  const json stored = *server_.Get(kPods, "one-write");
+  EXPECT_EQ(stored["spec"]["nodeName"], "a100-0");
+  EXPECT_TRUE(stored["metadata"]["annotations"].contains("toposched.io/allocation"));
+  std::string diff;
+  EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
+
+  // On a HAMi node (HAMi's records, so HAMi's node lock): the lock, then the Binding.
+  server_.ClearRequests();
+  const json hami = GpuPod(server_, "two-writes", 1, 0);
+  const Scheduled h = Schedule(r, hami, {"hami-0"});
+  ASSERT_TRUE(h.error.empty()) << h.error;
+  const std::vector<std::string> writes = Writes(server_);
+  ASSERT_EQ(writes.size(), 2u) << ::testing::PrintToString(writes);
+  EXPECT_EQ(writes[0], "update nodes");
+  EXPECT_EQ(writes[1], "create pods/binding");
+  const json ann = (*server_.Get(kPods, "two-writes"))["metadata"]["annotations"];
+  EXPECT_TRUE(ann.contains("hami.io/vgpu-devices-to-allocate"));
+  EXPECT_EQ(ann["hami.io/bind-phase"], "allocating");
+  EXPECT_TRUE((*server_.Get(kNodes, "hami-0"))["metadata"]["annotations"].contains("hami.io/mutex.lock"));
+}
+
+// Binds of one node run at once (none waits on another's API round trip) and never share a
+// device: 8 one-GPU pods bound in parallel on one 8-GPU node, with a slow Binding.
+TEST_F(KubeE2E, ParallelBindsToOneNodeEachGetTheirOwnDevices) {
+  AddNode("a100-0", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/", .times = -1,
+                       .delay = milliseconds(100)});
+  std::vector<json> pods;
+  for (int i = 0; i < 8; ++i) pods.push_back(GpuPod(server_, "par-" + std::to_string(i), 1, 1));
+  std::vector<std::string> errors(pods.size());
+  {
+    std::vector<std::jthread> binds;
+    for (std::size_t i = 0; i < pods.size(); ++i) {
+      binds.emplace_back([&, i] { errors[i] = Schedule(r, pods[i], {"a100-0"}).error; });
+    }
+  }
+  server_.ClearFaults();
+  for (std::size_t i = 0; i < pods.size(); ++i) EXPECT_EQ(errors[i], "") << "pod " << i;
+  ExpectNoDeviceHeldTwice(server_);
+  std::string diff;
+  EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
+  EXPECT_EQ(r.store.pod_count(), pods.size());
+}
+
+// The Binding's reply is lost and the pod cannot be read back either: whether the pod was bound
+// is unknown, so its devices stay held (fail closed); the scheduler's retry on that node, once
+// the API server answers, completes it.
+TEST_F(KubeE2E, ABindingWhoseOutcomeCannotBeReadBackKeepsTheDevicesHeld) {
+  AddNode("a100-0", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const json pod = GpuPod(server_, "unsure", 8, 8);
+  const std::string uid = pod["metadata"]["uid"];
+  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/unsure/binding",
+                       .times = -1, .drop = true});
+  server_.InjectFault({.method = "GET", .path_prefix = "/api/v1/namespaces/default/pods/unsure", .times = -1,
+                       .status = 503});
+  const Scheduled s = Schedule(r, pod, {"a100-0"});
+  EXPECT_NE(s.error.find("cannot be read back"), std::string::npos) << s.error;
+  ASSERT_TRUE(r.store.FindPod(uid).has_value()) << "perhaps bound: the devices stay held";
+  const json other = GpuPod(server_, "other", 1, 0);
+  EXPECT_FALSE(Schedule(r, other, {"a100-0"}).error.empty()) << "no GPU of the held 8 is handed out";
+  server_.ClearFaults();
+  const json bind = {{"PodName", "unsure"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "a100-0"}};
+  auto [status, body] = r.Call("/scheduler/bind", bind.dump());
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(json::parse(body).value("Error", std::string()), "");
+  const json stored = *server_.Get(kPods, "unsure");
+  EXPECT_EQ(stored["spec"]["nodeName"], "a100-0");
+  EXPECT_TRUE(stored["metadata"]["annotations"].contains("toposched.io/allocation"));
   std::string diff;
   EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
 }
@@ -1498,7 +1596,8 @@ TEST_F(KubeE2E, LeaderLabelsItsPodAndAFollowerIsReadyButDoesNotBind) {
   Replica three(server_, "extender-2b", true, options("extender-2"));  // a new process in pod extender-2
   ASSERT_TRUE(WaitFor([&] { return label_of("extender-2") == "true"; }, milliseconds(5'000)));
   EXPECT_TRUE(WaitFor([&] { return label_of("extender-1").empty(); })) << "the stale label stayed";
-  EXPECT_TRUE(Schedule(three, GpuPod(server_, "p1", 1, 1), {"a100-0"}).error.empty());
+  const Scheduled p1 = Schedule(three, GpuPod(server_, "p1", 1, 1), {"a100-0"});
+  EXPECT_TRUE(p1.error.empty()) << p1.error;
   ExpectNoDeviceHeldTwice(server_);
 }
 
@@ -1821,6 +1920,12 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
     const json q = GpuPod(server_, "q", 1, 1);
     EXPECT_FALSE(Schedule(r, q, {"gpu-0"}).error.empty());
     server_.ClearFaults();
+    // Volcano's allocate writes its annotations with a patch (Volcano binds later itself).
+    json unlocked_again = *server_.Get(kNodes, "gpu-0");
+    unlocked_again["metadata"]["annotations"].erase("hami.io/mutex.lock");
+    server_.Upsert(kNodes, unlocked_again);
+    const json v = GpuPod(server_, "v", 1, 1);
+    EXPECT_EQ(json::parse(r.Call("/volcano/allocate", VolcanoEvent(v, "gpu-0", 1, 1)).second)["errorMessage"], "");
     json ready = *server_.Get(kPods, "p");
     ready["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"}}};
     server_.Upsert(kPods, ready);

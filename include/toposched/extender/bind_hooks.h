@@ -17,6 +17,10 @@ namespace toposched::extender {
 // ErrorCode::kNotFound, which callers read (GET /explain answers 404).
 inline constexpr std::string_view kPodNotFoundTag = "pod not found: ";
 
+// BindHooks::CompleteBind's code for "the Binding may or may not have been made": the devices
+// stay held (fail closed).
+inline constexpr ErrorCode kBindOutcomeUnknown = ErrorCode::kUnavailable;
+
 // What a bind means beyond the cluster state when an API server is the store (the kube
 // source, src/kube/kube_source.cc). Without hooks (the file source) a bind is complete once
 // persisted, every replica may change state, and readiness is "state loaded".
@@ -32,11 +36,18 @@ class BindHooks {
   // the reservation expired, between kube-scheduler's filter and its bind.
   virtual Result<std::string> FetchPod(std::string_view pod_namespace, std::string_view pod_name,
                                        std::string_view pod_uid) = 0;
-  // After the store committed (and persisted) the allocation, and also for a retried bind
-  // that finds the pod already allocated on the node: creates the Binding (idempotent). On
-  // an error the service releases the allocation (persistence undoes what it wrote) and
-  // answers the error.
+  // After the store committed the allocation (Persistence::RecordBind prepared its record),
+  // and also for a retried bind that finds the pod already allocated on the node: creates the
+  // Binding, which carries the allocation's record (the Kubernetes source: its annotations, in
+  // the Binding's own write), idempotent. On an error the service releases the allocation
+  // (persistence undoes what it wrote) and answers the error, except for an error with code
+  // kBindOutcomeUnknown: the Binding may have been made (the API server could not be asked
+  // afterwards), so the devices stay held until the pod is seen bound, gone, or shown unbound.
   virtual Status CompleteBind(const state::PodAllocation& allocation) = 0;
+  // Volcano's allocate, after the store committed the allocation: makes its record durable
+  // now (the Kubernetes source: the annotations, one merge patch), before Volcano's own Binding.
+  // On an error the service releases the allocation and answers the error.
+  virtual Status CompleteAllocate(const state::PodAllocation& allocation) = 0;
   // A bind to another node than the one a pod's allocation is on: true when the old one was
   // never completed (the pod has no node yet), so the service may release it and bind anew.
   virtual bool MayRebind(const state::PodAllocation& previous) = 0;

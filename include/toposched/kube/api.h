@@ -123,10 +123,15 @@ class Api {
                                 const std::function<Result<bool>(nlohmann::json& object)>& mutate);
 
   // POST /api/v1/namespaces/{ns}/pods/{name}/binding with the pod's UID as a precondition
-  // (a recreated pod of the same name is not bound by mistake). A retried Binding that the
-  // API server answers 409 because the pod is already on `node` counts as success.
+  // (a recreated pod of the same name is not bound by mistake). `annotations` (an object of
+  // strings, or null) go in the Binding's metadata: the API server merges them into the pod's
+  // annotations in the same update that sets spec.nodeName (k8s.io/kubernetes
+  // pkg/registry/core/pod/storage/storage.go, BindingREST.setPodNodeAndMetadata), so the pod
+  // is bound and annotated by one write or neither. A retried Binding that the API server
+  // answers 409 because the pod is already on `node` counts as success.
   Status CreateBinding(const std::string& pod_namespace, const std::string& pod_name,
-                       const std::string& pod_uid, const std::string& node);
+                       const std::string& pod_uid, const std::string& node,
+                       const nlohmann::json& annotations = nullptr);
 
   const ApiOptions& options() const { return options_; }
 

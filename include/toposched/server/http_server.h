@@ -11,7 +11,12 @@
 //   (slowloris clients get 408 and are closed); an idle keep-alive connection is closed after
 //   `idle_timeout`; a reply that the client does not read within `write_timeout` closes it.
 // - `threads` worker threads run the io_context; the handler runs on them (it may block briefly,
-//   e.g. an fsync at bind). No other threads are created.
+//   e.g. an fsync at bind). Requests whose target `offload` selects (those that wait on another
+//   server, such as a bind waiting on the API server) run on `offload_threads` threads of their
+//   own instead, so the workers keep reading and answering other requests meanwhile; at most
+//   `offload_threads` such requests run at once and as many more wait for a thread, and one over
+//   that is answered 429 with Retry-After: 1 at once (back-pressure, counted). No other threads
+//   are created.
 // - Shutdown(): stops accepting, lets in-flight requests finish and be written (up to `grace`),
 //   then closes every connection. Idle keep-alive connections are closed at once.
 // - TLS (optional): certificate chain and private key files (PEM). The files are re-read when
@@ -77,6 +82,10 @@ struct ServerOptions {
   std::chrono::milliseconds read_timeout{10'000};
   std::chrono::milliseconds idle_timeout{90'000};
   std::chrono::milliseconds write_timeout{10'000};
+  // Targets (path with query) whose handler runs on the offload threads; unset or
+  // offload_threads 0: every handler runs on the workers.
+  std::function<bool(std::string_view target)> offload;
+  int offload_threads = 0;
   bool tls_enabled = false;
   TlsFiles tls;
   std::chrono::milliseconds tls_reload_interval{10'000};
@@ -90,6 +99,8 @@ struct ServerCounters {
   std::uint64_t body_too_large = 0;        // 413
   std::uint64_t timeouts = 0;              // 408 or idle/write timeouts that closed a connection
   std::uint64_t handler_exceptions = 0;    // 500
+  std::uint64_t offloaded = 0;             // requests handled on the offload threads
+  std::uint64_t offload_rejected = 0;      // 429: every offload thread busy and as many waiting
   std::uint64_t tls_reloads = 0;           // successful certificate reloads
   std::uint64_t tls_reload_failures = 0;
   std::uint64_t open_connections = 0;      // now

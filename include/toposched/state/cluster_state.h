@@ -203,10 +203,12 @@ class Snapshot {
   std::uint64_t version_ = 0;
 };
 
-// Where binds are made durable before they are acknowledged: the file source's journal, or the
-// API server (the kube source writes the allocation annotations on the pod). Called with the
-// node's lock held; must not call back into the store. `node` is the node's record before the
-// change (its topology names the devices).
+// Where binds are made durable before they are acknowledged: the file source's journal
+// (written and fsync'ed in RecordBind), or the API server (the kube source's RecordBind only
+// prepares the pod's annotations, with no API call under the lock; the extender's BindHooks then
+// write them, in the Binding itself for kube-scheduler's bind, as a patch for Volcano's
+// allocate). Called with the node's lock held; must not call back into the store. `node` is the
+// node's record before the change (its topology names the devices).
 class Persistence {
  public:
   virtual ~Persistence() = default;
