@@ -36,6 +36,8 @@ var (
 	podGroupGVR  = schema.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "podgroups"}
 	queueGVR     = schema.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "queues"}
 	hyperNodeGVR = schema.GroupVersionResource{Group: "topology.volcano.sh", Version: "v1alpha1", Resource: "hypernodes"}
+	vcJobGVR     = schema.GroupVersionResource{Group: "batch.volcano.sh", Version: "v1alpha1", Resource: "jobs"}
+	crdGVR       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
 // volcano is Volcano's control plane in one scenario.
@@ -289,7 +291,59 @@ func (v *volcano) start() {
 }
 
 func (v *volcano) startController() {
+	v.waitCRDsServed()
 	v.ctrl = v.run(volcanoRelease+"-controllers", "vc-controller-manager", nil)
+}
+
+// waitCRDsServed waits until every Volcano CRD the chart installed is Established and its
+// resources answer a list, before vc-controller-manager starts (in a cluster its pod starts
+// long after helm created the CRDs). Why it matters: Volcano's job controller handles only
+// PodGroup updates (job_controller.go registers no AddFunc for them), so a PodGroup its informer
+// first sees already Inqueue (through a list that follows a refused watch) is never synced and
+// the Job's pods are never made. A draft of TestVolcanoJob saw that once (a "Got a Retry-After
+// response" on the podgroups watch right after start, then no pods); the refusal's cause was
+// not reproduced since (TestVolcanoJob passes under load), and an unserved CRD is the one such
+// refusal the harness can rule out.
+func (v *volcano) waitCRDsServed() {
+	c, t := v.c, v.c.t
+	ctx := context.Background()
+	err := harness.Eventually(60*time.Second, 200*time.Millisecond, func() (bool, error) {
+		list, err := c.dyn.Client.Resource(crdGVR).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		seen := 0
+		for _, crd := range list.Items {
+			group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+			if !strings.HasSuffix(group, "volcano.sh") {
+				continue
+			}
+			seen++
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			established := false
+			for _, cond := range conds {
+				m, _ := cond.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					established = true
+				}
+			}
+			if !established {
+				return false, fmt.Errorf("CRD %s not Established", crd.GetName())
+			}
+		}
+		if seen == 0 {
+			return false, fmt.Errorf("no Volcano CRD installed")
+		}
+		for _, gvr := range []schema.GroupVersionResource{podGroupGVR, queueGVR, vcJobGVR} {
+			if _, err := c.dyn.Client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+				return false, fmt.Errorf("list %s: %v", gvr.Resource, err)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("Volcano's CRDs not served: %v", err)
+	}
 }
 
 // startScheduler writes the configuration Volcano's ConfigMap holds, with the extender's
