@@ -181,25 +181,7 @@ func TestKubeScheduler(t *testing.T) {
 	hami := startHAMiPlugin(c, dgx.Name)
 
 	podA, podB := c.extDep.Name+"-e2e-a", c.extDep.Name+"-e2e-b"
-	c.extenderPod(podA)
-	c.extenderPod(podB)
-	ra := c.startReplica(podA)
-	rb := c.startReplica(podB)
-	c.startProxy()
-	c.waitReady(ra, 90*time.Second)
-	c.waitReady(rb, 90*time.Second)
-	var leader string
-	err := harness.Eventually(60*time.Second, 250*time.Millisecond, func() (bool, error) {
-		eps := c.leaderPods()
-		if len(eps) != 1 {
-			return false, fmt.Errorf("pods labelled leader: %v", eps)
-		}
-		leader = eps[0]
-		return strings.HasPrefix(c.leaseHolder(), leader), fmt.Errorf("lease holder %q, labelled %s", c.leaseHolder(), leader)
-	})
-	if err != nil {
-		t.Fatalf("no single leader: %v\n--- %s:\n%s\n--- %s:\n%s", err, podA, ra.proc.Tail(3000), podB, rb.proc.Tail(3000))
-	}
+	leader := c.startReplicas(podA, podB)
 	t.Logf("leader: %s (lease holder %s)", leader, c.leaseHolder())
 	if !t.Run("MutualTLS", func(t *testing.T) { c.checkMutualTLS(t, leader) }) {
 		t.Fatal("the chart's TLS is not what the scheduler run below needs (subtest MutualTLS)")
@@ -281,7 +263,7 @@ func TestKubeScheduler(t *testing.T) {
 	killedAt := time.Now()
 	killed.proc.Kill9()
 	t.Logf("killed leader %s (SIGKILL) %s into wave 2", leader, killedAt.Sub(start).Round(time.Millisecond))
-	err = harness.Eventually(60*time.Second, 200*time.Millisecond, func() (bool, error) {
+	err := harness.Eventually(60*time.Second, 200*time.Millisecond, func() (bool, error) {
 		eps := c.leaderPods()
 		h := c.leaseHolder()
 		if len(eps) == 1 && eps[0] == follower && strings.HasPrefix(h, follower) {

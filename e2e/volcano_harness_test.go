@@ -423,7 +423,13 @@ func (v *volcano) writeConf(confArg, conf string) string {
 // and waits for one leader; it returns the leader's pod name.
 func (v *volcano) startToposched() string {
 	c := v.c
-	podA, podB := c.extDep.Name+"-vc-a", c.extDep.Name+"-vc-b"
+	return c.startReplicas(c.extDep.Name+"-vc-a", c.extDep.Name+"-vc-b")
+}
+
+// startReplicas starts two extender replicas as the chart's Deployment runs them, in pods
+// podA and podB, and the Service stand-in; it waits until both are ready and one of them leads
+// (labelled and holding the Lease), and returns the leader's pod name.
+func (c *cluster) startReplicas(podA, podB string) string {
 	c.extenderPod(podA)
 	c.extenderPod(podB)
 	ra := c.startReplica(podA)
@@ -446,7 +452,11 @@ func (c *cluster) waitLeader(timeout time.Duration) string {
 		return strings.HasPrefix(c.leaseHolder(), leader), fmt.Errorf("lease holder %q, labelled %s", c.leaseHolder(), leader)
 	})
 	if err != nil {
-		c.t.Fatalf("no single leader: %v", err)
+		var tails strings.Builder
+		for name, r := range c.replicas {
+			fmt.Fprintf(&tails, "\n--- %s:\n%s", name, r.proc.Tail(3000))
+		}
+		c.t.Fatalf("no single leader: %v%s", err, tails.String())
 	}
 	return leader
 }

@@ -51,7 +51,8 @@ bool Binder::RefuseUnlessLeader(std::string& error) const {
   return true;
 }
 
-Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb) {
+Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb,
+                               bool pipelined) {
   const framework::Framework& framework = evaluator_.framework();
   const std::string pod = PodLabel(entry->pod_namespace, entry->pod_name, entry->uid);
   bool confirmed = false;
@@ -97,7 +98,7 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     std::string metric = "error";
     if (bound.error().code() == ErrorCode::kConflict) metric = "conflict";
     else if (bound.error().code() == ErrorCode::kUnfit) metric = "unfit";
-    metrics::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
+    if (!(pipelined && metric == "unfit")) metrics::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
     return {msg, metric, ""};
   }
   evaluator_.Forget(entry->uid);  // the reservation is consumed
@@ -238,7 +239,7 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     binds_.With({"error"}).Inc();
     return error;
   }
-  const Outcome out = Commit(*entry, task.node_name, "volcano/allocate");
+  const Outcome out = Commit(*entry, task.node_name, "volcano/allocate", task.status == kVolcanoPipelined);
   if (!out.error.empty() && out.metric == "unfit" && task.status == kVolcanoPipelined) {
     // Pipelined (preempt or reclaim) onto devices that its victims still hold: no allocation
     // now; a later session allocates the task once they are gone. An error here would fail

@@ -56,7 +56,10 @@ class Binder {
     std::string metric;     // toposched_binds_total's outcome
     std::string alignment;  // AlignmentNote of the placement bound (for the pod's event)
   };
-  Outcome Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb);
+  // `pipelined`: a Volcano task pipelined onto devices its victims may still hold, for which
+  // "unfit" is expected and logged by the caller, not warned about here.
+  Outcome Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb,
+                 bool pipelined = false);
   // Creates the Binding through the hooks; on failure gives the devices back (persistence
   // undoes the annotations) and returns the error for the scheduler ("" = bound).
   std::string Complete(const state::PodAllocation& allocation);
