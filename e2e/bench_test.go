@@ -39,7 +39,8 @@ import (
 func TestBenchKubeScheduler(t *testing.T) {
 	if os.Getenv("TOPOSCHED_E2E_BENCH") != "1" {
 		t.Skip("benchmark: run it with TOPOSCHED_E2E_BENCH=1 e2e/run.sh -run BenchKubeScheduler -v " +
-			"(TOPOSCHED_E2E_BENCH_NODES=500,1000 TOPOSCHED_E2E_BENCH_PODS=1000 TOPOSCHED_E2E_BENCH_RUNS=3; TOPOSCHED_E2E_TIMEOUT=60m)")
+			"(TOPOSCHED_E2E_BENCH_NODES=500,1000 TOPOSCHED_E2E_BENCH_PODS=1000 TOPOSCHED_E2E_BENCH_RUNS=3; TOPOSCHED_E2E_TIMEOUT=60m; "+
+			"TOPOSCHED_E2E_BENCH_SET=extender.podEvents=warnings for more chart values)")
 	}
 	nodeCounts := benchEnvInts(t, "TOPOSCHED_E2E_BENCH_NODES", []int{500})
 	pods := benchEnvInts(t, "TOPOSCHED_E2E_BENCH_PODS", []int{1000})[0]
@@ -160,7 +161,13 @@ const benchTopology = "azure__nd-a100-v4_8xA100_8xCX6.nccl.xml"
 func newBench(t *testing.T, n, pods int) *bench {
 	// Plain HTTP, as the published figures were measured (docs/benchmarks.md): the scheduler
 	// calls the replica directly (no Service stand-in in the path).
-	c := newCluster(t, fmt.Sprintf("BenchKubeScheduler-%d", n), "--set", "extender.tls.enabled=false")
+	args := []string{"--set", "extender.tls.enabled=false"}
+	// TOPOSCHED_E2E_BENCH_SET: more chart values for the extender runs (helm --set syntax,
+	// e.g. extender.podEvents=warnings), to measure what a setting costs.
+	if extra := os.Getenv("TOPOSCHED_E2E_BENCH_SET"); extra != "" {
+		args = append(args, "--set", extra)
+	}
+	c := newCluster(t, fmt.Sprintf("BenchKubeScheduler-%d", n), args...)
 	b := newBenchOn(t, c, n, pods)
 	b.schedKC = c.cp.ServiceAccountKubeconfig(t, c.out, c.ns, c.schedSA)
 	for _, cm := range c.cms {

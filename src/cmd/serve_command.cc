@@ -96,6 +96,11 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
                "take HAMi's node lock (hami.io/mutex.lock) when a bind hands\n"
                "GPUs to HAMi's NVIDIA or AMD device plugin: auto on nodes that\n"
                "carry that plugin's registration annotation, true on every node");
+  std::string pod_events = "all";
+  flags.Choice("--pod-events", pod_events, {"all", "warnings"},
+               "events on pods: all (DevicesAllocated after each bind and\n"
+               "ReadyAfterBind, two API writes a pod, and the warnings), or\n"
+               "warnings only");
 
   flags.Group("scheduling");
   flags.Text("--config", f.config, "FILE",
@@ -151,6 +156,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   f.source.hami_node_lock = hami_lock == "auto"   ? kube::HamiNodeLockMode::kAuto
                             : hami_lock == "true" ? kube::HamiNodeLockMode::kOn
                                                   : kube::HamiNodeLockMode::kOff;
+  f.source.normal_events = pod_events == "all";
   f.extender.volcano_score_weight = static_cast<double>(volcano_weight);
   f.http.port = static_cast<std::uint16_t>(port);
   f.http.threads = threads > 0 ? static_cast<int>(threads)

@@ -201,6 +201,7 @@ void KubeSource::PodAllocated(const state::PodAllocation& allocation, std::strin
     std::lock_guard lock(d.correlator_mu);
     d.correlator.DropUnwritten(allocation.uid);
   }
+  if (!d.options.normal_events) return;
   // What the pod got, on the pod (kubectl describe), written by the periodic loop.
   std::string devices = d.DescribeDevices(allocation);
   if (devices.empty()) return;

@@ -85,8 +85,10 @@ void KubeSource::Impl::ApplyPod(const PodView& pod, std::vector<PodEvent>& event
         bind_to_ready.With({}).Observe(seconds);
         char text[32];
         std::snprintf(text, sizeof text, "%.1f", seconds);
-        events.push_back({pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, "ReadyAfterBind",
-                          "Ready " + std::string(text) + " s after toposched bound it to node " + pod.node_name});
+        if (options.normal_events) {
+          events.push_back({pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, "ReadyAfterBind",
+                            "Ready " + std::string(text) + " s after toposched bound it to node " + pod.node_name});
+        }
       }
     }
   }

@@ -481,6 +481,43 @@ TEST_F(KubeE2E, ReadyAfterBindIsMeasuredAndReported) {
   EXPECT_NE(devices.find("; worst GPU->NIC link "), std::string::npos) << devices;
 }
 
+// --pod-events warnings: no Normal event per pod (DevicesAllocated, ReadyAfterBind), the metric
+// still measures; a Warning still reaches the pod.
+TEST_F(KubeE2E, WarningsOnlyWritesNoNormalEventPerPod) {
+  AddNode("a100-0", kAzureA100);
+  kube::KubeSourceOptions options;
+  options.normal_events = false;
+  Replica r(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const json pod = GpuPod(server_, "quiet-0", 1, 1);
+  ASSERT_TRUE(Schedule(r, pod, {"a100-0"}).error.empty());
+  ASSERT_TRUE(WaitFor([&] {
+    return r.Call("/metrics", "", "GET").second.find("toposched_kube_informer_events_total{resource=\"pods\"}") !=
+           std::string::npos;
+  }));
+  std::this_thread::sleep_for(milliseconds(200));
+  json ready = *server_.Get(kPods, "quiet-0");
+  ready["status"]["phase"] = "Running";
+  ready["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"},
+                                   {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now())}}};
+  server_.Upsert(kPods, ready);
+  ASSERT_TRUE(WaitFor([&] {
+    return r.Call("/metrics", "", "GET").second.find("toposched_bind_to_ready_seconds_count 1") != std::string::npos;
+  }));
+  // A pod no node fits gets its Warning, written by the same loop that would write the others.
+  const json big = GpuPod(server_, "too-big", 16, 0);
+  EXPECT_FALSE(Schedule(r, big, {"a100-0"}).error.empty());
+  ASSERT_TRUE(WaitFor([&] {
+    for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+      if (e["reason"] == "FailedScheduling") return true;
+    }
+    return false;
+  }, milliseconds(30'000)));
+  for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+    EXPECT_EQ(e["type"], "Warning") << e.dump();
+  }
+}
+
 // Issue 17: a filter that leaves a pod no node gives it one FailedScheduling Warning counting
 // the nodes by reason; a retry with the same reasons raises that Event's count (a PATCH) rather
 // than adding another. And GET /explain?pod= reads the pod from the API server.

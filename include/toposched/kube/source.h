@@ -56,6 +56,11 @@ struct KubeSourceOptions {
   // there); kOn: on every node; kOff: never (HAMi's AMD device plugin then refuses CU slices,
   // and some of its versions whole cards too: it checks the lock before it records CUs).
   HamiNodeLockMode hami_node_lock = HamiNodeLockMode::kAuto;
+  // The Normal events on each pod it binds (DevicesAllocated after the bind, ReadyAfterBind when
+  // it turns Ready): two API writes a pod beside the Binding. False: only Warning events
+  // (FailedScheduling summaries, AllocationUnreadable, IgnoredLabel); the devices are in the
+  // pod's annotations and the bind-to-Ready time in toposched_bind_to_ready_seconds either way.
+  bool normal_events = true;
   // Informers (tests shorten these).
   int watch_timeout_seconds = 300;
   std::chrono::milliseconds backoff_base{250};
