@@ -138,7 +138,8 @@ std::string Binder::Complete(const state::PodAllocation& allocation) {
     metrics::Log(LogLevel::kWarn, {"bind", pod, allocation.node}, error);
     return error;
   }
-  if (auto released = store_.Release(allocation.uid); !released.ok()) {
+  // Only this bind's allocation: another bind of the pod may have replaced it meanwhile.
+  if (auto released = store_.ReleaseIfStill(allocation); !released.ok()) {
     error += "; and releasing the allocation failed: " + released.error().message();
   }
   metrics::Log(LogLevel::kWarn, {"bind", pod, allocation.node}, error);
@@ -255,7 +256,7 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     if (auto allocated = store_.FindPod(task.uid)) {
       if (Status s = hooks_->CompleteAllocate(*allocated); !s.ok()) {
         std::string error = s.error().message();
-        if (auto released = store_.Release(task.uid); !released.ok()) {
+        if (auto released = store_.ReleaseIfStill(*allocated); !released.ok()) {
           error += "; and releasing the allocation failed: " + released.error().message();
         }
         metrics::Log(LogLevel::kWarn, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid),

@@ -176,6 +176,8 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
 
 Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
   Impl& d = *impl_;
+  // After any write of this pod still in flight, never before it.
+  std::lock_guard write(d.PodWriteMutex(allocation.uid));
   bool written = true;
   {
     std::lock_guard lock(d.bind_mu);
@@ -205,6 +207,12 @@ Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
 Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
   Impl& d = *impl_;
   const std::string pod = PodLabel(allocation.pod_namespace, allocation.pod_name);
+  std::lock_guard write(d.PodWriteMutex(allocation.uid));
+  if (!d.StillCurrent(allocation)) {
+    return Error("pod " + pod + "'s allocation on node " + allocation.node +
+                     " was released or replaced while its Binding waited: not written",
+                 ErrorCode::kConflict);
+  }
   Result<Impl::PreparedBind> prepared = d.PreparedFor(allocation);
   if (!prepared.ok()) return prepared.error().WithContext("cannot write pod " + pod + "'s allocation");
   if (prepared->lock) {
@@ -254,6 +262,12 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
 // the session's commit and carries none of them).
 Status KubeSource::CompleteAllocate(const state::PodAllocation& allocation) {
   Impl& d = *impl_;
+  std::lock_guard write(d.PodWriteMutex(allocation.uid));
+  if (!d.StillCurrent(allocation)) {
+    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + "'s allocation on node " +
+                     allocation.node + " was released or replaced before its annotations were written: not written",
+                 ErrorCode::kConflict);
+  }
   Result<Impl::PreparedBind> prepared = d.PreparedFor(allocation);
   {
     std::lock_guard lock(d.bind_mu);

@@ -4,9 +4,11 @@
 // (wiring, readiness, leadership), kube_nodes.cc, kube_pods.cc, kube_events.cc and
 // kube_persistence.cc; each declaration below names its file.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -158,6 +160,20 @@ struct KubeSource::Impl {
     bool lock = false;                  // HAMi's node lock is taken before the write
   };
   std::unordered_map<std::string, PreparedBind> prepared;
+  // One pod's API writes (its Binding, Volcano's patch, their undo) one at a time, each only
+  // while the store still holds what it writes. Binds write outside the node's lock, so two binds
+  // of one pod (vc-scheduler killed mid-session and the next one allocating the pod elsewhere)
+  // could otherwise land out of order and leave the pod annotated for the wrong node (seen in
+  // e2e TestVolcano/SchedulerRestart). Striped by UID; held across the write's round trip.
+  std::array<std::mutex, 64> pod_write_mu;
+  std::mutex& PodWriteMutex(std::string_view uid) {
+    return pod_write_mu[std::hash<std::string_view>{}(uid) % pod_write_mu.size()];
+  }
+  // Whether the store still holds `a` for its pod (the same node and devices).
+  bool StillCurrent(const state::PodAllocation& a) const {
+    const std::optional<state::PodAllocation> now = store.FindPod(a.uid);
+    return now && now->node == a.node && now->delta == a.delta;
+  }
   // kube_persistence.cc: the record of `allocation` on a node with topology `t`, at `now`.
   PreparedBind Prepare(const state::PodAllocation& allocation, const NodeTopology& t,
                        std::chrono::system_clock::time_point now) const;

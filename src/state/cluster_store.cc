@@ -1066,6 +1066,15 @@ Result<std::optional<PodAllocation>> ClusterStore::Release(std::string_view pod_
   return impl_->ReleaseClaimed(*claim.bound(), persist);
 }
 
+Result<std::optional<PodAllocation>> ClusterStore::ReleaseIfStill(const PodAllocation& expected) {
+  const Impl::UidClaim claim(*impl_, expected.uid);
+  const std::optional<PodAllocation>& bound = claim.bound();
+  if (!bound || bound->node != expected.node || !(bound->delta == expected.delta) || !bound->hold.empty()) {
+    return std::optional<PodAllocation>();
+  }
+  return impl_->ReleaseClaimed(*bound, /*persist=*/true);
+}
+
 Status ClusterStore::Hold(PodAllocation allocation) {
   if (allocation.uid.empty()) return Error("hold: pod UID is empty");
   if (allocation.hold.empty()) return Error("hold: pod " + allocation.uid + ": no reason given");

@@ -1425,6 +1425,38 @@ TEST_F(KubeE2E, VolcanoSessionEventsNeverChangeABoundPodsDevices) {
   ExpectNoDeviceHeldTwice(server_);
 }
 
+// Two allocates of one pod overlap (vc-scheduler killed mid-session while toposched wrote the
+// first; the restarted one allocates the pod on another node): the writes land in the order the
+// store changed, so the pod ends annotated for the second node and held only there (e2e
+// TestVolcano/SchedulerRestart once ended with the first node's annotation on a pod Volcano
+// bound to the second).
+TEST_F(KubeE2E, OverlappingAllocatesOfOnePodLeaveTheLastOnesRecord) {
+  AddNode("a100-0", kAzureA100);
+  AddNode("a100-1", kAzureA100);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const json pod = GpuPod(server_, "restarted", 2, 2);
+  const std::string uid = pod["metadata"]["uid"];
+  // The first allocate's annotation patch is slow; the second arrives meanwhile.
+  server_.InjectFault({.method = "PATCH", .path_prefix = "/api/v1/namespaces/default/pods/restarted", .times = 1,
+                       .delay = milliseconds(600)});
+  std::string first_error;
+  std::jthread first([&] {
+    first_error = json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-0")).second)["errorMessage"];
+  });
+  std::this_thread::sleep_for(milliseconds(150));
+  const json second = json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-1")).second);
+  first.join();
+  EXPECT_EQ(second["errorMessage"], "");
+  ASSERT_TRUE(r.store.FindPod(uid).has_value());
+  EXPECT_EQ(r.store.FindPod(uid)->node, "a100-1");
+  const json ann = (*server_.Get(kPods, "restarted"))["metadata"]["annotations"];
+  ASSERT_TRUE(ann.contains("toposched.io/allocation")) << ann.dump() << " (first allocate: " << first_error << ")";
+  EXPECT_EQ(json::parse(ann["toposched.io/allocation"].get<std::string>())["node"], "a100-1")
+      << "first allocate: " << first_error;
+  ExpectNoDeviceHeldTwice(server_);
+}
+
 // Issue 15 (1): a tentative allocation nobody completes (Volcano pipelined a task, then neither
 // bound nor deallocated it) is undone after unbound_allocation_ttl; a bound pod never is.
 TEST_F(KubeE2E, AnAllocationNeverBoundIsUndoneAfterItsTtl) {

@@ -314,6 +314,10 @@ class ClusterStore {
   // when the UID holds nothing. A held pod (Hold) is released only with `persist` false: nothing
   // but the source's report that the pod is gone proves its devices free.
   Result<std::optional<PodAllocation>> Release(std::string_view pod_uid, bool persist = true);
+  // Release, only while the pod's allocation is still `expected` (the same node and devices),
+  // checked under the pod's claim: a caller undoing its own bind must not release what another
+  // bind of the same pod made meanwhile. nullopt when it is not.
+  Result<std::optional<PodAllocation>> ReleaseIfStill(const PodAllocation& expected);
 
   std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;
   // The allocations of a Prefill/Decode pool's pods (PodAllocation::pool), by UID; empty for "".
