@@ -240,7 +240,11 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     binds_.With({"error"}).Inc();
     return error;
   }
-  const Outcome out = Commit(*entry, task.node_name, "volcano/allocate", task.status == kVolcanoPipelined);
+  Outcome out;
+  {
+    const RecordAtCommit record;  // the annotations before this allocate answers (bind_hooks.h)
+    out = Commit(*entry, task.node_name, "volcano/allocate", task.status == kVolcanoPipelined);
+  }
   if (!out.error.empty() && out.metric == "unfit" && task.status == kVolcanoPipelined) {
     // Pipelined (preempt or reclaim) onto devices that its victims still hold: no allocation
     // now; a later session allocates the task once they are gone. An error here would fail
@@ -253,19 +257,7 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     return "";
   }
   if (out.error.empty() && out.metric == "bound" && hooks_ != nullptr) {
-    if (auto allocated = store_.FindPod(task.uid)) {
-      if (Status s = hooks_->CompleteAllocate(*allocated); !s.ok()) {
-        std::string error = s.error().message();
-        if (auto released = store_.ReleaseIfStill(*allocated); !released.ok()) {
-          error += "; and releasing the allocation failed: " + released.error().message();
-        }
-        metrics::Log(LogLevel::kWarn, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid),
-                                      task.node_name}, error);
-        binds_.With({"error"}).Inc();
-        return error;
-      }
-      hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
-    }
+    if (auto allocated = store_.FindPod(task.uid)) hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
   }
   binds_.With({out.metric}).Inc();
   return out.error;

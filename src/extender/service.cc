@@ -417,7 +417,7 @@ std::size_t ExtenderService::BodyLimit(std::string_view target) const {
 
 bool ExtenderService::WaitsOnApi(std::string_view target) const {
   const std::optional<Verb> verb = impl_->Route(PathOf(target));
-  return verb == Verb::kBind || verb == Verb::kVAllocate || verb == Verb::kVDeallocate || verb == Verb::kExplain;
+  return verb == Verb::kBind || verb == Verb::kExplain;
 }
 
 void ExtenderService::SetScrapeHook(std::function<void()> hook) { impl_->scrape_hook = std::move(hook); }

@@ -1123,7 +1123,6 @@ class RecordingHooks : public BindHooks {
     return Error("no API server in this test");
   }
   Status CompleteBind(const state::PodAllocation&) override { return Status::Ok(); }
-  Status CompleteAllocate(const state::PodAllocation&) override { return Status::Ok(); }
   bool MayRebind(const state::PodAllocation&) override { return true; }
   void PodUnschedulable(std::string_view ns, std::string_view name, std::string_view, std::string_view summary) override {
     unschedulable.emplace_back(std::string(ns) + "/" + std::string(name), std::string(summary));

@@ -161,16 +161,48 @@ Result<KubeSource::Impl::PreparedBind> KubeSource::Impl::PreparedFor(const state
   return Prepare(allocation, *record->topology, SystemClock::now());
 }
 
-// Under the store's node lock: nothing but memory. The record is written by CompleteBind or
-// CompleteAllocate, outside every lock, so binds to one node do not wait on each other's API
-// round trips.
+// Under the store's node lock. kube-scheduler's bind: nothing but memory; the record is
+// written by CompleteBind, in the Binding, outside every lock, so binds to one node do not wait
+// on each other's API round trips. Volcano's allocate (extender::RecordAtCommit): written here.
 Status KubeSource::RecordBind(const state::PodAllocation& allocation, const state::NodeRecord& node) {
   Impl& d = *impl_;
   Impl::PreparedBind p;
   if (node.topology != nullptr) p = d.Prepare(allocation, *node.topology, SystemClock::now());
-  std::lock_guard lock(d.bind_mu);
-  d.recent_binds[allocation.uid] = {SteadyClock::now()};
-  d.prepared[allocation.uid] = std::move(p);
+  {
+    std::lock_guard lock(d.bind_mu);
+    d.recent_binds[allocation.uid] = {SteadyClock::now()};
+    if (!extender::RecordAtCommit::Active()) {
+      d.prepared[allocation.uid] = std::move(p);
+      return Status::Ok();
+    }
+    d.prepared.erase(allocation.uid);
+  }
+  // Volcano's allocate (extender::RecordAtCommit): the annotations now, under the node's lock,
+  // as one merge patch (HAMi's node lock first where it applies); Volcano's Binding follows.
+  if (p.annotations.empty()) return Status::Ok();
+  std::lock_guard write(d.PodWriteMutex(allocation.uid));
+  if (p.lock) {
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+  }
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                                     json{{"metadata", {{"annotations", p.annotations}}}});
+  if (!patched.ok()) {
+    d.annotation_writes.With({"error"}).Inc();
+    if (p.lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    return patched.error().WithContext("cannot write the allocation annotations");
+  }
+  if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
+    // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
+    d.annotation_writes.With({"error"}).Inc();
+    json undo = json::object();
+    for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
+    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                      json{{"metadata", {{"annotations", undo}}}});
+    if (p.lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
+                 StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
+  }
+  d.annotation_writes.With({"bind"}).Inc();
   return Status::Ok();
 }
 
@@ -256,43 +288,6 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
   d.bindings.With({std::string(outcome)}).Inc();
   if (!prepared->annotations.empty()) d.annotation_writes.With({s.ok() ? "binding" : "error"}).Inc();
   return s;
-}
-
-// Volcano's allocate: the annotations now, as one merge patch (Volcano's own Binding follows
-// the session's commit and carries none of them).
-Status KubeSource::CompleteAllocate(const state::PodAllocation& allocation) {
-  Impl& d = *impl_;
-  std::lock_guard write(d.PodWriteMutex(allocation.uid));
-  if (!d.StillCurrent(allocation)) {
-    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + "'s allocation on node " +
-                     allocation.node + " was released or replaced before its annotations were written: not written",
-                 ErrorCode::kConflict);
-  }
-  Result<Impl::PreparedBind> prepared = d.PreparedFor(allocation);
-  {
-    std::lock_guard lock(d.bind_mu);
-    d.prepared.erase(allocation.uid);  // from here on, perhaps written: a release undoes it
-  }
-  if (!prepared.ok()) return prepared.error().WithContext("cannot write the allocation annotations");
-  if (prepared->annotations.empty()) return Status::Ok();
-  if (prepared->lock) {
-    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
-  }
-  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
-                                     json{{"metadata", {{"annotations", prepared->annotations}}}});
-  if (!patched.ok()) {
-    d.annotation_writes.With({"error"}).Inc();
-    return patched.error().WithContext("cannot write the allocation annotations");
-  }
-  if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
-    // Same name, another pod (deleted and recreated meanwhile): the release that follows takes
-    // the annotations off it again.
-    d.annotation_writes.With({"error"}).Inc();
-    return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
-                 StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
-  }
-  d.annotation_writes.With({"bind"}).Inc();
-  return Status::Ok();
 }
 
 bool KubeSource::MayRebind(const state::PodAllocation& previous) {

@@ -153,7 +153,7 @@ struct KubeSource::Impl {
   };
   std::unordered_map<std::string, LocalBind> recent_binds;
   // A bind's record, prepared by RecordBind under the store's node lock (no API call there) and
-  // written by CompleteBind (in the Binding's own write) or CompleteAllocate (a merge patch).
+  // written by CompleteBind (in the Binding's own write), or by RecordBind itself for Volcano's allocate.
   // An entry still here when the allocation is released was never written: nothing to undo.
   struct PreparedBind {
     json annotations = json::object();  // empty: no devices of ours, the Binding carries nothing

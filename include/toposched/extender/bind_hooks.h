@@ -21,6 +21,24 @@ inline constexpr std::string_view kPodNotFoundTag = "pod not found: ";
 // stay held (fail closed).
 inline constexpr ErrorCode kBindOutcomeUnknown = ErrorCode::kUnavailable;
 
+// While one is alive on a thread, Persistence::RecordBind on that thread makes the record
+// durable itself, under the node's lock, before the bind returns: Volcano's allocate (its
+// annotations, one merge patch, before Volcano's own Binding). A Volcano session sends allocate
+// and deallocate one after another, and the node's lock keeps each write ahead of the events
+// that follow it. Without one, the Kubernetes source only prepares the record and CompleteBind
+// writes it in the Binding.
+class RecordAtCommit {
+ public:
+  RecordAtCommit() { Active() = true; }
+  ~RecordAtCommit() { Active() = false; }
+  RecordAtCommit(const RecordAtCommit&) = delete;
+  RecordAtCommit& operator=(const RecordAtCommit&) = delete;
+  static bool& Active() {
+    static thread_local bool active = false;
+    return active;
+  }
+};
+
 // What a bind means beyond the cluster state when an API server is the store (the kube
 // source, src/kube/kube_source.cc). Without hooks (the file source) a bind is complete once
 // persisted, every replica may change state, and readiness is "state loaded".
@@ -44,10 +62,7 @@ class BindHooks {
   // kBindOutcomeUnknown: the Binding may have been made (the API server could not be asked
   // afterwards), so the devices stay held until the pod is seen bound, gone, or shown unbound.
   virtual Status CompleteBind(const state::PodAllocation& allocation) = 0;
-  // Volcano's allocate, after the store committed the allocation: makes its record durable
-  // now (the Kubernetes source: the annotations, one merge patch), before Volcano's own Binding.
-  // On an error the service releases the allocation and answers the error.
-  virtual Status CompleteAllocate(const state::PodAllocation& allocation) = 0;
+
   // A bind to another node than the one a pod's allocation is on: true when the old one was
   // never completed (the pod has no node yet), so the service may release it and bind anew.
   virtual bool MayRebind(const state::PodAllocation& previous) = 0;

@@ -83,9 +83,10 @@ class ExtenderService {
   void Handle(const server::HttpRequest& request, server::HttpResponse& response);
   // The body limit for a target (server::BodyLimit).
   std::size_t BodyLimit(std::string_view target) const;
-  // Whether a target's verb may wait on the API server (kube-scheduler's bind, Volcano's
-  // allocate and deallocate, /explain of a pod by name): the server runs those on its offload
-  // threads (ServerOptions::offload), so that filter and prioritize are answered meanwhile.
+  // Whether a target's verb may wait on the API server apart from the others (kube-scheduler's
+  // bind, /explain of a pod by name): the server runs those on its offload threads
+  // (ServerOptions::offload), so that filter and prioritize are answered meanwhile. Volcano's
+  // allocate and deallocate stay on the workers: its session sends them one at a time.
   bool WaitsOnApi(std::string_view target) const;
 
   // Called before /metrics renders, to refresh gauges owned elsewhere (e.g. server counters).

@@ -113,7 +113,6 @@ class KubeSource : public state::Persistence, public extender::BindHooks {
   Result<std::string> FetchPod(std::string_view pod_namespace, std::string_view pod_name,
                                std::string_view pod_uid) override;
   Status CompleteBind(const state::PodAllocation& allocation) override;
-  Status CompleteAllocate(const state::PodAllocation& allocation) override;
   bool MayRebind(const state::PodAllocation& previous) override;
   void PodWarning(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
                   std::string_view reason, std::string_view message) override;
