@@ -121,7 +121,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   flags.Integer("--threads", threads, 1, 256, "N", "worker threads")->default_str("the number of CPUs, at least 2");
   long long bind_concurrency = 64;
   flags.Integer("--bind-concurrency", bind_concurrency, 1, 1024, "N",
-                "binds (and Volcano allocates) waiting on the API server at once, on\n"
+                "kube-scheduler's binds waiting on the API server at once, on\n"
                 "threads of their own; as many more wait, and one over that is\n"
                 "answered 429 (the scheduler retries it)");
   flags.Text("--kube-prefix", f.extender.kube_prefix, "PATH", "kube-scheduler urlPrefix path");
