@@ -35,8 +35,8 @@ Binder::Binder(Evaluator& evaluator, metrics::Registry& reg)
       volcano_events_(reg.AddCounter("toposched_volcano_events_total",
                                      "Volcano session events with an outcome of their own: deallocate_kept (a bound "
                                      "pod evicted in a session keeps its devices), deallocate_released (never bound), "
-                                     "pipelined_waiting (pipelined onto devices its victims still hold: allocated "
-                                     "later, once they are gone).",
+                                     "pipelined_waiting (a pipelined task: no devices until a later session allocates it; "
+                                     "Volcano binds only allocated tasks).",
                                      {"event"})),
       volcano_missing_(reg.AddGauge(
           "toposched_volcano_allocate_missing",
@@ -235,6 +235,17 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
   if (!entry.ok()) {
     binds_.With({"error"}).Inc();
     return entry.error().message();
+  }
+  if (task.status == kVolcanoPipelined && !store_.FindPod(task.uid)) {
+    // A pipelined task is not bound: Volcano binds it only once a later session allocates it
+    // (Allocated), and a statement that pipelined it may be committed with no deallocate to
+    // follow (its preempt action pipelining a gang task onto idle devices: e2e TestVolcano/Gang
+    // saw such a task keep its devices). So it gets none now, and no error: an error would fail
+    // Volcano's Statement.Pipeline, and with it the eviction a preemption needs.
+    volcano_events_.With({"pipelined_waiting"}).Inc();
+    metrics::Log(LogLevel::kInfo, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},
+                "pipelined: devices are allocated when a later session allocates the task");
+    return "";
   }
   if (std::string error = MoveIfNeverBound(task.uid, task.node_name, "volcano/allocate"); !error.empty()) {
     binds_.With({"error"}).Inc();
