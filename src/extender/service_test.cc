@@ -835,8 +835,13 @@ TEST(ExtenderVolcano, APipelinedTaskWaitsForItsVictimsWithoutFailingTheStatement
   EXPECT_FALSE(h.store().FindPod("uid-hi").has_value());
   task["Status"] = 2;  // api.Allocated: the same request on a full node is an error
   EXPECT_NE(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
-  // The victim goes; the next session allocates the preemptor there.
+  // The victim goes; pipelined again onto the free devices, still nothing (a statement that
+  // pipelined it may be committed with no deallocate to follow); the next session allocates it.
   ASSERT_EQ(PostJson(c, "/volcano/deallocate", json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"], "");
+  task["Status"] = 4;
+  EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
+  EXPECT_FALSE(h.store().FindPod("uid-hi").has_value());
+  task["Status"] = 2;
   EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
   EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 4);
 }
