@@ -239,8 +239,8 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
   if (task.status == kVolcanoPipelined && !store_.FindPod(task.uid)) {
     // A pipelined task is not bound: Volcano binds it only once a later session allocates it
     // (Allocated), and a statement that pipelined it may be committed with no deallocate to
-    // follow (its preempt action pipelining a gang task onto idle devices: e2e TestVolcano/Gang
-    // saw such a task keep its devices). So it gets none now, and no error: an error would fail
+    // follow (its preempt action pipelining a gang task onto idle devices), which would leave
+    // the devices with a pod never bound. So it gets none now, and no error: an error would fail
     // Volcano's Statement.Pipeline, and with it the eviction a preemption needs.
     volcano_events_.With({"pipelined_waiting"}).Inc();
     metrics::Log(LogLevel::kInfo, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},

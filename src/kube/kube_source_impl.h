@@ -161,10 +161,10 @@ struct KubeSource::Impl {
   };
   std::unordered_map<std::string, PreparedBind> prepared;
   // One pod's API writes (its Binding, Volcano's patch, their undo) one at a time, each only
-  // while the store still holds what it writes. Binds write outside the node's lock, so two binds
-  // of one pod (vc-scheduler killed mid-session and the next one allocating the pod elsewhere)
-  // could otherwise land out of order and leave the pod annotated for the wrong node (seen in
-  // e2e TestVolcano/SchedulerRestart). Striped by UID; held across the write's round trip.
+  // while the store still holds what it writes. kube-scheduler's binds write outside the node's
+  // lock, so two writes of one pod (a bind retried elsewhere while the first Binding is in
+  // flight, the undo of a release) could otherwise land out of order and leave the pod's record
+  // naming the wrong node. Striped by UID; held across the write's round trip.
   std::array<std::mutex, 64> pod_write_mu;
   std::mutex& PodWriteMutex(std::string_view uid) {
     return pod_write_mu[std::hash<std::string_view>{}(uid) % pod_write_mu.size()];
