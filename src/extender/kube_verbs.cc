@@ -188,6 +188,9 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
   scratch.names.clear();
   for (const NodeRef& n : nodes) scratch.names.push_back(n.name);
   snap.IndexOf(scratch.names, scratch.at);
+  // The node where the pod holds devices already (a bind that did not complete: the extender
+  // restarted, or the Binding's outcome was unknown) fits it on them; bind completes it there.
+  const std::string own = evaluator_.store().NodeOfOwnAllocation(e.uid);
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const NodeRef& n = nodes[k];
     const std::size_t i = scratch.at[k];
@@ -197,7 +200,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       continue;
     }
     const ClassVerdict* v = verdict.At(i);
-    if (v->passes()) {
+    if (v->passes() || (!own.empty() && n.name == own)) {
       passed.push_back(n);
       passed_at.push_back(static_cast<std::uint32_t>(i));
       continue;

@@ -846,6 +846,46 @@ TEST(ExtenderVolcano, APipelinedTaskWaitsForItsVictimsWithoutFailingTheStatement
   EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 4);
 }
 
+TEST(ExtenderVolcano, ATaskThatHoldsDevicesOnANodeFitsThereOnThem) {
+  // An allocate whose reply was lost (the leader died after writing it; a new leader restored
+  // it): the task is pending, its devices held on hgx-a, the node full of them. Predicate must
+  // pass there, or no session allocates it again and it stays pending while holding the
+  // devices (seen with vc-scheduler v1.13.3 in e2e TestVolcano/LeaderKill). Another task's
+  // predicate still sees the devices taken.
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec p{.name = "lost", .uid = "uid-lost", .gpus = 8};
+  ASSERT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump())["errorMessage"], "");
+  json r = PostJson(c, "/volcano/predicate",
+                    json{{"task", testing::MakeTask(p)}, {"node", testing::MakeVolcanoNode("hgx-a")}}.dump());
+  EXPECT_EQ(r, json({{"status", ""}, {"code", 0}}));
+  EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump())["errorMessage"], "");
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);
+  const PodSpec q{.name = "q", .uid = "uid-q", .gpus = 1};
+  r = PostJson(c, "/volcano/predicate",
+               json{{"task", testing::MakeTask(q)}, {"node", testing::MakeVolcanoNode("hgx-a")}}.dump());
+  EXPECT_EQ(r["code"], 2) << r.dump();
+}
+
+TEST(ExtenderFilter, APodThatHoldsDevicesOnANodePassesThereOnly) {
+  // A bind that did not complete (its Binding's outcome unknown, or the extender restarted) left
+  // the pod's devices held on hgx-a: the retried pod fits there on them, and bind completes it.
+  Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"}});
+  HttpClient c(h.port());
+  const PodSpec fill{.name = "fill", .uid = "uid-fill", .gpus = 8};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(fill), {"hgx-b"}));
+  ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(fill, "hgx-b"))["Error"], "");
+  const PodSpec p{.name = "p8", .uid = "uid-p8", .gpus = 8};
+  PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {"hgx-a"}));
+  ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"], "");
+  const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {"hgx-a", "hgx-b"}));
+  EXPECT_EQ(r["NodeNames"], json({"hgx-a"})) << r.dump();
+  EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"], "");
+  EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);
+  const PodSpec q{.name = "q", .uid = "uid-q", .gpus = 1};
+  EXPECT_TRUE(PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(q), {"hgx-a", "hgx-b"}))["NodeNames"].empty());
+}
+
 TEST(ExtenderVolcano, PreemptableAndReclaimableAlwaysAbstain) {
   // Volcano asks a later tier only when the earlier ones named no victim: a permit from the
   // extender there would evict pods Volcano's priority plugin refused to (e2e TestVolcano).

@@ -1183,6 +1183,13 @@ std::optional<PodAllocation> ClusterStore::FindPod(std::string_view pod_uid) con
   return it->second;
 }
 
+std::string ClusterStore::NodeOfOwnAllocation(std::string_view pod_uid) const {
+  std::lock_guard lock(impl_->pods_mu);
+  const auto it = impl_->pods.find(pod_uid);
+  if (it == impl_->pods.end() || it->second.foreign || !it->second.hold.empty()) return "";
+  return it->second.node;
+}
+
 std::size_t ClusterStore::pod_count() const {
   std::lock_guard lock(impl_->pods_mu);
   return impl_->pods.size();

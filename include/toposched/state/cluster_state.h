@@ -320,6 +320,10 @@ class ClusterStore {
   Result<std::optional<PodAllocation>> ReleaseIfStill(const PodAllocation& expected);
 
   std::optional<PodAllocation> FindPod(std::string_view pod_uid) const;
+  // The node where the pod holds devices of its own allocation (not foreign, not held), or ""
+  // when it holds none: a pod pending with such an allocation (its bind never completed) fits
+  // there on its own devices. Copies no allocation, for the per-call verbs.
+  std::string NodeOfOwnAllocation(std::string_view pod_uid) const;
   // The allocations of a Prefill/Decode pool's pods (PodAllocation::pool), by UID; empty for "".
   std::vector<PodAllocation> PoolPods(std::string_view pool) const;
   // The same as pool-aware plugins see them (framework::PoolMember: no devices, no containers).
