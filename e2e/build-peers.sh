@@ -8,7 +8,7 @@
 # across runs and checkouts. Each build goes to a temporary directory first and is renamed into
 # place only when every binary of the peer built, so an interrupted build never looks complete.
 #
-# usage: e2e/build-peers.sh [PEER...]     (default: etcd kube helm kwok prometheus-operator volcano;
+# usage: e2e/build-peers.sh [PEER...]     (default: etcd kube helm kwok prometheus-operator volcano hami;
 #                                          PEER in those and promtool)
 # env:   GO (default: go on PATH, else /usr/local/go/bin/go), TOPOSCHED_E2E_CACHE,
 #        TOPOSCHED_SHARED_PEERS (default: ../shared/peers next to the repository)
@@ -18,6 +18,14 @@
 # `go build` writes only to GOCACHE and GOMODCACHE, every dependency comes from the proxy and is
 # pinned by that tree's own go.sum), into <cache>/volcano-<tag>/. The tests install Volcano with helm
 # from that tree's own chart (installer/helm/chart/volcano), in place.
+#
+# hami is not on the module proxy either (403 for github.com/Project-HAMi/HAMi): its scheduler
+# (hami-scheduler) builds from $TOPOSCHED_SHARED_PEERS/hami-<tag> as volcano does, with cgo (its
+# go-nvml binding; no NVIDIA library is needed to build or to run it without GPUs), and
+# hami-peer, the module e2e/tools/hami (HAMi's own decoders, node registration and device
+# plugin side of a bind, for the tests), builds from a copy of that module whose replace line
+# names the same tree, into <cache>/hami-<tag>/; hami-peer is rebuilt when e2e/tools/hami changes
+# (its files' hash, in .tool-hash, is what the tests check).
 #
 # promtool is not a peer of the e2e suite: tests/chart/run.sh checks the chart's PrometheusRule
 # with it (scripts/promtool-path.sh builds it on demand, and the check is skipped, saying why,
@@ -183,11 +191,39 @@ kube_ldflags() {
 
 shared_peers=${TOPOSCHED_SHARED_PEERS:-$(dirname "$(dirname "$here")")/shared/peers}
 volcano_tag=v1.13.3
+hami_tag=v2.10.0
+
+# tool_hash: what hami-peer is built from (the tests compare it with <cache>/hami-<tag>/.tool-hash).
+tool_hash() { cat "$here/tools/hami/main.go" "$here/tools/hami/go.mod" "$here/tools/hami/go.sum" | sha256sum | cut -c1-16; }
+
+# build_hami_peer: hami-peer into <cache>/hami-<tag>/ from a copy of e2e/tools/hami whose replace
+# line names $shared_peers/hami-<tag> (the checked-in one assumes ../shared next to the clone).
+build_hami_peer() {
+  local dest="$cache/hami-$hami_tag" hash tmp start
+  hash=$(tool_hash)
+  if [[ -x "$dest/hami-peer" && "$(cat "$dest/.tool-hash" 2>/dev/null)" == "$hash" ]]; then
+    echo "build-peers: hami-peer $hash: cached in $dest"
+    return 0
+  fi
+  tmp=$(mktemp -d "$cache/.hami-peer.XXXXXX")
+  cp "$here/tools/hami/main.go" "$here/tools/hami/go.mod" "$here/tools/hami/go.sum" "$tmp/"
+  start=$(date +%s)
+  if ! (cd "$tmp" && "$GO" mod edit -replace "github.com/Project-HAMi/HAMi=$shared_peers/hami-$hami_tag" &&
+        CGO_ENABLED=1 "$GO" build -trimpath -ldflags "-s -w" -o "$tmp/hami-peer" .); then
+    rm -rf "$tmp"
+    echo "build-peers: hami-peer: go build failed" >&2
+    return 1
+  fi
+  mv "$tmp/hami-peer" "$dest/hami-peer"
+  echo "$hash" > "$dest/.tool-hash"
+  rm -rf "$tmp"
+  echo "build-peers: hami-peer $hash: built in $(( $(date +%s) - start ))s -> $dest"
+}
 
 peers=("$@")
 defaults=0
 if [[ ${#peers[@]} -eq 0 ]]; then
-  peers=(etcd kube helm kwok prometheus-operator volcano)
+  peers=(etcd kube helm kwok prometheus-operator volcano hami)
   defaults=1
 fi
 
@@ -198,7 +234,8 @@ for p in "${peers[@]}"; do
   case "$p" in
     kube|etcd|helm|kwok|prometheus-operator|promtool) mods+=("$here/tools/$p/go.mod") ;;
     volcano) [[ -f "$shared_peers/volcano-$volcano_tag/go.mod" ]] && mods+=("$shared_peers/volcano-$volcano_tag/go.mod") ;;
-    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator volcano promtool)" >&2; exit 2 ;;
+    hami) [[ -f "$shared_peers/hami-$hami_tag/go.mod" ]] && mods+=("$shared_peers/hami-$hami_tag/go.mod" "$here/tools/hami/go.mod") ;;
+    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator volcano hami promtool)" >&2; exit 2 ;;
   esac
 done
 need=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' "${mods[@]}" | sort -V | tail -1)
@@ -251,7 +288,16 @@ for p in "${peers[@]}"; do
       v="-s -w -X volcano.sh/volcano/pkg/version.Version=$volcano_tag -X volcano.sh/volcano/pkg/version.GitSHA=5fe5adf1cc501a3d66950a84a47e0543606bf47e"
       build_source_peer volcano "$shared_peers/volcano-$volcano_tag" "$volcano_tag" "$v" \
         ./cmd/scheduler:vc-scheduler ./cmd/controller-manager:vc-controller-manager ;;
-    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator volcano promtool)" >&2; exit 2 ;;
+    hami)
+      if [[ $defaults -eq 1 && ! -f "$shared_peers/hami-$hami_tag/go.mod" ]]; then
+        echo "build-peers: hami $hami_tag: no source tree at $shared_peers/hami-$hami_tag (set TOPOSCHED_SHARED_PEERS): not built; the HAMi tests will be skipped"
+        continue
+      fi
+      # Stamped as HAMi's Makefile does (pkg/version).
+      v="-s -w -X github.com/Project-HAMi/HAMi/pkg/version.version=$hami_tag -X github.com/Project-HAMi/HAMi/pkg/version.revision=4707fb02c91c545bc7343ce26dba4c32919f9a3e"
+      cgo=1 build_source_peer hami "$shared_peers/hami-$hami_tag" "$hami_tag" "$v" ./cmd/scheduler:hami-scheduler
+      build_hami_peer ;;
+    *) echo "build-peers: unknown peer '$p' (kube etcd helm kwok prometheus-operator volcano hami promtool)" >&2; exit 2 ;;
   esac
 done
 echo "build-peers: done in $(( $(date +%s) - total_start ))s; cache: $cache"

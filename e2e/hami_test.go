@@ -1,108 +1,140 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"toposched.io/e2e/harness"
 )
 
-// HAMi's module could not be had: the Go module proxy answers 403 "This module version is not
-// available" for github.com/Project-HAMi/HAMi@v2.8.0 (tried once, as the issue says; a refusal
-// is final). So the annotations our binds write are read here by a decoder written to HAMi's
-// wire rules as HAMi's own source states them (Project-HAMi/HAMi pkg/device/devices.go,
-// EncodeContainerDevices / EncodePodSingleDevice / DecodePodDevices / DecodeContainerDevices,
-// read at commit 0136974a3700156fedee01c11863f87f5f4fb677; the rules there are unchanged since
-// v2.4): it is not HAMi's code, and it is as strict as that decoder is:
-//
-//   - the pod annotation is one segment per container, init containers first, each followed by
-//     ";" (so splitting on ";" yields one entry per container plus a trailing empty one, and
-//     HAMi keeps empty entries so that index i is container i);
-//   - a container segment is devices each followed by ":"; empty pieces are skipped, any other
-//     piece without "," is an error;
-//   - a device is "UUID,Type,Usedmem,Usedcores" (at least 4 fields); UUID and Type non-empty;
-//     Usedmem and Usedcores are int32 >= 0.
-//
-// The node registration (hami.io/node-nvidia-register) is HAMi's DeviceInfo list as JSON
-// (MarshalNodeDevices in the same file): id, index, count, devmem, devcore, type, numa, mode,
-// health.
+// HAMi v2.10.0's own code reads what toposched writes: e2e/tools/hami is a module of its own
+// (HAMi pins k8s.io v0.36) that imports HAMi from ../shared/peers/hami-v2.10.0 (the module proxy
+// refuses it) and builds hami-peer (e2e/build-peers.sh hami). The tests call it for every HAMi
+// rule: the decoding of a pod's device annotations (device.DecodePodDevices, over the keys the
+// device plugin reads and those HAMi's scheduler counts as held), the node registration as HAMi's
+// device plugin writes it (device.MarshalNodeDevices), and the device plugin's side of a bind
+// (util.GetPendingPod, the plugin's GetNextDeviceRequest, PodAllocationTrySuccess and with it
+// pkg/util/nodelock's release). Nothing here re-implements a HAMi rule.
 
-type hamiDevice struct {
-	UUID, Type     string
-	Usedmem, Cores int32
-}
+// hamiTag is the HAMi release the tests run against.
+const hamiTag = "v2.10.0"
 
-func hamiDecodeContainer(s string) ([]hamiDevice, error) {
-	var out []hamiDevice
-	for _, piece := range strings.Split(s, ":") {
-		if piece == "" {
-			continue
-		}
-		if !strings.Contains(piece, ",") {
-			return nil, fmt.Errorf("malformed container device segment %q", piece)
-		}
-		f := strings.Split(piece, ",")
-		if len(f) < 4 {
-			return nil, fmt.Errorf("device %q: missing fields", piece)
-		}
-		if f[0] == "" || f[1] == "" {
-			return nil, fmt.Errorf("device %q: empty UUID or type", piece)
-		}
-		mem, err := strconv.ParseInt(f[2], 10, 32)
-		if err != nil || mem < 0 {
-			return nil, fmt.Errorf("device %q: memory %q", piece, f[2])
-		}
-		cores, err := strconv.ParseInt(f[3], 10, 32)
-		if err != nil || cores < 0 {
-			return nil, fmt.Errorf("device %q: cores %q", piece, f[3])
-		}
-		out = append(out, hamiDevice{UUID: f[0], Type: f[1], Usedmem: int32(mem), Cores: int32(cores)})
+// hamiPeerPath locates hami-peer: the test is skipped, saying so, without HAMi's source tree;
+// a missing or stale build fails with the command that builds it.
+func hamiPeerPath(t testing.TB) string {
+	t.Helper()
+	src := filepath.Join(sharedPeersDir(), "hami-"+hamiTag)
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		t.Skipf("HAMi's source tree not found at %s (set TOPOSCHED_SHARED_PEERS): skipping", src)
 	}
-	return out, nil
+	dir := filepath.Join(harness.CacheDir(), "hami-"+hamiTag)
+	bin := filepath.Join(dir, "hami-peer")
+	got, _ := os.ReadFile(filepath.Join(dir, ".tool-hash"))
+	if _, err := os.Stat(bin); err != nil || strings.TrimSpace(string(got)) != hamiToolHash(t) {
+		t.Fatalf("hami-peer for e2e/tools/hami %s is not built in %s: run e2e/build-peers.sh hami (or e2e/run.sh)", hamiToolHash(t), dir)
+	}
+	return bin
 }
 
-func hamiDecodePod(s string) ([][]hamiDevice, error) {
-	var pd [][]hamiDevice
-	for _, seg := range strings.Split(s, ";") {
-		cd, err := hamiDecodeContainer(seg)
+// hamiToolHash is what e2e/build-peers.sh records for the hami-peer it built (tool_hash).
+func hamiToolHash(t testing.TB) string {
+	h := sha256.New()
+	for _, f := range []string{"main.go", "go.mod", "go.sum"} {
+		b, err := os.ReadFile(filepath.Join(harness.E2EDir(), "tools", "hami", f))
 		if err != nil {
-			return nil, err
+			t.Fatal(err)
 		}
-		pd = append(pd, cd)
+		h.Write(b)
 	}
-	return pd, nil
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// hamiDeviceInfo is one entry of hami.io/node-nvidia-register (HAMi's DeviceInfo JSON).
-type hamiDeviceInfo struct {
-	ID      string `json:"id,omitempty"`
-	Index   uint   `json:"index,omitempty"`
-	Count   int32  `json:"count,omitempty"`
-	Devmem  int32  `json:"devmem,omitempty"`
-	Devcore int32  `json:"devcore,omitempty"`
-	Type    string `json:"type,omitempty"`
-	Numa    int    `json:"numa,omitempty"`
-	Mode    string `json:"mode,omitempty"`
-	Health  bool   `json:"health,omitempty"`
+// hamiRun runs hami-peer with stdin and returns its stdout.
+func hamiRun(t testing.TB, stdin []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(hamiPeerPath(t), args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hami-peer %v: %v: %s", args, err, stderr.String())
+	}
+	return out
 }
 
-// hamiRegistration builds what HAMi's device plugin registers for a node's GPUs: every GPU
-// with its UUID and the memory its model has.
-func hamiRegistration(n *gpuNode, memMiB int32, model string) string {
-	var list []hamiDeviceInfo
+// hamiDevice is one device as HAMi's decoder returns it (device.ContainerDevice).
+type hamiDevice struct {
+	UUID      string `json:"uuid"`
+	Type      string `json:"type"`
+	Usedmem   int32  `json:"usedmem"`
+	Usedcores int32  `json:"usedcores"`
+}
+
+// hamiPodDevices is what HAMi's DecodePodDevices reads from a pod, by vendor ("NVIDIA", "AMD"),
+// one entry per container (init containers first) and a trailing empty one: ToAllocate from the
+// keys the device plugin reads on Allocate, Allocated from those HAMi's scheduler counts as held.
+type hamiPodDevices struct {
+	ToAllocate      map[string][][]hamiDevice `json:"toAllocate"`
+	ToAllocateError string                    `json:"toAllocateError"`
+	Allocated       map[string][][]hamiDevice `json:"allocated"`
+	AllocatedError  string                    `json:"allocatedError"`
+}
+
+func hamiDecodePod(t testing.TB, pod *corev1.Pod) hamiPodDevices {
+	t.Helper()
+	b, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out hamiPodDevices
+	if err := json.Unmarshal(hamiRun(t, b, "decode-pod"), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// hamiNodeDevice is one registered GPU (the fields of HAMi's DeviceInfo its plugin registers).
+type hamiNodeDevice struct {
+	ID      string `json:"id"`
+	Index   uint   `json:"index"`
+	Count   int32  `json:"count"`
+	Devmem  int32  `json:"devmem"`
+	Devcore int32  `json:"devcore"`
+	Type    string `json:"type"`
+	Numa    int    `json:"numa"`
+	Mode    string `json:"mode"`
+	Health  bool   `json:"health"`
+}
+
+// hamiRegistration is hami.io/node-nvidia-register as HAMi's device plugin writes it
+// (MarshalNodeDevices) for a node's GPUs: each with its UUID, the model's memory, 10 splits.
+func hamiRegistration(t testing.TB, n *gpuNode, memMiB int32, model string) string {
+	var list []hamiNodeDevice
 	for _, g := range n.Topo.Status.GPUs {
-		list = append(list, hamiDeviceInfo{ID: g.UUID, Index: uint(g.Index), Count: 10, Devmem: memMiB, Devcore: 100,
+		list = append(list, hamiNodeDevice{ID: g.UUID, Index: uint(g.Index), Count: 10, Devmem: memMiB, Devcore: 100,
 			Type: "NVIDIA-" + model, Numa: 0, Mode: "hami-core", Health: true})
 	}
 	b, _ := json.Marshal(list)
-	return string(b)
+	return strings.TrimSpace(string(hamiRun(t, b, "encode-node")))
 }
 
 // registerHAMi annotates node n as HAMi's device plugin registers it (hamiRegistration, and its
@@ -113,7 +145,7 @@ func (c *cluster) registerHAMi(n *gpuNode, memMiB int32, model string) map[strin
 		registered[n.Name][g.UUID] = memMiB
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		"hami.io/node-nvidia-register": hamiRegistration(n, memMiB, model),
+		"hami.io/node-nvidia-register": hamiRegistration(c.t, n, memMiB, model),
 		"hami.io/node-handshake":       "Reported " + time.Now().Format(time.DateTime),
 	}}})
 	if _, err := c.cp.Admin.CoreV1().Nodes().Patch(context.Background(), n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -122,20 +154,32 @@ func (c *cluster) registerHAMi(n *gpuNode, memMiB int32, model string) map[strin
 	return registered
 }
 
-// assertHAMi reads every bound pod's HAMi annotations with the decoder above: pods on nodes
-// whose GPUs all have UUIDs carry them, with exactly the allocation's GPUs (UUIDs), the whole
-// card's memory and 100 cores for whole GPUs, the asked memory and cores for shared ones;
-// pods elsewhere carry none (HAMi knows GPUs by UUID only).
+// assertHAMi reads every bound pod's annotations with HAMi's decoder: pods on nodes whose GPUs
+// all have UUIDs carry HAMi's record, which decodes to exactly the allocation's GPUs (UUIDs), the
+// whole card's memory and 100 cores for whole GPUs, the asked memory and cores for shared ones,
+// both where HAMi's scheduler counts what a pod holds and, on a node HAMi's device plugin serves,
+// in what that plugin handed the container; pods elsewhere carry none (HAMi knows GPUs by UUID
+// only).
 func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[string]map[string]int32, plugin *hamiPlugin) {
-	for _, e := range plugin.Errors() {
-		t.Errorf("HAMi device plugin stand-in: %s", e)
-	}
-	served := plugin.Served()
 	ctx := context.Background()
 	nodes := map[string]*gpuNode{}
 	for _, n := range c.nodes {
 		nodes[n.Name] = n
 	}
+	// The device plugin serves a pod after it is bound (as the kubelet calls Allocate then):
+	// wait until it has served every pod bound to a node it serves.
+	var want []string
+	for _, p := range specs {
+		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, p.name, metav1.GetOptions{})
+		if err == nil && plugin.hamiNodes[pod.Spec.NodeName] {
+			want = append(want, workloadNS+"/"+p.name)
+		}
+	}
+	plugin.WaitServed(t, want, 30*time.Second)
+	for _, e := range plugin.Errors() {
+		t.Errorf("HAMi's device plugin side: %s", e)
+	}
+	served := plugin.Served()
 	checked := 0
 	for _, p := range specs {
 		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(ctx, p.name, metav1.GetOptions{})
@@ -150,15 +194,20 @@ func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[strin
 		for _, g := range node.Topo.Status.GPUs {
 			allUUID = allUUID && g.UUID != ""
 		}
-		raw, has := pod.Annotations["hami.io/vgpu-devices-to-allocate"]
+		decoded := hamiDecodePod(t, pod)
+		if decoded.ToAllocateError != "" || decoded.AllocatedError != "" {
+			t.Errorf("%s: HAMi cannot decode its annotations: %s %s", p.name, decoded.ToAllocateError, decoded.AllocatedError)
+			continue
+		}
+		held, has := decoded.Allocated["NVIDIA"]
 		if !allUUID {
 			if has {
-				t.Errorf("%s on %s (GPUs without UUIDs) carries hami.io/vgpu-devices-to-allocate %q", p.name, node.Name, raw)
+				t.Errorf("%s on %s (GPUs without UUIDs): HAMi reads devices %v", p.name, node.Name, held)
 			}
 			continue
 		}
 		if !has {
-			t.Errorf("%s on %s (GPUs with UUIDs): no hami.io/vgpu-devices-to-allocate", p.name, node.Name)
+			t.Errorf("%s on %s (GPUs with UUIDs): HAMi reads no NVIDIA devices", p.name, node.Name)
 			continue
 		}
 		var al allocation
@@ -166,17 +215,12 @@ func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[strin
 			t.Errorf("%s: allocation: %v", p.name, err)
 			continue
 		}
-		pd, err := hamiDecodePod(raw)
-		if err != nil {
-			t.Errorf("%s: HAMi's decoding of hami.io/vgpu-devices-to-allocate %q fails: %v", p.name, raw, err)
-			continue
-		}
 		containers := len(pod.Spec.InitContainers) + len(pod.Spec.Containers)
-		if len(pd) != containers+1 || len(pd[containers]) != 0 {
-			t.Errorf("%s: %q decodes to %d container entries, want %d (one per container, each ended by ';')", p.name, raw, len(pd), containers+1)
+		if len(held) != containers+1 || len(held[containers]) != 0 {
+			t.Errorf("%s: HAMi reads %d container entries, want %d (one per container, each ended by ';')", p.name, len(held), containers+1)
 			continue
 		}
-		devs := pd[len(pod.Spec.InitContainers)]
+		devs := held[len(pod.Spec.InitContainers)]
 		if len(devs) != len(al.GPUs) || len(devs) != p.gpus {
 			t.Errorf("%s: HAMi reads %d devices for the container, the allocation has %d GPUs, the pod asked %d", p.name, len(devs), len(al.GPUs), p.gpus)
 			continue
@@ -204,32 +248,35 @@ func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[strin
 			if p.shared() {
 				wantMem, wantCores = int32(p.gpumem), int32(p.gpucores)
 			}
-			if d.Usedmem != wantMem || d.Cores != wantCores {
-				t.Errorf("%s: HAMi device %s: %d MiB, %d%% cores; want %d MiB, %d%%", p.name, d.UUID, d.Usedmem, d.Cores, wantMem, wantCores)
+			if d.Usedmem != wantMem || d.Usedcores != wantCores {
+				t.Errorf("%s: HAMi device %s: %d MiB, %d%% cores; want %d MiB, %d%%", p.name, d.UUID, d.Usedmem, d.Usedcores, wantMem, wantCores)
 			}
-		}
-		if got := pod.Annotations["hami.io/vgpu-devices-allocated"]; got != raw {
-			t.Errorf("%s: hami.io/vgpu-devices-allocated %q differs from vgpu-devices-to-allocate %q", p.name, got, raw)
 		}
 		if got := pod.Annotations["hami.io/vgpu-node"]; got != pod.Spec.NodeName {
 			t.Errorf("%s: hami.io/vgpu-node %q, pod is on %s", p.name, got, pod.Spec.NodeName)
 		}
-		// Through HAMi's node lock exactly once on a node HAMi registered (its device plugin
-		// then says success); never elsewhere (allocating stays: no plugin there).
+		// Through HAMi's device plugin exactly once on a node HAMi registered, handed exactly
+		// these devices; never elsewhere (allocating stays, and the devices to allocate with it:
+		// no plugin there).
 		key := workloadNS + "/" + p.name
 		if plugin.hamiNodes[node.Name] {
-			if served[key] != 1 {
-				t.Errorf("%s on %s: served through HAMi's node lock %d times, want 1", p.name, node.Name, served[key])
+			if got := served[key]; len(got) != 1 {
+				t.Errorf("%s on %s: served by HAMi's device plugin %d times, want 1", p.name, node.Name, len(got))
+			} else if len(got[0].Containers) != 1 || !slices.Equal(got[0].Containers[0], devs) {
+				t.Errorf("%s: HAMi's device plugin handed %v, HAMi's scheduler counts %v", p.name, got[0].Containers, devs)
 			}
 			if got := pod.Annotations["hami.io/bind-phase"]; got != "success" {
 				t.Errorf("%s: hami.io/bind-phase %q after HAMi's device plugin served it", p.name, got)
 			}
 		} else {
-			if served[key] != 0 {
-				t.Errorf("%s on %s (no HAMi registration): served through a node lock", p.name, node.Name)
+			if len(served[key]) != 0 {
+				t.Errorf("%s on %s (no HAMi registration): served by HAMi's device plugin", p.name, node.Name)
 			}
 			if got := pod.Annotations["hami.io/bind-phase"]; got != "allocating" {
 				t.Errorf("%s: hami.io/bind-phase %q, want allocating", p.name, got)
+			}
+			if !reflect.DeepEqual(decoded.ToAllocate["NVIDIA"], held) {
+				t.Errorf("%s: HAMi's devices to allocate %v differ from those it counts held %v", p.name, decoded.ToAllocate["NVIDIA"], held)
 			}
 		}
 		checked++
@@ -237,136 +284,138 @@ func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[strin
 	if checked == 0 {
 		t.Errorf("no bound pod on a node with GPU UUIDs: the HAMi decoding was not exercised")
 	}
-	t.Logf("HAMi annotations of %d pods decoded and checked", checked)
+	t.Logf("HAMi annotations of %d pods decoded and checked with HAMi %s's code", checked, hamiTag)
 }
 
-// hamiPlugin stands in for HAMi's device plugin on the nodes that carry HAMi's registration,
-// doing what it does with the node lock (Project-HAMi/HAMi pkg/util/nodelock/nodelock.go, read
-// at commit 02fba77cda993250131cd694ce012925765d6495): once the kubelet would call Allocate
-// (the pod is bound to the node), it finds the pod through the lock's owner
-// ("<RFC 3339 time>,<namespace>,<name>", HAMi's ParseNodeLock: exactly three parts), decodes its
-// devices, sets hami.io/bind-phase=success and releases the lock (a merge patch setting the
-// annotation to null, with the Node's resourceVersion, only when the lock names this pod).
-// A lock on a node HAMi does not serve is an error: nobody would ever release it.
+// hamiServed is one pod HAMi's device plugin side served (hami-peer device-plugin's line).
+type hamiServed struct {
+	Pod        string         `json:"pod"`
+	Node       string         `json:"node"`
+	Containers [][]hamiDevice `json:"containers"`
+}
+
+// hamiPlugin runs HAMi's device plugin side of a bind (hami-peer device-plugin) on the nodes
+// that carry HAMi's registration: once a pod is bound to such a node it hands the pod the devices
+// HAMi's decoder reads, sets hami.io/bind-phase=success and releases HAMi's node lock, with HAMi's
+// own functions. A lock on a node it does not serve is an error: nobody would ever release it.
 type hamiPlugin struct {
-	c         *cluster
 	hamiNodes map[string]bool
+	cmd       *exec.Cmd
 	mu        sync.Mutex
-	served    map[string]int
+	served    map[string][]hamiServed
 	errs      []string
-	seen      map[string]bool
-	stop      chan struct{}
 	done      chan struct{}
 }
 
 func startHAMiPlugin(c *cluster, hamiNodes ...string) *hamiPlugin {
-	h := &hamiPlugin{c: c, hamiNodes: map[string]bool{}, served: map[string]int{}, seen: map[string]bool{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+	h := &hamiPlugin{hamiNodes: map[string]bool{}, served: map[string][]hamiServed{}, done: make(chan struct{})}
 	for _, n := range hamiNodes {
 		h.hamiNodes[n] = true
 	}
+	h.cmd = exec.Command(hamiPeerPath(c.t), append([]string{"device-plugin"}, hamiNodes...)...)
+	h.cmd.Env = append(os.Environ(), "KUBECONFIG="+c.cp.AdminKubeconfig)
+	stdout, err := h.cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	stderr, err := h.cmd.StderrPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(c.out, "hami-device-plugin.log"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		c.t.Fatalf("start hami-peer device-plugin: %v", err)
+	}
+	var readers sync.WaitGroup
+	readers.Add(2)
 	go func() {
-		defer close(h.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-h.stop:
-				return
-			case <-tick.C:
-				h.round()
+		defer readers.Done()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			var s hamiServed
+			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+				h.fail(fmt.Sprintf("unreadable line %q", sc.Text()))
+				continue
+			}
+			h.mu.Lock()
+			h.served[s.Pod] = append(h.served[s.Pod], s)
+			h.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer readers.Done()
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			if msg, ok := strings.CutPrefix(sc.Text(), "error: "); ok {
+				h.fail(msg)
 			}
 		}
+	}()
+	go func() {
+		readers.Wait()
+		err := h.cmd.Wait()
+		fmt.Fprintf(logf, "exited: %v\n", err)
+		logf.Close()
+		close(h.done)
 	}()
 	c.t.Cleanup(h.Stop)
 	return h
 }
 
-// Stop ends the plugin's loop (idempotent).
+// Stop ends the plugin (idempotent).
 func (h *hamiPlugin) Stop() {
 	select {
-	case <-h.stop:
+	case <-h.done:
+		return
 	default:
-		close(h.stop)
 	}
+	_ = h.cmd.Process.Kill()
 	<-h.done
 }
 
-func (h *hamiPlugin) fail(format string, args ...any) {
+func (h *hamiPlugin) fail(msg string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	msg := fmt.Sprintf(format, args...)
-	if !h.seen[msg] {
-		h.seen[msg] = true
-		h.errs = append(h.errs, msg)
-	}
+	h.errs = append(h.errs, msg)
 }
 
-func (h *hamiPlugin) round() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cl := h.c.cp.Admin
-	nodes, err := cl.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, node := range nodes.Items {
-		lock, ok := node.Annotations["hami.io/mutex.lock"]
-		if !ok {
-			continue
-		}
-		if !h.hamiNodes[node.Name] {
-			h.fail("node %s, which HAMi's device plugin does not serve, got HAMi's node lock %q", node.Name, lock)
-			continue
-		}
-		parts := strings.Split(lock, ",")
-		if len(parts) != 3 {
-			h.fail("node %s: lock %q: HAMi's ParseNodeLock wants 3 parts", node.Name, lock)
-			continue
-		}
-		if _, err := time.Parse(time.RFC3339, parts[0]); err != nil {
-			h.fail("node %s: lock %q: time: %v", node.Name, lock, err)
-			continue
-		}
-		pod, err := cl.CoreV1().Pods(parts[1]).Get(ctx, parts[2], metav1.GetOptions{})
-		if err != nil || pod.Spec.NodeName != node.Name {
-			continue // not (yet) bound here: the kubelet would not call Allocate
-		}
-		key := pod.Namespace + "/" + pod.Name
-		if pod.Annotations["hami.io/bind-phase"] != "allocating" || pod.Annotations["hami.io/vgpu-node"] != node.Name {
-			h.fail("%s: locked on %s with bind-phase %q, vgpu-node %q", key, node.Name, pod.Annotations["hami.io/bind-phase"], pod.Annotations["hami.io/vgpu-node"])
-			continue
-		}
-		if _, err := hamiDecodePod(pod.Annotations["hami.io/vgpu-devices-to-allocate"]); err != nil {
-			h.fail("%s: devices: %v", key, err)
-			continue
-		}
-		patch := []byte(`{"metadata":{"annotations":{"hami.io/bind-phase":"success"}}}`)
-		if _, err := cl.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			continue
-		}
-		if !strings.HasSuffix(lock, ","+pod.Namespace+","+pod.Name) {
-			continue
-		}
-		rel := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":%q}}`, node.ResourceVersion))
-		if _, err := cl.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, rel, metav1.PatchOptions{}); err != nil {
-			continue // a conflict: the next round retries
-		}
-		h.mu.Lock()
-		h.served[key]++
-		h.mu.Unlock()
-	}
-}
-
-// Served returns how many times each pod was served through the lock.
-func (h *hamiPlugin) Served() map[string]int {
+// Served returns what was handed to each pod ("namespace/name"), once per time it was served.
+func (h *hamiPlugin) Served() map[string][]hamiServed {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := map[string]int{}
+	out := map[string][]hamiServed{}
 	for k, v := range h.served {
-		out[k] = v
+		out[k] = append([]hamiServed(nil), v...)
 	}
 	return out
+}
+
+// WaitServed waits until each of pods ("namespace/name") has been served, at most `limit`; the
+// assertions then say which were not.
+func (h *hamiPlugin) WaitServed(t *testing.T, pods []string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		served := h.Served()
+		missing := 0
+		for _, p := range pods {
+			if len(served[p]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("after %v, HAMi's device plugin has not served %d of %d pods bound to its nodes", limit, missing, len(pods))
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Errors returns what went wrong.
