@@ -118,6 +118,7 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
         spec.topology = std::move(copy);
       }
     }
+    MarkUnenforcedShares(node, spec.topology);
   }
   applied_inputs[name] = std::move(inputs);
   if (batch != nullptr) {  // a relist: one snapshot for all nodes (FlushBatch)
@@ -130,6 +131,30 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
   }
   if (moved) NodeSetChanged();
   RetryPending(name);
+}
+
+// A share only where something enforces it: HAMi's device plugin of the card's vendor (its
+// registration on the node), or another plugin the operator vouches for with the node label
+// toposched.io/shares-enforced=true. Elsewhere the stock device plugin would hand a shared pod
+// the whole card while toposched counted a slice of it, so such cards take whole-card requests
+// only.
+void KubeSource::Impl::MarkUnenforcedShares(const NodeView& node, std::shared_ptr<const NodeTopology>& topology) {
+  if (const auto it = node.labels.find(std::string(kSharesEnforcedLabel)); it != node.labels.end() && it->second == "true") {
+    return;
+  }
+  auto unenforced = [&](const Gpu& g) {
+    return g.vendor == GpuVendor::kAmd ? node.hami_amd_register.empty() : node.hami_register.empty();
+  };
+  if (std::none_of(topology->gpus.begin(), topology->gpus.end(), unenforced)) return;
+  auto copy = std::make_shared<NodeTopology>(*topology);
+  for (Gpu& g : copy->gpus) {
+    if (unenforced(g)) {
+      g.shares_unenforced = "no HAMi registration (" +
+                            std::string(g.vendor == GpuVendor::kAmd ? kHamiAmdNodeRegister : kHamiNodeRegister) +
+                            ") and no " + std::string(kSharesEnforcedLabel) + "=true label";
+    }
+  }
+  topology = std::move(copy);
 }
 
 // A node came, went or changed labels: HyperNodes that select nodes by label or by name

@@ -194,6 +194,7 @@ struct KubeSource::Impl {
 
   void RefreshNode(const std::string& name);
   void NodeSetChanged();
+  static void MarkUnenforcedShares(const NodeView& node, std::shared_ptr<const NodeTopology>& topology);
 
   // During a relist RefreshNode collects specs here instead of publishing a snapshot per node
   // (n upserts would copy the node list n times: seconds at a few thousand nodes).

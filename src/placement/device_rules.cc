@@ -73,6 +73,7 @@ ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, cons
   const SharedGpuRequest& s = r.shared;
   if (g.vendor != r.vendor) return ShareVerdict::kWrongVendor;
   if (!g.unusable.empty()) return ShareVerdict::kUnusable;
+  if (!g.shares_unenforced.empty()) return ShareVerdict::kUnenforced;
   if (GpuExclusive(a, gpu)) return ShareVerdict::kExclusive;
   const GpuShareUsage used = GpuShares(a, gpu);
   if (used.shares >= max_shares_per_gpu) return ShareVerdict::kShareLimit;

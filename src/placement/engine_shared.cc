@@ -424,7 +424,7 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
   const SharedGpuRequest& s = r.shared;
   const std::string vendor = VendorName(r.vendor);
   int total = 0;
-  std::array<int, 10> by_verdict{};
+  std::array<int, static_cast<std::size_t>(ShareVerdict::kUnenforced) + 1> by_verdict{};
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {
     if (t.gpus[i].vendor != r.vendor) continue;
     ++total;
@@ -458,6 +458,9 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
       {ShareVerdict::kFiltered, "excluded by the type/UUID filters"},
       {ShareVerdict::kMemoryUnknown, "of unknown memory size and already shared"},
       {ShareVerdict::kUnusable, "unusable (per HAMi's registration: unhealthy, in MIG mode, or not registered)"},
+      {ShareVerdict::kUnenforced,
+       "whole only (no device plugin enforces shares on this node: no HAMi registration, no "
+       "toposched.io/shares-enforced=true label)"},
       {ShareVerdict::kMemory, "short of memory"},
       {ShareVerdict::kCores, "short of cores"},
       {ShareVerdict::kNumaUnknown, "of unknown NUMA node"},

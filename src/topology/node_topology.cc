@@ -248,6 +248,7 @@ std::string NodeTopology::Fingerprint() const {
     f.Str(g.model); f.Int(static_cast<std::int64_t>(g.memory_mib)); f.Int(g.numa);  // not g.uuid
     f.Int(g.package); f.Str(g.cpus); f.Int(g.parent); f.Real(g.link_gbps); f.Int(g.link_width);
     if (!g.unusable.empty()) f.Str(g.unusable);  // absent for usable cards: fingerprints unchanged
+    if (!g.shares_unenforced.empty()) f.Str(g.shares_unenforced);  // likewise
     for (const GpuPeer& p : g.peers) {
       f.Int(p.gpu); f.Int(static_cast<int>(p.fabric)); f.Int(p.links);
       f.Int(static_cast<std::int64_t>(p.bandwidth_mbps)); f.Int(p.via_switch);

@@ -1497,9 +1497,13 @@ TEST_F(KubeE2E, AnAllocationNeverBoundIsUndoneAfterItsTtl) {
 TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
   AddNode("a100-0", kAzureA100);
   AddNode("a100-gfd", kAzureA100);
-  json node = *server_.Get(kNodes, "a100-gfd");
-  node["metadata"]["labels"]["nvidia.com/gpu.memory"] = "81920";
-  server_.Upsert(kNodes, node);
+  // No HAMi registration here: the nodes vouch for a device plugin that enforces shares.
+  for (const char* name : {"a100-0", "a100-gfd"}) {
+    json node = *server_.Get(kNodes, name);
+    node["metadata"]["labels"][std::string(kube::kSharesEnforcedLabel)] = "true";
+    if (std::string(name) == "a100-gfd") node["metadata"]["labels"]["nvidia.com/gpu.memory"] = "81920";
+    server_.Upsert(kNodes, node);
+  }
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-gfd")->topology->gpus[0].memory_mib == 81920; }));
@@ -1517,6 +1521,32 @@ TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
   const Scheduled ninth = Schedule(r, GpuPod(server_, "ninth", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
   EXPECT_TRUE(ninth.node.empty());
   EXPECT_NE(ninth.error.find("unknown memory size and already shared"), std::string::npos) << ninth.error;
+}
+
+// Issue 42 (5): a share goes only where a device plugin enforces it. On a node with neither
+// HAMi's registration nor the opt-in label the stock device plugin would hand a shared pod the
+// whole card: the filter refuses the share there and says why, whole GPUs still land, and the
+// label (or a registration) makes the same share placeable.
+TEST_F(KubeE2E, ASharedPodGoesOnlyWhereADevicePluginEnforcesShares) {
+  AddNode("a100-0", kAzureA100);
+  json node = *server_.Get(kNodes, "a100-0");
+  node["metadata"]["labels"]["nvidia.com/gpu.memory"] = "81920";
+  server_.Upsert(kNodes, node);
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-0")->topology->gpus[0].memory_mib == 81920; }));
+  EXPECT_FALSE(r.store.snapshot()->Find("a100-0")->topology->gpus[0].shares_unenforced.empty());
+  const Scheduled refused = Schedule(r, GpuPod(server_, "share", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
+  EXPECT_TRUE(refused.node.empty());
+  EXPECT_NE(refused.error.find("8 whole only (no device plugin enforces shares on this node"), std::string::npos)
+      << refused.error;
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "whole", 2, 0), {"a100-0"}).node, "a100-0");
+  node = *server_.Get(kNodes, "a100-0");
+  node["metadata"]["labels"][std::string(kube::kSharesEnforcedLabel)] = "true";
+  server_.Upsert(kNodes, node);
+  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-0")->topology->gpus[0].shares_unenforced.empty(); }));
+  const Scheduled placed = Schedule(r, GpuPod(server_, "share-2", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
+  EXPECT_EQ(placed.node, "a100-0") << placed.error;
 }
 
 // The rule's stand-ins give way to a real record: after a restart the informer lists the other

@@ -49,6 +49,9 @@ inline constexpr std::string_view kVolcanoVgpuNode = "volcano.sh/vgpu-node";
 inline constexpr std::string_view kGpuCountLabel = "toposched.io/gpu-count";
 inline constexpr std::string_view kRdmaNicCountLabel = "toposched.io/rdma-nic-count";
 inline constexpr std::string_view kTopologyClassLabel = "toposched.io/topology-class";
+// "true": a device plugin on the node enforces GPU shares (memory and cores) although HAMi's
+// registration is absent; without either, the node's GPUs take whole-card requests only.
+inline constexpr std::string_view kSharesEnforcedLabel = "toposched.io/shares-enforced";
 inline constexpr std::chrono::seconds kHamiNodeLockExpiry{300};  // HAMi's --node-lock-timeout
 
 // ---- toposched.io/allocation ----

@@ -116,6 +116,13 @@ struct Gpu {
   // or in MIG mode, or, for AMD, does not register it). Set by the extender from the node's
   // state, not by discovery; the engine counts such a card as the node's but never free.
   std::string unusable;
+  // Non-empty: nothing on the node enforces a share of this card, and why (no HAMi device plugin
+  // registered it, and the node is not labelled as running another plugin that enforces shares):
+  // the stock device plugin would hand a shared pod the whole card, so only whole-card requests
+  // are placed on it. Set by the extender's Kubernetes source from the node's state, like
+  // `unusable`; empty elsewhere (the simulator and `place` model HAMi's device plugin on every
+  // node).
+  std::string shares_unenforced;
   // Set, like `unusable`, by the extender from HAMi's AMD registration; absent without one. Not in
   // the fingerprint: placement never reads it, only the records a bind writes for HAMi.
   std::optional<HamiAmdCard> hami_amd;
