@@ -40,6 +40,9 @@ type gpuNode struct {
 	Annotations map[string]string // e.g. HAMi's device plugin registration
 	Taints      []corev1.Taint
 	Topo        topoDoc // what `toposched topo --format json` says of File
+	// GPUCapacity, when set, is the nvidia.com/gpu the node advertises instead of its GPU count
+	// (HAMi's device plugin advertises each card its split count times).
+	GPUCapacity int
 }
 
 // topoDoc is the part of a NodeTopology document the tests read.
@@ -436,8 +439,12 @@ func (c *cluster) addNodes(specs []*gpuNode) {
 		for k, v := range n.Labels {
 			labels[k] = v
 		}
+		gpus := len(n.Topo.Status.GPUs)
+		if n.GPUCapacity > 0 {
+			gpus = n.GPUCapacity
+		}
 		mk(n.Name, labels, n.Annotations, n.Taints, corev1.ResourceList{
-			"nvidia.com/gpu": *resource.NewQuantity(int64(len(n.Topo.Status.GPUs)), resource.DecimalSI),
+			"nvidia.com/gpu": *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 			"rdma/ib":        *resource.NewQuantity(int64(n.rdmaNICs()), resource.DecimalSI),
 		})
 	}

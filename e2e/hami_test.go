@@ -252,6 +252,10 @@ func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[strin
 				t.Errorf("%s: HAMi device %s: %d MiB, %d%% cores; want %d MiB, %d%%", p.name, d.UUID, d.Usedmem, d.Usedcores, wantMem, wantCores)
 			}
 		}
+		if p.shared() && plugin.hamiNodes[node.Name] {
+			// HAMi's own filter takes this share on this card, beside every other pod there.
+			c.assertHAMiFits(t, pod, devs[0].UUID)
+		}
 		if got := pod.Annotations["hami.io/vgpu-node"]; got != pod.Spec.NodeName {
 			t.Errorf("%s: hami.io/vgpu-node %q, pod is on %s", p.name, got, pod.Spec.NodeName)
 		}
@@ -285,6 +289,41 @@ func (c *cluster) assertHAMi(t *testing.T, specs []podSpec, registered map[strin
 		t.Errorf("no bound pod on a node with GPU UUIDs: the HAMi decoding was not exercised")
 	}
 	t.Logf("HAMi annotations of %d pods decoded and checked with HAMi %s's code", checked, hamiTag)
+}
+
+// assertHAMiFits: HAMi's NVIDIA Fit (hami-peer fit) accepts pod's request on card, with the
+// other pods on pod's node counted as HAMi's scheduler counts them.
+func (c *cluster) assertHAMiFits(t *testing.T, pod *corev1.Pod, card string) {
+	ctx := context.Background()
+	node, err := c.cp.Admin.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.cp.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + pod.Spec.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others []corev1.Pod
+	for _, o := range list.Items {
+		if o.UID != pod.UID {
+			others = append(others, o)
+		}
+	}
+	in, err := json.Marshal(map[string]any{"node": node, "pods": others, "pod": pod, "card": card})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Fits   bool   `json:"fits"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(hamiRun(t, in, "fit"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !out.Fits {
+		t.Errorf("%s on %s card %s: HAMi's filter would not give it that card beside the %d other pods there: %s",
+			pod.Name, pod.Spec.NodeName, card, len(others), out.Reason)
+	}
 }
 
 // hamiServed is one pod HAMi's device plugin side served (hami-peer device-plugin's line).

@@ -6,6 +6,7 @@
 //	hami-peer decode-pod  < pod.json    what HAMi reads from a pod's device annotations
 //	hami-peer decode-node < node.json   what HAMi reads from a node's device registrations
 //	hami-peer encode-node < devices.json  hami.io/node-nvidia-register as HAMi's plugin writes it
+//	hami-peer fit < fit.json             whether HAMi's scheduler would give a pod one card
 //	hami-peer device-plugin NODE...     HAMi's device plugin's side of a bind, on NODEs
 //
 // device-plugin does, for each NODE, what HAMi's NVIDIA device plugin does when the kubelet
@@ -167,6 +168,71 @@ func encodeNode() error {
 	return nil
 }
 
+// fit: whether HAMi's NVIDIA Fit (pkg/device/nvidia, the function HAMi's scheduler filters
+// with) accepts the pod's device request on one card of a node, given the other pods there. The
+// card's usage is built as HAMi's scheduler builds it (pkg/scheduler, buildNodeUsage and
+// getNodesUsage): the registration's devices, plus every other pod's devices as HAMi's decoder
+// reads them from hami.io/vgpu-devices-allocated. Input: {"node": Node, "pods": [Pod], "pod":
+// Pod, "card": UUID}; output: {"fits": bool, "reason": "..."}.
+func fit() error {
+	var in struct {
+		Node corev1.Node  `json:"node"`
+		Pods []corev1.Pod `json:"pods"`
+		Pod  corev1.Pod   `json:"pod"`
+		Card string       `json:"card"`
+	}
+	if err := readJSON(&in); err != nil {
+		return err
+	}
+	nv := device.GetDevices()[nvidia.NvidiaGPUDevice]
+	infos, err := nv.GetNodeDevices(in.Node)
+	if err != nil {
+		return err
+	}
+	var usage []*device.DeviceUsage
+	info := &device.NodeInfo{ID: in.Node.Name, Node: &in.Node, Devices: map[string][]device.DeviceInfo{}}
+	for _, d := range infos {
+		info.Devices[d.DeviceVendor] = append(info.Devices[d.DeviceVendor], *d)
+		if d.ID != in.Card {
+			continue
+		}
+		usage = append(usage, &device.DeviceUsage{ID: d.ID, Index: d.Index, Count: d.Count, Totalmem: d.Devmem,
+			Totalcore: d.Devcore, MigProfiles: d.MIGProfiles, Mode: d.Mode, Type: d.Type, Numa: d.Numa, Health: d.Health,
+			PodInfos: []*device.PodInfo{}})
+	}
+	if len(usage) == 0 {
+		writeJSON(map[string]any{"fits": false, "reason": "card " + in.Card + " is not in HAMi's registration"})
+		return nil
+	}
+	for _, p := range in.Pods {
+		held, err := device.DecodePodDevices(device.SupportDevices, p.Annotations)
+		if err != nil {
+			return fmt.Errorf("%s/%s: %v", p.Namespace, p.Name, err)
+		}
+		for _, single := range held {
+			for _, ctr := range single {
+				for _, d := range ctr {
+					if d.UUID == in.Card {
+						usage[0].Used += max(d.Slots, 1)
+						usage[0].Usedmem += d.Usedmem
+						usage[0].Usedcores += d.Usedcores
+					}
+				}
+			}
+		}
+	}
+	for _, ctr := range device.Resourcereqs(&in.Pod) {
+		req, ok := ctr[nvidia.NvidiaGPUDevice]
+		if !ok || req.Nums == 0 {
+			continue
+		}
+		ok, _, reason := nv.Fit(usage, req, &in.Pod, info, &device.PodDevices{})
+		writeJSON(map[string]any{"fits": ok, "reason": reason})
+		return nil
+	}
+	return fmt.Errorf("the pod asks no NVIDIA device")
+}
+
 // Served is printed once per pod the device plugin served.
 type Served struct {
 	Pod        string     `json:"pod"`
@@ -272,7 +338,7 @@ func main() {
 	klog.LogToStderr(false)
 	config.InitDefaultDevices()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: hami-peer decode-pod|decode-node|encode-node|device-plugin NODE...")
+		fmt.Fprintln(os.Stderr, "usage: hami-peer decode-pod|decode-node|encode-node|fit|device-plugin NODE...")
 		os.Exit(2)
 	}
 	var err error
@@ -283,6 +349,8 @@ func main() {
 		err = decodeNode()
 	case "encode-node":
 		err = encodeNode()
+	case "fit":
+		err = fit()
 	case "device-plugin":
 		nodes := os.Args[2:]
 		sort.Strings(nodes)
