@@ -53,6 +53,7 @@ type topoDoc struct {
 			PCIBusID  string `json:"pciBusId"`
 			UUID      string `json:"uuid"`
 			MemoryMiB int64  `json:"memoryMiB"`
+			Vendor    string `json:"vendor"`
 		} `json:"gpus"`
 		NICs []struct {
 			Name     string `json:"name"`
@@ -443,8 +444,15 @@ func (c *cluster) addNodes(specs []*gpuNode) {
 		if n.GPUCapacity > 0 {
 			gpus = n.GPUCapacity
 		}
+		gpuResource := corev1.ResourceName("nvidia.com/gpu")
+		if len(n.Topo.Status.GPUs) > 0 && n.Topo.Status.GPUs[0].Vendor == "amd" {
+			gpuResource, labels = "amd.com/gpu", map[string]string{}
+			for k, v := range n.Labels {
+				labels[k] = v
+			}
+		}
 		mk(n.Name, labels, n.Annotations, n.Taints, corev1.ResourceList{
-			"nvidia.com/gpu": *resource.NewQuantity(int64(gpus), resource.DecimalSI),
+			gpuResource: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 			"rdma/ib":        *resource.NewQuantity(int64(n.rdmaNICs()), resource.DecimalSI),
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -511,4 +512,111 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestKubeSchedulerAMDUnderHAMi: AMD GPUs on a node HAMi's AMD device plugin registered
+// (hami.io/node-amd-register, as Project-HAMi/amd-device-plugin writes it: HAMi's AMD backend
+// reads it, checked with HAMi's own GetNodeDevices) get HAMi's AMD records from toposched's
+// binds: HAMi's decoder reads exactly the allocation's cards, by their registered id and type,
+// the whole card's memory and compute units; HAMi's device plugin side hands them out and
+// releases the node lock (with HAMi's functions and "AMD", as the AMD plugin calls them).
+func TestKubeSchedulerAMDUnderHAMi(t *testing.T) {
+	hamiPeerPath(t)
+	c := newCluster(t, "TestKubeSchedulerAMDUnderHAMi")
+	mi := &gpuNode{Name: "gpu-mi300x", File: "rccl__mi300x_8xgfx942_8xCX7_baremetal.nccl.xml",
+		Labels: map[string]string{"toposched.io/leaf": "leaf-1", "toposched.io/spine": "spine-1"}}
+	c.addNodes([]*gpuNode{mi})
+	type amdCard struct {
+		ID         string         `json:"id"`
+		Index      int            `json:"index"`
+		Count      int            `json:"count"`
+		Devmem     int32          `json:"devmem"`
+		Devcore    int32          `json:"devcore"`
+		Type       string         `json:"type"`
+		Health     bool           `json:"health"`
+		Vendor     string         `json:"devicevendor"`
+		CustomInfo map[string]any `json:"custominfo"`
+	}
+	var reg []amdCard
+	byBus := map[string]amdCard{}
+	for _, g := range mi.Topo.Status.GPUs {
+		// "index" is the DRM card number, not PCI order; the card is named by its PCI address.
+		card := amdCard{ID: fmt.Sprintf("amd-card-%d", g.Index), Index: g.Index + 1, Count: 10, Devmem: 196288, Devcore: 304,
+			Type: "AMD Instinct MI300X", Health: true, Vendor: "amd", CustomInfo: map[string]any{"pciBDF": g.PCIBusID}}
+		reg = append(reg, card)
+		byBus[g.PCIBusID] = card
+	}
+	b, _ := json.Marshal(reg)
+	node, err := c.cp.Admin.CoreV1().Nodes().Get(context.Background(), mi.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations["hami.io/node-amd-register"] = string(b)
+	if _, err := c.cp.Admin.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// HAMi's AMD backend reads the registration: eight cards, healthy.
+	nb, _ := json.Marshal(node)
+	var nodeView struct {
+		Devices map[string][]hamiNodeDevice `json:"devices"`
+	}
+	if err := json.Unmarshal(hamiRun(t, nb, "decode-node"), &nodeView); err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeView.Devices["AMD"]; len(got) != len(reg) {
+		t.Fatalf("HAMi reads %d AMD devices from the registration, want %d: %v", len(got), len(reg), nodeView.Devices)
+	}
+	plugin := startHAMiPlugin(c, mi.Name)
+	_, schedulerName := c.startLeaderAndScheduler("-e2e-amd")
+	specs := []podSpec{
+		{name: "amd-4", gpus: 4, amd: true, fits: true},
+		{name: "amd-2", gpus: 2, amd: true, fits: true},
+		{name: "amd-1", gpus: 1, amd: true, fits: true},
+	}
+	for _, p := range specs {
+		c.createPod(schedulerName, p)
+	}
+	c.waitBound(specs, 2*time.Minute)
+	var keys []string
+	for _, p := range specs {
+		keys = append(keys, workloadNS+"/"+p.name)
+	}
+	plugin.WaitServed(t, keys, 30*time.Second)
+	for _, e := range plugin.Errors() {
+		t.Errorf("HAMi's device plugin side: %s", e)
+	}
+	served := plugin.Served()
+	for _, p := range specs {
+		pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(context.Background(), p.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var al allocation
+		if err := json.Unmarshal([]byte(pod.Annotations["toposched.io/allocation"]), &al); err != nil {
+			t.Fatalf("%s: allocation: %v", p.name, err)
+		}
+		d := hamiDecodePod(t, pod)
+		held := d.Allocated["AMD"]
+		if len(held) != 2 || len(held[0]) != p.gpus {
+			t.Errorf("%s: HAMi reads AMD devices %v, want one container with %d cards", p.name, held, p.gpus)
+			continue
+		}
+		if _, nv := d.Allocated["NVIDIA"]; nv {
+			t.Errorf("%s: HAMi reads NVIDIA devices for AMD GPUs", p.name)
+		}
+		for i, dev := range held[0] {
+			want := byBus[al.GPUs[i].PCIBusID]
+			if dev.UUID != want.ID || dev.Type != want.Type || dev.Usedmem != want.Devmem || dev.Usedcores != want.Devcore {
+				t.Errorf("%s: HAMi device %d is %+v; the allocation's card %s is registered as %s %q, %d MiB, %d CUs",
+					p.name, i, dev, al.GPUs[i].PCIBusID, want.ID, want.Type, want.Devmem, want.Devcore)
+			}
+		}
+		if got := served[workloadNS+"/"+p.name]; len(got) != 1 || len(got[0].Containers) != 1 || !slices.Equal(got[0].Containers[0], held[0]) {
+			t.Errorf("%s: HAMi's device plugin side handed %v, HAMi's scheduler counts %v", p.name, got, held[0])
+		}
+		if got := pod.Annotations["hami.io/bind-phase"]; got != "success" {
+			t.Errorf("%s: hami.io/bind-phase %q after HAMi's device plugin side served it", p.name, got)
+		}
+	}
+	c.assertNoNodeLock(t)
 }

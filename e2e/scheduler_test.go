@@ -62,6 +62,7 @@ type podSpec struct {
 	reserved  bool   // tolerates the e2e/reserved taint
 	victim    bool   // expected to be preempted (deleted)
 	fits      bool
+	amd       bool // asks amd.com/gpu instead of nvidia.com/gpu
 }
 
 func (p podSpec) nics() int {
@@ -81,7 +82,11 @@ func (c *cluster) createPod(schedulerName string, p podSpec) {
 }
 
 func (c *cluster) podObject(schedulerName string, p podSpec) *corev1.Pod {
-	limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(p.gpus), resource.DecimalSI)}
+	gpuResource := corev1.ResourceName("nvidia.com/gpu")
+	if p.amd {
+		gpuResource = "amd.com/gpu"
+	}
+	limits := corev1.ResourceList{gpuResource: *resource.NewQuantity(int64(p.gpus), resource.DecimalSI)}
 	if p.rdmaRes > 0 {
 		limits["rdma/ib"] = *resource.NewQuantity(int64(p.rdmaRes), resource.DecimalSI)
 	}

@@ -9,7 +9,8 @@
 //	hami-peer fit < fit.json             whether HAMi's scheduler would give a pod one card
 //	hami-peer device-plugin NODE...     HAMi's device plugin's side of a bind, on NODEs
 //
-// device-plugin does, for each NODE, what HAMi's NVIDIA device plugin does when the kubelet
+// device-plugin does, for each NODE, what HAMi's NVIDIA device plugin (and, for a pod handed AMD
+// GPUs, HAMi's AMD device plugin, through the same HAMi functions) does when the kubelet
 // calls Allocate (pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go, Allocate): the
 // pod it serves is the one HAMi's util.GetPendingPod selects on the node (the node lock's owner,
 // else a pending pod with HAMi's bind annotations), here once that pod is bound to the node (the
@@ -38,6 +39,7 @@ import (
 
 	"github.com/Project-HAMi/HAMi/pkg/device"
 	"github.com/Project-HAMi/HAMi/pkg/device-plugin/nvidiadevice/nvinternal/plugin"
+	"github.com/Project-HAMi/HAMi/pkg/device/amd"
 	"github.com/Project-HAMi/HAMi/pkg/device/nvidia"
 	"github.com/Project-HAMi/HAMi/pkg/scheduler/config"
 	"github.com/Project-HAMi/HAMi/pkg/util"
@@ -293,14 +295,23 @@ func allocate(ctx context.Context, node string, allocated map[types.UID]bool, fa
 		plugin.PodAllocationFailed(node, pod, nvidia.NodeLockNvidia)
 		return
 	}
-	pd := single[nvidia.NvidiaGPUDevice]
+	// The vendor whose devices the pod is handed: NVIDIA's plugin, or AMD's (Project-HAMi/
+	// amd-device-plugin, not in HAMi's tree: it finds the pod and releases the lock through
+	// the same HAMi functions, GetAllocatePodByNode and PodAllocationTrySuccess, with "AMD").
+	vendor := nvidia.NvidiaGPUDevice
+	if _, ok := single[nvidia.NvidiaGPUDevice]; !ok {
+		if _, ok := single[amd.AMDDevice]; ok {
+			vendor = amd.AMDDevice
+		}
+	}
+	pd := single[vendor]
 	out := Served{Pod: pod.Namespace + "/" + pod.Name, Node: node}
 	for i := range pd {
 		if len(pd[i]) == 0 {
 			continue
 		}
 		// The container the plugin serves next is the one GetNextDeviceRequest names.
-		_, devs, err := plugin.GetNextDeviceRequest(nvidia.NvidiaGPUDevice, *pod)
+		_, devs, err := plugin.GetNextDeviceRequest(vendor, *pod)
 		if err != nil {
 			fail("%s/%s: %v", pod.Namespace, pod.Name, err)
 			plugin.PodAllocationFailed(node, pod, nvidia.NodeLockNvidia)
@@ -309,12 +320,12 @@ func allocate(ctx context.Context, node string, allocated map[types.UID]bool, fa
 		out.Containers = append(out.Containers, devices(devs))
 		pd[i] = device.ContainerDevices{}
 		encoded := device.EncodePodSingleDevice(pd)
-		if err := util.PatchPodAnnotations(pod, map[string]string{device.InRequestDevices[nvidia.NvidiaGPUDevice]: encoded}); err != nil {
+		if err := util.PatchPodAnnotations(pod, map[string]string{device.InRequestDevices[vendor]: encoded}); err != nil {
 			return // the next round retries
 		}
-		pod.Annotations[device.InRequestDevices[nvidia.NvidiaGPUDevice]] = encoded
+		pod.Annotations[device.InRequestDevices[vendor]] = encoded
 	}
-	plugin.PodAllocationTrySuccess(node, nvidia.NvidiaGPUDevice, nvidia.NodeLockNvidia, pod)
+	plugin.PodAllocationTrySuccess(node, vendor, nvidia.NodeLockNvidia, pod)
 	if lock, still := nodeLock(ctx, node); still {
 		if _, ns, name, err := nodelock.ParseNodeLock(lock); err == nil && ns == pod.Namespace && name == pod.Name {
 			return // not released (a conflict): the next round serves the pod again
