@@ -39,7 +39,7 @@ import (
 func TestBenchKubeScheduler(t *testing.T) {
 	if os.Getenv("TOPOSCHED_E2E_BENCH") != "1" {
 		t.Skip("benchmark: run it with TOPOSCHED_E2E_BENCH=1 e2e/run.sh -run BenchKubeScheduler -v " +
-			"(TOPOSCHED_E2E_BENCH_NODES=500,1000 TOPOSCHED_E2E_BENCH_PODS=1000 TOPOSCHED_E2E_BENCH_RUNS=3; TOPOSCHED_E2E_TIMEOUT=60m; "+
+			"(TOPOSCHED_E2E_BENCH_NODES=500,1000 TOPOSCHED_E2E_BENCH_PODS=1000 TOPOSCHED_E2E_BENCH_RUNS=3; TOPOSCHED_E2E_TIMEOUT=60m; " +
 			"TOPOSCHED_E2E_BENCH_SET=extender.podEvents=warnings for more chart values)")
 	}
 	nodeCounts := benchEnvInts(t, "TOPOSCHED_E2E_BENCH_NODES", []int{500})

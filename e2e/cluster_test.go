@@ -453,7 +453,7 @@ func (c *cluster) addNodes(specs []*gpuNode) {
 		}
 		mk(n.Name, labels, n.Annotations, n.Taints, corev1.ResourceList{
 			gpuResource: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
-			"rdma/ib":        *resource.NewQuantity(int64(n.rdmaNICs()), resource.DecimalSI),
+			"rdma/ib":   *resource.NewQuantity(int64(n.rdmaNICs()), resource.DecimalSI),
 		})
 	}
 	c.nodes = specs

@@ -483,26 +483,10 @@ func TestHAMiBesideToposched(t *testing.T) {
 // waitBoundBy is waitBound with HAMi's scheduler's logs in the failure as well.
 func (c *cluster) waitBoundBy(specs []podSpec, timeout time.Duration, hs *hamiSched) {
 	c.t.Helper()
-	err := harness.Eventually(timeout, 500*time.Millisecond, func() (bool, error) {
-		var pending []string
-		for _, p := range specs {
-			pod, err := c.cp.Admin.CoreV1().Pods(workloadNS).Get(context.Background(), p.name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			if pod.Spec.NodeName == "" {
-				pending = append(pending, p.name)
-			}
-		}
-		if len(pending) > 0 {
-			return false, fmt.Errorf("not bound: %s", strings.Join(pending, ", "))
-		}
-		return true, nil
+	c.waitBoundOr(specs, timeout, func() string {
+		return fmt.Sprintf("--- kube-scheduler (toposched) log tail:\n%s\n--- HAMi's kube-scheduler log tail:\n%s\n--- HAMi's scheduler log tail:\n%s",
+			harness.TailFile(c.out+"/kube-scheduler.log", 3000), harness.TailFile(hs.kube.LogPath, 3000), harness.TailFile(hs.ext.LogPath, 3000))
 	})
-	if err != nil {
-		c.t.Fatalf("%v\n--- kube-scheduler (toposched) log tail:\n%s\n--- HAMi's kube-scheduler log tail:\n%s\n--- HAMi's scheduler log tail:\n%s",
-			err, harness.TailFile(c.out+"/kube-scheduler.log", 3000), harness.TailFile(hs.kube.LogPath, 3000), harness.TailFile(hs.ext.LogPath, 3000))
-	}
 }
 
 func contains(list []string, s string) bool {

@@ -135,6 +135,15 @@ func nodeSelector(node string) map[string]string {
 
 func (c *cluster) waitBound(specs []podSpec, timeout time.Duration) {
 	c.t.Helper()
+	c.waitBoundOr(specs, timeout, func() string {
+		return "--- kube-scheduler log tail:\n" + harness.TailFile(c.out+"/kube-scheduler.log", 4000)
+	})
+}
+
+// waitBoundOr waits until every pod of specs that fits is bound, or fails the test with the
+// pods left and logs().
+func (c *cluster) waitBoundOr(specs []podSpec, timeout time.Duration, logs func() string) {
+	c.t.Helper()
 	err := harness.Eventually(timeout, 500*time.Millisecond, func() (bool, error) {
 		var pending []string
 		for _, p := range specs {
@@ -155,7 +164,7 @@ func (c *cluster) waitBound(specs []podSpec, timeout time.Duration) {
 		return true, nil
 	})
 	if err != nil {
-		c.t.Fatalf("%v\n--- kube-scheduler log tail:\n%s", err, harness.TailFile(c.out+"/kube-scheduler.log", 4000))
+		c.t.Fatalf("%v\n%s", err, logs())
 	}
 }
 
