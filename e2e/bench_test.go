@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
 
@@ -95,7 +99,8 @@ func TestBenchKubeScheduler(t *testing.T) {
 type benchVariant struct {
 	key, name string
 	extender  bool
-	pct       int // 0: the field is removed (kube-scheduler's adaptive default)
+	noop      bool // the chart's extender entries pointed at noopExtender instead of toposched
+	pct       int  // 0: the field is removed (kube-scheduler's adaptive default)
 }
 
 func (v benchVariant) pctName() string {
@@ -109,6 +114,10 @@ func (v benchVariant) pctName() string {
 var benchVariants = []benchVariant{
 	{key: "plain-default", name: "kube-scheduler only", pct: 0},
 	{key: "plain-100", name: "kube-scheduler only", pct: 100},
+	// The ceiling for any extender on this machine: the chart's configuration, its calls
+	// answered by noopExtender (every node passes, no scores, the bind one Binding).
+	{key: "noop-default", name: "with a no-op extender", extender: true, noop: true, pct: 0},
+	{key: "noop-100", name: "with a no-op extender", extender: true, noop: true, pct: 100},
 	{key: "ext-default", name: "with toposched extender", extender: true, pct: 0},
 	{key: "ext-100", name: "with toposched extender (chart)", extender: true, pct: 100},
 }
@@ -128,6 +137,7 @@ type bench struct {
 	status  map[string]any // the NodeTopology status of every GPU node
 	names   []string       // the GPU nodes
 	beat    time.Time      // the last heartbeat written
+	noop    int            // noopExtender's port, 0 until started
 }
 
 // heartbeat rewrites every NodeTopology's heartbeatTime (the agent's job) when the last one is
@@ -347,9 +357,13 @@ func (b *bench) schedulerConfig(v benchVariant) string {
 		if len(exts) == 0 {
 			b.t.Fatal("no extender in the chart's config")
 		}
+		port := b.r.port
+		if v.noop {
+			port = b.noopPort()
+		}
 		for _, e := range exts {
 			ext := e.(map[string]any)
-			ext["urlPrefix"] = fmt.Sprintf("http://127.0.0.1:%d%s", b.r.port, urlPath(b.t, ext))
+			ext["urlPrefix"] = fmt.Sprintf("http://127.0.0.1:%d%s", port, urlPath(b.t, ext))
 		}
 	} else {
 		delete(cfg, "extenders")
@@ -370,6 +384,51 @@ func (b *bench) schedulerConfig(v benchVariant) string {
 		b.t.Fatal(err)
 	}
 	return path
+}
+
+// noopPort starts (once) an extender that does the least the protocol asks, in this process:
+// filter passes every node it is given, prioritize scores none, bind makes the Binding. The
+// runs against it measure what calling an extender costs kube-scheduler and the API server
+// here, whatever the extender decides.
+func (b *bench) noopPort() int {
+	if b.noop != 0 {
+		return b.noop
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pods := b.c.cp.Admin.CoreV1().Pods(workloadNS)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/filter"):
+			var args struct {
+				NodeNames *[]string `json:"nodenames"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&args)
+			_ = json.NewEncoder(w).Encode(map[string]any{"nodenames": args.NodeNames, "failedNodes": map[string]string{}, "error": ""})
+		case strings.HasSuffix(r.URL.Path, "/bind"):
+			var args struct {
+				PodName, PodNamespace, PodUID, Node string
+			}
+			_ = json.NewDecoder(r.Body).Decode(&args)
+			binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: args.PodName, UID: types.UID(args.PodUID)},
+				Target: corev1.ObjectReference{Kind: "Node", Name: args.Node}}
+			msg := ""
+			if err := pods.Bind(r.Context(), binding, metav1.CreateOptions{}); err != nil {
+				msg = err.Error()
+			}
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+		default: // prioritize, prioritize-cpu
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = w.Write([]byte("[]"))
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	b.t.Cleanup(func() { _ = srv.Close() })
+	b.noop = ln.Addr().(*net.TCPAddr).Port
+	return b.noop
 }
 
 func (b *bench) schedulerName() string {
