@@ -440,6 +440,7 @@ func TestHAMiBesideToposched(t *testing.T) {
 		c.waitBoundBy(specs, 3*time.Minute, hs)
 	}
 	run(wave(true))
+	t.Run("NoOvercommitAfterTheFirstWave", func(t *testing.T) { c.assertNoOvercommit(t, registered) })
 	// Deletions: the 8-GPU pod, and half of the others of each kind, in a random order.
 	gone := []string{topo[0].name}
 	for _, list := range [][]podSpec{topo[1:], hami} {
