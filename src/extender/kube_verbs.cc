@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -190,7 +191,12 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
   snap.IndexOf(scratch.names, scratch.at);
   // The node where the pod holds devices already (a bind that did not complete: the extender
   // restarted, or the Binding's outcome was unknown) fits it on them; bind completes it there.
-  const std::string own = evaluator_.store().NodeOfOwnAllocation(e.uid);
+  // Looked up once, and only when a node fails.
+  std::optional<std::string> own;
+  auto holds_devices_on = [&](std::string_view node) {
+    if (!own) own = evaluator_.store().NodeOfOwnAllocation(e.uid);
+    return !own->empty() && *own == node;
+  };
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const NodeRef& n = nodes[k];
     const std::size_t i = scratch.at[k];
@@ -200,7 +206,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       continue;
     }
     const ClassVerdict* v = verdict.At(i);
-    if (v->passes() || (!own.empty() && n.name == own)) {
+    if (v->passes() || holds_devices_on(n.name)) {
       passed.push_back(n);
       passed_at.push_back(static_cast<std::uint32_t>(i));
       continue;

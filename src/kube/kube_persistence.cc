@@ -32,6 +32,13 @@ constexpr std::string_view kBindAnnotations[] = {
     kHamiVgpuNode, kHamiVgpuTime, kHamiBindPhase, kHamiBindTime,
 };
 
+// A merge patch that removes every annotation a bind writes.
+json UndoBindAnnotations() {
+  json undo = json::object();
+  for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
+  return json{{"metadata", {{"annotations", std::move(undo)}}}};
+}
+
 bool HasDevices(const framework::AllocationDelta& d) {
   return !d.exclusive_gpus.empty() || !d.shares.empty() || !d.nics.empty();
 }
@@ -194,10 +201,7 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
   if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
     // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
     d.annotation_writes.With({"error"}).Inc();
-    json undo = json::object();
-    for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
-    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
-                      json{{"metadata", {{"annotations", undo}}}});
+    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge, UndoBindAnnotations());
     if (p.lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
     return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
                  StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
@@ -217,10 +221,8 @@ Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
     written = d.prepared.erase(allocation.uid) == 0;
   }
   if (!HasDevices(allocation.delta) || !written) return Status::Ok();
-  json undo = json::object();
-  for (std::string_view k : kBindAnnotations) undo[std::string(k)] = nullptr;
-  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
-                                     json{{"metadata", {{"annotations", undo}}}});
+  Result<json> patched =
+      d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge, UndoBindAnnotations());
   if (!patched.ok() && !IsNotFound(patched.error())) {
     d.annotation_writes.With({"error"}).Inc();
     return patched.error().WithContext("cannot remove the allocation annotations");
