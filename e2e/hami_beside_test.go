@@ -465,7 +465,7 @@ func TestHAMiBesideToposched(t *testing.T) {
 	alive := func(list []podSpec) []podSpec {
 		var out []podSpec
 		for _, p := range list {
-			if !contains(gone, p.name) {
+			if !slices.Contains(gone, p.name) {
 				out = append(out, p)
 			}
 		}
@@ -488,15 +488,6 @@ func (c *cluster) waitBoundBy(specs []podSpec, timeout time.Duration, hs *hamiSc
 		return fmt.Sprintf("--- kube-scheduler (toposched) log tail:\n%s\n--- HAMi's kube-scheduler log tail:\n%s\n--- HAMi's scheduler log tail:\n%s",
 			harness.TailFile(c.out+"/kube-scheduler.log", 3000), harness.TailFile(hs.kube.LogPath, 3000), harness.TailFile(hs.ext.LogPath, 3000))
 	})
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestKubeSchedulerAMDUnderHAMi: AMD GPUs on a node HAMi's AMD device plugin registered
