@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -31,7 +33,7 @@ constexpr const char* kDefaultOutput = "lognormal:256,0.6";
 
 Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open");
+  if (!in) return Error(path + ": cannot open: " + std::strerror(errno));
   std::string content;
   char buf[1 << 16];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
@@ -143,7 +145,12 @@ int RunAdvise(const std::vector<std::string>& args) {
   double params_b = 0, mfu = 0, mbu = 0, rate = 2, ttft = 2000, tpot = 60;
   bool json = false;
   std::string models, gpu_names;
-  for (const pd::ModelSpec& m : pd::ModelPresets()) models += (models.empty() ? "" : ", ") + m.name;
+  // Three presets a help line, so that the help stays within 100 columns.
+  std::size_t listed = 0;
+  for (const pd::ModelSpec& m : pd::ModelPresets()) {
+    models += (listed == 0 ? "" : listed % 3 == 0 ? ",\n" : ", ") + m.name;
+    ++listed;
+  }
   for (const pd::GpuProfile& g : pd::GpuPresets()) gpu_names += (gpu_names.empty() ? "" : ", ") + g.name;
   FlagSet flags(
       "advise", "toposched advise [flags]",

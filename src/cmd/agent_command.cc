@@ -28,6 +28,14 @@ namespace {
 
 // Writes `content` to `path` via a temporary file and rename, so readers never see half a file.
 Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  // The usual mistake is a directory that is not there (a hostPath not mounted): say so, rather
+  // than fail on the temporary file's name.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code dir_ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, dir_ec)) {
+    return Error("cannot write " + path + ": the directory " + parent.string() +
+                 (std::filesystem::exists(parent, dir_ec) ? " is not a directory" : " does not exist"));
+  }
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -132,6 +140,8 @@ int RunAgent(const std::vector<std::string>& args) {
   flags.Choice("--log-level", log_level, {"trace", "debug", "info", "warn", "error", "off"},
                "least severe level logged");
   if (const auto exit_code = flags.Parse(args)) return *exit_code;
+  if (const std::string bad = TopologyArgsUsageError(source); !bad.empty()) return flags.UsageError(bad);
+  if (!output.empty() && !once) return flags.UsageError("--output goes with --once");
   if (const char* node = std::getenv("NODE_NAME"); node != nullptr) publish.node_name = node;
   // --node-name is the name recorded in the topology and the Kubernetes node to publish as; it
   // overrides $NODE_NAME.

@@ -43,4 +43,8 @@ namespace toposched::cmd {
 // live discovery, `nvml_note` (when set) receives what NVML contributed (DiscoveryOptions).
 Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_note = nullptr);
 
+// The usage errors in TopologyArgs (exit 2, before anything is read): --input together with
+// --synthetic, an unknown --synthetic preset. Empty when the arguments are usable.
+std::string TopologyArgsUsageError(const TopologyArgs& args);
+
 }  // namespace toposched::cmd

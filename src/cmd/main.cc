@@ -27,7 +27,14 @@ Run `toposched <command> --help` for a command's flags.
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // `toposched help topo` is `toposched topo --help`.
+  if (args.size() == 2 && args[0] == "help") args = {args[1], "--help"};
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (args.size() > 1) {
+      std::fprintf(stderr, "toposched: unexpected argument '%s' after %s (see toposched --help)\n",
+                   args[1].c_str(), args[0].c_str());
+      return 2;
+    }
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
@@ -41,6 +48,15 @@ int main(int argc, char** argv) {
     if (command == "serve") return toposched::cmd::RunServe(args);
     if (command == "advise") return toposched::cmd::RunAdvise(args);
     if (command == "version" || command == "--version") {
+      if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+        std::fputs("usage: toposched version\n\nPrints the version and exits. It takes no flags.\n", stdout);
+        return 0;
+      }
+      if (!args.empty()) {
+        std::fprintf(stderr, "toposched version: %s '%s' (it takes none)\n",
+                     args[0].starts_with("-") ? "unknown flag" : "unexpected argument", args[0].c_str());
+        return 2;
+      }
       std::printf("toposched %s\n", TOPOSCHED_VERSION);
       return 0;
     }
@@ -49,6 +65,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "toposched %s: internal error: %s\n", command.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "toposched: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  // One line, like every other usage error; the command list is one --help away.
+  std::fprintf(stderr, "toposched: unknown command '%s' (see toposched --help)\n", command.c_str());
   return 2;
 }

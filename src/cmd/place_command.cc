@@ -3,7 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -26,7 +29,7 @@ constexpr std::size_t kMaxSmallFileBytes = 4u << 20;
 
 Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit = kMaxSmallFileBytes) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open");
+  if (!in) return Error(path + ": cannot open: " + std::strerror(errno));
   std::string content;
   char buf[1 << 16];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
@@ -84,9 +87,15 @@ void PrintText(const NodeTopology& t, const Placement& p, const framework::NodeS
     }
     std::printf("worst class: %s, class sum: %d\n", std::string(ToString(p.worst_class)).c_str(), p.class_sum);
   }
-  std::printf("score:\n");
+  // One column per figure, headed by what it counts; the plugin column as wide as its longest name.
+  int name_width = static_cast<int>(std::string_view("plugin").size());
   for (const framework::ScorePart& part : score.parts) {
-    std::printf("  %-16s weight %-3d score %-3d %s\n", part.plugin.c_str(), part.weight, part.score,
+    name_width = std::max(name_width, static_cast<int>(part.plugin.size()));
+  }
+  std::printf("score (each plugin's 0-100, weighted into the node's score):\n");
+  std::printf("  %-*s  weight  score  why\n", name_width, "plugin");
+  for (const framework::ScorePart& part : score.parts) {
+    std::printf("  %-*s  %6d  %5d  %s\n", name_width, part.plugin.c_str(), part.weight, part.score,
                 part.explanation.c_str());
   }
   std::printf("devices:\n");

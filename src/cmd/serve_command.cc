@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <cstdlib>
@@ -87,7 +89,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   flags.Duration("--retry-period", f.lease.retry_period, milliseconds(1), kDay, "between Lease attempts");
   milliseconds stale_age = f.source.stale_topology_age;
   flags.Duration("--stale-topology-age", stale_age, milliseconds(0), kDay * 365,
-                 "a NodeTopology whose agent heartbeat is older is stale (0 = never)");
+                 "a NodeTopology whose agent heartbeat is older is stale\n(0 = never)");
   std::string stale_policy = "closed";
   flags.Choice("--stale-topology-policy", stale_policy, {"closed", "open"},
                "stale: no new GPU pods there (closed), or keep using the last\ntopology (open)");
@@ -95,7 +97,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   flags.Choice("--hami-node-lock", hami_lock, {"auto", "true", "false"},
                "take HAMi's node lock (hami.io/mutex.lock) when a bind hands\n"
                "GPUs to HAMi's NVIDIA or AMD device plugin: auto on nodes that\n"
-               "carry that plugin's registration annotation, true on every node");
+               "carry that plugin's registration annotation, true on every\nnode");
   std::string pod_events = "all";
   flags.Choice("--pod-events", pod_events, {"all", "warnings"},
                "events on pods: all (DevicesAllocated after each bind and\n"
@@ -113,7 +115,10 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
                 "multiplier of the 0..100 score in Volcano replies");
 
   flags.Group("HTTP");
-  flags.Text("--address", f.http.address, "ADDR", "listen address");
+  auto* address_flag = flags.Text("--address", f.http.address, "ADDR",
+                                  "listen address; bind writes to the cluster and is\n"
+                                  "unauthenticated without --tls-client-ca")
+                           ->default_str("127.0.0.1 with --cluster, 0.0.0.0 with --kube");
   long long port = f.http.port;
   flags.Integer("--port", port, 0, 65535, "N", "listen port (0 = any free port, see --port-file)");
   flags.Text("--port-file", f.port_file, "FILE", "write the bound port to FILE once listening");
@@ -128,7 +133,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   flags.Text("--volcano-prefix", f.extender.volcano_prefix, "PATH", "Volcano extender.urlPrefix path");
   std::int64_t max_body = static_cast<std::int64_t>(f.extender.max_body_bytes);
   flags.Quantity("--max-body-bytes", max_body, 1024, std::int64_t{1} << 30,
-                 "request body limit, bytes or 16Mi-style (onSessionOpen: 512Mi)");
+                 "request body limit, bytes or 16Mi-style\n(onSessionOpen: 512Mi)");
   flags.Duration("--read-timeout", f.http.read_timeout, milliseconds(1), kDay, "a request must arrive within this");
   flags.Duration("--idle-timeout", f.http.idle_timeout, milliseconds(1), kDay,
                  "idle keep-alive connections close after this");
@@ -167,6 +172,9 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   f.log_level = *metrics::ParseLogLevel(log_level);
 
   if (f.cluster.empty() == !f.kube) return flags.UsageError("give exactly one of --kube and --cluster DIR");
+  // A local try stays on this machine unless asked otherwise; in a cluster the Service needs
+  // every interface (the chart's NetworkPolicy limits who reaches it).
+  if (!flags.Given(address_flag) && !f.cluster.empty()) f.http.address = "127.0.0.1";
   if (f.leader_elect && !(f.lease.renew_deadline < f.lease.lease_duration &&
                           f.lease.retry_period < f.lease.renew_deadline)) {
     return flags.UsageError("leader election needs retry-period < renew-deadline < lease-duration");
@@ -184,7 +192,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
 
 Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Error("cannot read " + path);
+  if (!in) return Error("cannot read " + path + ": " + std::strerror(errno));
   std::string text;
   char buf[65536];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
@@ -344,6 +352,16 @@ int RunServe(const std::vector<std::string>& args) {
       srv.Wait();
       return 1;
     }
+  }
+  // The file source has no API server in front of it: whoever reaches the port can bind.
+  const bool loopback = flags.http.address == "127.0.0.1" || flags.http.address == "::1" ||
+                        flags.http.address == "localhost";
+  if (!flags.cluster.empty() && !loopback && !flags.extender.require_client_certificate) {
+    metrics::Log(metrics::LogLevel::kWarn, {"startup", "", ""},
+                "listening on " + flags.http.address +
+                    ": every host that reaches this port can call bind, which writes to " + flags.cluster +
+                    " unauthenticated (--address 127.0.0.1 keeps it local; --tls-client-ca requires a client "
+                    "certificate)");
   }
   metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
               std::string(flags.http.tls_enabled ? "serving https" : "serving http") + " on " + flags.http.address +

@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -18,6 +21,7 @@
 #include "toposched/metrics/logging.h"
 #include "toposched/simulate/simulator.h"
 #include "toposched/simulate/trace.h"
+#include "toposched/topology/synthetic.h"
 
 namespace toposched::cmd {
 namespace {
@@ -47,7 +51,7 @@ std::vector<std::string> SplitCommas(const std::string& s) {
 
 Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open");
+  if (!in) return Error(path + ": cannot open: " + std::strerror(errno));
   std::string content;
   char buf[1 << 16];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
@@ -55,6 +59,38 @@ Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
     if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 10) + " KiB");
   }
   return content;
+}
+
+// --policies: empty, or the first name that is not one of `known`.
+std::string UnknownPolicy(const std::string& text, const std::vector<std::string>& known) {
+  for (const std::string& name : SplitCommas(text)) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      return "--policies: unknown policy '" + name + "' (known: " + list + ")";
+    }
+  }
+  return "";
+}
+
+// --seeds: "N", "A-B" or a comma list of them, A <= B, at most 1000 in a range. An empty string
+// on success, else what is wrong (a usage error).
+std::string ParseSeeds(const std::string& text, std::vector<std::uint32_t>& out) {
+  out.clear();
+  for (const std::string& item : SplitCommas(text)) {
+    const std::size_t dash = item.find('-');
+    long long a = 0, b = 0;
+    const bool ok = dash == std::string::npos
+                        ? ParseIntIn(item, 0, 4294967295LL, a) && (b = a, true)
+                        : ParseIntIn(item.substr(0, dash), 0, 4294967295LL, a) &&
+                              ParseIntIn(item.substr(dash + 1), 0, 4294967295LL, b);
+    if (!ok) return "--seeds: expected N, A-B or a list of them, got '" + item + "'";
+    if (b < a) return "--seeds: '" + item + "' is an empty range (A-B needs A <= B)";
+    if (b - a >= 1000) return "--seeds: '" + item + "' is more than 1000 seeds";
+    for (long long v = a; v <= b; ++v) out.push_back(static_cast<std::uint32_t>(v));
+  }
+  if (out.empty()) return "--seeds: no seeds in '" + text + "'";
+  return "";
 }
 
 // Draws on stderr. On a terminal: one bar, redrawn in place at most ten times a second. In a
@@ -97,7 +133,7 @@ class Progress {
 };
 
 // `simulate --trace`: each variant replayed with every policy and seed.
-int RunTraceReplay(const std::string& dir, const std::string& variants_arg, const std::string& seeds_arg,
+int RunTraceReplay(const std::string& dir, const std::string& variants_arg, const std::vector<std::uint32_t>& seeds,
                    long long max_tasks, const std::string& policies_arg, const std::string& config_path, bool json,
                    bool no_progress, bool cpu_blind) {
   auto fail = [](const std::string& message) {
@@ -110,19 +146,7 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg, cons
   metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);
   if (max_tasks > 0) options.max_tasks = static_cast<std::size_t>(max_tasks);
   options.toposched_cpu_blind = cpu_blind;
-  if (!seeds_arg.empty()) {
-    options.seeds.clear();
-    for (const std::string& item : SplitCommas(seeds_arg)) {
-      const std::size_t dash = item.find('-');
-      long long a = 0, b = 0;
-      const bool ok = dash == std::string::npos
-                          ? ParseIntIn(item, 0, 4294967295LL, a) && (b = a, true)
-                          : ParseIntIn(item.substr(0, dash), 0, 4294967295LL, a) &&
-                                ParseIntIn(item.substr(dash + 1), 0, 4294967295LL, b) && b >= a && b - a < 1000;
-      if (!ok) return fail("--seeds: expected N, A-B or a list of them, got '" + item + "'");
-      for (long long v = a; v <= b; ++v) options.seeds.push_back(static_cast<std::uint32_t>(v));
-    }
-  }
+  if (!seeds.empty()) options.seeds = seeds;
   if (!config_path.empty()) {
     auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
     if (!yaml.ok()) return fail(yaml.error().message());
@@ -221,9 +245,8 @@ int RunSimulate(const std::vector<std::string>& args) {
   flags.Integer("--max-tasks", max_tasks, 1, 100000000, "N", "replay only the first N tasks of each tuned workload")
       ->default_str("");
   flags.Switch("--cpu-blind", cpu_blind,
-               "toposched sees no CPU (the tasks' requests, the nodes' free CPU), as\n"
-               "the extender before it read CPU: its packing counts every node's CPU\n"
-               "as enough");
+               "toposched sees no CPU (neither the tasks' requests nor the nodes'\n"
+               "free CPU): its packing counts every node's CPU as enough");
   if (const auto exit_code = flags.Parse(args)) return *exit_code;
   const bool nodes_given = flags.Given(nodes_flag);
   auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
@@ -233,7 +256,14 @@ int RunSimulate(const std::vector<std::string>& args) {
       return usage("--trace replays the trace's own cluster and tasks; it takes --variants, --seeds, "
                    "--max-tasks, --cpu-blind, --policies, --config, --json and --no-progress only");
     }
-    return RunTraceReplay(trace_dir, variants_arg, seeds_arg, max_tasks, policies_arg, config_path, json,
+    std::vector<std::uint32_t> seeds;
+    if (!seeds_arg.empty()) {
+      if (const std::string bad = ParseSeeds(seeds_arg, seeds); !bad.empty()) return usage(bad);
+    }
+    if (const std::string bad = UnknownPolicy(policies_arg, sim::KnownTracePolicyNames()); !bad.empty()) {
+      return usage(bad);
+    }
+    return RunTraceReplay(trace_dir, variants_arg, seeds, max_tasks, policies_arg, config_path, json,
                           no_progress, cpu_blind);
   }
   if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0 || cpu_blind) {
@@ -244,6 +274,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (!workload_path.empty() && (pods != sim::kDefaultPods || seed != 1)) {
     return usage("--pods and --seed shape the generated workload; they do not apply to --workload");
   }
+  if (const std::string bad = UnknownPolicy(policies_arg, sim::PolicyNames()); !bad.empty()) return usage(bad);
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
     return 1;
@@ -267,6 +298,9 @@ int RunSimulate(const std::vector<std::string>& args) {
       long long count = 0;
       if (eq == std::string::npos || !ParseIntIn(item.substr(eq + 1), 0, 100000, count)) {
         return usage("--shapes: expected PRESET=COUNT, got '" + item + "'");
+      }
+      if (auto preset = SyntheticPreset(item.substr(0, eq)); !preset.ok()) {
+        return usage("--shapes: " + preset.error().message());
       }
       shapes.push_back({item.substr(0, eq), static_cast<int>(count)});
     }

@@ -32,6 +32,7 @@ int RunTopo(const std::vector<std::string>& args) {
     }
     return 0;
   }
+  if (const std::string bad = TopologyArgsUsageError(source); !bad.empty()) return flags.UsageError(bad);
   auto topology = ObtainTopology(source);
   if (!topology.ok()) {
     std::fprintf(stderr, "toposched topo: %s\n", topology.error().message().c_str());

@@ -25,6 +25,14 @@ void AddTopologyFlags(FlagSet& flags, TopologyArgs& out, const std::string& node
 
 namespace toposched::cmd {
 
+std::string TopologyArgsUsageError(const TopologyArgs& args) {
+  if (!args.input.empty() && !args.synthetic.empty()) return "--input and --synthetic are mutually exclusive";
+  if (!args.synthetic.empty()) {
+    if (auto spec = SyntheticPreset(args.synthetic); !spec.ok()) return "--synthetic: " + spec.error().message();
+  }
+  return "";
+}
+
 Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_note) {
   if (!args.input.empty() && !args.synthetic.empty()) {
     return Error("--input and --synthetic are mutually exclusive");
