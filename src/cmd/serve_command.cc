@@ -116,9 +116,9 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
 
   flags.Group("HTTP");
   auto* address_flag = flags.Text("--address", f.http.address, "ADDR",
-                                  "listen address; bind writes to the cluster and is\n"
-                                  "unauthenticated without --tls-client-ca")
-                           ->default_str("127.0.0.1 with --cluster, 0.0.0.0 with --kube");
+                                  "listen address (default 127.0.0.1 with --cluster, 0.0.0.0 with\n"
+                                  "--kube); bind is unauthenticated without --tls-client-ca")
+                           ->default_str("");
   long long port = f.http.port;
   flags.Integer("--port", port, 0, 65535, "N", "listen port (0 = any free port, see --port-file)");
   flags.Text("--port-file", f.port_file, "FILE", "write the bound port to FILE once listening");
