@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads the Alibaba GPU cluster trace v2023 (the "openb" trace that `toposched simulate
-# --trace DIR` replays) into DIR: one node list and four pod lists, CSV, about 3 MB in all.
+# --trace DIR` replays) into DIR: one node list and four pod lists, CSV, about 2 MB in all.
 #
 #   scripts/fetch-trace.sh data/alibaba-gpu-v2023
 #   build/src/cmd/toposched simulate --trace data/alibaba-gpu-v2023 --variants default --seeds 42
