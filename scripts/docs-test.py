@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The documentation's commands, run against the built binary (issue 17, item 6).
+"""The documentation's commands, run against the built binary, and their printed output checked.
 
 Every `toposched ...` command in a code block of README.md and docs/*.md (fenced or indented,
 with or without a leading "$ ") is found and:
@@ -21,7 +21,27 @@ with or without a leading "$ ") is found and:
 
 A `toposched serve` or `toposched agent` command (they run until stopped, or need a cluster)
 that is neither a synopsis nor marked fails the test: the marker is the explicit list of what
-the test does not run. Only the Python standard library; exits 1 when anything failed.
+the test does not run.
+
+Example output. A fenced block marked
+
+    <!-- docs-test: output -->
+
+holds one command on its first line, after "$ " (continued with a trailing backslash), and below
+it what the command prints on stdout. The command runs as above and its stdout must match the
+rest of the block line by line (trailing blanks ignored, tabs significant, trailing empty lines
+ignored). A line that is exactly "..." stands for any number of lines left out, so an example
+may be abridged at its start, middle or end; nothing else is a wildcard. Mark only output that
+is deterministic (topo, place, version, help texts, the simulator for a fixed seed without its
+timings); a change to the binary's output then fails here until the docs show it.
+
+Data paths. The docs name the folders a user has: `data/alibaba-gpu-v2023` (what
+`scripts/fetch-trace.sh data/alibaba-gpu-v2023` downloads) and `data/topologies` (real topology
+exports). In the scratch tree `data/` maps them to ../shared/traces/alibaba-gpu-v2023 and
+../shared/topologies, so the test reads the shared copies and needs no network. Scripts other
+than the binary (scripts/fetch-trace.sh, which downloads from GitHub) are not run.
+
+Only the Python standard library; exits 1 when anything failed.
 """
 
 import argparse
@@ -42,13 +62,18 @@ COMMAND = re.compile(
     "|".join(SUBCOMMANDS) + r"|--help|-h)\b")
 SYNOPSIS = re.compile(r"\[--|\[[^\]]*\||\b(?:FILE|DIR|NAME|PRESET|NODE|ID|NS|DUR|N|ADDR|PATH)\b|POD\.json|"
                       r"ALLOC\.json|CONFIG\.yaml|\.\.\.|<[a-z][^>]*>")
-MARKER = re.compile(r'<!--\s*docs-test:\s*(skip|slow)\b((?:\s*"[^"]*"\s*,?)*)\s*(?:--\s*(.*?))?\s*-->', re.S)
+MARKER = re.compile(r'<!--\s*docs-test:\s*(skip|slow|output)\b((?:\s*"[^"]*"\s*,?)*)\s*(?:--\s*(.*?))?\s*-->', re.S)
 FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 
 
+# In the scratch tree, data/<name> -> ../shared/<target> (see "Data paths" above).
+DATA_PATHS = {"alibaba-gpu-v2023": "traces/alibaba-gpu-v2023", "topologies": "topologies"}
+
+
 class Command:
-    def __init__(self, path, line, text, markers):
+    def __init__(self, path, line, text, markers, expected=None):
         self.path, self.line, self.text, self.markers = path, line, text, markers
+        self.expected = expected  # the example output's lines, for a block marked "output"
 
     def where(self):
         return f"{os.path.relpath(self.path, ROOT)}:{self.line}"
@@ -111,9 +136,56 @@ def code_blocks(path):
     return blocks
 
 
+def output_example(path, first, body, markers):
+    """The command and expected output of a block marked "output"."""
+    if not body or not body[0].strip().startswith("$ "):
+        raise SystemExit(f"docs-test: {os.path.relpath(path, ROOT)}:{first}: a block marked output must start "
+                         "with '$ command'")
+    text, j = body[0].strip()[2:], 1
+    while text.endswith("\\") and j < len(body):
+        text = text[:-1].rstrip() + " " + body[j].strip()
+        j += 1
+    expected = [line.rstrip() for line in body[j:]]
+    while expected and not expected[-1]:
+        expected.pop()
+    return Command(path, first, text, markers, expected)
+
+
+def output_mismatch(expected, actual_text):
+    """None when `actual_text` matches the expected lines ("..." skips any lines), else why not."""
+    actual = [line.rstrip() for line in actual_text.split("\n")]
+    while actual and not actual[-1]:
+        actual.pop()
+
+    def match(e, a):
+        if e == len(expected):
+            return a == len(actual)
+        if expected[e] == "...":
+            return any(match(e + 1, k) for k in range(a, len(actual) + 1))
+        return a < len(actual) and expected[e] == actual[a] and match(e + 1, a + 1)
+
+    if match(0, 0):
+        return None
+    # Point at the first expected line that is not where it should be.
+    a = 0
+    for e, line in enumerate(expected):
+        if line == "...":
+            continue
+        if line in actual[a:]:
+            a = actual.index(line, a) + 1
+            continue
+        near = actual[a] if a < len(actual) else "(end of output)"
+        return f"output differs at example line {e + 1}: docs {line!r}, binary {near!r}"
+    return "output differs: the example's lines are there, but with lines between or after them " \
+           "(add '...' where the example leaves lines out)"
+
+
 def commands_in(path):
     out = []
     for first, body, markers in code_blocks(path):
+        if any(m["kind"] == "output" for m in markers):
+            out.append(output_example(path, first, body, markers))
+            continue
         j = 0
         while j < len(body):
             raw, number = body[j], first + j
@@ -200,12 +272,15 @@ def scratch_tree():
     tree = os.path.join(base, "repo")
     os.mkdir(tree)
     for entry in os.listdir(ROOT):
-        if entry == ".git":
+        if entry in (".git", "data"):
             continue
         os.symlink(os.path.join(ROOT, entry), os.path.join(tree, entry))
     shared = os.path.join(os.path.dirname(ROOT), "shared")
+    os.mkdir(os.path.join(tree, "data"))
     if os.path.isdir(shared):
         os.symlink(shared, os.path.join(base, "shared"))
+        for name, target in DATA_PATHS.items():
+            os.symlink(os.path.join(shared, target), os.path.join(tree, "data", name))
     return base, tree
 
 
@@ -224,6 +299,8 @@ def run(cmd, binary, tree, timeout):
     if r.returncode not in (0, 141):
         tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-3:]
         return f"exit {r.returncode}: " + " / ".join(tail), time.monotonic() - start
+    if cmd.expected is not None:
+        return output_mismatch(cmd.expected, r.stdout), time.monotonic() - start
     return None, time.monotonic() - start
 
 
@@ -251,7 +328,7 @@ def main():
     commands = [c for f in doc_files() for c in commands_in(f)]
     inline = [c for f in doc_files() for c in inline_commands(f)]
     base, tree = scratch_tree()
-    failures, counts, helps, results = [], {"ran": 0, "synopsis": 0, "skipped": 0, "slow": 0}, {}, {}
+    failures, counts, helps, results = [], {"ran": 0, "synopsis": 0, "skipped": 0, "slow": 0, "outputs": 0}, {}, {}
     try:
         for cmd in commands:
             problems = [] if args.list else check_flags(cmd, binary, helps)
@@ -276,6 +353,9 @@ def main():
             if action == "run" and not problems:
                 # The same command in several places runs once.
                 key = re.sub(r"\s+", " ", COMMAND.sub(lambda m: "toposched " + m.group(1), strip_comment(cmd.text)))
+                if cmd.expected is not None:
+                    key = (key, cmd.where())  # each example's output is checked on its own
+                    counts["outputs"] += 1
                 if key not in results:
                     results[key] = run(cmd, binary, tree, args.timeout)
                 error, elapsed = results[key]
@@ -301,7 +381,8 @@ def main():
             failures.append(f"{cmd.where()}: `{cmd.text}`\n    {p}")
     if args.list:
         return 0
-    print(f"docs-test: {len(commands)} commands in README.md and docs/*.md: {counts['ran']} ran, "
+    print(f"docs-test: {len(commands)} commands in README.md and docs/*.md: {counts['ran']} ran "
+          f"({counts['outputs']} with their example output checked), "
           f"{counts['synopsis']} synopses checked against --help, {counts['skipped']} skipped as marked, "
           f"{counts['slow']} slow not run (--slow runs them); {len(inline)} in prose checked against --help; "
           f"{len(failures)} failed")
