@@ -15,6 +15,7 @@
 #include "common/plugin_util.h"
 #include "common/pool_util.h"
 #include "toposched/common/flat_hash_index.h"
+#include "toposched/common/hash.h"
 #include "toposched/framework/cluster_view.h"
 
 namespace toposched::plugins::kv_transfer_cost {
@@ -469,7 +470,7 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
   if (own_site != kNoSite) return MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, per_kind);
   c.key.push_back(static_cast<int>(own.worst_class));
   std::uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (int id : c.key) h = (h ^ static_cast<std::uint32_t>(id)) * 0x100000001b3ull;
+  for (int id : c.key) h = HashMix(h, static_cast<std::uint32_t>(id));
   h ^= h >> 29;
   // Keys that share a hash are told apart by probing on with a derived one.
   const MeanCache::Mean* found = nullptr;
@@ -955,15 +956,11 @@ CostBounds Bounds(const pd::NetworkConfig& network, const pd::Endpoint& own, boo
 }
 
 std::uint64_t StableHash(std::string_view pool, std::string_view domain) {
-  std::uint64_t h = 14695981039346656037ull;
-  const auto mix = [&h](unsigned char byte) {
-    h ^= byte;
-    h *= 1099511628211ull;
-  };
-  for (char ch : pool) mix(static_cast<unsigned char>(ch));
-  mix(0);  // "ab"+"c" and "a"+"bc" differ
-  for (char ch : domain) mix(static_cast<unsigned char>(ch));
-  return h;
+  Fnv1aHasher h;
+  h.Bytes(pool);
+  h.Byte(0);  // "ab"+"c" and "a"+"bc" differ
+  h.Bytes(domain);
+  return h.value();
 }
 
 KvTransferCost::KvTransferCost(Args args) : args_(std::move(args)), cache_(std::make_shared<SitesCache>()) {}

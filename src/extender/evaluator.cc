@@ -278,7 +278,7 @@ void Evaluator::ObserveCpuPod(const PodEntry& e) {
 
 std::uint64_t Evaluator::VerdictKey(const PlacementRequest& r, const state::NodeRecord& record) {
   if (!r.NamesGpuUuids()) return record.class_key;
-  return (record.class_key ^ std::hash<std::string_view>{}(record.name)) * 1099511628211ull;
+  return HashMix(record.class_key, std::hash<std::string_view>{}(record.name));
 }
 
 std::uint64_t Evaluator::CpuVerdictKey(std::uint64_t verdict_key, std::int64_t cpu_class) {

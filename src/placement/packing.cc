@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "toposched/common/hash.h"
 #include "toposched/common/text.h"
 #include "toposched/placement/device_rules.h"
 
@@ -203,13 +204,8 @@ NodeState After(const NodeState& node, const Shape& shape, const std::vector<int
 }
 
 std::uint64_t MixKey(const ShapeMix& mix) {
-  std::uint64_t h = 14695981039346656037ull;
-  auto mix_in = [&h](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
+  Fnv1aHasher h;
+  auto mix_in = [&h](std::uint64_t v) { h.U64(v); };
   for (const WeightedShape& w : mix.shapes) {
     mix_in(static_cast<std::uint64_t>(w.shape.gpus));
     mix_in(static_cast<std::uint64_t>(w.shape.milli));
@@ -222,7 +218,7 @@ std::uint64_t MixKey(const ShapeMix& mix) {
     mix_in(w.shape.models.size());
     mix_in(std::bit_cast<std::uint64_t>(w.weight));
   }
-  return h;
+  return h.value();
 }
 
 int BestShareGpu(const NodeState& node, const Shape& shape, const ShapeMix& mix) {

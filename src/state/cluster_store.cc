@@ -10,37 +10,16 @@
 #include <unordered_set>
 #include <utility>
 
+#include "toposched/common/hash.h"
 #include "toposched/placement/request.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::state {
 namespace {
 
-// FNV-1a 64 over a canonical byte encoding.
-class Fnv64 {
- public:
-  void Byte(unsigned char b) {
-    hash_ ^= b;
-    hash_ *= 1099511628211ull;
-  }
-  void U64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) Byte(static_cast<unsigned char>(v >> (8 * i)));
-  }
-  void I64(std::int64_t v) { U64(static_cast<std::uint64_t>(v)); }
-  // Length-prefixed, so that ("ab", "c") and ("a", "bc") differ.
-  void String(std::string_view s) {
-    U64(s.size());
-    for (const char c : s) Byte(static_cast<unsigned char>(c));
-  }
-  std::uint64_t value() const { return hash_; }
-
- private:
-  std::uint64_t hash_ = 14695981039346656037ull;
-};
-
 // The hash of a topology's Fingerprint() text (never 0, which means "no topology").
 std::uint64_t FingerprintOf(std::string_view fingerprint_text) {
-  Fnv64 h;
+  Fnv1aHasher h;
   h.String(fingerprint_text);
   return h.value() == 0 ? 1 : h.value();  // 0 means "no topology"
 }
@@ -146,7 +125,7 @@ std::string MisfitsOf(const NodeRecord& record, int max_shares_per_gpu) {
 }  // namespace
 
 std::uint64_t ComputeClassKey(const NodeRecord& r, const std::vector<std::string>* class_labels) {
-  Fnv64 h;
+  Fnv1aHasher h;
   h.U64(r.topology_fingerprint);
   h.Byte(r.schedulable ? 1 : 0);
   h.Byte(r.held() ? 1 : 0);

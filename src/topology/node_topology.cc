@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 
+#include "toposched/common/hash.h"
+
 namespace toposched {
 
 std::string_view ToString(LinkClass c) {
@@ -213,27 +215,19 @@ int NodeTopology::SwitchCount() const {
 
 namespace {
 
-struct Fnv1a {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  void Bytes(const void* data, std::size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (std::size_t i = 0; i < n; ++i) {
-      h ^= p[i];
-      h *= 0x100000001b3ull;
-    }
-  }
-  void Str(const std::string& s) {
-    Int(static_cast<std::int64_t>(s.size()));
-    Bytes(s.data(), s.size());
-  }
-  void Int(std::int64_t v) { Bytes(&v, sizeof v); }
+// The fingerprint's field encoding over FNV-1a (common/hash.h): strings length-prefixed, integers
+// as 8 bytes, reals in thousandths.
+struct FingerprintHasher {
+  Fnv1aHasher fnv;
+  void Str(const std::string& s) { fnv.String(s); }
+  void Int(std::int64_t v) { fnv.I64(v); }
   void Real(double v) { Int(static_cast<std::int64_t>(v * 1000.0)); }
 };
 
 }  // namespace
 
 std::string NodeTopology::Fingerprint() const {
-  Fnv1a f;
+  FingerprintHasher f;
   f.Int(kTopologySchemaVersion);
   for (const NumaNode& n : numa_nodes) {
     f.Int(n.id); f.Int(n.package); f.Str(n.cpus); f.Int(static_cast<std::int64_t>(n.memory_bytes));
@@ -262,7 +256,7 @@ std::string NodeTopology::Fingerprint() const {
     f.Str(n.cpus); f.Int(n.parent); f.Real(n.link_gbps); f.Int(n.link_width); f.Str(n.rail);
   }
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(f.h));
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(f.fnv.value()));
   return buf;
 }
 

@@ -10,17 +10,9 @@
 #include <utility>
 #include <vector>
 
-namespace toposched {
+#include "toposched/common/hash.h"  // Mix64, which most callers hash with
 
-// splitmix64's finalizer: a well-mixed 64-bit hash of `x` (note: 0 maps to 0, so a value that
-// may be 0 and must count is offset first).
-inline std::uint64_t Mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+namespace toposched {
 
 template <class V>
 class FlatHashIndex {

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "toposched/common/hash.h"
 #include "toposched/pd/network.h"
 #include "toposched/placement/request.h"
 #include "toposched/topology/node_topology.h"
@@ -39,14 +40,7 @@ inline std::uint64_t PositionHash(std::string_view text) { return std::hash<std:
 // A node's place in a stable order of nodes: FNV-1a (64-bit) of its name, the same in every
 // process, replica and release (std::hash is not), whatever order a node list comes in. The
 // extender breaks ties among its best nodes by it (extender::PreferOneOfTheBest).
-constexpr std::uint64_t NodeOrderKey(std::string_view name) {
-  std::uint64_t h = 14695981039346656037ull;  // FNV-1a's offset basis and prime
-  for (const char c : name) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+constexpr std::uint64_t NodeOrderKey(std::string_view name) { return Fnv1a64(name); }
 
 struct NodeSummary {
   std::string_view name;
