@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "simulate_internal.h"
+#include "toposched/common/stats.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/simulate/simulator.h"
 
@@ -66,13 +67,6 @@ struct Running {
   AllocationDelta delta;
   bool shared = false;
 };
-
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  // Nearest rank: the smallest value with at least p of the samples at or below it.
-  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::min(std::max<std::size_t>(rank, 1), sorted.size()) - 1];
-}
 
 // Rebuilds every node's allocation from the pods still running and compares: proves that no
 // device was given twice and that departures gave back exactly what arrivals took.

@@ -25,6 +25,7 @@
 #include "plugins/registry.h"
 #include "simulate_internal.h"
 #include "trace_internal.h"
+#include "toposched/common/stats.h"
 #include "toposched/framework/framework.h"
 #include "toposched/placement/packing.h"
 
@@ -442,13 +443,6 @@ std::vector<packing::Shape> TraceShapes(const Trace& trace) {
   return shapes;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
-  return v[std::min(k, v.size() - 1)];
-}
-
 // Where the GPU no task holds sits now (TraceIdleGpu).
 TraceIdleGpu IdleGpu(const ReplayState& state) {
   TraceIdleGpu idle;
@@ -614,6 +608,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::sort(times_us.begin(), times_us.end());
   run.decision_p50_us = Percentile(times_us, 0.5);
   run.decision_p99_us = Percentile(times_us, 0.99);
   return run;
