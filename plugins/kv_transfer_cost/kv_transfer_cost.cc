@@ -999,22 +999,14 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
 }
 
 Result<Args> ParseArgs(const framework::PluginArgs& args) {
-  if (Status s = RequireKnownArgs(
-          args, {"kvBytesPerToken", "promptTokens", "anchorTier", "spreadTier", "spreadPoints"});
-      !s.ok()) {
-    return s.error();
-  }
+  TOPOSCHED_RETURN_IF_ERROR(
+      RequireKnownArgs(args, {"kvBytesPerToken", "promptTokens", "anchorTier", "spreadTier", "spreadPoints"}));
   Args out;
-  Result<std::int64_t> kv =
-      ReadIntArg(args, "kvBytesPerToken", 1, std::int64_t{1} << 30, out.kv_bytes_per_token);
-  if (!kv.ok()) return kv.error();
-  Result<std::int64_t> tokens = ReadIntArg(args, "promptTokens", 1, 10'000'000, out.prompt_tokens);
-  if (!tokens.ok()) return tokens.error();
-  Result<std::int64_t> points = ReadIntArg(args, "spreadPoints", 0, 50, out.spread_points);
-  if (!points.ok()) return points.error();
-  out.kv_bytes_per_token = *kv;
-  out.prompt_tokens = *tokens;
-  out.spread_points = static_cast<int>(*points);
+  TOPOSCHED_ASSIGN_OR_RETURN(out.kv_bytes_per_token,
+                             ReadIntArg(args, "kvBytesPerToken", 1, std::int64_t{1} << 30, out.kv_bytes_per_token));
+  TOPOSCHED_ASSIGN_OR_RETURN(out.prompt_tokens, ReadIntArg(args, "promptTokens", 1, 10'000'000, out.prompt_tokens));
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t points, ReadIntArg(args, "spreadPoints", 0, 50, out.spread_points));
+  out.spread_points = static_cast<int>(points);
   out.anchor_tier = ReadStringArg(args, "anchorTier", "");
   out.spread_tier = ReadStringArg(args, "spreadTier", "node");
   if (out.spread_tier.empty()) return Error("arg spreadTier: empty; use node or a network tier label");
@@ -1022,9 +1014,8 @@ Result<Args> ParseArgs(const framework::PluginArgs& args) {
 }
 
 Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {
-  Result<Args> parsed = ParseArgs(args);
-  if (!parsed.ok()) return parsed.error();
-  return AsPlugin(std::make_unique<KvTransferCost>(std::move(*parsed)));
+  TOPOSCHED_ASSIGN_OR_RETURN(Args parsed, ParseArgs(args));
+  return AsPlugin(std::make_unique<KvTransferCost>(std::move(parsed)));
 }
 
 }  // namespace toposched::plugins::kv_transfer_cost

@@ -184,9 +184,8 @@ Result<Args> ParseArgs(const framework::PluginArgs& args) {
 }
 
 Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {
-  Result<Args> parsed = ParseArgs(args);
-  if (!parsed.ok()) return parsed.error();
-  return AsPlugin(std::make_unique<PdRatio>(std::move(*parsed)));
+  TOPOSCHED_ASSIGN_OR_RETURN(Args parsed, ParseArgs(args));
+  return AsPlugin(std::make_unique<PdRatio>(std::move(parsed)));
 }
 
 }  // namespace toposched::plugins::pd_ratio

@@ -540,18 +540,17 @@ Status CheckKnownHwlocImportCrashes(std::string_view xml) {
 
 // The import itself, in whatever process calls it (ParseHwlocXml: the child).
 Result<NodeTopology> ImportHwlocXml(std::string_view content) {
-  auto topo = NewTopology();
-  if (!topo.ok()) return topo.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(TopologyPtr topo, NewTopology());
   // hwloc's XML importers expect the buffer to be NUL-terminated and `size` to include it.
   std::string buffer(content);
-  if (hwloc_topology_set_xmlbuffer(topo->get(), buffer.c_str(), static_cast<int>(buffer.size() + 1)) != 0) {
+  if (hwloc_topology_set_xmlbuffer(topo.get(), buffer.c_str(), static_cast<int>(buffer.size() + 1)) != 0) {
     return Error("hwloc refused the XML buffer");
   }
-  if (hwloc_topology_load(topo->get()) != 0) {
+  if (hwloc_topology_load(topo.get()) != 0) {
     return Error("hwloc could not import this XML (malformed, truncated, or not hwloc v1/v2 format; "
                  "set HWLOC_XML_VERBOSE=1 for hwloc's own diagnostics)");
   }
-  Translator translator(topo->get(), nullptr);
+  Translator translator(topo.get(), nullptr);
   NodeTopology t = translator.Run(TopologySource::kHwlocXml);
   // hwloc imports an XML that gives two NUMA nodes one os_index; the NodeTopology codec refuses
   // such a document, so the agent would publish an object no extender can read (found by
@@ -562,7 +561,7 @@ Result<NodeTopology> ImportHwlocXml(std::string_view content) {
                    " (an inconsistent export)");
     }
   }
-  if (hwloc_obj_t root = hwloc_get_root_obj(topo->get()); root != nullptr) {
+  if (hwloc_obj_t root = hwloc_get_root_obj(topo.get()); root != nullptr) {
     const std::string host = Info(root, "HostName");
     if (!host.empty()) t.node_name = ToKubernetesName(host);
   }
@@ -811,28 +810,25 @@ Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   if (content.size() > kMaxTopologyFileBytes) return Error("hwloc XML larger than 64 MiB");
   TOPOSCHED_RETURN_IF_ERROR(CheckKnownHwlocImportCrashes(content));
   static ImportWorker* const worker = new ImportWorker();  // never destroyed: the worker exits on EOF
-  Result<std::string> answer = worker->Import(content);
-  if (!answer.ok()) return answer.error();
-  const std::string& in = *answer;
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string in, worker->Import(content));
   if (in.empty()) return Error("the hwloc import of this XML returned no result");
   if (in[0] == '0') return Error(in.substr(1));
   const std::size_t newline = in.find('\n');
   if (in[0] != '1' || newline == std::string::npos) return Error("the hwloc import of this XML returned no result");
-  Result<NodeTopology> decoded = DecodeTopologyJson(std::string_view(in).substr(newline + 1));
-  if (!decoded.ok()) return decoded.error().WithContext("the hwloc import's result");
-  decoded->node_name = in.substr(1, newline - 1);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(NodeTopology decoded, DecodeTopologyJson(std::string_view(in).substr(newline + 1)),
+                                 "the hwloc import's result");
+  decoded.node_name = in.substr(1, newline - 1);
   return decoded;
 }
 
 Result<NodeTopology> DiscoverLive(const DiscoveryOptions& options) {
   // The gl/opencl plugins would probe X servers and OpenCL runtimes: not our business.
   setenv("HWLOC_COMPONENTS", "-gl,-opencl", /*overwrite=*/0);
-  auto topo = NewTopology();
-  if (!topo.ok()) return topo.error();
-  if (hwloc_topology_load(topo->get()) != 0) {
+  TOPOSCHED_ASSIGN_OR_RETURN(TopologyPtr topo, NewTopology());
+  if (hwloc_topology_load(topo.get()) != 0) {
     return Error(std::string("hwloc could not discover this machine: ") + std::strerror(errno));
   }
-  Translator translator(topo->get(), &options);
+  Translator translator(topo.get(), &options);
   NodeTopology t = translator.Run(TopologySource::kHwloc);
   AddNvml(t, options);
   FillKnownGpuMemory(t);  // without NVML: estimated from the model or PCI id (gpu_memory.h)

@@ -73,21 +73,19 @@ inline Result<const json*> ReadArray(const json& o, std::string_view key, const 
 // Readers into *out; an optional member that is absent leaves *out as it was.
 inline Status ReadString(const json& o, std::string_view key, const std::string& path, Presence presence,
                          std::string* out, Null null = Null::kValue) {
-  Result<const json*> v = Member(o, key, path, presence, null);
-  if (!v.ok()) return v.error();
-  if (*v == nullptr) return Status::Ok();
-  if (!(*v)->is_string()) return json_errors::Expected(Child(path, key), "a string", **v);
-  *out = (*v)->get_ref<const std::string&>();
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* v, Member(o, key, path, presence, null));
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_string()) return json_errors::Expected(Child(path, key), "a string", *v);
+  *out = v->get_ref<const std::string&>();
   return Status::Ok();
 }
 
 inline Status ReadBool(const json& o, std::string_view key, const std::string& path, Presence presence, bool* out,
                        Null null = Null::kValue) {
-  Result<const json*> v = Member(o, key, path, presence, null);
-  if (!v.ok()) return v.error();
-  if (*v == nullptr) return Status::Ok();
-  if (!(*v)->is_boolean()) return json_errors::Expected(Child(path, key), "true or false", **v);
-  *out = (*v)->get<bool>();
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* v, Member(o, key, path, presence, null));
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_boolean()) return json_errors::Expected(Child(path, key), "true or false", *v);
+  *out = v->get<bool>();
   return Status::Ok();
 }
 
@@ -121,20 +119,18 @@ Status IntValue(const json& v, const std::string& path, T min, T max, T* out) {
 template <typename T>
 Status ReadInt(const json& o, std::string_view key, const std::string& path, Presence presence, T min, T max, T* out,
                Null null = Null::kValue) {
-  Result<const json*> v = Member(o, key, path, presence, null);
-  if (!v.ok()) return v.error();
-  if (*v == nullptr) return Status::Ok();
-  return IntValue(**v, Child(path, key), min, max, out);
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* v, Member(o, key, path, presence, null));
+  if (v == nullptr) return Status::Ok();
+  return IntValue(*v, Child(path, key), min, max, out);
 }
 
 // A map[string]string (labels, annotations); `keep` filters the keys kept (all are type-checked).
 inline Status ReadStringMap(const json& o, std::string_view key, const std::string& path,
                             bool (*keep)(const std::string&), std::map<std::string, std::string>* out,
                             Null null = Null::kValue) {
-  Result<const json*> m = ReadObject(o, key, path, Presence::kOptional, null);
-  if (!m.ok()) return m.error();
-  if (*m == nullptr) return Status::Ok();
-  for (const auto& [k, v] : (*m)->items()) {
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* m, ReadObject(o, key, path, Presence::kOptional, null));
+  if (m == nullptr) return Status::Ok();
+  for (const auto& [k, v] : m->items()) {
     if (!v.is_string()) return json_errors::Expected(Child(Child(path, key), k), "a string", v);
     if (keep(k)) (*out)[k] = v.get<std::string>();
   }

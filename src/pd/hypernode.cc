@@ -97,21 +97,18 @@ Status ParseLabelSelector(const json& v, const std::string& path, NodeSelector& 
       const std::string epath = path + ".matchExpressions[" + std::to_string(i) + "]";
       if (!e.is_object()) return Expected(epath, "an object {key, operator, values}", e);
       LabelRequirement req;
-      Result<std::string> key = NonEmptyString(e.value("key", json()), epath + ".key");
-      if (!key.ok()) return key.error();
-      req.key = *key;
-      Result<std::string> op = NonEmptyString(e.value("operator", json()), epath + ".operator");
-      if (!op.ok()) return op.error();
-      if (*op == "In") {
+      TOPOSCHED_ASSIGN_OR_RETURN(req.key, NonEmptyString(e.value("key", json()), epath + ".key"));
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::string op, NonEmptyString(e.value("operator", json()), epath + ".operator"));
+      if (op == "In") {
         req.op = LabelRequirement::Op::kIn;
-      } else if (*op == "NotIn") {
+      } else if (op == "NotIn") {
         req.op = LabelRequirement::Op::kNotIn;
-      } else if (*op == "Exists") {
+      } else if (op == "Exists") {
         req.op = LabelRequirement::Op::kExists;
-      } else if (*op == "DoesNotExist") {
+      } else if (op == "DoesNotExist") {
         req.op = LabelRequirement::Op::kDoesNotExist;
       } else {
-        return Error(epath + ".operator: " + Quote(*op) + " is not In, NotIn, Exists or DoesNotExist");
+        return Error(epath + ".operator: " + Quote(op) + " is not In, NotIn, Exists or DoesNotExist");
       }
       const json values = e.value("values", json::array());
       if (!values.is_array()) return Expected(epath + ".values", "an array of strings", values);
@@ -121,7 +118,7 @@ Status ParseLabelSelector(const json& v, const std::string& path, NodeSelector& 
       }
       const bool set_op = req.op == LabelRequirement::Op::kIn || req.op == LabelRequirement::Op::kNotIn;
       if (set_op == req.values.empty()) {
-        return Error(epath + ".values: " + *op + (set_op ? " needs values" : " takes no values"));
+        return Error(epath + ".values: " + op + (set_op ? " needs values" : " takes no values"));
       }
       out.expressions.push_back(std::move(req));
     }
@@ -131,10 +128,9 @@ Status ParseLabelSelector(const json& v, const std::string& path, NodeSelector& 
 
 Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
   if (!m.is_object()) return Expected(path, "an object {type, selector}", m);
-  Result<std::string> type = NonEmptyString(m.value("type", json()), path + ".type");
-  if (!type.ok()) return type.error();
-  if (*type != "Node" && *type != "HyperNode") {
-    return Error(path + ".type: " + Quote(*type) + " is not Node or HyperNode");
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string type, NonEmptyString(m.value("type", json()), path + ".type"));
+  if (type != "Node" && type != "HyperNode") {
+    return Error(path + ".type: " + Quote(type) + " is not Node or HyperNode");
   }
   const auto sel_it = m.find("selector");
   if (sel_it == m.end() || sel_it->is_null()) return Error(path + ": a member needs a selector");
@@ -150,7 +146,7 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
                  std::to_string(given.size()) + ")");
   }
   const std::string& kind = given.front();
-  if (*type == "HyperNode" && kind != "exactMatch") {
+  if (type == "HyperNode" && kind != "exactMatch") {
     // As in Volcano: a HyperNode member is one named HyperNode.
     return Error(spath + "." + kind + ": a HyperNode member is selected by exactMatch only");
   }
@@ -158,27 +154,25 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
   if (!body.is_object()) return Expected(spath + "." + kind, "an object", body);
   NodeSelector ns;
   if (kind == "exactMatch") {
-    Result<std::string> name = NonEmptyString(body.value("name", json()), spath + ".exactMatch.name");
-    if (!name.ok()) return name.error();
-    if (*type == "HyperNode") {
-      hn.child_hyper_nodes.push_back(*name);
+    TOPOSCHED_ASSIGN_OR_RETURN(std::string name, NonEmptyString(body.value("name", json()), spath + ".exactMatch.name"));
+    if (type == "HyperNode") {
+      hn.child_hyper_nodes.push_back(std::move(name));
       return Status::Ok();
     }
     ns.kind = NodeSelector::Kind::kExact;
-    ns.name = *name;
+    ns.name = std::move(name);
   } else if (kind == "regexMatch") {
     const std::string ppath = spath + ".regexMatch.pattern";
-    Result<std::string> pattern = NonEmptyString(body.value("pattern", json()), ppath);
-    if (!pattern.ok()) return pattern.error();
-    if (pattern->size() > kMaxPatternLength) {
-      return Error(ppath + ": " + std::to_string(pattern->size()) + " characters is over the limit of " +
+    TOPOSCHED_ASSIGN_OR_RETURN(const std::string pattern, NonEmptyString(body.value("pattern", json()), ppath));
+    if (pattern.size() > kMaxPatternLength) {
+      return Error(ppath + ": " + std::to_string(pattern.size()) + " characters is over the limit of " +
                    std::to_string(kMaxPatternLength));
     }
     re2::RE2::Options options;
     options.set_log_errors(false);
-    auto regex = std::make_shared<const re2::RE2>(*pattern, options);
+    auto regex = std::make_shared<const re2::RE2>(pattern, options);
     if (!regex->ok()) {
-      return Error(ppath + ": " + Quote(*pattern) + " is not a valid regular expression (" + regex->error() + ")");
+      return Error(ppath + ": " + Quote(pattern) + " is not a valid regular expression (" + regex->error() + ")");
     }
     ns.regex = std::move(regex);
     ns.kind = NodeSelector::Kind::kRegex;
@@ -203,9 +197,7 @@ Result<HyperNode> ParseHyperNode(const json& item, const std::string& path, std:
   HyperNode hn;
   const json metadata = item.value("metadata", json::object());
   if (!metadata.is_object()) return Expected(path + ".metadata", "an object", metadata);
-  Result<std::string> name = NonEmptyString(metadata.value("name", json()), path + ".metadata.name");
-  if (!name.ok()) return name.error();
-  hn.name = *name;
+  TOPOSCHED_ASSIGN_OR_RETURN(hn.name, NonEmptyString(metadata.value("name", json()), path + ".metadata.name"));
   const std::string where = "HyperNode " + Quote(hn.name);
   const auto spec_it = item.find("spec");
   if (spec_it == item.end() || !spec_it->is_object()) {

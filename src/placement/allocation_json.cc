@@ -70,54 +70,44 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
   auto array = [&](const char* key) {
     return json_read::ReadArray(doc, key, "", json_read::Presence::kOptional);
   };
-  auto exclusive = array("exclusiveGpus");
-  if (!exclusive.ok()) return exclusive.error();
-  if (*exclusive != nullptr) {
-    for (std::size_t i = 0; i < (*exclusive)->size(); ++i) {
-      auto g = FindGpu((**exclusive)[i], t, "exclusiveGpus[" + std::to_string(i) + "]");
-      if (!g.ok()) return g.error();
-      a.gpu_exclusive[static_cast<std::size_t>(*g)] = true;
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* exclusive, array("exclusiveGpus"));
+  if (exclusive != nullptr) {
+    for (std::size_t i = 0; i < exclusive->size(); ++i) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const int g, FindGpu((*exclusive)[i], t, "exclusiveGpus[" + std::to_string(i) + "]"));
+      a.gpu_exclusive[static_cast<std::size_t>(g)] = true;
     }
   }
-  auto nics = array("usedNics");
-  if (!nics.ok()) return nics.error();
-  if (*nics != nullptr) {
-    for (std::size_t i = 0; i < (*nics)->size(); ++i) {
-      auto n = FindNic((**nics)[i], t, "usedNics[" + std::to_string(i) + "]");
-      if (!n.ok()) return n.error();
-      a.nic_used[static_cast<std::size_t>(*n)] = true;
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* nics, array("usedNics"));
+  if (nics != nullptr) {
+    for (std::size_t i = 0; i < nics->size(); ++i) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const int n, FindNic((*nics)[i], t, "usedNics[" + std::to_string(i) + "]"));
+      a.nic_used[static_cast<std::size_t>(n)] = true;
     }
   }
-  auto shared = array("sharedGpus");
-  if (!shared.ok()) return shared.error();
-  if (*shared != nullptr) {
-    for (std::size_t i = 0; i < (*shared)->size(); ++i) {
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* shared, array("sharedGpus"));
+  if (shared != nullptr) {
+    for (std::size_t i = 0; i < shared->size(); ++i) {
       const std::string path = "sharedGpus[" + std::to_string(i) + "]";
-      const json& e = (**shared)[i];
+      const json& e = (*shared)[i];
       if (!e.is_object()) return Error(path + ": expected an object");
       TOPOSCHED_RETURN_IF_ERROR(CheckKeys(e, {"gpu", "shares", "memoryMiB", "coresPercent"}, path));
-      Result<const json*> gpu = json_read::Member(e, "gpu", path, json_read::Presence::kRequired);
-      if (!gpu.ok()) return gpu.error();
-      auto g = FindGpu(**gpu, t, path + ".gpu");
-      if (!g.ok()) return g.error();
-      auto shares = NonNegative(e, "shares", 1000, path);
-      auto memory = NonNegative(e, "memoryMiB", std::int64_t{1} << 40, path);
-      auto cores = NonNegative(e, "coresPercent", 100, path);
-      if (!shares.ok()) return shares.error();
-      if (!memory.ok()) return memory.error();
-      if (!cores.ok()) return cores.error();
-      GpuShareUsage& u = a.gpu_shares[static_cast<std::size_t>(*g)];
-      u.shares += static_cast<int>(*shares == 0 ? 1 : *shares);
-      u.memory_mib += *memory;
-      u.cores += *cores * (kFullGpuCores / 100);
-      if (u.cores > kFullGpuCores) return Error(path + ": GPU" + std::to_string(*g) + " shares add up to more than 100% of its cores");
-      const std::uint64_t capacity = t.gpus[static_cast<std::size_t>(*g)].memory_mib;
+      TOPOSCHED_ASSIGN_OR_RETURN(const json* gpu, json_read::Member(e, "gpu", path, json_read::Presence::kRequired));
+      TOPOSCHED_ASSIGN_OR_RETURN(const int g, FindGpu(*gpu, t, path + ".gpu"));
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t shares, NonNegative(e, "shares", 1000, path));
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t memory, NonNegative(e, "memoryMiB", std::int64_t{1} << 40, path));
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t cores, NonNegative(e, "coresPercent", 100, path));
+      GpuShareUsage& u = a.gpu_shares[static_cast<std::size_t>(g)];
+      u.shares += static_cast<int>(shares == 0 ? 1 : shares);
+      u.memory_mib += memory;
+      u.cores += cores * (kFullGpuCores / 100);
+      if (u.cores > kFullGpuCores) return Error(path + ": GPU" + std::to_string(g) + " shares add up to more than 100% of its cores");
+      const std::uint64_t capacity = t.gpus[static_cast<std::size_t>(g)].memory_mib;
       if (capacity != 0 && static_cast<std::uint64_t>(u.memory_mib) > capacity) {
-        return Error(path + ": GPU" + std::to_string(*g) + " shares use " + std::to_string(u.memory_mib) +
+        return Error(path + ": GPU" + std::to_string(g) + " shares use " + std::to_string(u.memory_mib) +
                      " MiB, more than its " + std::to_string(capacity) + " MiB");
       }
-      if (a.gpu_exclusive[static_cast<std::size_t>(*g)]) {
-        return Error(path + ": GPU" + std::to_string(*g) + " is listed as exclusive and shared");
+      if (a.gpu_exclusive[static_cast<std::size_t>(g)]) {
+        return Error(path + ": GPU" + std::to_string(g) + " is listed as exclusive and shared");
       }
     }
   }

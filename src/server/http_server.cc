@@ -700,9 +700,7 @@ using TlsSession = Session<beast::ssl_stream<tcp::socket>>;
 Status ServerCore::Listen() {
   if (options_.tls_enabled) {
     tls_stamp_ = StampTlsFiles(options_.tls);
-    auto context = LoadTlsContext(options_.tls);
-    if (!context.ok()) return context.error();
-    tls_context_ = std::move(context).value();
+    TOPOSCHED_ASSIGN_OR_RETURN(tls_context_, LoadTlsContext(options_.tls));
   }
   error_code ec;
   const auto address = asio::ip::make_address(options_.address, ec);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <span>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 
@@ -958,8 +959,7 @@ Status ClusterStore::Restore(const PodAllocation& allocation) {
     if (claim.bound()->node == allocation.node) {
       replaced_hold = &*claim.bound();
     } else {
-      Result<std::optional<PodAllocation>> released = impl_->ReleaseClaimed(*claim.bound(), /*persist=*/false);
-      if (!released.ok()) return released.error();
+      TOPOSCHED_ASSIGN_OR_RETURN(std::ignore, impl_->ReleaseClaimed(*claim.bound(), /*persist=*/false));
     }
   } else if (claim.bound()) {
     if (claim.bound()->node != allocation.node) {
@@ -980,9 +980,8 @@ Status ClusterStore::Restore(const PodAllocation& allocation) {
   const NodeRecord* record = snapshot->Find(allocation.node);
   if (record == nullptr) return Error("unknown node " + allocation.node);
   const NodeRecord base = replaced_hold != nullptr ? Impl::Without(*record, *replaced_hold) : *record;
-  auto next = impl_->WithPod(base, allocation);
-  if (!next.ok()) return next.error();
-  impl_->Publish(allocation.node, std::move(next).value());
+  TOPOSCHED_ASSIGN_OR_RETURN(std::shared_ptr<NodeRecord> next, impl_->WithPod(base, allocation));
+  impl_->Publish(allocation.node, std::move(next));
   impl_->IndexPod(allocation);
   return Status::Ok();
 }
@@ -1009,9 +1008,7 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   const NodeRecord* record = snapshot->Find(node);
   if (record == nullptr) return Error("unknown node " + std::string(node));
 
-  auto decided = decide(*record);
-  if (!decided.ok()) return decided.error();
-  PodAllocation allocation = std::move(decided).value();
+  TOPOSCHED_ASSIGN_OR_RETURN(PodAllocation allocation, decide(*record));
   if (allocation.uid.empty()) allocation.uid = pod_uid;
   if (allocation.node.empty()) allocation.node = node;
   if (allocation.uid != pod_uid || allocation.node != node) {
@@ -1020,14 +1017,13 @@ Result<BindResult> ClusterStore::Bind(std::string_view node, std::string_view po
   }
   allocation.topology_generation = record->topology_generation;
 
-  auto next = impl_->WithPod(*record, allocation);
-  if (!next.ok()) return next.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(std::shared_ptr<NodeRecord> next, impl_->WithPod(*record, allocation));
   if (impl_->persistence != nullptr) {
     if (Status s = impl_->persistence->RecordBind(allocation, *record); !s.ok()) {
       return s.error().WithContext("cannot persist the bind of pod " + allocation.uid);
     }
   }
-  impl_->Publish(node, std::move(next).value());
+  impl_->Publish(node, std::move(next));
   impl_->IndexPod(allocation);
   impl_->WarmPool(allocation.pool);
   return BindResult{BindKind::kBound, std::move(allocation)};
@@ -1060,8 +1056,7 @@ Status ClusterStore::Hold(PodAllocation allocation) {
   const Impl::UidClaim claim(*impl_, allocation.uid);
   const PodAllocation* previous = claim.bound() ? &*claim.bound() : nullptr;
   if (previous != nullptr && previous->node != allocation.node) {
-    Result<std::optional<PodAllocation>> released = impl_->ReleaseClaimed(*previous, /*persist=*/false);
-    if (!released.ok()) return released.error();
+    TOPOSCHED_ASSIGN_OR_RETURN(std::ignore, impl_->ReleaseClaimed(*previous, /*persist=*/false));
     previous = nullptr;
   }
   const auto node_lock = impl_->NodeLock(allocation.node, /*create=*/false);
@@ -1092,12 +1087,11 @@ Status ClusterStore::Hold(PodAllocation allocation) {
   }
   allocation.delta = std::move(held);
   if (previous != nullptr && *previous == allocation) return Status::Ok();  // held so already
-  auto next = impl_->WithPod(base, allocation);
-  if (!next.ok()) return next.error();
-  auto& held_pods = next.value()->held_pods;
+  TOPOSCHED_ASSIGN_OR_RETURN(std::shared_ptr<NodeRecord> next, impl_->WithPod(base, allocation));
+  auto& held_pods = next->held_pods;
   held_pods.insert(std::lower_bound(held_pods.begin(), held_pods.end(), allocation.uid), allocation.uid);
-  impl_->Refresh(*next.value());
-  impl_->Publish(allocation.node, std::move(next).value());
+  impl_->Refresh(*next);
+  impl_->Publish(allocation.node, std::move(next));
   impl_->IndexPod(allocation);
   return Status::Ok();
 }

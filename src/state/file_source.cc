@@ -331,16 +331,15 @@ Status FileSource::Load(ClusterStore& store) {
   Impl& m = *impl_;
   if (m.loaded) return Error("file source " + m.dir + ": Load called twice");
   if (Status s = store.UpsertNodes(m.nodes); !s.ok()) m.warnings.push_back(s.error().message());
-  auto replay = internal::ReplayJournal(m.JournalPath(), m.options.max_journal_line_bytes);
-  if (!replay.ok()) return replay.error();
-  m.warnings.insert(m.warnings.end(), replay->warnings.begin(), replay->warnings.end());
+  TOPOSCHED_ASSIGN_OR_RETURN(const auto replay, internal::ReplayJournal(m.JournalPath(), m.options.max_journal_line_bytes));
+  m.warnings.insert(m.warnings.end(), replay.warnings.begin(), replay.warnings.end());
 
   // Restore what still fits. What does not fit a node that is still there (smaller hardware,
   // two records on one device) is held (ClusterStore::Hold: that node takes no new placements)
   // and kept in the journal, so a restart holds it again until the node's document is fixed;
   // the allocation of a node gone from DIR is dropped with a warning and compaction forgets it.
   std::string compacted;
-  for (const PodAllocation& a : replay->live) {
+  for (const PodAllocation& a : replay.live) {
     const std::string pod = a.pod_namespace + "/" + a.pod_name + " (uid " + a.uid + ")";
     if (Status s = store.Restore(a); !s.ok()) {
       PodAllocation held = a;
@@ -362,9 +361,7 @@ Status FileSource::Load(ClusterStore& store) {
       !s.ok()) {
     return s.error().WithContext("compacting the journal");
   }
-  auto writer = internal::JournalWriter::Open(m.JournalPath());
-  if (!writer.ok()) return writer.error();
-  m.journal = std::move(writer).value();
+  TOPOSCHED_ASSIGN_OR_RETURN(m.journal, internal::JournalWriter::Open(m.JournalPath()));
   m.loaded = true;
   store.SetSynced(true);
   return Status::Ok();
@@ -372,16 +369,14 @@ Status FileSource::Load(ClusterStore& store) {
 
 Status FileSource::RecordBind(const PodAllocation& allocation, const NodeRecord& /*node*/) {
   if (!impl_->journal) return Error("file source " + impl_->dir + ": bind before Load");
-  auto line = internal::EncodeJournalLine(internal::JournalOp::kBind, allocation);
-  if (!line.ok()) return line.error();
-  return impl_->journal->Append(*line);
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string line, internal::EncodeJournalLine(internal::JournalOp::kBind, allocation));
+  return impl_->journal->Append(line);
 }
 
 Status FileSource::RecordRelease(const PodAllocation& allocation) {
   if (!impl_->journal) return Error("file source " + impl_->dir + ": release before Load");
-  auto line = internal::EncodeJournalLine(internal::JournalOp::kRelease, allocation);
-  if (!line.ok()) return line.error();
-  return impl_->journal->Append(*line);
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string line, internal::EncodeJournalLine(internal::JournalOp::kRelease, allocation));
+  return impl_->journal->Append(line);
 }
 
 std::size_t FileSource::node_count() const {

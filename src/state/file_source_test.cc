@@ -63,12 +63,10 @@ struct Loaded {
 };
 
 Result<Loaded> OpenAndLoad(const std::string& dir) {
-  auto source = FileSource::Open(dir);
-  if (!source.ok()) return source.error();
   Loaded out;
-  out.source = std::move(source).value();
+  TOPOSCHED_ASSIGN_OR_RETURN(out.source, FileSource::Open(dir));
   out.store = std::make_unique<ClusterStore>(out.source.get());
-  if (Status s = out.source->Load(*out.store); !s.ok()) return s.error();
+  TOPOSCHED_RETURN_IF_ERROR(out.source->Load(*out.store));
   return out;
 }
 

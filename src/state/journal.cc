@@ -148,13 +148,17 @@ Result<JournalEntry> DecodePayload(const json& doc) {
   a.worst_class = *cls;
   // role and pool: optional (journals written before Prefill/Decode pools lack them).
   std::string role;
-  if (doc.contains("role")) TOPOSCHED_ASSIGN_OR_RETURN(role, ReadString(doc, "role", true));
+  if (doc.contains("role")) {
+    TOPOSCHED_ASSIGN_OR_RETURN(role, ReadString(doc, "role", true));
+  }
   if (!role.empty()) {
     const std::optional<PodRole> r = ParseLlmdRole(role);
     if (!r) return Expected("role", "\"prefill\", \"decode\" or \"both\"", doc.at("role"));
     a.role = *r;
   }
-  if (doc.contains("pool")) TOPOSCHED_ASSIGN_OR_RETURN(a.pool, ReadString(doc, "pool", true));
+  if (doc.contains("pool")) {
+    TOPOSCHED_ASSIGN_OR_RETURN(a.pool, ReadString(doc, "pool", true));
+  }
   if (doc.contains("kvIpc")) {  // optional, written only when true
     if (!doc.at("kvIpc").is_boolean()) return Expected("kvIpc", "a boolean", doc.at("kvIpc"));
     a.kv_ipc = doc.at("kvIpc").get<bool>();
@@ -432,8 +436,7 @@ Result<JournalReplay> ReplayJournal(const std::string& path, std::size_t max_lin
         }
       }
       if (newline == std::string_view::npos) break;
-      const Status s = overlong ? replayer.LongCompleteLine() : replayer.Line(pending);
-      if (!s.ok()) return s.error();
+      TOPOSCHED_RETURN_IF_ERROR(overlong ? replayer.LongCompleteLine() : replayer.Line(pending));
       pending.clear();
       pending_bytes = 0;
       overlong = false;

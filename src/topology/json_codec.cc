@@ -249,9 +249,7 @@ Status Field(const json& obj, const char* key, const std::string& path, Presence
 }
 
 Status ReadObject(const json& obj, const char* key, const std::string& path, const json** out) {
-  Result<const json*> v = json_read::ReadObject(obj, key, path, Presence::kRequired);
-  if (!v.ok()) return v.error();
-  *out = *v;
+  TOPOSCHED_ASSIGN_OR_RETURN(*out, json_read::ReadObject(obj, key, path, Presence::kRequired));
   return Status::Ok();
 }
 
@@ -259,9 +257,7 @@ Status ReadObject(const json& obj, const char* key, const std::string& path, con
 // absent.
 Status ReadArray(const json& obj, const char* key, const std::string& path, Presence presence,
                  const json** out) {
-  Result<const json*> v = json_read::ReadArray(obj, key, path, presence);
-  if (!v.ok()) return v.error();
-  *out = *v;
+  TOPOSCHED_ASSIGN_OR_RETURN(*out, json_read::ReadArray(obj, key, path, presence));
   if (*out != nullptr && (*out)->size() > static_cast<std::size_t>(kMaxDevicesPerKind)) {
     return Error(Child(path, key) + ": " + std::to_string((*out)->size()) + " entries, more than the limit of " +
                  std::to_string(kMaxDevicesPerKind));

@@ -706,7 +706,7 @@ Result<ExtenderArgsView> WireReader::ReadExtenderArgs(std::string_view body) {
   const Path root("ExtenderArgs");
   ExtenderArgsView args;
   std::vector<NodeRef> from_nodes;  // Nodes.items, used when NodeNames is null
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key == "Pod") return ReadPod(c, f.value(), fp, 1, &args.pod);
         if (key == "NodeNames") {
@@ -714,8 +714,7 @@ Result<ExtenderArgsView> WireReader::ReadExtenderArgs(std::string_view body) {
         }
         if (key == "Nodes") return ReadNodeList(c, f.value(), fp, 1, &from_nodes, &args.nodes_given);
         return Skip(c, f.value(), fp, 1);
-      });
-  if (!s.ok()) return s.error();
+      }));
   if (args.pod.raw.empty()) return Missing(root.Field("Pod")).error();
   if (args.node_names_given) {
     impl_->names_hint = args.nodes.size();
@@ -728,15 +727,14 @@ Result<ExtenderArgsView> WireReader::ReadExtenderArgs(std::string_view body) {
 Result<BindingArgs> WireReader::ReadBindingArgs(std::string_view body) {
   const Path root("ExtenderBindingArgs");
   BindingArgs args;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key == "PodName") return ReadString(c, f.value(), fp, &args.pod_name);
         if (key == "PodNamespace") return ReadString(c, f.value(), fp, &args.pod_namespace);
         if (key == "PodUID") return ReadString(c, f.value(), fp, &args.pod_uid);
         if (key == "Node") return ReadString(c, f.value(), fp, &args.node);
         return Skip(c, f.value(), fp, 1);
-      });
-  if (!s.ok()) return s.error();
+      }));
   // All four are needed to create the v1.Binding (and to find the pod's cached placement).
   if (args.pod_name.empty()) return Missing(root.Field("PodName")).error();
   if (args.pod_namespace.empty()) return Missing(root.Field("PodNamespace")).error();
@@ -750,15 +748,14 @@ Result<PreemptionArgsView> WireReader::ReadPreemptionArgs(std::string_view body)
   PreemptionArgsView args;
   std::vector<NodeVictimsView> full, meta;
   bool full_given = false, meta_given = false;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key == "Pod") return ReadPod(c, f.value(), fp, 1, &args.pod);
         if (key == "NodeNameToVictims") return ReadVictimsMap(c, f.value(), fp, 1, false, &full, &full_given);
         if (key == "NodeNameToMetaVictims")
           return ReadVictimsMap(c, f.value(), fp, 1, true, &meta, &meta_given);
         return Skip(c, f.value(), fp, 1);
-      });
-  if (!s.ok()) return s.error();
+      }));
   if (args.pod.raw.empty()) return Missing(root.Field("Pod")).error();
   args.nodes = meta_given ? std::move(meta) : std::move(full);
   return args;
@@ -768,7 +765,7 @@ Result<VolcanoPredicateArgs> WireReader::ReadVolcanoPredicate(std::string_view b
   const Path root("predicate");
   VolcanoPredicateArgs args;
   bool task_seen = false, node_seen = false;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key == "task") {
           task_seen = true;
@@ -779,8 +776,7 @@ Result<VolcanoPredicateArgs> WireReader::ReadVolcanoPredicate(std::string_view b
           return ReadNodeInfoName(c, f.value(), fp, 1, &args.node_name);
         }
         return Skip(c, f.value(), fp, 1);
-      });
-  if (!s.ok()) return s.error();
+      }));
   if (!task_seen) return Missing(root.Field("task")).error();
   if (!node_seen) return Missing(root.Field("node")).error();
   return args;
@@ -790,7 +786,7 @@ Result<VolcanoPrioritizeArgs> WireReader::ReadVolcanoPrioritize(std::string_view
   const Path root("prioritize");
   VolcanoPrioritizeArgs args;
   bool task_seen = false;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key == "task") {
           task_seen = true;
@@ -804,8 +800,7 @@ Result<VolcanoPrioritizeArgs> WireReader::ReadVolcanoPrioritize(std::string_view
           args.node_names.push_back(name);
           return Status::Ok();
         });
-      });
-  if (!s.ok()) return s.error();
+      }));
   if (!task_seen) return Missing(root.Field("task")).error();
   return args;
 }
@@ -814,13 +809,12 @@ Result<VolcanoEventArgs> WireReader::ReadVolcanoEvent(std::string_view body) {
   const Path root("event");
   VolcanoEventArgs args;
   bool task_seen = false;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key != "task") return Skip(c, f.value(), fp, 1);
         task_seen = true;
         return ReadTask(c, f.value(), fp, 1, &args.task);
-      });
-  if (!s.ok()) return s.error();
+      }));
   if (!task_seen) return Missing(root.Field("task")).error();
   return args;
 }
@@ -829,7 +823,7 @@ Result<VolcanoEvictArgs> WireReader::ReadVolcanoEvict(std::string_view body) {
   const Path root("evict");
   VolcanoEvictArgs args;
   bool evictor_seen = false;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         if (key == "evictor") {
           evictor_seen = true;
@@ -845,8 +839,7 @@ Result<VolcanoEvictArgs> WireReader::ReadVolcanoEvict(std::string_view body) {
           args.evictees.push_back(std::move(view));
           return Status::Ok();
         });
-      });
-  if (!s.ok()) return s.error();
+      }));
   if (!evictor_seen) return Missing(root.Field("evictor")).error();
   return args;
 }
@@ -854,7 +847,7 @@ Result<VolcanoEvictArgs> WireReader::ReadVolcanoEvict(std::string_view body) {
 Result<VolcanoSessionArgs> WireReader::ReadVolcanoSession(std::string_view body) {
   const Path root("onSessionOpen");
   VolcanoSessionArgs args;
-  Status s =
+  TOPOSCHED_RETURN_IF_ERROR(
       impl_->ReadTop(body, root, [&](const Ctx& c, std::string_view key, od::field& f, const Path& fp) {
         std::size_t* count = key == "Jobs"     ? &args.jobs
                              : key == "Nodes"  ? &args.nodes
@@ -867,8 +860,7 @@ Result<VolcanoSessionArgs> WireReader::ReadVolcanoSession(std::string_view body)
                               ++*count;
                               return Skip(c, ef.value(), fp.MapKey(entry), 2);
                             });
-      });
-  if (!s.ok()) return s.error();
+      }));
   return args;
 }
 

@@ -75,9 +75,19 @@ class [[nodiscard]] Status {
   bool ok_ = true;
 };
 
-// Early returns for the common shapes; each is one statement (safe after an unbraced `if`):
-//   TOPOSCHED_RETURN_IF_ERROR(ReadX(...));           // a Status expression
-//   TOPOSCHED_ASSIGN_OR_RETURN(out.field, ParseY(...));  // a Result<T> into an existing lvalue
+// Early returns for the common shapes. The error is returned as it is; the _CTX form prepends
+// `context` (Error::WithContext), which is evaluated only on the error path.
+//
+//   TOPOSCHED_RETURN_IF_ERROR(ReadX(...));                    // a Status expression
+//   TOPOSCHED_ASSIGN_OR_RETURN(auto x, ParseY(...));          // declares x (a T) from a Result<T>
+//   TOPOSCHED_ASSIGN_OR_RETURN(const auto& x, ParseY(...));   // likewise, bound to the temporary
+//   TOPOSCHED_ASSIGN_OR_RETURN(out.field, ParseY(...));       // or assigns an existing lvalue
+//   TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto x, ParseY(...), "spec." + name);
+//
+// TOPOSCHED_RETURN_IF_ERROR is one statement. The ASSIGN forms are not (they must declare their
+// left-hand side in the enclosing scope, as abseil's do): brace them after an `if` or `else`; an
+// unbraced use does not compile. The Result<T> temporary is named after the line, so put at most
+// one per line.
 #define TOPOSCHED_RETURN_IF_ERROR(expr)                                  \
   do {                                                                   \
     if (::toposched::Status toposched_s_ = (expr); !toposched_s_.ok()) { \
@@ -85,11 +95,18 @@ class [[nodiscard]] Status {
     }                                                                    \
   } while (0)
 
-#define TOPOSCHED_ASSIGN_OR_RETURN(lhs, expr)                     \
-  do {                                                            \
-    auto toposched_r_ = (expr);                                   \
-    if (!toposched_r_.ok()) return toposched_r_.error();          \
-    (lhs) = std::move(toposched_r_).value();                      \
-  } while (0)
+#define TOPOSCHED_ASSIGN_OR_RETURN(lhs, expr) \
+  TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(TOPOSCHED_CONCAT_(toposched_result_, __LINE__), lhs, expr, error())
+
+#define TOPOSCHED_ASSIGN_OR_RETURN_CTX(lhs, expr, context) \
+  TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(TOPOSCHED_CONCAT_(toposched_result_, __LINE__), lhs, expr, error().WithContext(context))
+
+// Implementation details of the macros above.
+#define TOPOSCHED_CONCAT_INNER_(a, b) a##b
+#define TOPOSCHED_CONCAT_(a, b) TOPOSCHED_CONCAT_INNER_(a, b)
+#define TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr, error_expr) \
+  auto result = (expr);                                                 \
+  if (!result.ok()) return result.error_expr;                           \
+  lhs = std::move(result).value()
 
 }  // namespace toposched
