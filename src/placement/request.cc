@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,7 +23,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <simdjson.h>
 
 #include "toposched/common/quantity.h"
 #include "toposched/common/text.h"
@@ -61,10 +61,6 @@ constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{1} << 24;  // 16 TiB
 // Sums saturate here: a hostile pod with many huge quantities must not overflow, and every
 // bound above is far below it.
 constexpr std::int64_t kSaturated = std::int64_t{1} << 62;
-// Values quoted in error messages are cut to this many characters.
-// The deepest value the parser keeps is spec.containers[i].resources.limits.<name> (depth 6);
-// everything deeper is dropped while parsing, which bounds the memory a hostile document costs.
-constexpr int kMaxKeptDepth = 6;
 
 using json_errors::Describe;
 using json_errors::Expected;
@@ -140,212 +136,6 @@ Result<std::int64_t> ReadMilliQuantity(const json& v, const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parsing with a filter: only the fields read below are kept, so a 4 MiB pod full of
-// managedFields, volumes or hostile nesting costs little more than its bytes.
-
-// The path of the value an event belongs to: slot[d] is the key at depth d, or "[]" for an
-// array element.
-class KeepFilter {
- public:
-  bool operator()(int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::key:
-        if (depth > kMaxKeptDepth) return false;
-        Set(depth, parsed.is_string() ? parsed.get_ref<const std::string&>() : std::string());
-        return Wanted(depth);
-      case json::parse_event_t::array_start:
-        // Elements of this array are at depth + 1 and have no key.
-        if (depth + 1 <= kMaxKeptDepth) Set(depth + 1, "[]");
-        return depth <= kMaxKeptDepth;
-      case json::parse_event_t::object_start:
-        return depth <= kMaxKeptDepth;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-      case json::parse_event_t::value:
-        return true;
-    }
-    return true;
-  }
-
- private:
-  void Set(int depth, const std::string& s) {
-    const auto d = static_cast<std::size_t>(depth);
-    if (slots_.size() <= d) slots_.resize(d + 1);
-    slots_[d] = s;
-  }
-  const std::string& At(int depth) const {
-    static const std::string kNone;
-    const auto d = static_cast<std::size_t>(depth);
-    return d < slots_.size() ? slots_[d] : kNone;
-  }
-
-  // Whether the key just read at `depth` (path slots_[1..depth]) leads to a field we read.
-  bool Wanted(int depth) const {
-    const std::string& k = At(depth);
-    switch (depth) {
-      case 1:
-        return k == "kind" || k == "metadata" || k == "spec";
-      case 2:
-        if (At(1) == "metadata") {
-          return k == "name" || k == "namespace" || k == "uid" || k == "labels" || k == "annotations";
-        }
-        return At(1) == "spec" && (k == "containers" || k == "initContainers" || k == "overhead");
-      case 3:
-        // A label or annotation, or a resource of the pod's overhead (RuntimeClass).
-        return (At(1) == "metadata" && (At(2) == "labels" || At(2) == "annotations")) ||
-               (At(1) == "spec" && At(2) == "overhead");
-      default:
-        break;
-    }
-    // spec.<containers>[i].<field>...
-    if (At(1) != "spec" || (At(2) != "containers" && At(2) != "initContainers") || At(3) != "[]") {
-      return false;
-    }
-    if (depth == 4) return k == "name" || k == "restartPolicy" || k == "resources";
-    if (At(4) != "resources") return false;
-    if (depth == 5) return k == "requests" || k == "limits";
-    return depth == 6;  // a resource name
-  }
-
-  std::vector<std::string> slots_;
-};
-
-}  // namespace
-
-namespace request_keep {
-
-json ByFilter(std::string_view text) { return json::parse(text.begin(), text.end(), KeepFilter()); }
-
-namespace {
-
-namespace dom = simdjson::dom;
-
-// The element as an object (array), held in a local: a range-for over get_object()'s result
-// would iterate a temporary that is gone.
-bool AsObject(dom::element v, dom::object& out) { return v.get(out) == simdjson::SUCCESS; }
-bool AsArray(dom::element v, dom::array& out) { return v.get(out) == simdjson::SUCCESS; }
-
-// A kept leaf: a string or null (names, labels, annotations), or for a resource quantity also
-// a number, typed as nlohmann types it (a non-negative integer unsigned). False: another type.
-bool KeepLeaf(dom::element v, bool number_ok, json& out) {
-  switch (v.type()) {
-    case dom::element_type::STRING:
-      out = std::string(v.get_string().value_unsafe());
-      return true;
-    case dom::element_type::NULL_VALUE:
-      out = nullptr;
-      return true;
-    case dom::element_type::INT64: {
-      if (!number_ok) return false;
-      const std::int64_t n = v.get_int64().value_unsafe();
-      if (n >= 0) {
-        out = static_cast<std::uint64_t>(n);
-      } else {
-        out = n;
-      }
-      return true;
-    }
-    case dom::element_type::UINT64:
-      if (!number_ok) return false;
-      out = v.get_uint64().value_unsafe();
-      return true;
-    case dom::element_type::DOUBLE:
-      if (!number_ok) return false;
-      out = v.get_double().value_unsafe();
-      return true;
-    default:
-      return false;
-  }
-}
-
-// An object, or null where `null_ok`, of which `field(key, value, out)` keeps what it wants
-// (returning false for a field of another type than a Pod gives it). False: another type.
-template <typename Field>
-bool KeepObject(dom::element v, bool null_ok, json& out, Field&& field) {
-  if (null_ok && v.is_null()) {
-    out = nullptr;
-    return true;
-  }
-  dom::object object;
-  if (!AsObject(v, object)) return false;
-  out = json::object();
-  for (dom::key_value_pair f : object) {
-    if (!field(f.key, f.value, out)) return false;
-  }
-  return true;
-}
-
-// An object of kept leaves (labels, annotations, requests, limits), or null.
-bool KeepMap(dom::element v, bool number_ok, json& out) {
-  return KeepObject(v, true, out, [number_ok](std::string_view key, dom::element value, json& o) {
-    return KeepLeaf(value, number_ok, o[std::string(key)]);
-  });
-}
-
-// A container: its name, restart policy and resources' requests and limits.
-bool KeepContainer(dom::element v, json& out) {
-  return KeepObject(v, false, out, [](std::string_view key, dom::element value, json& o) {
-    if (key == "name" || key == "restartPolicy") return KeepLeaf(value, false, o[std::string(key)]);
-    if (key != "resources") return true;
-    return KeepObject(value, true, o["resources"], [](std::string_view k, dom::element r, json& resources) {
-      return (k != "requests" && k != "limits") || KeepMap(r, true, resources[std::string(k)]);
-    });
-  });
-}
-
-bool KeepContainers(dom::element v, json& out) {
-  if (v.is_null()) {
-    out = nullptr;
-    return true;
-  }
-  dom::array containers;
-  if (!AsArray(v, containers)) return false;
-  out = json::array();
-  for (dom::element c : containers) {
-    json kept;
-    if (!KeepContainer(c, kept)) return false;
-    out.push_back(std::move(kept));
-  }
-  return true;
-}
-
-}  // namespace
-
-std::optional<json> BySimdjson(std::string_view text) {
-  // The thread's parser keeps buffers sized to the largest document it read (its tape can take
-  // several times the text): a large pod (up to kMaxPodJsonBytes; real pods are a few KB, those
-  // with big managedFields tens of KB) goes to nlohmann's filter, which keeps nothing.
-  if (text.size() > kMaxBytes) return std::nullopt;
-  thread_local dom::parser parser;
-  dom::element root;
-  if (parser.parse(text.data(), text.size()).get(root) != simdjson::SUCCESS) return std::nullopt;
-  json out;
-  const bool kept = KeepObject(root, false, out, [](std::string_view key, dom::element value, json& pod) {
-    if (key == "kind") return KeepLeaf(value, false, pod["kind"]);
-    if (key == "metadata") {
-      return KeepObject(value, true, pod["metadata"], [](std::string_view k, dom::element m, json& metadata) {
-        if (k == "name" || k == "namespace" || k == "uid") return KeepLeaf(m, false, metadata[std::string(k)]);
-        if (k == "labels" || k == "annotations") return KeepMap(m, false, metadata[std::string(k)]);
-        return true;
-      });
-    }
-    if (key == "spec") {
-      return KeepObject(value, true, pod["spec"], [](std::string_view k, dom::element m, json& spec) {
-        if (k == "overhead") return KeepMap(m, true, spec["overhead"]);
-        return (k != "containers" && k != "initContainers") || KeepContainers(m, spec[std::string(k)]);
-      });
-    }
-    return true;
-  });
-  if (!kept) return std::nullopt;
-  return out;
-}
-
-}  // namespace request_keep
-
-namespace {
-
-// ---------------------------------------------------------------------------------------------
 // Field readers. Every access checks the type first, so nothing below throws on bad input.
 
 const json* Find(const json& object, std::string_view key) {
@@ -404,14 +194,13 @@ bool IsReadResource(std::string_view name, const RequestConfig& config) {
 // server's defaulting), else 0. Only the packing score reads it.
 Result<std::int64_t> ReadContainerCpu(const json& resources, const std::string& path) {
   for (std::string_view list : {"requests", "limits"}) {
-    auto entries = ReadOptionalObject(resources, list, path + ".resources");
-    if (!entries.ok()) return entries.error();
-    if (*entries == nullptr) continue;
-    const json* cpu = Find(**entries, "cpu");
+    TOPOSCHED_ASSIGN_OR_RETURN(const json* entries, ReadOptionalObject(resources, list, path + ".resources"));
+    if (entries == nullptr) continue;
+    const json* cpu = Find(*entries, "cpu");
     if (cpu == nullptr || cpu->is_null()) continue;
-    auto milli = ReadMilliQuantity(*cpu, path + ".resources." + std::string(list) + ".cpu");
-    if (!milli.ok()) return milli.error();
-    return std::min(*milli, kSaturated);
+    TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t milli,
+                               ReadMilliQuantity(*cpu, path + ".resources." + std::string(list) + ".cpu"));
+    return std::min(milli, kSaturated);
   }
   return std::int64_t{0};
 }
@@ -425,29 +214,22 @@ Result<ContainerAsk> ReadContainer(const json& c, const std::string& path, const
   ContainerAsk ask;
   if (!c.is_object()) return Expected(path, "an object (a container)", c);
   std::string restart_policy;
-  if (Status s = ReadOptionalString(c, "restartPolicy", path, &restart_policy); !s.ok()) {
-    return s.error();
-  }
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(c, "restartPolicy", path, &restart_policy));
   ask.restartable_init = restart_policy == "Always";
-  auto resources = ReadOptionalObject(c, "resources", path);
-  if (!resources.ok()) return resources.error();
-  if (*resources == nullptr) return ask;
-  auto cpu = ReadContainerCpu(**resources, path);
-  if (!cpu.ok()) return cpu.error();
-  ask.cpu_milli = *cpu;
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* resources, ReadOptionalObject(c, "resources", path));
+  if (resources == nullptr) return ask;
+  TOPOSCHED_ASSIGN_OR_RETURN(ask.cpu_milli, ReadContainerCpu(*resources, path));
   // Requests first, so that a limit fills in only what the requests leave out.
   for (std::string_view list : {"requests", "limits"}) {
     const std::string list_path = path + ".resources." + std::string(list);
-    auto entries = ReadOptionalObject(**resources, list, path + ".resources");
-    if (!entries.ok()) return entries.error();
-    if (*entries == nullptr) continue;
-    for (const auto& [name, value] : (*entries)->items()) {
+    TOPOSCHED_ASSIGN_OR_RETURN(const json* entries, ReadOptionalObject(*resources, list, path + ".resources"));
+    if (entries == nullptr) continue;
+    for (const auto& [name, value] : entries->items()) {
       if (!IsReadResource(name, config) || ask.amounts.contains(name)) continue;
       const std::string value_path = list_path + "." + name;
-      auto q = ReadQuantity(value, value_path);
-      if (!q.ok()) return q.error();
-      std::int64_t amount = q->value;
-      if (name == kGpuMem && q->binary) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const Quantity q, ReadQuantity(value, value_path));
+      std::int64_t amount = q.value;
+      if (name == kGpuMem && q.binary) {
         // HAMi reads gpumem as a plain number of MiB; "8Gi" would be 8 Gi MiB to it. The evident
         // intent of a binary suffix is bytes, so convert, and insist on whole MiB.
         constexpr std::int64_t kMib = std::int64_t{1} << 20;
@@ -545,22 +327,21 @@ Status ReadContainerList(const json& spec, std::string_view key, bool init, cons
   if (!list->is_array()) return Expected(path, "an array", *list);
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string item_path = path + "[" + std::to_string(i) + "]";
-    auto ask = ReadContainer((*list)[i], item_path, config);
-    if (!ask.ok()) return ask.error();
-    ask->init = init;
-    if (!init) ask->restartable_init = false;  // restartPolicy means "sidecar" only on init containers
+    TOPOSCHED_ASSIGN_OR_RETURN(ContainerAsk ask, ReadContainer((*list)[i], item_path, config));
+    ask.init = init;
+    if (!init) ask.restartable_init = false;  // restartPolicy means "sidecar" only on init containers
     // Validate per-vGPU amounts where they are written, so the error names the container.
     const std::string resources_path = item_path + ".resources";
-    if (const std::int64_t p = AmountOf(*ask, kGpuMemPercent); ask->amounts.contains(kGpuMemPercent) &&
+    if (const std::int64_t p = AmountOf(ask, kGpuMemPercent); ask.amounts.contains(kGpuMemPercent) &&
                                                                 (p < 1 || p > 100)) {
       return Error(resources_path + ": " + std::string(kGpuMemPercent) + " is " + std::to_string(p) +
                    "; a percentage of the card's memory is 1 to 100");
     }
-    if (const std::int64_t p = AmountOf(*ask, kGpuCores); p > 100) {
+    if (const std::int64_t p = AmountOf(ask, kGpuCores); p > 100) {
       return Error(resources_path + ": " + std::string(kGpuCores) + " is " + std::to_string(p) +
                    "; a percentage of the card's cores is 0 to 100 (100 = the whole GPU)");
     }
-    if (const std::int64_t m = AmountOf(*ask, kGpuMem); m > kMaxGpuMemoryMib) {
+    if (const std::int64_t m = AmountOf(ask, kGpuMem); m > kMaxGpuMemoryMib) {
       return Error(resources_path + ": " + std::string(kGpuMem) + " is " + std::to_string(m) +
                    " MiB, more than any GPU has; the value is MiB per vGPU (a plain number, or "
                    "with a Mi/Gi suffix)");
@@ -568,16 +349,16 @@ Status ReadContainerList(const json& spec, std::string_view key, bool init, cons
     // Without nvidia.com/gpu the kubelet never calls HAMi's device plugin for the container, so
     // a share placed for it would not be enforced: HAMi's admission webhook adds the count
     // (DefaultGPUNum) only to pods of HAMi's own scheduler. Refused, with the fix.
-    if (!ask->amounts.contains(kNvidiaGpu) && !ask->amounts.contains(kAmdGpu) &&
-        (ask->amounts.contains(kGpuMem) || ask->amounts.contains(kGpuMemPercent) ||
-         ask->amounts.contains(kGpuCores))) {
+    if (!ask.amounts.contains(kNvidiaGpu) && !ask.amounts.contains(kAmdGpu) &&
+        (ask.amounts.contains(kGpuMem) || ask.amounts.contains(kGpuMemPercent) ||
+         ask.amounts.contains(kGpuCores))) {
       return Error(resources_path + ": asks " + std::string(kGpuMem) + ", " + std::string(kGpuMemPercent) + " or " +
                    std::string(kGpuCores) + " without " + std::string(kNvidiaGpu) +
                    ": the kubelet would never call HAMi's device plugin for it, so the share would not be "
                    "enforced (HAMi's webhook adds the count only to pods of HAMi's scheduler); add " +
                    std::string(kNvidiaGpu) + ": 1 (vGPUs of this size) to the container's limits");
     }
-    out->push_back(std::move(*ask));
+    out->push_back(std::move(ask));
   }
   return Status::Ok();
 }
@@ -660,9 +441,8 @@ Result<std::int64_t> ReadIntAnnotation(std::string_view key, std::string_view va
 
 // A device count written as an annotation: a plain integer 0..kMaxDevices.
 Result<int> ReadCountAnnotation(std::string_view key, std::string_view value) {
-  Result<std::int64_t> n = ReadIntAnnotation(key, value, 0, kMaxDevices);
-  if (!n.ok()) return n.error();
-  return static_cast<int>(*n);
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t n, ReadIntAnnotation(key, value, 0, kMaxDevices));
+  return static_cast<int>(n);
 }
 
 Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
@@ -699,123 +479,136 @@ Status ReadPdRatio(std::string_view value, PlacementRequest* req) {
   return Status::Ok();
 }
 
-Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementRequest* req,
-                    std::vector<std::string>* rdma_annotation) {
-  auto metadata = ReadOptionalObject(doc, "metadata", "");
-  if (!metadata.ok()) return metadata.error();
-  if (*metadata == nullptr) return Status::Ok();
-  const json& m = **metadata;
-  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "name", "metadata", &req->pod_name));
-  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "namespace", "metadata", &req->pod_namespace));
-  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "uid", "metadata", &req->pod_uid));
-  auto labels = ReadOptionalObject(m, "labels", "metadata");
-  if (!labels.ok()) return labels.error();
-  auto annotations = ReadOptionalObject(m, "annotations", "metadata");
-  if (!annotations.ok()) return annotations.error();
+// Where a label or annotation goes: the request, or for toposched.io/rdma-nics its text, which
+// ReadPod reads once the containers are known (it overrides their RDMA resources).
+struct MetadataOut {
+  PlacementRequest* req;
+  std::vector<std::string>* rdma_annotation;
+};
 
-  // Labels.
-  {
-    auto role = ReadStringEntry(*labels, kRoleLabel, "label");
-    if (!role.ok()) return role.error();
-    if (*role) {
-      if (const std::optional<PodRole> r = ParseLlmdRole(**role)) {
-        req->role = *r;
-      } else {
-        req->warnings.push_back("label " + std::string(kRoleLabel) + ": " + Quote(**role) +
+// One label or annotation the request reads: its key and what its value (a string) sets.
+struct MetadataField {
+  std::string_view key;
+  Status (*set)(std::string_view value, MetadataOut out);
+};
+
+Status SetRole(std::string_view value, MetadataOut out) {
+  if (const std::optional<PodRole> r = ParseLlmdRole(value)) {
+    out.req->role = *r;
+  } else {
+    out.req->warnings.push_back("label " + std::string(kRoleLabel) + ": " + Quote(value) +
                                 " is not a role llm-d knows (prefill, decode, prefill-decode, encode, "
                                 "encode-prefill, encode-prefill-decode; both is deprecated): ignored, the pod is "
                                 "placed as no Prefill/Decode role");
-      }
-    }
-    auto pool = ReadStringEntry(*labels, config.pool_label, "label");
-    if (!pool.ok()) return pool.error();
-    if (*pool) req->pool = **pool;
-  }
-
-  // Annotations. Each one is read only when present and every error names it.
-  auto get = [&](std::string_view key) { return ReadStringEntry(*annotations, key, "annotation"); };
-  if (auto v = get(kAlignmentAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    auto c = ReadAlignment(**v);
-    if (!c.ok()) return c.error();
-    req->max_gpu_nic_class = *c;
-  }
-  if (auto v = get(kRdmaNicsAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    rdma_annotation->push_back(**v);
-  }
-  if (auto v = get(kGpuPolicyAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    TOPOSCHED_RETURN_IF_ERROR(ReadGpuPolicy(**v, &req->shared));
-  }
-  if (auto v = get(kNodePolicyAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    auto p = ReadNodePolicy(**v);
-    if (!p.ok()) return p.error();
-    req->node_policy = *p;
-  }
-  const std::pair<std::string_view, std::vector<std::string>*> lists[] = {
-      {kUseTypeAnnotation, &req->shared.use_types},
-      {kAvoidTypeAnnotation, &req->shared.avoid_types},
-      {kUseUuidAnnotation, &req->shared.use_uuids},
-      {kAvoidUuidAnnotation, &req->shared.avoid_uuids},
-  };
-  for (const auto& [key, out] : lists) {
-    auto v = get(key);
-    if (!v.ok()) return v.error();
-    if (*v) *out = SplitList(**v);
-  }
-  if (auto v = get(kPdRatioAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    TOPOSCHED_RETURN_IF_ERROR(ReadPdRatio(**v, req));
-  }
-  if (auto v = get(kKvBytesPerTokenAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    auto n = ReadIntAnnotation(kKvBytesPerTokenAnnotation, **v, 1, kMaxKvBytesPerToken);
-    if (!n.ok()) return n.error();
-    req->kv_bytes_per_token = *n;
-  }
-  if (auto v = get(kPromptTokensAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    auto n = ReadIntAnnotation(kPromptTokensAnnotation, **v, 1, kMaxPromptTokens);
-    if (!n.ok()) return n.error();
-    req->prompt_tokens = static_cast<int>(*n);
-  }
-  if (auto v = get(kKvIpcAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    auto b = ReadBoolAnnotation(kKvIpcAnnotation, **v);
-    if (!b.ok()) return b.error();
-    req->kv_ipc = *b;
-  }
-  if (auto v = get(kNumaBindAnnotation); !v.ok()) {
-    return v.error();
-  } else if (*v) {
-    auto b = ReadBoolAnnotation(kNumaBindAnnotation, **v);
-    if (!b.ok()) return b.error();
-    // Either way of asking binds: the annotation or the "numa" policy token.
-    req->shared.numa_bind = req->shared.numa_bind || *b;
   }
   return Status::Ok();
+}
+
+Status SetPool(std::string_view value, MetadataOut out) {
+  out.req->pool = std::string(value);
+  return Status::Ok();
+}
+
+// The annotations, read in this order (the first error is the one reported); each is read only
+// when present and every error names it.
+constexpr MetadataField kAnnotationFields[] = {
+    {kAlignmentAnnotation,
+     [](std::string_view v, MetadataOut out) -> Status {
+       TOPOSCHED_ASSIGN_OR_RETURN(out.req->max_gpu_nic_class, ReadAlignment(v));
+       return Status::Ok();
+     }},
+    {kRdmaNicsAnnotation,
+     [](std::string_view v, MetadataOut out) {
+       out.rdma_annotation->emplace_back(v);
+       return Status::Ok();
+     }},
+    {kGpuPolicyAnnotation, [](std::string_view v, MetadataOut out) { return ReadGpuPolicy(v, &out.req->shared); }},
+    {kNodePolicyAnnotation,
+     [](std::string_view v, MetadataOut out) -> Status {
+       TOPOSCHED_ASSIGN_OR_RETURN(out.req->node_policy, ReadNodePolicy(v));
+       return Status::Ok();
+     }},
+    {kUseTypeAnnotation,
+     [](std::string_view v, MetadataOut out) {
+       out.req->shared.use_types = SplitList(v);
+       return Status::Ok();
+     }},
+    {kAvoidTypeAnnotation,
+     [](std::string_view v, MetadataOut out) {
+       out.req->shared.avoid_types = SplitList(v);
+       return Status::Ok();
+     }},
+    {kUseUuidAnnotation,
+     [](std::string_view v, MetadataOut out) {
+       out.req->shared.use_uuids = SplitList(v);
+       return Status::Ok();
+     }},
+    {kAvoidUuidAnnotation,
+     [](std::string_view v, MetadataOut out) {
+       out.req->shared.avoid_uuids = SplitList(v);
+       return Status::Ok();
+     }},
+    {kPdRatioAnnotation, [](std::string_view v, MetadataOut out) { return ReadPdRatio(v, out.req); }},
+    {kKvBytesPerTokenAnnotation,
+     [](std::string_view v, MetadataOut out) -> Status {
+       TOPOSCHED_ASSIGN_OR_RETURN(out.req->kv_bytes_per_token,
+                                  ReadIntAnnotation(kKvBytesPerTokenAnnotation, v, 1, kMaxKvBytesPerToken));
+       return Status::Ok();
+     }},
+    {kPromptTokensAnnotation,
+     [](std::string_view v, MetadataOut out) -> Status {
+       TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t n, ReadIntAnnotation(kPromptTokensAnnotation, v, 1, kMaxPromptTokens));
+       out.req->prompt_tokens = static_cast<int>(n);
+       return Status::Ok();
+     }},
+    {kKvIpcAnnotation,
+     [](std::string_view v, MetadataOut out) -> Status {
+       TOPOSCHED_ASSIGN_OR_RETURN(out.req->kv_ipc, ReadBoolAnnotation(kKvIpcAnnotation, v));
+       return Status::Ok();
+     }},
+    {kNumaBindAnnotation,
+     [](std::string_view v, MetadataOut out) -> Status {
+       TOPOSCHED_ASSIGN_OR_RETURN(const bool bind, ReadBoolAnnotation(kNumaBindAnnotation, v));
+       // Either way of asking binds: the annotation or the "numa" policy token.
+       out.req->shared.numa_bind = out.req->shared.numa_bind || bind;
+       return Status::Ok();
+     }},
+};
+
+// Applies each field of `fields` present in `map` (labels or annotations; null when absent).
+// `kind` ("label", "annotation") names the entry in errors.
+Status ReadFields(const json* map, std::string_view kind, std::span<const MetadataField> fields, MetadataOut out) {
+  for (const MetadataField& field : fields) {
+    TOPOSCHED_ASSIGN_OR_RETURN(const std::optional<std::string> value, ReadStringEntry(map, field.key, kind));
+    if (value) TOPOSCHED_RETURN_IF_ERROR(field.set(*value, out));
+  }
+  return Status::Ok();
+}
+
+Status ReadMetadata(const json& doc, const RequestConfig& config, PlacementRequest* req,
+                    std::vector<std::string>* rdma_annotation) {
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* metadata, ReadOptionalObject(doc, "metadata", ""));
+  if (metadata == nullptr) return Status::Ok();
+  const json& m = *metadata;
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "name", "metadata", &req->pod_name));
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "namespace", "metadata", &req->pod_namespace));
+  TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(m, "uid", "metadata", &req->pod_uid));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* labels, ReadOptionalObject(m, "labels", "metadata"));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* annotations, ReadOptionalObject(m, "annotations", "metadata"));
+  const MetadataOut out{req, rdma_annotation};
+  const MetadataField label_fields[] = {{kRoleLabel, SetRole}, {config.pool_label, SetPool}};
+  TOPOSCHED_RETURN_IF_ERROR(ReadFields(labels, "label", label_fields, out));
+  return ReadFields(annotations, "annotation", kAnnotationFields, out);
 }
 
 // The pod's CPU (pod_cpu.h) from its containers as read and its spec's overhead.
 Result<std::int64_t> PodCpu(const json& spec, const std::vector<ContainerAsk>& containers) {
   std::int64_t cpu = EffectiveAmount(containers, [](const ContainerAsk& c) { return c.cpu_milli; });
-  auto overhead = ReadOptionalObject(spec, "overhead", "spec");
-  if (!overhead.ok()) return overhead.error();
-  if (*overhead != nullptr) {
-    if (const json* v = Find(**overhead, "cpu"); v != nullptr && !v->is_null()) {
-      auto milli = ReadMilliQuantity(*v, "spec.overhead.cpu");
-      if (!milli.ok()) return milli.error();
-      cpu = SaturatingAdd(cpu, std::min(*milli, kSaturated));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* overhead, ReadOptionalObject(spec, "overhead", "spec"));
+  if (overhead != nullptr) {
+    if (const json* v = Find(*overhead, "cpu"); v != nullptr && !v->is_null()) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t milli, ReadMilliQuantity(*v, "spec.overhead.cpu"));
+      cpu = SaturatingAdd(cpu, std::min(milli, kSaturated));
     }
   }
   return cpu;
@@ -831,14 +624,11 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   TOPOSCHED_RETURN_IF_ERROR(ReadMetadata(doc, config, &req, &rdma_annotation));
 
   std::vector<ContainerAsk> containers;
-  auto spec = ReadOptionalObject(doc, "spec", "");
-  if (!spec.ok()) return spec.error();
-  if (*spec != nullptr) {
-    TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(**spec, "initContainers", true, config, &containers));
-    TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(**spec, "containers", false, config, &containers));
-    auto cpu = PodCpu(**spec, containers);
-    if (!cpu.ok()) return cpu.error();
-    req.cpu_milli = *cpu;
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* spec, ReadOptionalObject(doc, "spec", ""));
+  if (spec != nullptr) {
+    TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(*spec, "initContainers", true, config, &containers));
+    TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(*spec, "containers", false, config, &containers));
+    TOPOSCHED_ASSIGN_OR_RETURN(req.cpu_milli, PodCpu(*spec, containers));
   }
 
   // Whole GPUs, by vendor.
@@ -884,9 +674,7 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   // shared-device RDMA plugins (rdma/hca_shared_devices_a) grant every HCA for a count of 1, so
   // the resource count need not be the NIC count; the annotation is the pod's explicit word.
   if (!rdma_annotation.empty()) {
-    auto n = ReadCountAnnotation(kRdmaNicsAnnotation, rdma_annotation.front());
-    if (!n.ok()) return n.error();
-    req.rdma_nics = *n;
+    TOPOSCHED_ASSIGN_OR_RETURN(req.rdma_nics, ReadCountAnnotation(kRdmaNicsAnnotation, rdma_annotation.front()));
   } else {
     std::set<std::string, std::less<>> names;
     for (const ContainerAsk& c : containers) {
@@ -998,14 +786,13 @@ std::string PlacementRequest::ShapeKey() const {
 
 Result<std::int64_t> PodCpuRequestMilli(const json& pod) {
   if (!pod.is_object()) return Expected("top level", "a JSON object (a Pod)", pod);
-  auto spec = ReadOptionalObject(pod, "spec", "");
-  if (!spec.ok()) return spec.error();
-  if (*spec == nullptr) return std::int64_t{0};
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* spec, ReadOptionalObject(pod, "spec", ""));
+  if (spec == nullptr) return std::int64_t{0};
   // Only what the CPU rule reads: each container's role and CPU (its devices are not checked here).
   std::vector<ContainerAsk> containers;
   for (const bool init : {true, false}) {
     const std::string key = init ? "initContainers" : "containers";
-    const json* list = Find(**spec, key);
+    const json* list = Find(*spec, key);
     if (list == nullptr || list->is_null()) continue;
     if (!list->is_array()) return Expected("spec." + key, "an array", *list);
     for (std::size_t i = 0; i < list->size(); ++i) {
@@ -1015,19 +802,16 @@ Result<std::int64_t> PodCpuRequestMilli(const json& pod) {
       ContainerAsk ask;
       ask.init = init;
       std::string restart_policy;
-      if (Status st = ReadOptionalString(c, "restartPolicy", path, &restart_policy); !st.ok()) return st.error();
+      TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(c, "restartPolicy", path, &restart_policy));
       ask.restartable_init = init && restart_policy == "Always";
-      auto resources = ReadOptionalObject(c, "resources", path);
-      if (!resources.ok()) return resources.error();
-      if (*resources != nullptr) {
-        auto cpu = ReadContainerCpu(**resources, path);
-        if (!cpu.ok()) return cpu.error();
-        ask.cpu_milli = *cpu;
+      TOPOSCHED_ASSIGN_OR_RETURN(const json* resources, ReadOptionalObject(c, "resources", path));
+      if (resources != nullptr) {
+        TOPOSCHED_ASSIGN_OR_RETURN(ask.cpu_milli, ReadContainerCpu(*resources, path));
       }
       containers.push_back(std::move(ask));
     }
   }
-  return PodCpu(**spec, containers);
+  return PodCpu(*spec, containers);
 }
 
 Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const RequestConfig& config) {
