@@ -1,26 +1,52 @@
-// `toposched advise`: the analytic co-located vs disaggregated estimate of advise.h. Every
-// formula and default is derived in docs/advise.md; the comments here state what each function
-// computes and why, not the derivation again.
+// `toposched advise`: the analytic co-located vs disaggregated estimate of advise.h, its
+// queueing model and the verdict. Every formula and default is derived in docs/advise.md; the
+// comments here state what each function computes and why, not the derivation again. The
+// length distributions are in advise_dist.cc, the GPU presets in advise_presets.cc, the report
+// formats in advise_format.cc.
 
 #include "toposched/pd/advise.h"
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <optional>
-#include <sstream>
 
-#include <nlohmann/json.hpp>
-
-#include "toposched/common/text.h"
+#include "advise_internal.h"
 
 namespace toposched::pd {
+
+namespace advise_internal {
+
+std::vector<PathKind> PathsOf(const AdviseInput& in) {
+  if (!in.paths.empty()) return in.paths;
+  std::vector<PathKind> out = {in.network.same_node_ipc ? PathKind::kSameNodeIpc : PathKind::kSameNodeRdma};
+  for (const Tier& t : in.network.tiers) {
+    if (std::find(out.begin(), out.end(), t.path) == out.end()) out.push_back(t.path);
+  }
+  return out;
+}
+
+std::pair<Endpoint, Endpoint> EndpointsOf(const AdviseInput& in) {
+  if (!in.paths.empty()) return {in.prefill_end, in.decode_end};
+  Endpoint e;
+  e.gpus = in.gpus_per_instance;
+  e.rdma_nics = in.gpus_per_instance;
+  e.worst_class = LinkClass::kPIX;
+  return {e, e};
+}
+
+}  // namespace advise_internal
+
 namespace {
 
-constexpr int kQuantiles = 1000;
+using advise_internal::EndpointsOf;
+using advise_internal::Fmt;
+using advise_internal::Ms;
+using advise_internal::PathsOf;
+using advise_internal::Pct;
+using advise_internal::Ratio;
+using advise_internal::Rps;
+
 // Fixed cost of one prefill on top of its FLOPs (scheduling, tokenizer hand-off, kernel
 // launches, the first sampling step): an assumption, docs/advise.md.
 constexpr double kPrefillOverheadS = 0.005;
@@ -34,70 +60,6 @@ constexpr double kSensitivity = 0.30;
 // A prefill stall enters the P99 TPOT once more than 1% of decode steps see a prefill arrive.
 constexpr double kTailShare = 0.01;
 constexpr int kMaxInstances = 4096;
-constexpr std::size_t kMaxListSamples = 1000000;
-
-std::string Fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-std::string Ms(double seconds) {
-  const double ms = seconds * 1000.0;
-  if (ms >= 100) return Fmt("%.0f ms", ms);
-  if (ms >= 1) return Fmt("%.1f ms", ms);
-  return Fmt("%.2f ms", ms);
-}
-std::string Pct(double f) {
-  return f < 0.01 && f > 0 ? Fmt("%.1f%%", 100.0 * f) : Fmt("%.0f%%", 100.0 * f);
-}
-std::string Rps(double r) {
-  return r >= 10 ? Fmt("%.1f rps", r) : Fmt("%.2f rps", r);
-}
-
-bool ParseNumber(std::string_view s, double& out) {
-  if (s.empty()) return false;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(out);
-}
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t at = s.find(sep, start);
-    out.push_back(s.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
-    if (at == std::string_view::npos) break;
-    start = at + 1;
-  }
-  return out;
-}
-
-// Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).
-double NormalQuantile(double p) {
-  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
-                                 1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
-  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-                                 6.680131188771972e+01, -1.328068155288572e+01};
-  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-                                 -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
-  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
-                                 3.754408661907416e+00};
-  constexpr double kLow = 0.02425;
-  if (p < kLow) {
-    const double q = std::sqrt(-2 * std::log(p));
-    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
-           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
-  }
-  if (p > 1 - kLow) return -NormalQuantile(1 - p);
-  const double q = p - 0.5, r = q * q;
-  return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
-         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
-}
-
-// The i-th of kQuantiles evenly spaced probability points (midpoints: no 0 or 1).
-double QuantilePoint(int i) {
-  return (i + 0.5) / kQuantiles;
-}
 
 // ------------------------------------------------------------------------------------------
 // The model
@@ -339,24 +301,6 @@ double MaxRate(const Derived& d, Meets meets) {
   return lo;
 }
 
-std::vector<PathKind> PathsOf(const AdviseInput& in) {
-  if (!in.paths.empty()) return in.paths;
-  std::vector<PathKind> out = {in.network.same_node_ipc ? PathKind::kSameNodeIpc : PathKind::kSameNodeRdma};
-  for (const Tier& t : in.network.tiers) {
-    if (std::find(out.begin(), out.end(), t.path) == out.end()) out.push_back(t.path);
-  }
-  return out;
-}
-
-std::pair<Endpoint, Endpoint> EndpointsOf(const AdviseInput& in) {
-  if (!in.paths.empty()) return {in.prefill_end, in.decode_end};
-  Endpoint e;
-  e.gpus = in.gpus_per_instance;
-  e.rdma_nics = in.gpus_per_instance;
-  e.worst_class = LinkClass::kPIX;
-  return {e, e};
-}
-
 enum class VerdictKind { kCoLocate, kDisaggregate, kNeither };
 
 struct Analysis {
@@ -420,115 +364,7 @@ std::string_view KindWord(VerdictKind k) {
   return "";
 }
 
-std::string Ratio(const OptionEstimate& o) {
-  return std::to_string(o.prefill_instances) + ":" + std::to_string(o.decode_instances);
-}
-
 }  // namespace
-
-// ------------------------------------------------------------------------------------------
-// Length distributions
-
-double LengthDist::Mean() const {
-  if (quantiles.empty()) return 0;
-  double sum = 0;
-  for (double q : quantiles) sum += q;
-  return sum / static_cast<double>(quantiles.size());
-}
-
-double LengthDist::Quantile(double q) const {
-  if (quantiles.empty()) return 0;
-  q = std::clamp(q, 0.0, 1.0);
-  // quantiles[i] holds probability (i + 0.5) / n; interpolate linearly between them.
-  const double n = static_cast<double>(quantiles.size());
-  const double pos = q * n - 0.5;
-  if (pos <= 0) return quantiles.front();
-  if (pos >= n - 1) return quantiles.back();
-  const auto i = static_cast<std::size_t>(pos);
-  const double f = pos - static_cast<double>(i);
-  return quantiles[i] * (1 - f) + quantiles[i + 1] * f;
-}
-
-Result<LengthDist> ParseLengthDist(std::string_view spec) {
-  const std::string s(spec);
-  auto bad = [&](const std::string& why) {
-    return Error("length '" + s + "': " + why +
-                 " (expected fixed:N, uniform:A-B, lognormal:MEDIAN,SIGMA or list:a,b,c)");
-  };
-  const std::size_t colon = spec.find(':');
-  if (colon == std::string_view::npos) return bad("no kind");
-  const std::string_view kind = spec.substr(0, colon), args = spec.substr(colon + 1);
-  LengthDist d;
-  d.spec = s;
-  d.quantiles.reserve(kQuantiles);
-  constexpr double kMaxTokens = 1e7;
-  auto in_range = [&](double v) { return v >= 1 && v <= kMaxTokens; };
-  if (kind == "fixed") {
-    double n = 0;
-    if (!ParseNumber(args, n) || !in_range(n)) return bad("N must be a number of tokens in 1..1e7");
-    d.quantiles.assign(kQuantiles, n);
-  } else if (kind == "uniform") {
-    const auto parts = Split(args, '-');
-    double lo = 0, hi = 0;
-    if (parts.size() != 2 || !ParseNumber(parts[0], lo) || !ParseNumber(parts[1], hi) || !in_range(lo) ||
-        !in_range(hi) || lo > hi) {
-      return bad("uniform needs A-B with 1 <= A <= B <= 1e7");
-    }
-    for (int i = 0; i < kQuantiles; ++i) d.quantiles.push_back(lo + (hi - lo) * QuantilePoint(i));
-  } else if (kind == "lognormal") {
-    const auto parts = Split(args, ',');
-    double median = 0, sigma = 0;
-    if (parts.size() != 2 || !ParseNumber(parts[0], median) || !ParseNumber(parts[1], sigma) ||
-        !in_range(median) || sigma < 0 || sigma > 3) {
-      return bad("lognormal needs MEDIAN,SIGMA with MEDIAN in 1..1e7 and SIGMA in 0..3");
-    }
-    for (int i = 0; i < kQuantiles; ++i) {
-      d.quantiles.push_back(
-          std::clamp(median * std::exp(sigma * NormalQuantile(QuantilePoint(i))), 1.0, kMaxTokens));
-    }
-  } else if (kind == "list") {
-    std::vector<double> samples;
-    for (std::string_view item : Split(args, ',')) {
-      double v = 0;
-      if (!ParseNumber(item, v) || !in_range(v)) return bad("list entries must be token counts in 1..1e7");
-      samples.push_back(v);
-      if (samples.size() > kMaxListSamples) return bad("more than 1000000 samples");
-    }
-    std::sort(samples.begin(), samples.end());
-    // The empirical distribution's quantile function at the same probability points.
-    for (int i = 0; i < kQuantiles; ++i) {
-      const auto k = static_cast<std::size_t>(QuantilePoint(i) * static_cast<double>(samples.size()));
-      d.quantiles.push_back(samples[std::min(k, samples.size() - 1)]);
-    }
-  } else {
-    return bad("unknown kind '" + std::string(kind) + "'");
-  }
-  return d;
-}
-
-// ------------------------------------------------------------------------------------------
-// GPUs
-
-const std::vector<GpuProfile>& GpuPresets() {
-  // Dense BF16 tensor TFLOPS and HBM bandwidth from NVIDIA's datasheets (docs/advise.md lists
-  // each); MFU and MBU are the same assumptions for every GPU.
-  static const std::vector<GpuProfile> presets = {
-      {"h100-sxm", 989, 3350, 80, 0.5, 0.7},
-      {"a100-sxm-80g", 312, 2039, 80, 0.5, 0.7},
-      {"h200-sxm", 989, 4800, 141, 0.5, 0.7},
-      {"l40s", 362, 864, 48, 0.5, 0.7},
-  };
-  return presets;
-}
-
-Result<GpuProfile> FindGpu(std::string_view name) {
-  std::string known;
-  for (const GpuProfile& g : GpuPresets()) {
-    if (g.name == AsciiLower(name)) return g;
-    known += (known.empty() ? "" : ", ") + g.name;
-  }
-  return Error("unknown GPU '" + std::string(name) + "' (known: " + known + ")");
-}
 
 // ------------------------------------------------------------------------------------------
 // The advice
@@ -707,196 +543,6 @@ Result<Advice> Advise(const AdviseInput& in) {
   }
   if (!flips) u.push_back("the verdict holds with MFU and the KV transfer cost each -+30%");
   return out;
-}
-
-// ------------------------------------------------------------------------------------------
-// Reports
-
-std::string FormatAdviceTable(const AdviseInput& in, const Advice& advice) {
-  std::ostringstream s;
-  s << "model:    " << in.model.name << Fmt(" (%.1fB params, ", in.model.params_billion)
-    << Fmt("%.0f KiB KV/token)\n", advice.kv_bytes_per_token / 1024.0);
-  s << "cluster:  " << in.total_gpus << " x " << in.gpu.name << ", " << in.gpus_per_instance
-    << " per instance" << (in.cluster_description.empty() ? "" : "; " + in.cluster_description) << "\n";
-  s << "workload: prompt " << in.prompt.spec << Fmt(" (mean %.0f", in.prompt.Mean())
-    << Fmt(", P99 %.0f)", in.prompt.Quantile(0.99)) << ", output " << in.output.spec
-    << Fmt(" (mean %.0f)", in.output.Mean()) << ", " << Rps(in.rate_rps) << "; targets P99 TTFT "
-    << Fmt("%.0f ms", in.ttft_p99_ms) << ", P99 TPOT " << Fmt("%.0f ms", in.tpot_p99_ms) << "\n";
-  s << "(an analytic estimate, not a measurement: see 'uncertain' below and docs/advise.md)\n\n";
-  constexpr int kNameWidth = 34;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-*s %5s %9s %9s %6s %9s %9s %6s %6s %8s %4s\n", kNameWidth, "option",
-                "P:D", "KV mean", "KV P99", "KV/TT", "TTFT P99", "TPOT P99", "util", "batch", "max rps",
-                "SLO");
-  s << line;
-  for (const OptionEstimate& o : advice.options) {
-    const bool co = o.name == "co-located";
-    const std::string ratio = co ? "-" : Ratio(o);
-    auto ms = [&](double v, bool show) { return show ? Fmt("%.1f", v) : std::string("-"); };
-    std::snprintf(
-        line, sizeof line, "%-*s %5s %9s %9s %6s %9s %9s %6s %6s %8s %4s\n", kNameWidth, o.name.c_str(),
-        ratio.c_str(), ms(o.kv_transfer_ms_mean, !co).c_str(), ms(o.kv_transfer_ms_p99, !co).c_str(),
-        co || !o.stable ? "-" : Pct(o.kv_share_of_ttft).c_str(), ms(o.ttft_p99_ms, o.stable).c_str(),
-        ms(o.tpot_p99_ms, o.stable).c_str(), Pct(std::min(o.prefill_utilisation, 9.99)).c_str(),
-        o.stable ? Fmt("%.1f", o.decode_batch).c_str() : "-", Fmt("%.2f", o.max_rate_rps).c_str(),
-        o.meets_slo ? "yes" : "no");
-    s << line;
-  }
-  s << "(KV, TTFT and TPOT in ms; KV/TT: share of the P99 TTFT; util: prefill utilisation; batch: decode "
-       "batch;\n"
-       " max rps: the highest rate meeting both targets, P:D re-chosen at each rate)\n\n";
-  s << "verdict: " << advice.verdict << "\n\nwhy:\n";
-  for (const std::string& r : advice.reasons) s << "  - " << r << "\n";
-  s << "\nuncertain:\n";
-  for (const std::string& u : advice.uncertain) s << "  - " << u << "\n";
-  return s.str();
-}
-
-std::string FormatAdviceJson(const AdviseInput& in, const Advice& advice) {
-  nlohmann::json j;
-  j["meaning"] = "analytic estimate, not a measurement";
-  j["model"] = {{"name", in.model.name},
-                {"layers", in.model.layers},
-                {"kvHeads", in.model.kv_heads},
-                {"headDim", in.model.head_dim},
-                {"dtypeBytes", in.model.dtype_bytes},
-                {"paramsBillion", in.model.params_billion}};
-  j["gpu"] = {{"name", in.gpu.name},        {"peakTflops", in.gpu.peak_tflops},
-              {"hbmGBps", in.gpu.hbm_gbps}, {"hbmGiB", in.gpu.hbm_gib},
-              {"mfu", in.gpu.mfu},          {"mbu", in.gpu.mbu}};
-  j["cluster"] = {{"totalGpus", in.total_gpus},
-                  {"gpusPerInstance", in.gpus_per_instance},
-                  {"description", in.cluster_description}};
-  j["workload"] = {{"prompt", in.prompt.spec},
-                   {"promptMean", in.prompt.Mean()},
-                   {"promptP99", in.prompt.Quantile(0.99)},
-                   {"output", in.output.spec},
-                   {"outputMean", in.output.Mean()},
-                   {"rateRps", in.rate_rps},
-                   {"ttftP99Ms", in.ttft_p99_ms},
-                   {"tpotP99Ms", in.tpot_p99_ms}};
-  j["kvBytesPerToken"] = advice.kv_bytes_per_token;
-  j["options"] = nlohmann::json::array();
-  for (const OptionEstimate& o : advice.options) {
-    const bool co = o.name == "co-located";
-    nlohmann::json e = {{"name", o.name},
-                        {"prefillInstances", o.prefill_instances},
-                        {"decodeInstances", o.decode_instances},
-                        {"stable", o.stable},
-                        {"meetsSlo", o.meets_slo},
-                        {"maxRateRps", o.max_rate_rps},
-                        {"prefillUtilisation", o.prefill_utilisation}};
-    if (!co) {
-      e["path"] = std::string(ToString(o.path));
-      e["kvTransferMsMean"] = o.kv_transfer_ms_mean;
-      e["kvTransferMsP99"] = o.kv_transfer_ms_p99;
-    }
-    if (o.stable) {
-      e["ttftP99Ms"] = o.ttft_p99_ms;
-      e["tpotP99Ms"] = o.tpot_p99_ms;
-      e["tpotMeanMs"] = o.tpot_mean_ms;
-      e["decodeBatch"] = o.decode_batch;
-      if (!co) e["kvShareOfTtft"] = o.kv_share_of_ttft;
-    }
-    j["options"].push_back(std::move(e));
-  }
-  j["verdict"] = advice.verdict;
-  j["reasons"] = advice.reasons;
-  j["uncertain"] = advice.uncertain;
-  return j.dump(2) + "\n";
-}
-
-std::string RenderTransferSvg(const AdviseInput& in) {
-  std::vector<PathKind> paths = PathsOf(in);
-  if (paths.empty()) {
-    for (std::size_t p = 0; p < kPathKinds; ++p) paths.push_back(static_cast<PathKind>(p));
-  }
-  const auto [pe, de] = EndpointsOf(in);
-  const double kv = KvBytesPerToken(in.model) > 0 ? static_cast<double>(KvBytesPerToken(in.model)) : 1.0;
-  constexpr double kMinTokens = 64, kMaxTokens = 131072;
-  constexpr int kSamples = 48;
-  std::vector<std::vector<double>> ms(paths.size());
-  double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  for (std::size_t p = 0; p < paths.size(); ++p) {
-    const PathEstimate e = Estimate(in.network, paths[p], pe, de);
-    for (int i = 0; i <= kSamples; ++i) {
-      const double tokens = kMinTokens * std::pow(kMaxTokens / kMinTokens, static_cast<double>(i) / kSamples);
-      const double v = std::max(1e-3, TransferSeconds(e, tokens * kv) * 1000.0);
-      ms[p].push_back(v);
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
-    }
-  }
-  if (!(lo < hi)) hi = lo * 10 + 1;
-  const double ylo = std::pow(10.0, std::floor(std::log10(lo))),
-               yhi = std::pow(10.0, std::ceil(std::log10(hi)));
-  constexpr int kWidth = 760, kHeight = 460, kLeft = 70, kRight = 200, kTop = 56, kBottom = 56;
-  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
-  auto x_of = [&](double tokens) {
-    return kLeft + pw * std::log(tokens / kMinTokens) / std::log(kMaxTokens / kMinTokens);
-  };
-  auto y_of = [&](double v) { return kTop + ph * (1 - std::log(v / ylo) / std::log(yhi / ylo)); };
-  constexpr const char* kColours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
-                                      "#E69F00", "#56B4E9", "#000000"};
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
-    << "\" viewBox=\"0 0 " << kWidth << ' ' << kHeight << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  s << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  std::string title = "KV transfer time vs prompt length: " + in.model.name;
-  std::string escaped;
-  for (char c : title)
-    escaped += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  s << "<text x=\"" << kLeft << "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << escaped
-    << "</text>\n";
-  s << "<text x=\"" << kLeft << "\" y=\"40\" font-size=\"11\" fill=\"#555555\">"
-    << Fmt("%.0f KiB per token", kv / 1024.0) << ", " << in.gpus_per_instance
-    << " GPUs per instance; estimated from the network cost model, not measured</text>\n";
-  s << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"#999999\"/>\n";
-  for (double t = 128; t <= kMaxTokens; t *= 4) {
-    const double x = x_of(t);
-    s << "<line x1=\"" << x << "\" y1=\"" << kTop << "\" x2=\"" << x << "\" y2=\"" << kTop + ph
-      << "\" stroke=\"#eeeeee\"/><text x=\"" << x << "\" y=\"" << kTop + ph + 16
-      << "\" text-anchor=\"middle\">"
-      << (t >= 1024 ? std::to_string(static_cast<int>(t / 1024)) + "k" : std::to_string(static_cast<int>(t)))
-      << "</text>\n";
-  }
-  for (double v = ylo; v <= yhi * 1.0001; v *= 10) {
-    const double y = y_of(v);
-    s << "<line x1=\"" << kLeft << "\" y1=\"" << y << "\" x2=\"" << kLeft + pw << "\" y2=\"" << y
-      << "\" stroke=\"#eeeeee\"/><text x=\"" << kLeft - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-      << (v >= 1 ? Fmt("%.0f", v) : Fmt("%g", v)) << "</text>\n";
-  }
-  s << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kHeight - 14
-    << "\" text-anchor=\"middle\">prompt length (tokens, log)</text>\n";
-  s << "<text x=\"18\" y=\"" << kTop + ph / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
-    << kTop + ph / 2 << ")\">transfer time (ms, log)</text>\n";
-  // The workload's median and P99 prompt, when given.
-  if (!in.prompt.quantiles.empty()) {
-    for (const auto& [q, label] : {std::pair{0.5, "P50 prompt"}, std::pair{0.99, "P99 prompt"}}) {
-      const double t = std::clamp(in.prompt.Quantile(q), kMinTokens, kMaxTokens);
-      const double x = x_of(t);
-      s << "<line x1=\"" << x << "\" y1=\"" << kTop << "\" x2=\"" << x << "\" y2=\"" << kTop + ph
-        << "\" stroke=\"#555555\" stroke-dasharray=\"4 3\"/><text x=\"" << x + 3 << "\" y=\"" << kTop + 12
-        << "\" font-size=\"10\" fill=\"#555555\">" << label << "</text>\n";
-    }
-  }
-  for (std::size_t p = 0; p < paths.size(); ++p) {
-    const char* colour = kColours[p % std::size(kColours)];
-    s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"";
-    for (int i = 0; i <= kSamples; ++i) {
-      const double tokens = kMinTokens * std::pow(kMaxTokens / kMinTokens, static_cast<double>(i) / kSamples);
-      s << (i ? " " : "") << Fmt("%.1f", x_of(tokens)) << ','
-        << Fmt("%.1f", y_of(ms[p][static_cast<std::size_t>(i)]));
-    }
-    s << "\"><title>" << ToString(paths[p]) << "</title></polyline>\n";
-    const int ly = kTop + 10 + static_cast<int>(p) * 20;
-    s << "<rect x=\"" << kLeft + pw + 16 << "\" y=\"" << ly - 10 << "\" width=\"12\" height=\"12\" fill=\""
-      << colour << "\"/><text x=\"" << kLeft + pw + 32 << "\" y=\"" << ly << "\">" << ToString(paths[p])
-      << "</text>\n";
-  }
-  s << "</svg>\n";
-  return s.str();
 }
 
 }  // namespace toposched::pd
