@@ -22,6 +22,7 @@
 #include "shared_gpu/shared_gpu.h"
 #include "testing/framework_testing.h"
 #include "toposched/framework/framework.h"
+#include "toposched/framework/ranking.h"
 
 namespace toposched::plugins {
 namespace {

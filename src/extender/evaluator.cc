@@ -248,28 +248,15 @@ packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vend
   const auto briefs = snap.briefs();
   const auto nodes = snap.nodes();
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    // A cordoned or held node takes no vGPU: its remnants are no one's to fill.
-    if (!briefs[i].schedulable || nodes[i]->topology == nullptr) continue;
-    counts.Add(*nodes[i]->topology, nodes[i]->allocated, vendor);
+    framework::CountRemnantsOf(nodes[i]->topology.get(), nodes[i]->allocated, briefs[i].schedulable, vendor, counts);
   }
   return counts;
 }
 
-bool RanksBestByRemnants(const framework::Framework& fw, const PlacementRequest& request) {
-  return fw.EvenRemnants() && request.IsShared() && request.shared.count == 1;
-}
-
-BestNodeOrder::BestNodeOrder(Evaluator& evaluator, const PodEntry& entry, const state::Snapshot& snap)
-    : evaluator_(evaluator),
-      snap_(snap),
-      vendor_(entry.request.vendor),
-      on_(RanksBestByRemnants(evaluator.framework(), entry.request)),
-      milli_(on_ ? packing::ShapeOf(entry.request).milli : 0) {}
-
-TieKey BestNodeOrder::operator()(const ClassVerdict* v, std::uint64_t order_key) {
-  if (!on_ || v == nullptr || v->share_left < 0) return {0, order_key};
-  if (remnants_ == nullptr) remnants_ = evaluator_.Remnants(snap_, vendor_);
-  return {remnants_->TieRank(v->share_left, milli_), order_key};
+framework::RemnantTie RemnantTieFor(Evaluator& evaluator, const PlacementRequest& request,
+                                    const state::Snapshot& snap) {
+  return framework::RemnantTie(evaluator.framework(), request,
+                               [&evaluator, &snap, vendor = request.vendor] { return evaluator.Remnants(snap, vendor); });
 }
 
 void Evaluator::ObserveCpuPod(const PodEntry& e) {
@@ -377,9 +364,7 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(
       v->score_weights = score.weights;
       const PlacementOutcome& outcome = cycle->Outcome(info);
       if (outcome.ok()) v->worst_class = outcome.placement->worst_class;
-      if (outcome.ok() && outcome.placement->gpus.size() == 1 && cycle->share_packing().mix != nullptr) {
-        v->share_left = packing::MilliLeft(*info.topology, info.allocated, outcome.placement->gpus[0]);
-      }
+      if (outcome.ok()) v->share_left = framework::ShareLeft(*cycle, info, *outcome.placement);
     } else {
       v->message = filtered.ToString();
       // The engine's outcome is the cycle's (DeviceFit computed it); not for a node refused for

@@ -41,6 +41,7 @@
 #include "toposched/wire/wire.h"
 #include "toposched/framework/cluster_view.h"
 #include "toposched/framework/framework.h"
+#include "toposched/framework/ranking.h"
 #include "toposched/framework/shape_window.h"
 #include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
@@ -71,39 +72,6 @@ double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int,
 int CpuPodScore(int band_score, double idle);
 
 using framework::NodeOrderKey;
-// One node of a call's best, the rest a step behind: among the entries of `scores` that share
-// the highest score, the one first in the stable order (`key_of(k)`: entry k's NodeOrderKey)
-// keeps it and the others drop by `step` (one point of kube-scheduler's 0-10; Volcano's scores
-// are the total x a weight, so half a total point there); nothing happens unless the demoted
-// score stays at least `step` (a best of 1 on the 0-10 scale is left as it is). kube-scheduler
-// draws at random among equal totals (schedule_one.go selectHost), as Volcano does among its
-// best nodes, and so spreads equal pods over every node the extender scores alike; a fixed order
-// packs them where the last ones went, as a simulator's node order does, and keeps the other
-// nodes whole (docs/extender.md, "One node of the best"). Returns the index kept, or
-// scores.size().
-// `key_of` may return any ordered key (BestNodeOrder's TieKey: the remnants, then the node order).
-template <class Entry, class KeyOf, class ScoreOf, class Score = int>
-std::size_t PreferOneOfTheBest(std::span<Entry> scores, KeyOf key_of, ScoreOf score_of, Score step = 1) {
-  if (scores.empty()) return 0;
-  auto best = score_of(scores[0]);
-  for (Entry& e : scores) best = std::max(best, score_of(e));
-  if (best < 2 * step) return scores.size();
-  std::size_t first = scores.size();
-  std::invoke_result_t<KeyOf&, std::size_t> first_key{};
-  for (std::size_t k = 0; k < scores.size(); ++k) {
-    if (score_of(scores[k]) != best) continue;
-    const auto key = key_of(k);
-    if (first == scores.size() || key < first_key) {
-      first = k;
-      first_key = key;
-    }
-  }
-  for (std::size_t k = 0; k < scores.size(); ++k) {
-    auto& score = score_of(scores[k]);
-    if (k != first && score == best) score = static_cast<std::remove_cvref_t<decltype(score)>>(best - step);
-  }
-  return first;
-}
 // A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
 // the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
 PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config);
@@ -302,34 +270,17 @@ class Evaluator {
 // The schedulable nodes' partly used GPUs of `vendor` by what is left on them.
 packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vendor);
 
-// Whether `request`'s best nodes rank by the remnants its card leaves (capacity.evenRemnants, a
-// single vGPU); its verdicts carry the card's remainder only where capacity packing chose it.
-bool RanksBestByRemnants(const framework::Framework& fw, const PlacementRequest& request);
+// Rule 4 of the ranking (framework::RemnantTie) for `request` over `snap`: the cluster's
+// remnants are the evaluator's, counted once per snapshot version (Evaluator::Remnants).
+framework::RemnantTie RemnantTieFor(Evaluator& evaluator, const PlacementRequest& request,
+                                    const state::Snapshot& snap);
 
-// The key PreferOneOfTheBest orders a reply's best nodes by. A single vGPU whose card capacity
-// packing chooses (ClassVerdict::share_left) goes first to the node whose card evens out the
-// cluster's remnants (packing::RemnantCounts::TieRank; capacity.evenRemnants), as the
-// simulator ranks its best nodes (docs/placement.md, "Evening out the remnants"); then, and for
-// every other pod, the stable node order (NodeOrderKey).
-struct TieKey {
-  long remnants = 0;
-  std::uint64_t order = 0;
-  auto operator<=>(const TieKey&) const = default;
-};
-class BestNodeOrder {
- public:
-  BestNodeOrder(Evaluator& evaluator, const PodEntry& entry, const state::Snapshot& snap);
-  // `v`: the node's verdict (null: none); `order_key`: its NodeOrderKey.
-  TieKey operator()(const ClassVerdict* v, std::uint64_t order_key);
-
- private:
-  Evaluator& evaluator_;
-  const state::Snapshot& snap_;
-  const GpuVendor vendor_;
-  const bool on_;
-  const int milli_;                                         // the vGPU's share of its card (on_)
-  std::shared_ptr<const packing::RemnantCounts> remnants_;  // counted at the first vGPU verdict
-};
+// The key PreferOneOfTheBest orders a reply's best nodes by (framework::TieKey): verdict `v`'s
+// capacity score and card (null: a node without a verdict), then `order_key`.
+inline framework::TieKey TieKeyOf(const ClassVerdict* v, std::uint64_t order_key, framework::RemnantTie& remnants) {
+  if (v == nullptr) return framework::TieKeyOf(-1, 0, order_key);
+  return framework::TieKeyOf(v->capacity, remnants.Rank(v->share_left), order_key);
+}
 
 // One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which
 // name up to thousands of nodes): node i's verdict, evaluated once per key this call (the

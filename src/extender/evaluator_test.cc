@@ -133,11 +133,11 @@ TEST_F(EvaluatorTest, ARareNodeClassIsKeptExceptWhereThePodsPoolRunsAsOfItsVersi
   ASSERT_NE(decode, nullptr);
   const auto hardware = [&](const std::string& node) { return store_.snapshot()->Find(node)->hardware; };
   auto rule = [&] {
-    return RareClassRule(framework_, decode->request, evaluator_.ShapeMixFor(decode->uid).get(), *store_.snapshot(),
-                         &store_);
+    return RareClassFor(framework_, decode->request, evaluator_.ShapeMixFor(decode->uid).get(), *store_.snapshot(),
+                        &store_);
   };
   {
-    const RareClassRule r = rule();
+    const framework::RareClass r = rule();
     ASSERT_TRUE(r.active());
     EXPECT_EQ(r.rare()->gpus, 8);
     EXPECT_EQ(r.rare()->nics, 8);
@@ -150,10 +150,10 @@ TEST_F(EvaluatorTest, ARareNodeClassIsKeptExceptWhereThePodsPoolRunsAsOfItsVersi
   EXPECT_FALSE(rule().Reserved(hardware("rare"), "rare")) << "the pool's new version runs on rare too";
   // The training pod and a pod without NICs are kept from nothing.
   std::shared_ptr<PodEntry> whole = Entry(training);
-  EXPECT_FALSE(RareClassRule(framework_, whole->request, whole->mix.get(), *store_.snapshot(), &store_).active());
+  EXPECT_FALSE(RareClassFor(framework_, whole->request, whole->mix.get(), *store_.snapshot(), &store_).active());
   const PodSpec gpus_only{.name = "g", .uid = "uid-g", .gpus = 1};
   std::shared_ptr<PodEntry> plain = Entry(gpus_only);
-  EXPECT_FALSE(RareClassRule(framework_, plain->request, plain->mix.get(), *store_.snapshot(), &store_).active());
+  EXPECT_FALSE(RareClassFor(framework_, plain->request, plain->mix.get(), *store_.snapshot(), &store_).active());
 }
 
 TEST_F(EvaluatorTest, NodesOfOneClassShareOneVerdictKeptAcrossCallsForThePod) {
@@ -549,7 +549,7 @@ TEST_F(EvaluatorTest, TheBinderChoosesAVgpusCardForTheTypicalPodsAsTheVerbsDid) 
 TEST(PreferOneOfTheBestTest, KeepsTheFirstOfTheStableOrderAndStepsTheOthersBack) {
   using Scores = std::vector<std::pair<std::string, int>>;
   const auto prefer = [](Scores scores) {
-    PreferOneOfTheBest(std::span<std::pair<std::string, int>>(scores),
+    framework::PreferOneOfTheBest(std::span<std::pair<std::string, int>>(scores),
                        [&](std::size_t k) { return NodeOrderKey(scores[k].first); },
                        [](std::pair<std::string, int>& s) -> int& { return s.second; });
     return std::map<std::string, int>(scores.begin(), scores.end());

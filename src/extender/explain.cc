@@ -205,16 +205,14 @@ Explanation Explain(const ExplainInput& in) {
     }
   }
   const framework::Framework& fw = *in.framework;
-  framework::CycleState cycle = fw.NewCycle(in.request);
-  cycle.set_explain(true);
-  cycle.SetShapeMix(in.shape_mix);
-  if (!in.packs_by_mix) cycle.set_packs_for_shape_mix(false);  // as the verbs (Evaluator::Evaluate)
+  framework::CycleSetup setup{.mix = in.shape_mix, .packs_by_mix = in.packs_by_mix, .explain = true, .cluster = nullptr};
   if (in.request.role != PodRole::kNone && !in.request.pool.empty() && in.store != nullptr) {
-    cycle.SetCluster(state::MakeClusterView(*in.store, in.snapshot, fw.config().network, in.request.pool,
-                                            in.store->node_locations()));
+    setup.cluster = state::MakeClusterView(*in.store, in.snapshot, fw.config().network, in.request.pool,
+                                           in.store->node_locations());
   }
+  framework::CycleState cycle = fw.NewCycle(in.request, setup);
   framework::CapacityBand band(fw.CapacityBandWidth());
-  const RareClassRule rare(fw, in.request, in.shape_mix.get(), snap, in.store);
+  const framework::RareClass rare = RareClassFor(fw, in.request, in.shape_mix.get(), snap, in.store);
   std::string kept_for;
   if (rare.active()) {
     kept_for = std::to_string(rare.rare()->gpus) + " GPUs + " + std::to_string(rare.rare()->nics) + " RDMA NICs";
@@ -303,9 +301,7 @@ Explanation Explain(const ExplainInput& in) {
     if (r.placement && info.topology != nullptr) {
       const Placement& p = *r.placement;
       if (!p.pairs.empty()) n.worst_class = p.worst_class;
-      if (p.gpus.size() == 1 && cycle.share_packing().mix != nullptr) {
-        n.share_left = packing::MilliLeft(*info.topology, info.allocated, p.gpus[0]);
-      }
+      n.share_left = framework::ShareLeft(cycle, info, p);
       n.alignment = AlignmentNote(p);
       n.gpus = GpuNames(*info.topology, p.gpus);
       n.nics = NicNames(*info.topology, p.nics);
@@ -313,9 +309,6 @@ Explanation Explain(const ExplainInput& in) {
     n.explanation = framework::ExplainNode(record->name, r.filtered, &r.score);
     all.push_back(std::move(n));
   }
-  // Ranked as prioritize ranks (kube_verbs.cc): by the extender score (the capacity band first,
-  // then the total; one node of the best), then the capacity score; the stable node order
-  // (NodeOrderKey) breaks ties.
   // The two fields the band reads (assigned: a designated initializer that leaves the others
   // out draws -Wmissing-field-initializers).
   const auto score_of = [](const NodeExplanation& n) {
@@ -340,45 +333,55 @@ Explanation Explain(const ExplainInput& in) {
   }
   // The reply's one node of the best (PreferOneOfTheBest): the others that share its score are
   // a step behind on the wire.
+  framework::RemnantTie remnants(fw, in.request, [&snap, vendor = in.request.vendor] {
+    return std::make_shared<const packing::RemnantCounts>(CountRemnants(snap, vendor));
+  });
+  const auto tie_key = [&](const NodeExplanation& n) {
+    return framework::TieKeyOf(n.capacity, remnants.Rank(n.share_left), NodeOrderKey(n.name));
+  };
   if (scored) {
     std::vector<int> before;
     before.reserve(all.size());
     for (const NodeExplanation& n : all) before.push_back(n.extender_score);
-    // As BestNodeOrder ranks them: a vGPU's card evening out the remnants first.
-    const bool even = RanksBestByRemnants(fw, in.request);
-    std::optional<packing::RemnantCounts> remnants;
-    const int milli = packing::ShapeOf(in.request).milli;
-    const auto tie_rank = [&](const NodeExplanation& n) -> long {
-      if (!even || n.share_left < 0) return 0;
-      if (!remnants) remnants = CountRemnants(snap, in.request.vendor);
-      return remnants->TieRank(n.share_left, milli);
-    };
-    const std::size_t kept = PreferOneOfTheBest(
-        std::span<NodeExplanation>(all),
-        [&](std::size_t k) { return TieKey{tie_rank(all[k]), NodeOrderKey(all[k].name)}; },
+    const std::size_t kept = framework::PreferOneOfTheBest(
+        std::span<NodeExplanation>(all), [&](std::size_t k) { return tie_key(all[k]); },
         [](NodeExplanation& n) -> int& { return n.extender_score; });
     for (std::size_t k = 0; k < all.size(); ++k) {
       if (all[k].extender_score != before[k]) {
-        const bool by_remnants = kept < all.size() && tie_rank(all[k]) != tie_rank(all[kept]);
-        const char* why =
-            by_remnants ? "its card evens out the cluster's remnants less" : "stable node order";
+        const framework::TieKey mine = tie_key(all[k]), best = tie_key(all[kept]);
+        const char* why = mine.capacity_behind != best.capacity_behind ? "a lower capacity score"
+                          : mine.remnants != best.remnants            ? "its card evens out the cluster's remnants less"
+                                                                      : "stable node order";
         all[k].explanation += std::string("; ties the best node's score, one step behind it (") + why +
                               ") -> extender score " + std::to_string(all[k].extender_score);
       }
     }
   }
-  std::stable_sort(all.begin(), all.end(), [&](const NodeExplanation& a, const NodeExplanation& b) {
+  // Listed in the ranking's order (framework::RankBestFirst), by the wire's score first (a pod
+  // that asks no device is scored by its CPU on the wire), then the nodes that do not fit in the
+  // stable order.
+  std::vector<framework::RankedNode> ranked;
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    if (!all[k].fits || !scored) continue;
+    ranked.push_back({score_of(all[k]), NodeOrderKey(all[k].name), all[k].share_left, k});
+  }
+  framework::RankBestFirst(ranked, band, remnants);
+  std::vector<std::size_t> place(all.size(), all.size());
+  for (std::size_t r = 0; r < ranked.size(); ++r) place[ranked[r].index] = r;
+  std::vector<std::size_t> order(all.size());
+  for (std::size_t k = 0; k < all.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    const NodeExplanation &a = all[x], &b = all[y];
     if (a.fits != b.fits) return a.fits;
     if (a.fits && scored && a.extender_score != b.extender_score) return a.extender_score > b.extender_score;
-    if (a.fits) {
-      const framework::NodeScore sa = score_of(a);
-      const framework::NodeScore sb = score_of(b);
-      if (band.Ahead(sa, sb)) return true;
-      if (band.Ahead(sb, sa)) return false;
-    }
+    if (place[x] != place[y]) return place[x] < place[y];
     const std::uint64_t ka = NodeOrderKey(a.name), kb = NodeOrderKey(b.name);
     return ka != kb ? ka < kb : a.name < b.name;
   });
+  std::vector<NodeExplanation> sorted;
+  sorted.reserve(all.size());
+  for (const std::size_t k : order) sorted.push_back(std::move(all[k]));
+  all = std::move(sorted);
   if (!all.empty() && all.front().fits && scored) e.best = all.front().name;
   e.reasons.assign(by_reason.begin(), by_reason.end());
   e.summary = SummarizeRefusals(e.total, e.fitting, e.reasons);

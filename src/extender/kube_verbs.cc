@@ -112,7 +112,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     idle.clear();
     framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
     // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
-    const RareClassRule rare(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
+    const framework::RareClass rare = RareClassFor(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
     if (rare.active()) scratch.hosts_rare.fill({nullptr, false});  // another call's verdicts may share an address
     // The nodes our filter passed, in its reply's order: one comparison per name instead of a
     // lookup (a hint advances only when it names the node, so extra or missing names cost one
@@ -161,11 +161,11 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (packs_cpu) score = CpuPodScore(static_cast<int>(score), idle[k]);
       scores.push_back({nodes[k].name, score});
     }
-    BestNodeOrder order(evaluator_, e, snap);
-    PreferOneOfTheBest(
+    framework::RemnantTie remnants = RemnantTieFor(evaluator_, e.request, snap);
+    framework::PreferOneOfTheBest(
         std::span<HostScore>(scores),
         [&](std::size_t k) {
-          return order(verdicts[k], order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host));
+          return TieKeyOf(verdicts[k], order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host), remnants);
         },
         [](HostScore& h) -> std::int64_t& { return h.score; });
     WriteHostPriorityList(resp.body, scores);

@@ -552,9 +552,13 @@ std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, con
     want.emplace_back(name, it == fits.end() ? 0 : band.ExtenderScore(it->second));
   }
   // One node of the best (PreferOneOfTheBest): the others with the best score a step behind.
-  PreferOneOfTheBest(std::span<std::pair<std::string, int>>(want),
-                     [&](std::size_t k) { return NodeOrderKey(want[k].first); },
-                     [](std::pair<std::string, int>& w) -> int& { return w.second; });
+  framework::PreferOneOfTheBest(
+      std::span<std::pair<std::string, int>>(want),
+      [&](std::size_t k) {
+        const auto it = fits.find(want[k].first);
+        return framework::TieKeyOf(it == fits.end() ? -1 : it->second.capacity, 0, NodeOrderKey(want[k].first));
+      },
+      [](std::pair<std::string, int>& w) -> int& { return w.second; });
   for (const auto& [name, score] : want) {
     EXPECT_EQ(got[name], score) << name;
     distinct.insert(score);

@@ -86,7 +86,7 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   verdicts.reserve(args->node_names.size());
   framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
   // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
-  const RareClassRule rare(evaluator_.framework(), e.request, e.mix.get(), *snap, &evaluator_.store());
+  const framework::RareClass rare = RareClassFor(evaluator_.framework(), e.request, e.mix.get(), *snap, &evaluator_.store());
   std::vector<char> reserved;
   reserved.reserve(args->node_names.size());
   for (std::string_view n : args->node_names) {
@@ -113,10 +113,10 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   // One node of the best: Volcano too draws at random among its best nodes (pkg/scheduler/util/
   // scheduler_helper.go, SelectBestNodeAndScore: rand.Intn over the nodes of the highest score).
   // Half a total point behind keeps the others above every node a point below.
-  BestNodeOrder order(evaluator_, e, *snap);
-  PreferOneOfTheBest(
+  framework::RemnantTie remnants = RemnantTieFor(evaluator_, e.request, *snap);
+  framework::PreferOneOfTheBest(
       std::span<VolcanoNodeScore>(scores),
-      [&](std::size_t k) { return order(verdicts[k].get(), NodeOrderKey(scores[k].node)); },
+      [&](std::size_t k) { return TieKeyOf(verdicts[k].get(), NodeOrderKey(scores[k].node), remnants); },
       [](VolcanoNodeScore& s) -> double& { return s.score; }, score_weight_ / 2);
   WriteVolcanoPrioritizeResult(resp.body, scores, "");
 }

@@ -19,53 +19,6 @@ int RoundedDivide(long long num, long long den) {
 
 }  // namespace
 
-void CapacityBand::Offer(int total, int capacity, bool reserved) {
-  Tier& tier = tiers_[reserved ? 1 : 0];
-  tier.offered = true;
-  tier.best = std::max(tier.best, capacity);
-  int& top = tier.top_total[static_cast<std::size_t>(std::clamp(capacity, -1, kMaxScore) + 1)];
-  top = std::max(top, std::clamp(total, kMinScore, kMaxScore));
-  tier.top_in_band = -2;
-}
-
-int CapacityBand::TopInBand(const Tier& tier) const {
-  if (tier.top_in_band != -2) return tier.top_in_band;
-  int top = tier.top_total[0];  // nodes without a capacity score are always in the band
-  const int lowest = band_ < 0 ? 0 : std::max(0, tier.best - band_);
-  for (int c = lowest; c <= kMaxScore; ++c) top = std::max(top, tier.top_total[static_cast<std::size_t>(c + 1)]);
-  tier.top_in_band = top;
-  return top;
-}
-
-bool CapacityBand::InTier(const Tier& tier, int capacity) const {
-  return band_ < 0 || capacity < 0 || capacity >= tier.best - band_;
-}
-
-bool CapacityBand::In(int capacity, bool reserved) const {
-  if (reserved && tiers_[0].offered) return false;
-  return InTier(TierOf(reserved), capacity);
-}
-
-bool CapacityBand::Ahead(const NodeScore& a, const NodeScore& b) const {
-  if (a.reserved != b.reserved) return !a.reserved;
-  const Tier& tier = TierOf(a.reserved);
-  const bool ia = InTier(tier, a.capacity), ib = InTier(tier, b.capacity);
-  if (ia != ib) return ia;
-  if (a.total != b.total) return a.total > b.total;
-  return a.capacity > b.capacity;
-}
-
-int CapacityBand::ExtenderScore(int total, int capacity, bool reserved) const {
-  if (!In(capacity, reserved)) return 0;
-  const int top = TopInBand(TierOf(reserved));
-  const int clamped = std::clamp(total, kMinScore, kMaxScore);
-  // An offer of this score raises top to at least total; a score never offered is compared
-  // against the offers alone (and is capped at 10).
-  if (top <= 0) return std::max(1, ToExtenderScore(clamped));
-  // The best in-band total gets 10 and each total point below it one less, down to 1.
-  return std::clamp(kMaxExtenderScore - (top - clamped), 1, kMaxExtenderScore);
-}
-
 int ToExtenderScore(int score100) {
   const int clamped = std::clamp(score100, kMinScore, kMaxScore);
   return RoundedDivide(static_cast<long long>(clamped) * kMaxExtenderScore, kMaxScore);
@@ -161,6 +114,15 @@ CycleState Framework::NewCycle(PlacementRequest request) const {
                      return memo->memo.Place(topology, allocated, req, options, fingerprint, share_packing);
                    });
   state.set_packs_for_shape_mix(impl_->packs_for_shape_mix);
+  return state;
+}
+
+CycleState Framework::NewCycle(PlacementRequest request, const CycleSetup& setup) const {
+  CycleState state = NewCycle(std::move(request));
+  state.set_explain(setup.explain);
+  state.SetShapeMix(setup.mix);
+  if (!setup.packs_by_mix) state.set_packs_for_shape_mix(false);
+  state.SetCluster(setup.cluster);
   return state;
 }
 

@@ -1,4 +1,5 @@
 #include "toposched/framework/framework.h"
+#include "toposched/framework/ranking.h"
 
 #include <gtest/gtest.h>
 
@@ -112,107 +113,6 @@ TEST(FrameworkTest, CreateRejectsBadConfigs) {
     ASSERT_FALSE(f.ok());
     EXPECT_NE(f.error().message().find(c.error), std::string::npos) << f.error().message();
   }
-}
-
-// Capacity first (SchedulerConfig::capacity): the capacity plugin ranks whatever its weight;
-// nodes outside the band rank after every node inside it, whatever their totals.
-TEST(CapacityBandTest, InBandNodesRankFirstThenByTotal) {
-  NodeScore packs;  // fills a used node: capacity 60, alignment poor
-  packs.total = 40;
-  packs.capacity = 60;
-  NodeScore near;  // capacity 57: within 5 of the best
-  near.total = 70;
-  near.capacity = 57;
-  NodeScore strands;  // breaks a whole node: capacity 41, alignment perfect
-  strands.total = 100;
-  strands.capacity = 41;
-  CapacityBand band(5);
-  for (const NodeScore* s : {&packs, &near, &strands}) band.Offer(*s);
-  EXPECT_EQ(band.best(), 60);
-  EXPECT_TRUE(band.In(packs));
-  EXPECT_TRUE(band.In(near));
-  EXPECT_FALSE(band.In(strands));
-  EXPECT_TRUE(band.Ahead(near, packs)) << "inside the band the total decides";
-  EXPECT_TRUE(band.Ahead(packs, strands)) << "outside the band ranks last, whatever its total";
-  EXPECT_FALSE(band.Ahead(strands, near));
-  EXPECT_FALSE(band.Ahead(near, near));
-  // The extender's one number per node: in band 10 for the best in-band total (70, not the
-  // out-of-band 100) and one less per total point below it, down to 1; out of band 0.
-  EXPECT_EQ(band.ExtenderScore(near), 10);
-  EXPECT_EQ(band.ExtenderScore(packs), 1);  // 30 points below
-  NodeScore close;
-  close.total = 67;
-  close.capacity = 60;
-  EXPECT_EQ(band.ExtenderScore(close), 7) << "3 points below the best: 3 steps";
-  EXPECT_EQ(band.ExtenderScore(strands), 0);
-  NodeScore poor;
-  poor.total = 2;
-  poor.capacity = 60;
-  EXPECT_EQ(band.ExtenderScore(poor), 1) << "an in-band node never ties an out-of-band one";
-  // Off (band < 0) or no capacity score: every node is in the band, the total alone decides.
-  CapacityBand off(-1);
-  off.Offer(packs);
-  EXPECT_TRUE(off.In(strands));
-  EXPECT_TRUE(off.Ahead(strands, packs));
-  NodeScore unscored;
-  unscored.total = 10;
-  EXPECT_TRUE(band.In(unscored));
-  // Off, the scale is still relative: the best of the call gets 10, one less per point below.
-  NodeScore aligned, unaligned;
-  aligned.total = 74;
-  unaligned.total = 62;
-  CapacityBand plain(-1);
-  plain.Offer(aligned);
-  plain.Offer(unaligned);
-  EXPECT_EQ(plain.ExtenderScore(aligned), 10);
-  EXPECT_EQ(plain.ExtenderScore(unaligned), 1);  // 12 points below
-  NodeScore nearly;
-  nearly.total = 73;
-  EXPECT_EQ(plain.ExtenderScore(nearly), 9);
-}
-
-TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
-  NodeScore kept;  // a rare node class: the best total and capacity of the call
-  kept.total = 100;
-  kept.capacity = 60;
-  kept.reserved = true;
-  NodeScore other;
-  other.total = 50;
-  other.capacity = 30;  // 30 points below the kept node's capacity: still the band's best
-  NodeScore weaker;
-  weaker.total = 25;
-  weaker.capacity = 28;
-  CapacityBand band(5);
-  for (const NodeScore* s : {&kept, &other, &weaker}) band.Offer(*s);
-  EXPECT_EQ(band.best(), 30) << "the band is the unreserved nodes'";
-  EXPECT_FALSE(band.In(kept));
-  EXPECT_TRUE(band.In(other));
-  EXPECT_TRUE(band.In(weaker));
-  EXPECT_TRUE(band.Ahead(other, kept)) << "a kept node ranks after every node that is not, whatever its scores";
-  EXPECT_TRUE(band.Ahead(weaker, kept));
-  EXPECT_FALSE(band.Ahead(kept, weaker));
-  EXPECT_EQ(band.ExtenderScore(kept), 0);
-  EXPECT_EQ(band.ExtenderScore(other), 10) << "relative to the best unreserved total, not the kept node's";
-  EXPECT_EQ(band.ExtenderScore(weaker), 1);  // 25 points below
-
-  // Only kept nodes fit: they rank among themselves as any nodes do, and score 1..10.
-  NodeScore kept_low = kept;
-  kept_low.total = 40;
-  CapacityBand only(5);
-  only.Offer(kept);
-  only.Offer(kept_low);
-  EXPECT_TRUE(only.In(kept));
-  EXPECT_TRUE(only.Ahead(kept, kept_low));
-  EXPECT_EQ(only.ExtenderScore(kept), 10);
-  EXPECT_EQ(only.ExtenderScore(kept_low), 1);
-  EXPECT_EQ(only.best(), 60);
-
-  // With capacity first off, the same order.
-  CapacityBand off(-1);
-  for (const NodeScore* s : {&kept, &other}) off.Offer(*s);
-  EXPECT_TRUE(off.Ahead(other, kept));
-  EXPECT_EQ(off.ExtenderScore(kept), 0);
-  EXPECT_EQ(off.ExtenderScore(other), 10);
 }
 
 TEST(FrameworkTest, TheCapacityPluginRanksAtWeightZeroAndWhenNotListed) {

@@ -125,22 +125,4 @@ class PdTracker {
   double ratio_error_sum_ = 0;
 };
 
-// Evening out the remnants in both simulators' toposched policies (the embedded one and the
-// trace replay's), as the extender's prioritize does (extender::BestNodeOrder): the candidates
-// that share the first one's place in `sorted` (best first by `band`, ties already in the node
-// order) are re-ordered by `tie_rank(candidate)`, lower first, the node order kept among equal
-// ranks. `tie_rank` is asked only when two or more share the best place; `Candidate` has
-// `score` and `tie_rank`.
-template <class Candidate, class TieRank>
-void RankTheBestByRemnants(std::vector<Candidate>& sorted, const framework::CapacityBand& band,
-                           TieRank tie_rank) {
-  std::size_t tied = sorted.empty() ? 0 : 1;
-  while (tied < sorted.size() && !band.Ahead(sorted[0].score, sorted[tied].score)) ++tied;
-  if (tied < 2) return;
-  const auto best = sorted.begin() + static_cast<std::ptrdiff_t>(tied);
-  for (auto c = sorted.begin(); c != best; ++c) c->tie_rank = tie_rank(*c);
-  std::stable_sort(sorted.begin(), best,
-                   [](const Candidate& a, const Candidate& b) { return a.tie_rank < b.tie_rank; });
-}
-
 }  // namespace toposched::simulate

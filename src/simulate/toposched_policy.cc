@@ -1,11 +1,11 @@
-// The toposched policy: the framework's filter -> score -> reserve, exactly as the extender's
-// filter, prioritize and bind verbs drive it, minus HTTP (bind itself is a no-op in process).
+// The toposched policy: the framework's filter -> score -> the ranking step -> reserve, exactly
+// as the extender's filter, prioritize and bind verbs drive it, minus HTTP (bind itself is a no-op
+// in process).
 
 #include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +13,7 @@
 #include "plugins/registry.h"
 #include "simulate_internal.h"
 #include "toposched/framework/framework.h"
+#include "toposched/framework/ranking.h"
 #include "toposched/placement/packing.h"
 #include "toposched/placement/rare_class.h"
 
@@ -28,39 +29,36 @@ class ToposchedPolicy : public Policy {
 
   Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
                                            std::shared_ptr<const framework::ClusterView> cluster) override {
-    framework::CycleState cycle = framework_.NewCycle(request);
-    // What the extender gives its cycles from the store: the pool-aware plugins read it.
-    cycle.SetCluster(std::move(cluster));
-    cycle.SetShapeMix(mix_);
-    // kube-scheduler keeps the feasible nodes and their totals, then takes the highest, capacity
-    // first (framework::CapacityBand); ties go to the lowest index here (kube picks at random
-    // among ties; a fixed rule keeps runs reproducible).
-    candidates_.clear();
+    // The extender gives its cycles the store's pool view: the pool-aware plugins read it.
+    const framework::CycleSetup setup{.mix = mix_, .packs_by_mix = true, .explain = false, .cluster = cluster};
+    framework::CycleState cycle = framework_.NewCycle(request, setup);
+    // kube-scheduler keeps the feasible nodes and their totals; the ranking step orders them as
+    // the extender's prioritize scores them (its one node of the best is this order's first).
     framework::CapacityBand band(framework_.CapacityBandWidth());
-    const std::optional<packing::Shape> rare = RareShapeFor(request, nodes);
-    pool_nodes_.clear();
-    if (rare && !request.pool.empty() && cycle.cluster() != nullptr) {
-      for (const framework::PoolMember& m : cycle.cluster()->PoolMembers(request.pool)) pool_nodes_.insert(m.node);
-    }
+    const framework::RareClass rare = RareClassFor(request, nodes, cluster.get());
+    framework::RemnantTie remnants(framework_, request, [&nodes, vendor = request.vendor] {
+      auto counts = std::make_shared<packing::RemnantCounts>();
+      for (const VirtualNode& node : nodes) framework::CountRemnantsOf(node, vendor, *counts);
+      return std::shared_ptr<const packing::RemnantCounts>(std::move(counts));
+    });
+    candidates_.clear();
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const VirtualNode& node = nodes[i];
       if (!node.schedulable) continue;
       if (!framework_.RunFilter(cycle, node).ok()) continue;
-      candidates_.push_back({framework_.RunScore(cycle, node), static_cast<int>(i)});
-      // A rare node class last: the nodes that could host the rare shape serve this pod only
-      // when no other node can, unless its own pool already runs there.
-      candidates_.back().score.reserved = rare && packing::HostsWhenEmpty(hardware_[i], request.vendor, *rare) &&
-                                          !pool_nodes_.contains(node.name);
-      band.Offer(candidates_.back().score);
+      framework::RankedNode ranked{framework_.RunScore(cycle, node), order_keys_[i], -1, i};
+      ranked.score.reserved = rare.active() && rare.Reserved(hardware_[i], node.name);
+      if (remnants.on()) {
+        if (const PlacementOutcome& outcome = cycle.Outcome(node); outcome.ok()) {
+          ranked.share_left = framework::ShareLeft(cycle, node, *outcome.placement);
+        }
+      }
+      band.Offer(ranked.score);
+      candidates_.push_back(std::move(ranked));
     }
-    std::sort(candidates_.begin(), candidates_.end(), [&band](const Candidate& a, const Candidate& b) {
-      if (band.Ahead(a.score, b.score)) return true;
-      if (band.Ahead(b.score, a.score)) return false;
-      return a.index < b.index;
-    });
-    RankTheBestByRemnants(cycle, request, nodes, band);
-    for (const Candidate& c : candidates_) {
-      VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
+    framework::RankBestFirst(candidates_, band, remnants);
+    for (const framework::RankedNode& c : candidates_) {
+      VirtualNode& node = nodes[c.index];
       // The placement Reserve claims is the cycle's cached outcome for the node; copy it before
       // Reserve changes the allocation the cache is keyed on.
       const PlacementOutcome& outcome = cycle.Outcome(node);
@@ -73,67 +71,44 @@ class ToposchedPolicy : public Policy {
       // A Reserve refusal (the node changed under the cycle) sends the pod to the next best
       // node, as a failed bind sends it back to the queue.
       if (!reserved.ok()) continue;
-      return std::optional<Decision>(Decision{c.index, std::move(placement)});
+      return std::optional<Decision>(Decision{static_cast<int>(c.index), std::move(placement)});
     }
     return std::optional<Decision>();
   }
 
  private:
-  struct Candidate {
-    framework::NodeScore score;
-    int index = 0;
-    long tie_rank = 0;  // RankTheBestByRemnants
-  };
-
-  // A single vGPU whose card capacity packing chooses (CycleState::share_packing): among the
-  // nodes that share the best score, those whose card evens out the cluster's remnants come
-  // first (packing::RemnantCounts::TieRank), then the index.
-  void RankTheBestByRemnants(framework::CycleState& cycle, const PlacementRequest& request,
-                             const std::vector<VirtualNode>& nodes, const framework::CapacityBand& band) {
-    if (!framework_.EvenRemnants() || cycle.share_packing().mix == nullptr) return;
-    std::optional<packing::RemnantCounts> remnants;  // counted once two nodes share the best place
-    const int milli = packing::ShapeOf(request).milli;
-    simulate::RankTheBestByRemnants(candidates_, band, [&](const Candidate& c) -> long {
-      if (!remnants) {
-        remnants.emplace();
-        for (const VirtualNode& node : nodes) {
-          if (node.schedulable && node.topology != nullptr)
-            remnants->Add(*node.topology, node.allocated, request.vendor);
-        }
-      }
-      const VirtualNode& node = nodes[static_cast<std::size_t>(c.index)];
-      const PlacementOutcome& outcome = cycle.Outcome(node);
-      if (!outcome.ok() || outcome.placement->gpus.size() != 1) return 0;
-      return remnants->TieRank(packing::MilliLeft(*node.topology, node.allocated, outcome.placement->gpus[0]),
-                               milli);
-    });
-  }
-
-  // The rare shape for `request` on these nodes (packing::RareShape), when the rule is on. The
-  // nodes' hardware and its census are kept while the nodes are those of the last call (a run's
-  // nodes never change hardware).
-  std::optional<packing::Shape> RareShapeFor(const PlacementRequest& request, const std::vector<VirtualNode>& nodes) {
-    if (!framework_.RareClassLast() || mix_ == nullptr || request.rdma_nics <= 0) return std::nullopt;
+  // Rule 1 of the ranking with the simulator's facts: the schedulable nodes' hardware census
+  // (as the store's) and the nodes the pool view says run the pod's pool. The nodes' hardware,
+  // census and order keys are kept while the nodes are those of the last call (a run's nodes
+  // never change hardware or name).
+  framework::RareClass RareClassFor(const PlacementRequest& request, const std::vector<VirtualNode>& nodes,
+                                    const framework::ClusterView* cluster) {
     if (hardware_nodes_ != nodes.data() || hardware_.size() != nodes.size()) {
       hardware_.clear();
-      std::vector<packing::NodeHardware> counted;  // as the store's census: cordoned nodes not
+      order_keys_.clear();
+      std::vector<packing::NodeHardware> counted;
       for (const VirtualNode& node : nodes) {
         hardware_.push_back(packing::HardwareOf(*node.topology));
+        order_keys_.push_back(framework::NodeOrderKey(node.name));
         if (node.schedulable) counted.push_back(hardware_.back());
       }
       census_ = packing::CensusOf(counted);
       hardware_nodes_ = nodes.data();
     }
-    return packing::RareShape(*mix_, packing::ShapeOf(request), request.vendor, census_);
+    return framework::RareClass(framework_, request, mix_.get(), census_,
+                                [&]() -> std::shared_ptr<const std::vector<std::string>> {
+                                  if (cluster == nullptr) return nullptr;
+                                  return framework::PoolNodesOf(cluster->PoolMembers(request.pool));
+                                });
   }
 
   framework::Framework framework_;
   std::shared_ptr<const packing::ShapeMix> mix_;
-  std::vector<Candidate> candidates_;  // reused between pods
+  std::vector<framework::RankedNode> candidates_;  // reused between pods
   std::vector<packing::NodeHardware> hardware_;
+  std::vector<std::uint64_t> order_keys_;  // NodeOrderKey of each node's name
   packing::HardwareCensus census_;
   const VirtualNode* hardware_nodes_ = nullptr;
-  std::set<std::string, std::less<>> pool_nodes_;  // the nodes running the pod's pool
 };
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "trace_internal.h"
 #include "toposched/common/stats.h"
 #include "toposched/framework/framework.h"
+#include "toposched/framework/ranking.h"
 #include "toposched/placement/packing.h"
 
 namespace toposched::simulate {
@@ -301,14 +302,20 @@ class ToposchedTracePolicy : public TracePolicy {
     } else {
       request.gpus = task.gpus;
     }
-    framework::CycleState cycle = framework_.NewCycle(request);
-    cycle.SetShapeMix(mix_);
-    cycle.set_explain(false);
+    const framework::CycleSetup setup{.mix = mix_, .packs_by_mix = true, .explain = false, .cluster = nullptr};
+    framework::CycleState cycle = framework_.NewCycle(request, setup);
     auto& cache = cache_[request.ShapeKey() + "|" + std::to_string(task.cpu_milli)];
     cache.resize(s_.nodes.size());
     candidates_.clear();
     framework::CapacityBand band(framework_.CapacityBandWidth());
-    const bool even_remnants = framework_.EvenRemnants() && cycle.share_packing().mix != nullptr;
+    // The trace's tasks ask no RDMA NIC: the rare class (rule 1) never applies here.
+    framework::RemnantTie remnants(framework_, request, [this] {
+      auto counts = std::make_shared<packing::RemnantCounts>();
+      for (const NodeRuntime& node : s_.nodes) {
+        for (const int left : node.milli_left) counts->Add(left);
+      }
+      return std::shared_ptr<const packing::RemnantCounts>(std::move(counts));
+    });
     for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
       const NodeRuntime& rt = s_.nodes[i];
       if (!HostFits(s_.trace->nodes[i], rt, task)) continue;
@@ -323,27 +330,21 @@ class ToposchedTracePolicy : public TracePolicy {
           const framework::NodeScore s = framework_.RunScore(cycle, infos_[i]);
           e.score.total = s.total;
           e.score.capacity = s.capacity;
-          // The card the engine chose (the cycle's cached outcome), for RankTheBestByRemnants.
-          if (const PlacementOutcome& o = cycle.Outcome(infos_[i]);
-              even_remnants && o.ok() && o.placement->gpus.size() == 1) {
-            e.share_left = rt.milli_left[Idx(o.placement->gpus[0])];
+          // The card the engine chose (the cycle's cached outcome), for the remnant tie.
+          if (const PlacementOutcome& o = cycle.Outcome(infos_[i]); remnants.on() && o.ok()) {
+            e.share_left = framework::ShareLeft(cycle, infos_[i], *o.placement);
           }
         }
       }
       if (e.fits) {
-        candidates_.push_back({e.score, static_cast<int>(i), e.share_left});
+        // The stable order here is the replay's node rank, which every policy of the replay shares.
+        candidates_.push_back({e.score, static_cast<std::uint64_t>(s_.node_rank[i]), e.share_left, i});
         band.Offer(e.score);
       }
     }
-    const std::vector<int>& rank = s_.node_rank;
-    std::sort(candidates_.begin(), candidates_.end(), [&band, &rank](const Candidate& a, const Candidate& b) {
-      if (band.Ahead(a.score, b.score)) return true;
-      if (band.Ahead(b.score, a.score)) return false;
-      return rank[Idx(a.index)] < rank[Idx(b.index)];
-    });
-    if (even_remnants) RankTheBestByRemnants(task, band);
-    for (const Candidate& c : candidates_) {
-      framework::NodeInfo& info = infos_[Idx(c.index)];
+    framework::RankBestFirst(candidates_, band, remnants);
+    for (const framework::RankedNode& c : candidates_) {
+      framework::NodeInfo& info = infos_[c.index];
       const PlacementOutcome& outcome = cycle.Outcome(info);
       if (!outcome.ok()) continue;
       std::vector<int> gpus = outcome.placement->gpus;
@@ -352,25 +353,9 @@ class ToposchedTracePolicy : public TracePolicy {
         return Error("toposched on " + info.name + ": " + reserved.ToString());
       }
       if (!reserved.ok()) continue;
-      return Choice{c.index, std::move(gpus)};
+      return Choice{static_cast<int>(c.index), std::move(gpus)};
     }
     return Choice{};
-  }
-
-  // A single vGPU whose card capacity packing chooses (CycleState::share_packing): among the
-  // nodes that share the best score, those whose card evens out the cluster's remnants come
-  // first (packing::RemnantCounts::TieRank), then the node rank.
-  void RankTheBestByRemnants(const TraceTask& task, const framework::CapacityBand& band) {
-    std::optional<packing::RemnantCounts> remnants;  // counted once two nodes share the best place
-    simulate::RankTheBestByRemnants(candidates_, band, [&](const Candidate& c) -> long {
-      if (!remnants) {
-        remnants.emplace();
-        for (const NodeRuntime& rt : s_.nodes) {
-          for (const int left : rt.milli_left) remnants->Add(left);
-        }
-      }
-      return c.share_left < 0 ? 0 : remnants->TieRank(c.share_left, task.gpu_milli);
-    });
   }
 
   // The replay changed the node's CPU and memory; the allocation is what Reserve left, and the
@@ -391,12 +376,6 @@ class ToposchedTracePolicy : public TracePolicy {
     bool fits = false;
     framework::NodeScore score;  // total and capacity only
     int share_left = -1;         // what the engine's card for a single vGPU had left (even_remnants)
-  };
-  struct Candidate {
-    framework::NodeScore score;
-    int index = 0;
-    int share_left = -1;  // Entry::share_left
-    long tie_rank = 0;    // RankTheBestByRemnants
   };
 
   static const framework::Registry& BuiltinRegistryForTrace();
@@ -428,7 +407,7 @@ class ToposchedTracePolicy : public TracePolicy {
   bool cpu_blind_ = false;  // TraceReplayOptions::toposched_cpu_blind
   std::vector<framework::NodeInfo> infos_;
   std::unordered_map<std::string, std::vector<Entry>> cache_;
-  std::vector<Candidate> candidates_;
+  std::vector<framework::RankedNode> candidates_;
 };
 
 const framework::Registry& ToposchedTracePolicy::BuiltinRegistryForTrace() {

@@ -2,7 +2,7 @@
 // The Framework: runs the configured plugins for one pod over candidate nodes. It is the runner,
 // separate from the plugin interfaces (plugin.h), as in kube-scheduler. The extender maps its
 // verbs onto it: filter -> RunFilter per node; prioritize -> RunScore per node, then
-// CapacityBand::ExtenderScore at the wire; bind -> RunFilter on the node as it is now, then the cluster store
+// the ranking step (ranking.h) at the wire; bind -> RunFilter on the node as it is now, then the cluster store
 // applies the placement under the node's lock (the store is the extender's Reserve). The
 // simulators run RunReserve on their own node copies.
 //
@@ -56,63 +56,6 @@ struct NodeScore {
   bool reserved = false;
 };
 
-// The ranking of the nodes that fit one pod, and their extender scores: Offer every feasible
-// node's score, then rank.
-//
-// Capacity first: a node is in the band when its capacity score is within `band` of the best
-// offered (or when capacity first is off: band < 0, or the node has no capacity score). In-band
-// nodes rank ahead of the rest; then the higher total; then the higher capacity.
-//
-// A rare node class last: nodes kept for a rarer shape (NodeScore::reserved) rank after every
-// node that is not, and while any such node was offered they are out of the band; the band and
-// the best in-band total are those of the unreserved nodes then. When only reserved nodes fit,
-// they rank among themselves as any nodes do.
-//
-// The extender's wire has one number per node, 0..10. ExtenderScore gives out-of-band nodes 0
-// and in-band ones 10 for the best in-band total and one less for each total point below it,
-// down to 1: the best node of the call gets 10 whatever the totals' absolute level, and the
-// steps fall where placements differ. A proportional scale (total * 10 / best, as kube-
-// scheduler's DefaultNormalizeScore) gave every node within 5 % of the best a 10, and
-// kube-scheduler's own scores, or its random draw, chose among them (docs/placement.md).
-class CapacityBand {
- public:
-  explicit CapacityBand(int band) : band_(band) {}
-  void Offer(const NodeScore& score) { Offer(score.total, score.capacity, score.reserved); }
-  bool In(const NodeScore& score) const { return In(score.capacity, score.reserved); }
-  // Whether `a` ranks ahead of `b` (strict; equal nodes: false both ways).
-  bool Ahead(const NodeScore& a, const NodeScore& b) const;
-  int ExtenderScore(const NodeScore& score) const { return ExtenderScore(score.total, score.capacity, score.reserved); }
-  // The same from a score's three fields (NodeScore::total, capacity, reserved), for callers
-  // that keep them without a NodeScore (the extender's cached verdicts).
-  void Offer(int total, int capacity, bool reserved);
-  bool In(int capacity, bool reserved) const;
-  int ExtenderScore(int total, int capacity, bool reserved) const;
-  int best() const { return tiers_[tiers_[0].offered ? 0 : 1].best; }
-  int band() const { return band_; }
-
- private:
-  // The offers of one kind (unreserved, reserved).
-  struct Tier {
-    bool offered = false;
-    int best = -1;
-    mutable int top_in_band = -2;  // TopInBand()'s cached answer; -2: to compute (an Offer came)
-    // The highest total offered per capacity score (index capacity + 1; 0: no capacity score),
-    // -1 when none: the best in-band total without keeping every offer.
-    std::array<int, kMaxScore + 2> top_total = MinusOnes();
-  };
-  const Tier& TierOf(bool reserved) const { return tiers_[reserved ? 1 : 0]; }
-  bool InTier(const Tier& tier, int capacity) const;
-  int TopInBand(const Tier& tier) const;
-
-  int band_;
-  std::array<Tier, 2> tiers_;
-  static constexpr std::array<int, kMaxScore + 2> MinusOnes() {
-    std::array<int, kMaxScore + 2> a{};
-    a.fill(-1);
-    return a;
-  }
-};
-
 // `total` of the parts whose sums these are (two RunScore calls over complementary ScoreSets
 // add their sums: the total equals one ScoreSet::kAll call's).
 int WeightedTotal(long long weighted, long long weights);
@@ -125,9 +68,23 @@ enum class ScoreSet : std::uint8_t { kAll, kNodeOnly, kClusterOnly };
 // The extender wire's scale is 0..10 (kube-scheduler's MaxExtenderPriority). The absolute
 // conversion, round half up, score100 / 10 -> 95..100 = 10, 85..94 = 9, ..., 0..4 = 0; inputs
 // outside 0..100 are clamped first. Prioritize scores relative to the call's best node
-// (CapacityBand::ExtenderScore), which uses this when the best total is 100.
+// (CapacityBand::ExtenderScore, ranking.h), which uses this when the best total is 100.
 inline constexpr int kMaxExtenderScore = 10;
 int ToExtenderScore(int score100);
+
+// What a cycle knows besides the pod (Framework::NewCycle).
+struct CycleSetup {
+  // The typical pods the packing measure weighs (null: none; CycleState::SetShapeMix).
+  std::shared_ptr<const packing::ShapeMix> mix;
+  // False while the mix does not yet describe the workload (the extender's window holds fewer
+  // than its minimum of pods): the blind packing heuristics stay counted. True: the framework's
+  // own setting.
+  bool packs_by_mix = true;
+  // Whether plugins write explanations (/explain and `place`; the verbs answer with numbers).
+  bool explain = false;
+  // Where the pod's Prefill/Decode pool runs (null: no pool view; the pool plugins skip).
+  std::shared_ptr<const ClusterView> cluster;
+};
 
 class Framework {
  public:
@@ -143,6 +100,9 @@ class Framework {
   // A cycle for one pod. The cycle computes placements through this Framework's memo, so it must
   // not outlive the Framework.
   CycleState NewCycle(PlacementRequest request) const;
+  // The same, set up as every caller that ranks nodes sets it up (the extender's verbs,
+  // /explain, the simulators): one place, so they score alike.
+  CycleState NewCycle(PlacementRequest request, const CycleSetup& setup) const;
 
   // Filter plugins in config order; stops at the first that is not ok(). kSkip counts as ok.
   FilterResult RunFilter(CycleState& state, const NodeInfo& node) const;
