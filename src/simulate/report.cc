@@ -6,6 +6,8 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -178,8 +180,14 @@ std::string CapacityLine(const CapacityCheck& c) {
 
 std::string FormatTable(const SimulationResult& r) {
   Table t(r);
-  t.Line("cluster:  " + r.cluster_description);
-  t.Line("workload: " + r.workload_description);
+  // Long descriptions (a folder of exports names every file) wrap under their label.
+  for (const auto& [label, text] : {std::pair<std::string_view, std::string_view>{"cluster:  ", r.cluster_description},
+                                    {"workload: ", r.workload_description}}) {
+    const std::vector<std::string> lines = Wrap(text, 96 - label.size());
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      t.Line((i == 0 ? std::string(label) : std::string(label.size(), ' ')) + lines[i]);
+    }
+  }
   t.Line("(" + std::string(kMeaning) + ")");
   t.Line("");
   t.Row("", [](const PolicyResult& p) { return p.policy; });
