@@ -509,6 +509,13 @@ Status SetPool(std::string_view value, MetadataOut out) {
   return Status::Ok();
 }
 
+// A comma-list annotation (HAMi's GPU type and UUID filters) into `list` of the shared request.
+template <std::vector<std::string> SharedGpuRequest::*list>
+Status SetList(std::string_view value, MetadataOut out) {
+  out.req->shared.*list = SplitList(value);
+  return Status::Ok();
+}
+
 // The annotations, read in this order (the first error is the one reported); each is read only
 // when present and every error names it.
 constexpr MetadataField kAnnotationFields[] = {
@@ -528,26 +535,10 @@ constexpr MetadataField kAnnotationFields[] = {
        TOPOSCHED_ASSIGN_OR_RETURN(out.req->node_policy, ReadNodePolicy(v));
        return Status::Ok();
      }},
-    {kUseTypeAnnotation,
-     [](std::string_view v, MetadataOut out) {
-       out.req->shared.use_types = SplitList(v);
-       return Status::Ok();
-     }},
-    {kAvoidTypeAnnotation,
-     [](std::string_view v, MetadataOut out) {
-       out.req->shared.avoid_types = SplitList(v);
-       return Status::Ok();
-     }},
-    {kUseUuidAnnotation,
-     [](std::string_view v, MetadataOut out) {
-       out.req->shared.use_uuids = SplitList(v);
-       return Status::Ok();
-     }},
-    {kAvoidUuidAnnotation,
-     [](std::string_view v, MetadataOut out) {
-       out.req->shared.avoid_uuids = SplitList(v);
-       return Status::Ok();
-     }},
+    {kUseTypeAnnotation, SetList<&SharedGpuRequest::use_types>},
+    {kAvoidTypeAnnotation, SetList<&SharedGpuRequest::avoid_types>},
+    {kUseUuidAnnotation, SetList<&SharedGpuRequest::use_uuids>},
+    {kAvoidUuidAnnotation, SetList<&SharedGpuRequest::avoid_uuids>},
     {kPdRatioAnnotation, [](std::string_view v, MetadataOut out) { return ReadPdRatio(v, out.req); }},
     {kKvBytesPerTokenAnnotation,
      [](std::string_view v, MetadataOut out) -> Status {
@@ -714,75 +705,7 @@ Result<PlacementRequest> Parse(std::string_view text, const RequestConfig& confi
 }
 
 
-// Length-prefixed, so that no string can imitate a separator.
-void AppendString(std::string* out, std::string_view s) {
-  *out += std::to_string(s.size());
-  *out += ':';
-  *out += s;
-}
-
-void AppendList(std::string* out, const std::vector<std::string>& items) {
-  *out += '[';
-  for (const std::string& s : items) AppendString(out, s);
-  *out += ']';
-}
-
 }  // namespace
-
-std::optional<PodRole> ParseLlmdRole(std::string_view value) {
-  if (value == "prefill" || value == "encode-prefill") return PodRole::kPrefill;
-  if (value == "decode") return PodRole::kDecode;
-  if (value == "prefill-decode" || value == "encode-prefill-decode" || value == "both") return PodRole::kBoth;
-  if (value == "encode") return PodRole::kNone;
-  return std::nullopt;
-}
-
-std::string_view ToString(PodRole r) {
-  switch (r) {
-    case PodRole::kNone: return "none";
-    case PodRole::kPrefill: return "prefill";
-    case PodRole::kDecode: return "decode";
-    case PodRole::kBoth: return "both";
-  }
-  return "none";
-}
-
-std::string_view ToString(PackPolicy p) {
-  switch (p) {
-    case PackPolicy::kDefault: return "default";
-    case PackPolicy::kBinpack: return "binpack";
-    case PackPolicy::kSpread: return "spread";
-  }
-  return "default";
-}
-
-std::string PlacementRequest::ShapeKey() const {
-  // Every field the engine's choice depends on, in a fixed order; identity, role and pool are
-  // left out so that pods of one shape share memoized placements.
-  std::string key;
-  key.reserve(96);
-  key += "g=" + std::to_string(gpus);
-  key += ";v=";
-  key += ToString(vendor);
-  key += ";n=" + std::to_string(rdma_nics);
-  key += ";c=";
-  key += max_gpu_nic_class ? ToString(*max_gpu_nic_class) : std::string_view("-");
-  key += ";np=";
-  key += ToString(node_policy);
-  key += ";s=" + std::to_string(shared.count) + "," + std::to_string(shared.memory_mib) + "," +
-         std::to_string(shared.memory_percent) + "," + std::to_string(shared.cores) + ",";
-  key += ToString(shared.gpu_policy);
-  key += shared.numa_bind ? ",numa" : ",-";
-  key += ";ut=";
-  AppendList(&key, shared.use_types);
-  key += ";at=";
-  AppendList(&key, shared.avoid_types);
-  key += ";uu=";
-  AppendList(&key, shared.use_uuids);
-  key += ";au=";
-  AppendList(&key, shared.avoid_uuids);
-  return key;
-}
 
 Result<std::int64_t> PodCpuRequestMilli(const json& pod) {
   if (!pod.is_object()) return Expected("top level", "a JSON object (a Pod)", pod);
@@ -823,7 +746,5 @@ Result<PlacementRequest> ParsePodRequest(std::string_view pod_json, const Reques
     return Error(std::string("cannot read the pod: ") + e.what());
   }
 }
-
-bool AnnotationIsTrue(std::string_view value) { return AsciiLower(TrimSpace(value)) == "true"; }
 
 }  // namespace toposched
