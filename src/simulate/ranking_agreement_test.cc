@@ -245,8 +245,10 @@ TEST(RankingAgreementTest, TheSameNodeForEveryPodOfAMixWithRdmaNics) {
   EXPECT_GT(out.unplaced, 0);
 }
 
-// A mix without NICs, mostly single vGPUs: capacity packing chooses their cards, and among the
-// best nodes the card that evens out the remnants goes first (the remnant tie).
+// A mix without NICs, mostly single vGPUs whose cards capacity packing chooses (the share
+// packing of CycleState), with the capacity band. (Rule 4, the remnant tie, needs nodes whose
+// totals tie while their cards differ, which a cluster this small does not give:
+// ranking_test.cc's TheFirstNodeIsTheOneTheWireScoresHighest holds the two forms to it.)
 TEST(RankingAgreementTest, TheSameNodeForEveryPodOfAShareHeavyMix) {
   framework::SchedulerConfig config = BuiltinDefaultConfig();
   config.capacity.plugin = "ExpectedFragmentation";
