@@ -159,10 +159,9 @@ Result<std::vector<json>> ReadKubeObjects(std::string_view text) {
     const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
     bool any = false;  // an empty List is fine (no pods on the node); an empty file is not
     for (const YAML::Node& doc : documents) {
-      auto value = YamlToJson(doc, 0);
-      if (!value.ok()) return value.error();
-      any = any || !value->is_null();
-      TOPOSCHED_RETURN_IF_ERROR(Flatten(std::move(value).value(), out));
+      TOPOSCHED_ASSIGN_OR_RETURN(auto value, YamlToJson(doc, 0));
+      any = any || !value.is_null();
+      TOPOSCHED_RETURN_IF_ERROR(Flatten(std::move(value), out));
     }
     if (!any) return Error("no objects in it");
   } catch (const YAML::Exception& e) {
@@ -204,91 +203,86 @@ Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view
   } else {
     chosen = topologies.front();
   }
-  auto view = kube::ReadNodeTopology(*chosen);
-  if (!view.ok()) return view.error().WithContext(path);
-  if (view->topology == nullptr) {
-    return Error(path + ": NodeTopology " + view->name + " has no status yet (the agent has not published it)");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto view, kube::ReadNodeTopology(*chosen), path);
+  if (view.topology == nullptr) {
+    return Error(path + ": NodeTopology " + view.name +
+                 " has no status yet (the agent has not published it)");
   }
-  NodeTopology topology = *view->topology;
+  NodeTopology topology = *view.topology;
   topology.source_detail = NameOf(*chosen);
   return topology;
 }
 
 Result<std::string> ReadPodJson(std::string_view content) {
   if (LooksLikeJson(content)) return std::string(content);  // ParsePodRequest's own errors
-  auto objects = ReadKubeObjects(content);
-  if (!objects.ok()) return objects.error();
-  if (objects->size() != 1) {
-    return Error("holds " + std::to_string(objects->size()) + " objects; give one Pod");
+  TOPOSCHED_ASSIGN_OR_RETURN(auto objects, ReadKubeObjects(content));
+  if (objects.size() != 1) {
+    return Error("holds " + std::to_string(objects.size()) + " objects; give one Pod");
   }
-  return objects->front().dump();
+  return objects.front().dump();
 }
 
 Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopology& topology,
                                               const RequestConfig& request_config) {
-  auto objects = ReadKubeObjects(content);
-  if (!objects.ok()) return objects.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(auto objects, ReadKubeObjects(content));
   PlaceAllocations out;
   // The ALLOC.json form: one object without a kind.
-  if (objects->size() == 1 && KindOf(objects->front()).empty()) {
-    auto allocated = DecodeAllocationJson(objects->front().dump(), topology);
-    if (!allocated.ok()) return allocated.error();
-    out.allocated = std::move(allocated).value();
+  if (objects.size() == 1 && KindOf(objects.front()).empty()) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto allocated, DecodeAllocationJson(objects.front().dump(), topology));
+    out.allocated = std::move(allocated);
     return out;
   }
   // HAMi's registration on the Node first: GPU UUIDs that HAMi's device lists name.
-  for (const json& object : *objects) {
+  for (const json& object : objects) {
     const std::string kind = KindOf(object);
     if (kind == "Pod") continue;
     if (kind != "Node") return Error("a " + (kind.empty() ? std::string("object without a kind") : kind) +
                                      "; expected Pods (and the Node), or the ALLOC.json form");
-    auto node = kube::ReadNode(object);
-    if (!node.ok()) return node.error();
-    if (node->name != topology.node_name) continue;
-    if (!node->hami_register.empty()) {
-      auto registered = kube::ParseHamiRegister(node->hami_register);
-      if (!registered.ok()) return registered.error().WithContext("node " + node->name);
-      kube::ApplyHamiRegister(*registered, topology);
-      out.notes.push_back("node " + node->name + ": GPU UUIDs from HAMi's registration");
+    TOPOSCHED_ASSIGN_OR_RETURN(auto node, kube::ReadNode(object));
+    if (node.name != topology.node_name) continue;
+    if (!node.hami_register.empty()) {
+      TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto registered, kube::ParseHamiRegister(node.hami_register),
+                                     "node " + node.name);
+      kube::ApplyHamiRegister(registered, topology);
+      out.notes.push_back("node " + node.name + ": GPU UUIDs from HAMi's registration");
     }
-    if (!node->hami_amd_register.empty()) {
-      auto registered = kube::ParseHamiAmdRegister(node->hami_amd_register);
-      if (!registered.ok()) return registered.error().WithContext("node " + node->name);
-      const int matched = kube::ApplyHamiAmdRegister(*registered, topology);
-      out.notes.push_back("node " + node->name + ": " + std::to_string(matched) +
+    if (!node.hami_amd_register.empty()) {
+      TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto registered, kube::ParseHamiAmdRegister(node.hami_amd_register),
+                                     "node " + node.name);
+      const int matched = kube::ApplyHamiAmdRegister(registered, topology);
+      out.notes.push_back("node " + node.name + ": " + std::to_string(matched) +
                           " AMD GPUs from HAMi's AMD registration (the others unusable)");
     }
   }
   int elsewhere = 0, finished = 0, counted = 0;
   std::vector<const json*> foreign;
-  for (const json& object : *objects) {
+  for (const json& object : objects) {
     if (KindOf(object) != "Pod") continue;
-    auto pod = kube::ReadPod(object);
-    if (!pod.ok()) return pod.error();
-    std::string node = pod->node_name;
+    TOPOSCHED_ASSIGN_OR_RETURN(auto pod, kube::ReadPod(object));
+    std::string node = pod.node_name;
     if (node.empty()) {
-      const auto hami_node = pod->annotations.find(std::string(kube::kHamiVgpuNode));
-      if (hami_node != pod->annotations.end()) node = hami_node->second;
+      const auto hami_node = pod.annotations.find(std::string(kube::kHamiVgpuNode));
+      if (hami_node != pod.annotations.end()) node = hami_node->second;
     }
     if (node != topology.node_name) {
       ++elsewhere;
       continue;
     }
-    if (!pod->Active()) {
+    if (!pod.Active()) {
       ++finished;
       continue;
     }
-    const auto ours = pod->annotations.find(std::string(kube::kAllocationAnnotation));
+    const auto ours = pod.annotations.find(std::string(kube::kAllocationAnnotation));
     // Ours, else HAMi's lists (NVIDIA's, AMD's or both), each read as its vendor's.
     std::vector<std::pair<std::string, Result<framework::AllocationDelta>>> records;
-    if (ours != pod->annotations.end()) {
+    if (ours != pod.annotations.end()) {
       records.emplace_back(std::string(kube::kAllocationAnnotation),
                            kube::DecodeAllocation(ours->second, topology));
     } else {
       for (const GpuVendor vendor : {GpuVendor::kNvidia, GpuVendor::kAmd}) {
         const std::string key(kube::HamiDeviceKeysFor(vendor).allocated);
-        const auto hami = pod->annotations.find(key);
-        if (hami == pod->annotations.end()) continue;
+        const auto hami = pod.annotations.find(key);
+        if (hami == pod.annotations.end()) continue;
         auto devices = kube::DecodeHamiDevices(hami->second);
         records.emplace_back(key, devices.ok() ? kube::DeltaFromHami(*devices, topology, vendor)
                                                : Result<framework::AllocationDelta>(devices.error()));
@@ -299,7 +293,7 @@ Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopo
       continue;
     }
     for (const auto& [annotation, delta] : records) {
-      const std::string label = PodLabel(pod->pod_namespace, pod->pod_name);
+      const std::string label = PodLabel(pod.pod_namespace, pod.pod_name);
       if (!delta.ok()) return delta.error().WithContext("pod " + label + " " + annotation);
       if (Status s = framework::ApplyDelta(topology, *delta, out.allocated); !s.ok()) {
         return s.error().WithContext("pod " + label + " (a device another pod holds)");
@@ -310,10 +304,10 @@ Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopo
   // Other schedulers' pods after every record, on the devices the records leave free.
   int foreign_counted = 0;
   for (const json* object : foreign) {
-    auto request = ParsePodRequest(object->dump(), request_config);
-    if (!request.ok()) return request.error().WithContext("pod " + NameOf(*object));
-    if (request->gpus == 0 && request->rdma_nics == 0) continue;
-    if (Status s = CountForeignPod(*request, topology, out.allocated); !s.ok()) {
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto request, ParsePodRequest(object->dump(), request_config),
+                                   "pod " + NameOf(*object));
+    if (request.gpus == 0 && request.rdma_nics == 0) continue;
+    if (Status s = CountForeignPod(request, topology, out.allocated); !s.ok()) {
       return s.error().WithContext("pod " + NameOf(*object) + " (no allocation record)");
     }
     ++foreign_counted;

@@ -41,9 +41,8 @@ Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_
   if (!args.input.empty()) {
     topology = LoadTopologyFile(args.input);
   } else if (!args.synthetic.empty()) {
-    auto spec = SyntheticPreset(args.synthetic);
-    if (!spec.ok()) return spec.error();
-    topology = GenerateSynthetic(*spec);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto spec, SyntheticPreset(args.synthetic));
+    topology = GenerateSynthetic(spec);
   } else {
     DiscoveryOptions options;
     options.sysfs_root = args.sysfs_root;

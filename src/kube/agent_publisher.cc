@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -67,8 +68,7 @@ AgentPublisher::AgentPublisher(Api& api, AgentOptions options, Discover discover
 
 Result<PublishOutcome> AgentPublisher::PublishOnce() {
   const std::string& name = options_.node_name;
-  Result<NodeTopology> topology = discover_();
-  if (!topology.ok()) return topology.error().WithContext("discovery");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(NodeTopology topology, discover_(), "discovery");
 
   Result<json> node = api_.Get(NodePath(name));
   if (!node.ok()) {
@@ -85,12 +85,14 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
   if (options_.label_node) {
     json labels_patch = json::object();
     const json current = ObjectAt(*node, "/metadata/labels");
-    for (const auto& [key, value] : AgentNodeLabels(*topology)) {
+    for (const auto& [key, value] : AgentNodeLabels(topology)) {
       if (!current.contains(key) || current[key] != value) labels_patch[key] = value;
     }
     if (!labels_patch.empty()) {
-      Result<json> r = api_.Patch(NodePath(name), PatchType::kMerge, json{{"metadata", {{"labels", labels_patch}}}});
-      if (!r.ok()) return r.error().WithContext("labelling node " + name);
+      TOPOSCHED_ASSIGN_OR_RETURN_CTX(
+          std::ignore,
+          api_.Patch(NodePath(name), PatchType::kMerge, json{{"metadata", {{"labels", labels_patch}}}}),
+          "labelling node " + name);
     }
   }
 
@@ -99,26 +101,28 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
   if (!existing.ok() && !IsNotFound(existing.error())) return existing.error();
 
   if (!existing.ok()) {
-    json object = NodeTopologyObject(*topology, name, node_uid, 1, now);
+    json object = NodeTopologyObject(topology, name, node_uid, 1, now);
     json status = object["status"];
     object.erase("status");  // a status subresource: create ignores it, /status writes it
     Result<json> created = api_.Create(std::string(kNodeTopologyCollection), object);
     if (!created.ok() && !IsConflict(created.error())) return created.error().WithContext("creating " + path);
-    Result<json> written = api_.Patch(path + "/status", PatchType::kMerge, json{{"status", status}});
-    if (!written.ok()) return written.error().WithContext("writing " + path + "/status");
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::ignore,
+                                   api_.Patch(path + "/status", PatchType::kMerge, json{{"status", status}}),
+                                   "writing " + path + "/status");
     return created.ok() ? PublishOutcome::kCreated : PublishOutcome::kUpdated;
   }
 
   const std::int64_t generation = GenerationOf(*existing);
-  json wanted = NodeTopologyObject(*topology, name, node_uid, generation, now);
+  json wanted = NodeTopologyObject(topology, name, node_uid, generation, now);
   const json old_status = ObjectAt(*existing, "/status");
 
   // The object's labels (topology class) follow the topology.
   const json wanted_labels = ObjectAt(wanted, "/metadata/labels");
   if (ObjectAt(*existing, "/metadata/labels") != wanted_labels &&
       !wanted_labels.empty()) {
-    Result<json> r = api_.Patch(path, PatchType::kMerge, json{{"metadata", {{"labels", wanted_labels}}}});
-    if (!r.ok()) return r.error().WithContext("labelling " + path);
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(
+        std::ignore, api_.Patch(path, PatchType::kMerge, json{{"metadata", {{"labels", wanted_labels}}}}),
+        "labelling " + path);
   }
 
   if (Content(old_status) == Content(wanted["status"])) {
@@ -127,19 +131,21 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
       if (auto t = ParseTime(old_status["heartbeatTime"].get<std::string>()); t.ok()) beat = *t;
     }
     if (beat && now - *beat < options_.heartbeat && now >= *beat) return PublishOutcome::kUnchanged;
-    Result<json> r = api_.Patch(path + "/status", PatchType::kMerge,
-                                json{{"status", {{"heartbeatTime", FormatTime(now)}}}});
-    if (!r.ok()) return r.error().WithContext("heartbeat on " + path + "/status");
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::ignore,
+                                   api_.Patch(path + "/status", PatchType::kMerge,
+                                              json{{"status", {{"heartbeatTime", FormatTime(now)}}}}),
+                                   "heartbeat on " + path + "/status");
     return PublishOutcome::kHeartbeat;
   }
 
   // Changed: the whole status, generation + 1; keys the new status lacks are deleted (null).
-  json status = NodeTopologyObject(*topology, name, node_uid, generation + 1, now)["status"];
+  json status = NodeTopologyObject(topology, name, node_uid, generation + 1, now)["status"];
   for (const auto& [key, value] : old_status.items()) {
     if (!status.contains(key)) status[key] = nullptr;
   }
-  Result<json> r = api_.Patch(path + "/status", PatchType::kMerge, json{{"status", status}});
-  if (!r.ok()) return r.error().WithContext("writing " + path + "/status");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::ignore,
+                                 api_.Patch(path + "/status", PatchType::kMerge, json{{"status", status}}),
+                                 "writing " + path + "/status");
   return PublishOutcome::kUpdated;
 }
 

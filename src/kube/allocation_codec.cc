@@ -237,11 +237,10 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
   TOPOSCHED_RETURN_IF_ERROR(ReadString(doc, "topologyFingerprint", "", Presence::kOptional, &ignored));
 
   std::vector<bool> gpu_taken(t.gpus.size(), false);
-  Result<const json*> gpus = ReadArray(doc, "gpus", "", Presence::kOptional);
-  if (!gpus.ok()) return gpus.error();
-  if (*gpus != nullptr) {
-    for (std::size_t i = 0; i < (*gpus)->size(); ++i) {
-      const json& e = (**gpus)[i];
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* gpus, ReadArray(doc, "gpus", "", Presence::kOptional));
+  if (gpus != nullptr) {
+    for (std::size_t i = 0; i < gpus->size(); ++i) {
+      const json& e = (*gpus)[i];
       const std::string p = Element("gpus", i);
       if (!e.is_object()) return Expected(p, "an object", e);
       std::string bus_id, uuid;
@@ -314,11 +313,10 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
   }
 
   std::vector<bool> nic_taken(t.nics.size(), false);
-  Result<const json*> nics = ReadArray(doc, "nics", "", Presence::kOptional);
-  if (!nics.ok()) return nics.error();
-  if (*nics != nullptr) {
-    for (std::size_t i = 0; i < (*nics)->size(); ++i) {
-      const json& e = (**nics)[i];
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* nics, ReadArray(doc, "nics", "", Presence::kOptional));
+  if (nics != nullptr) {
+    for (std::size_t i = 0; i < nics->size(); ++i) {
+      const json& e = (*nics)[i];
       const std::string p = Element("nics", i);
       if (!e.is_object()) return Expected(p, "an object", e);
       std::string name, bus_id;
@@ -369,11 +367,10 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
   }
 
   // containers is informational here (the device plugin reads HAMi's annotation); checked for type.
-  Result<const json*> containers = ReadArray(doc, "containers", "", Presence::kOptional);
-  if (!containers.ok()) return containers.error();
-  if (*containers != nullptr) {
-    for (std::size_t i = 0; i < (*containers)->size(); ++i) {
-      const json& c = (**containers)[i];
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* containers, ReadArray(doc, "containers", "", Presence::kOptional));
+  if (containers != nullptr) {
+    for (std::size_t i = 0; i < containers->size(); ++i) {
+      const json& c = (*containers)[i];
       if (!c.is_number_integer() || (!c.is_number_unsigned() && c.get<std::int64_t>() < 0)) {
         return Expected(Element("containers", i), "a device count", c);
       }
@@ -387,13 +384,12 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
 Result<framework::AllocationDelta> DecodeAllocation(std::string_view text, const NodeTopology& topology,
                                                     LinkClass* worst_gpu_nic) {
   try {
-    Result<json> doc = ParseBoundedJson(text, kMaxAllocationDepth);
-    if (!doc.ok()) return doc.error();
+    TOPOSCHED_ASSIGN_OR_RETURN(json doc, ParseBoundedJson(text, kMaxAllocationDepth));
     framework::AllocationDelta delta;
-    TOPOSCHED_RETURN_IF_ERROR(DecodeAllocationDoc(*doc, topology, &delta));
+    TOPOSCHED_RETURN_IF_ERROR(DecodeAllocationDoc(doc, topology, &delta));
     if (worst_gpu_nic != nullptr) {
       *worst_gpu_nic = LinkClass::kPIX;
-      const json* links = doc->contains("links") ? &(*doc)["links"] : nullptr;
+      const json* links = doc.contains("links") ? &doc["links"] : nullptr;
       if (links != nullptr && links->is_object() && links->contains("worstGpuNic") &&
           (*links)["worstGpuNic"].is_string()) {
         if (const std::optional<Link> link = Link::ParseToken((*links)["worstGpuNic"].get<std::string>())) {

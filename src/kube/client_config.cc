@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <tuple>
 
 #include "toposched/common/text.h"
 #include "toposched/kube/transport.h"
@@ -109,18 +110,14 @@ Result<YAML::Node> NamedEntry(const YAML::Node& root, const char* list, const ch
 // (relative to the kubeconfig's folder). Empty when neither is set.
 Result<std::string> PemField(const YAML::Node& map, const std::string& key, const std::filesystem::path& base,
                              const std::string& owner) {
-  auto data = StringField(map, (key + "-data").c_str());
-  if (!data.ok()) return data.error().WithContext(owner);
-  if (data->has_value() && !(*data)->empty()) {
-    auto decoded = DecodeBase64(**data);
-    if (!decoded.ok()) return decoded.error().WithContext(owner + ": " + key + "-data");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto data, StringField(map, (key + "-data").c_str()), owner);
+  if (data.has_value() && !data->empty()) {
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto decoded, DecodeBase64(*data), owner + ": " + key + "-data");
     return decoded;
   }
-  auto file = StringField(map, key.c_str());
-  if (!file.ok()) return file.error().WithContext(owner);
-  if (!file->has_value() || (*file)->empty()) return std::string();
-  auto contents = ReadFileBounded(base / **file, kMaxPemBytes, key);
-  if (!contents.ok()) return contents.error().WithContext(owner);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto file, StringField(map, key.c_str()), owner);
+  if (!file.has_value() || file->empty()) return std::string();
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto contents, ReadFileBounded(base / *file, kMaxPemBytes, key), owner);
   return contents;
 }
 
@@ -129,92 +126,76 @@ Result<ClientConfig> ParseKubeconfig(const YAML::Node& root, const std::filesyst
   if (!root.IsMap()) return Error("not a kubeconfig (the document is not a map)");
   std::string context_name = requested_context;
   if (context_name.empty()) {
-    auto current = StringField(root, "current-context");
-    if (!current.ok()) return current.error();
-    if (!current->has_value() || (*current)->empty()) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto current, StringField(root, "current-context"));
+    if (!current.has_value() || current->empty()) {
       return Error("no current-context is set and no context was given");
     }
-    context_name = **current;
+    context_name = *current;
   }
 
-  auto context = NamedEntry(root, "contexts", "context", context_name);
-  if (!context.ok()) return context.error();
-  if (!context->IsDefined()) return Error("context \"" + context_name + "\" not found");
+  TOPOSCHED_ASSIGN_OR_RETURN(auto context, NamedEntry(root, "contexts", "context", context_name));
+  if (!context.IsDefined()) return Error("context \"" + context_name + "\" not found");
   const std::string context_owner = "context \"" + context_name + "\"";
-  auto cluster_name = StringField(*context, "cluster");
-  auto user_name = StringField(*context, "user");
-  auto namespace_name = StringField(*context, "namespace");
-  if (!cluster_name.ok()) return cluster_name.error().WithContext(context_owner);
-  if (!user_name.ok()) return user_name.error().WithContext(context_owner);
-  if (!namespace_name.ok()) return namespace_name.error().WithContext(context_owner);
-  if (!cluster_name->has_value() || (*cluster_name)->empty())
-    return Error(context_owner + " names no cluster");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto cluster_name, StringField(context, "cluster"), context_owner);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto user_name, StringField(context, "user"), context_owner);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto namespace_name, StringField(context, "namespace"), context_owner);
+  if (!cluster_name.has_value() || cluster_name->empty()) return Error(context_owner + " names no cluster");
 
   ClientConfig config;
-  if (namespace_name->has_value() && !(*namespace_name)->empty()) config.namespace_name = **namespace_name;
+  if (namespace_name.has_value() && !namespace_name->empty()) config.namespace_name = *namespace_name;
 
   // The cluster.
-  const std::string cluster_owner = "cluster \"" + **cluster_name + "\"";
-  auto cluster = NamedEntry(root, "clusters", "cluster", **cluster_name);
-  if (!cluster.ok()) return cluster.error();
-  if (!cluster->IsDefined())
+  const std::string cluster_owner = "cluster \"" + *cluster_name + "\"";
+  TOPOSCHED_ASSIGN_OR_RETURN(auto cluster, NamedEntry(root, "clusters", "cluster", *cluster_name));
+  if (!cluster.IsDefined())
     return Error(context_owner + " names " + cluster_owner + ", which is not in clusters");
-  auto server = StringField(*cluster, "server");
-  if (!server.ok()) return server.error().WithContext(cluster_owner);
-  if (!server->has_value() || (*server)->empty()) return Error(cluster_owner + " has no server");
-  config.server = **server;
-  auto ca = PemField(*cluster, "certificate-authority", base, cluster_owner);
-  if (!ca.ok()) return ca.error();
-  config.ca_pem = std::move(*ca);
-  if (const YAML::Node insecure = (*cluster)["insecure-skip-tls-verify"]; insecure && !insecure.IsNull()) {
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto server, StringField(cluster, "server"), cluster_owner);
+  if (!server.has_value() || server->empty()) return Error(cluster_owner + " has no server");
+  config.server = *server;
+  TOPOSCHED_ASSIGN_OR_RETURN(auto ca, PemField(cluster, "certificate-authority", base, cluster_owner));
+  config.ca_pem = std::move(ca);
+  if (const YAML::Node insecure = cluster["insecure-skip-tls-verify"]; insecure && !insecure.IsNull()) {
     bool value = false;
     if (!insecure.IsScalar() || !YAML::convert<bool>::decode(insecure, value)) {
       return Error(cluster_owner + ": insecure-skip-tls-verify is not a boolean");
     }
     config.insecure_skip_tls_verify = value;
   }
-  auto server_name = StringField(*cluster, "tls-server-name");
-  if (!server_name.ok()) return server_name.error().WithContext(cluster_owner);
-  if (server_name->has_value()) config.tls_server_name = **server_name;
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto server_name, StringField(cluster, "tls-server-name"), cluster_owner);
+  if (server_name.has_value()) config.tls_server_name = *server_name;
 
   // The user (a context without one talks to the server without credentials).
-  if (!user_name->has_value() || (*user_name)->empty()) return config;
-  const std::string user_owner = "user \"" + **user_name + "\"";
-  auto user = NamedEntry(root, "users", "user", **user_name);
-  if (!user.ok()) return user.error();
-  if (!user->IsDefined()) return Error(context_owner + " names " + user_owner + ", which is not in users");
+  if (!user_name.has_value() || user_name->empty()) return config;
+  const std::string user_owner = "user \"" + *user_name + "\"";
+  TOPOSCHED_ASSIGN_OR_RETURN(auto user, NamedEntry(root, "users", "user", *user_name));
+  if (!user.IsDefined()) return Error(context_owner + " names " + user_owner + ", which is not in users");
   const auto plugin = [&](const char* kind) {
     return Error(user_owner + " authenticates with " + kind +
                  "; toposched cannot run credential plugins (use a service-account token or a client "
                  "certificate)");
   };
-  if ((*user)["exec"] && !(*user)["exec"].IsNull()) return plugin("an exec credential plugin");
-  if ((*user)["auth-provider"] && !(*user)["auth-provider"].IsNull())
-    return plugin("an auth-provider plugin");
-  auto token = StringField(*user, "token");
-  auto token_file = StringField(*user, "tokenFile");
-  auto username = StringField(*user, "username");
-  if (!token.ok()) return token.error().WithContext(user_owner);
-  if (!token_file.ok()) return token_file.error().WithContext(user_owner);
-  if (!username.ok()) return username.error().WithContext(user_owner);
-  if (token->has_value()) config.token = std::string(TrimSpace(**token));
-  if (token_file->has_value() && !(*token_file)->empty()) {
-    const std::filesystem::path path = base / **token_file;
-    auto contents = ReadFileBounded(path, kMaxTokenBytes, "token file");  // fail now, not at the first call
-    if (!contents.ok()) return contents.error().WithContext(user_owner);
+  if (user["exec"] && !user["exec"].IsNull()) return plugin("an exec credential plugin");
+  if (user["auth-provider"] && !user["auth-provider"].IsNull()) return plugin("an auth-provider plugin");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto token, StringField(user, "token"), user_owner);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto token_file, StringField(user, "tokenFile"), user_owner);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto username, StringField(user, "username"), user_owner);
+  if (token.has_value()) config.token = std::string(TrimSpace(*token));
+  if (token_file.has_value() && !token_file->empty()) {
+    const std::filesystem::path path = base / *token_file;
+    // Read now to fail now, not at the first call.
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::ignore, ReadFileBounded(path, kMaxTokenBytes, "token file"),
+                                   user_owner);
     config.token_file = path.string();
   }
-  auto certificate = PemField(*user, "client-certificate", base, user_owner);
-  if (!certificate.ok()) return certificate.error();
-  auto key = PemField(*user, "client-key", base, user_owner);
-  if (!key.ok()) return key.error();
-  if (certificate->empty() != key->empty()) {
+  TOPOSCHED_ASSIGN_OR_RETURN(auto certificate, PemField(user, "client-certificate", base, user_owner));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto key, PemField(user, "client-key", base, user_owner));
+  if (certificate.empty() != key.empty()) {
     return Error(user_owner + " has a client certificate without a key, or a key without a certificate");
   }
-  config.client_cert_pem = std::move(*certificate);
-  config.client_key_pem = std::move(*key);
+  config.client_cert_pem = std::move(certificate);
+  config.client_key_pem = std::move(key);
   if (config.token.empty() && config.token_file.empty() && config.client_cert_pem.empty() &&
-      username->has_value()) {
+      username.has_value()) {
     return Error(user_owner +
                  " uses basic authentication (username/password), which toposched does not support");
   }
@@ -241,32 +222,31 @@ Result<ClientConfig> InClusterConfig(const std::function<const char*(const char*
 
   const std::filesystem::path dir(sa_dir);
   const std::filesystem::path token_file = dir / "token";
-  auto token = ReadFileBounded(token_file, kMaxTokenBytes, "service-account token");
-  if (!token.ok()) return token.error();
-  if (TrimSpace(*token).empty()) return Error("service-account token " + token_file.string() + " is empty");
+  TOPOSCHED_ASSIGN_OR_RETURN(auto token,
+                             ReadFileBounded(token_file, kMaxTokenBytes, "service-account token"));
+  if (TrimSpace(token).empty()) return Error("service-account token " + token_file.string() + " is empty");
   config.token_file = token_file.string();
 
-  auto ca = ReadFileBounded(dir / "ca.crt", kMaxPemBytes, "service-account CA bundle");
-  if (!ca.ok()) return ca.error();
-  config.ca_pem = std::move(*ca);
+  TOPOSCHED_ASSIGN_OR_RETURN(auto ca,
+                             ReadFileBounded(dir / "ca.crt", kMaxPemBytes, "service-account CA bundle"));
+  config.ca_pem = std::move(ca);
 
   const std::filesystem::path namespace_file = dir / "namespace";
   std::error_code ec;
   if (std::filesystem::exists(namespace_file, ec)) {
-    auto namespace_name = ReadFileBounded(namespace_file, kMaxNamespaceBytes, "service-account namespace");
-    if (!namespace_name.ok()) return namespace_name.error();
-    if (!TrimSpace(*namespace_name).empty()) config.namespace_name = std::string(TrimSpace(*namespace_name));
+    TOPOSCHED_ASSIGN_OR_RETURN(auto namespace_name, ReadFileBounded(namespace_file, kMaxNamespaceBytes,
+                                                                    "service-account namespace"));
+    if (!TrimSpace(namespace_name).empty()) config.namespace_name = std::string(TrimSpace(namespace_name));
   }
   return config;
 }
 
 Result<ClientConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
-  auto contents = ReadFileBounded(path, kMaxKubeconfigBytes, "kubeconfig");
-  if (!contents.ok()) return contents.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(auto contents, ReadFileBounded(path, kMaxKubeconfigBytes, "kubeconfig"));
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
   try {
-    auto config = ParseKubeconfig(YAML::Load(*contents), base, context);
-    if (!config.ok()) return config.error().WithContext("kubeconfig " + path);
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto config, ParseKubeconfig(YAML::Load(contents), base, context),
+                                   "kubeconfig " + path);
     return config;
   } catch (const YAML::Exception& e) {
     return Error("kubeconfig " + path + ": " + e.what());

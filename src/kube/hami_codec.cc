@@ -187,19 +187,18 @@ bool HasRecordSeparator(std::string_view s) { return s.find_first_of(",:;") != s
 // AMD's custominfo: the card's PCI address, and cuPerWGP read as HAMi's cuPerWGP reads it (a
 // JSON number that is a whole number from 2 to 2^31-1, else 1).
 Status ReadAmdCustomInfo(const json& e, const std::string& p, HamiRegisteredGpu* g) {
-  Result<const json*> info = ReadObject(e, "custominfo", p, Presence::kOptional);
-  if (!info.ok()) return info.error();
-  if (*info == nullptr) return Status::Ok();
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* info, ReadObject(e, "custominfo", p, Presence::kOptional));
+  if (info == nullptr) return Status::Ok();
   const std::string path = Child(p, "custominfo");
   std::string bdf;
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**info, "pciBDF", path, Presence::kOptional, &bdf));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*info, "pciBDF", path, Presence::kOptional, &bdf));
   if (!bdf.empty()) {
     g->pci_bus_id = NormalizePciBusId(bdf);
     if (g->pci_bus_id.empty()) {
-      return Expected(Child(path, "pciBDF"), "a PCI address like 0000:83:00.0", (**info)["pciBDF"]);
+      return Expected(Child(path, "pciBDF"), "a PCI address like 0000:83:00.0", (*info)["pciBDF"]);
     }
   }
-  if (const auto w = (*info)->find("cuPerWGP"); w != (*info)->end() && w->is_number()) {
+  if (const auto w = info->find("cuPerWGP"); w != info->end() && w->is_number()) {
     const double v = w->get<double>();
     if (v > 1 && v <= INT32_MAX && v == std::trunc(v)) g->cu_per_wgp = static_cast<int>(v);
   }
@@ -207,12 +206,11 @@ Status ReadAmdCustomInfo(const json& e, const std::string& p, HamiRegisteredGpu*
 }
 
 Result<std::vector<HamiRegisteredGpu>> ParseRegisterJson(std::string_view text, bool amd) {
-  Result<json> doc = ParseBoundedJson(text, 8);
-  if (!doc.ok()) return doc.error();
-  if (!doc->is_array()) return Expected("top level", "an array", *doc);
+  TOPOSCHED_ASSIGN_OR_RETURN(json doc, ParseBoundedJson(text, 8));
+  if (!doc.is_array()) return Expected("top level", "an array", doc);
   std::vector<HamiRegisteredGpu> out;
-  for (std::size_t i = 0; i < doc->size(); ++i) {
-    const json& e = (*doc)[i];
+  for (std::size_t i = 0; i < doc.size(); ++i) {
+    const json& e = doc[i];
     const std::string p = Element("", i);
     if (!e.is_object()) return Expected(p, "an object", e);
     HamiRegisteredGpu g;  // every key is omitempty: absent = zero value
@@ -302,11 +300,11 @@ Result<std::vector<HamiRegisteredGpu>> ParseHamiRegister(std::string_view text) 
   }
   try {
     const std::string_view trimmed = TrimSpace(text);
-    Result<std::vector<HamiRegisteredGpu>> out =
-        !trimmed.empty() && (trimmed.front() == '[' || trimmed.front() == '{')
-            ? ParseRegisterJson(trimmed, /*amd=*/false)
-            : ParseRegisterRecords(trimmed);
-    if (!out.ok()) return out.error().WithContext(std::string(kHamiNodeRegister));
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::vector<HamiRegisteredGpu> out,
+                                   !trimmed.empty() && (trimmed.front() == '[' || trimmed.front() == '{')
+                                       ? ParseRegisterJson(trimmed, /*amd=*/false)
+                                       : ParseRegisterRecords(trimmed),
+                                   std::string(kHamiNodeRegister));
     return out;
   } catch (const std::exception& e) {
     return Error(std::string(kHamiNodeRegister) + ": " + e.what());
@@ -348,8 +346,8 @@ Result<std::vector<HamiRegisteredGpu>> ParseHamiAmdRegister(std::string_view tex
     const std::string_view trimmed = TrimSpace(text);
     if (trimmed.empty()) return std::vector<HamiRegisteredGpu>{};
     // The same bounded reader as NVIDIA's array (8 levels: custominfo nests one more).
-    Result<std::vector<HamiRegisteredGpu>> out = ParseRegisterJson(trimmed, /*amd=*/true);
-    if (!out.ok()) return out.error().WithContext(key);
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::vector<HamiRegisteredGpu> out,
+                                   ParseRegisterJson(trimmed, /*amd=*/true), key);
     return out;
   } catch (const std::exception& e) {
     return Error(key + ": " + e.what());
@@ -432,9 +430,9 @@ Result<HamiNodeLock> DecodeHamiNodeLock(std::string_view text) {
   if (parts.size() != 1 && parts.size() != 3) {
     return Error(std::string(kHamiNodeLock) + ": expected \"<time>,<namespace>,<pod>\", got " + Quote(text));
   }
-  Result<std::chrono::system_clock::time_point> t = ParseTime(parts[0]);
-  if (!t.ok()) return t.error().WithContext(std::string(kHamiNodeLock));
-  lock.time = *t;
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::chrono::system_clock::time_point t, ParseTime(parts[0]),
+                                 std::string(kHamiNodeLock));
+  lock.time = t;
   if (parts.size() == 3) {
     lock.pod_namespace = std::string(parts[1]);
     lock.pod_name = std::string(parts[2]);

@@ -247,13 +247,13 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
                      " was released or replaced while its Binding waited: not written",
                  ErrorCode::kConflict);
   }
-  Result<Impl::PreparedBind> prepared = d.PreparedFor(allocation);
-  if (!prepared.ok()) return prepared.error().WithContext("cannot write pod " + pod + "'s allocation");
-  if (prepared->lock) {
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(Impl::PreparedBind prepared, d.PreparedFor(allocation),
+                                 "cannot write pod " + pod + "'s allocation");
+  if (prepared.lock) {
     if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
   }
-  Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node,
-                                 prepared->annotations);
+  Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid,
+                                 allocation.node, prepared.annotations);
   std::string_view outcome = "created";
   if (!s.ok() && (s.error().code() == ErrorCode::kUnavailable || s.error().code() == ErrorCode::kUnknown)) {
     // A transport error or a 5xx after the retries: the write may have happened (a 504, a reply
@@ -282,13 +282,13 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
     outcome = "failed";
     // Not made: nothing of the record reached the pod (the entry stays, so the release that
     // follows has nothing to undo); the lock is ours to give back.
-    if (prepared->lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
+    if (prepared.lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
   } else {
     std::lock_guard lock(d.bind_mu);
     d.prepared.erase(allocation.uid);  // perhaps written: a later release undoes it
   }
   d.bindings.With({std::string(outcome)}).Inc();
-  if (!prepared->annotations.empty()) d.annotation_writes.With({s.ok() ? "binding" : "error"}).Inc();
+  if (!prepared.annotations.empty()) d.annotation_writes.With({s.ok() ? "binding" : "error"}).Inc();
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -189,18 +190,17 @@ void KubeSource::Impl::LabelSelf(std::stop_token stop) {
 Status KubeSource::Impl::LabelSelfOnce() {
   ListOptions list;
   list.label_selector = options.leader_label + "=true";
-  Result<ObjectList> labelled_pods = api.List(NamespacedPath(options.self_namespace, "pods"), list);
-  if (!labelled_pods.ok()) return labelled_pods.error();
-  for (const json& pod : labelled_pods->items) {
+  TOPOSCHED_ASSIGN_OR_RETURN(ObjectList labelled_pods,
+                             api.List(NamespacedPath(options.self_namespace, "pods"), list));
+  for (const json& pod : labelled_pods.items) {
     const std::string name = StringAt(pod, "/metadata/name");
     if (name.empty() || name == options.self_name) continue;
     Result<json> patched = api.Patch(PodPath(options.self_namespace, name), PatchType::kMerge, LeaderLabelPatch(false));
     if (!patched.ok() && !IsNotFound(patched.error())) return patched.error();
     metrics::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: took the stale leader label off pod " + name);
   }
-  Result<json> patched =
-      api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge, LeaderLabelPatch(true));
-  if (!patched.ok()) return patched.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(std::ignore, api.Patch(PodPath(options.self_namespace, options.self_name),
+                                                    PatchType::kMerge, LeaderLabelPatch(true)));
   return Status::Ok();
 }
 
@@ -431,14 +431,13 @@ bool KubeSource::Ready(std::string* why) const {
 
 Result<std::string> KubeSource::FetchPod(std::string_view pod_namespace, std::string_view pod_name,
                                          std::string_view pod_uid) {
-  Result<json> pod = impl_->api.Get(PodPath(pod_namespace, pod_name));
-  if (!pod.ok()) return pod.error();
-  const std::string uid = StringAt(*pod, "/metadata/uid");
+  TOPOSCHED_ASSIGN_OR_RETURN(json pod, impl_->api.Get(PodPath(pod_namespace, pod_name)));
+  const std::string uid = StringAt(pod, "/metadata/uid");
   if (uid != pod_uid) {
     return Error("pod " + std::string(pod_namespace) + "/" + std::string(pod_name) + " has UID " + uid + ", not " +
                  std::string(pod_uid));
   }
-  return pod->dump();
+  return pod.dump();
 }
 
 }  // namespace toposched::kube

@@ -57,30 +57,28 @@ std::int64_t AllocatableCpuMilli(const json& node) {
 
 Status ReadNodeImpl(const json& node, NodeView* v) {
   if (!node.is_object()) return Expected("top level", "an object", node);
-  Result<const json*> meta = ReadObject(node, "metadata", "", Presence::kRequired);
-  if (!meta.ok()) return meta.error();
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**meta, "name", "metadata", Presence::kRequired, &v->name));
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**meta, "uid", "metadata", Presence::kRequired, &v->uid));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* meta, ReadObject(node, "metadata", "", Presence::kRequired));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*meta, "name", "metadata", Presence::kRequired, &v->name));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*meta, "uid", "metadata", Presence::kRequired, &v->uid));
   if (v->name.empty()) return Error("metadata.name: must not be empty");
   if (v->uid.empty()) return Error("metadata.uid: must not be empty");
   TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(**meta, "resourceVersion", "metadata", Presence::kOptional, &v->resource_version));
+      ReadString(*meta, "resourceVersion", "metadata", Presence::kOptional, &v->resource_version));
   TOPOSCHED_RETURN_IF_ERROR(ReadStringMap(
-      **meta, "labels", "metadata", [](const std::string&) { return true; }, &v->labels));
+      *meta, "labels", "metadata", [](const std::string&) { return true; }, &v->labels));
   std::map<std::string, std::string> annotations;
   TOPOSCHED_RETURN_IF_ERROR(ReadStringMap(
-      **meta, "annotations", "metadata",
-      [](const std::string& k) { return k == kHamiNodeRegister || k == kHamiAmdNodeRegister; }, &annotations));
+      *meta, "annotations", "metadata",
+      [](const std::string& k) { return k == kHamiNodeRegister || k == kHamiAmdNodeRegister; },
+      &annotations));
   if (const auto it = annotations.find(std::string(kHamiNodeRegister)); it != annotations.end()) {
     v->hami_register = it->second;
   }
   if (const auto it = annotations.find(std::string(kHamiAmdNodeRegister)); it != annotations.end()) {
     v->hami_amd_register = it->second;
   }
-  Result<const json*> spec = ReadObject(node, "spec", "", Presence::kOptional);
-  if (!spec.ok()) return spec.error();
-  if (*spec != nullptr)
-    TOPOSCHED_RETURN_IF_ERROR(ReadBool(**spec, "unschedulable", "spec", &v->unschedulable));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* spec, ReadObject(node, "spec", "", Presence::kOptional));
+  if (spec != nullptr) TOPOSCHED_RETURN_IF_ERROR(ReadBool(*spec, "unschedulable", "spec", &v->unschedulable));
   v->allocatable_cpu_milli = AllocatableCpuMilli(node);
   return Status::Ok();
 }
@@ -133,45 +131,42 @@ void ReadExtendedResources(const json& spec, std::map<std::string, std::int64_t>
 
 Status ReadPodImpl(const json& pod, PodView* v) {
   if (!pod.is_object()) return Expected("top level", "an object", pod);
-  Result<const json*> meta = ReadObject(pod, "metadata", "", Presence::kRequired);
-  if (!meta.ok()) return meta.error();
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**meta, "name", "metadata", Presence::kRequired, &v->pod_name));
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**meta, "uid", "metadata", Presence::kRequired, &v->uid));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* meta, ReadObject(pod, "metadata", "", Presence::kRequired));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*meta, "name", "metadata", Presence::kRequired, &v->pod_name));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*meta, "uid", "metadata", Presence::kRequired, &v->uid));
   if (v->pod_name.empty()) return Error("metadata.name: must not be empty");
   if (v->uid.empty()) return Error("metadata.uid: must not be empty");
   TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(**meta, "namespace", "metadata", Presence::kOptional, &v->pod_namespace));
+      ReadString(*meta, "namespace", "metadata", Presence::kOptional, &v->pod_namespace));
   TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(**meta, "resourceVersion", "metadata", Presence::kOptional, &v->resource_version));
+      ReadString(*meta, "resourceVersion", "metadata", Presence::kOptional, &v->resource_version));
   std::string deletion;
   TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(**meta, "deletionTimestamp", "metadata", Presence::kOptional, &deletion));
+      ReadString(*meta, "deletionTimestamp", "metadata", Presence::kOptional, &deletion));
   v->deleting = !deletion.empty();
   TOPOSCHED_RETURN_IF_ERROR(
-      ReadStringMap(**meta, "annotations", "metadata", KeptPodAnnotation, &v->annotations));
-  TOPOSCHED_RETURN_IF_ERROR(
-      ReadStringMap(**meta, "labels", "metadata", [](const std::string&) { return true; }, &v->labels));
+      ReadStringMap(*meta, "annotations", "metadata", KeptPodAnnotation, &v->annotations));
+  TOPOSCHED_RETURN_IF_ERROR(ReadStringMap(
+      *meta, "labels", "metadata", [](const std::string&) { return true; }, &v->labels));
 
-  Result<const json*> spec = ReadObject(pod, "spec", "", Presence::kOptional);
-  if (!spec.ok()) return spec.error();
-  if (*spec != nullptr) {
-    TOPOSCHED_RETURN_IF_ERROR(ReadString(**spec, "nodeName", "spec", Presence::kOptional, &v->node_name));
-    ReadExtendedResources(**spec, &v->extended_resources);
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* spec, ReadObject(pod, "spec", "", Presence::kOptional));
+  if (spec != nullptr) {
+    TOPOSCHED_RETURN_IF_ERROR(ReadString(*spec, "nodeName", "spec", Presence::kOptional, &v->node_name));
+    ReadExtendedResources(*spec, &v->extended_resources);
   }
   // The API server validates every quantity, so this fails only for a hand-made object; such a
   // pod still reads (its devices and phase matter more than the packing score's CPU) and counts
   // no CPU rather than none of itself.
   if (Result<std::int64_t> cpu = PodCpuRequestMilli(pod); cpu.ok()) v->cpu_request_milli = *cpu;
 
-  Result<const json*> status = ReadObject(pod, "status", "", Presence::kOptional);
-  if (!status.ok()) return status.error();
-  if (*status == nullptr) return Status::Ok();
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**status, "phase", "status", Presence::kOptional, &v->phase));
-  Result<const json*> conditions = ReadArray(**status, "conditions", "status", Presence::kOptional);
-  if (!conditions.ok()) return conditions.error();
-  if (*conditions == nullptr) return Status::Ok();
-  for (std::size_t i = 0; i < (*conditions)->size(); ++i) {
-    const json& c = (**conditions)[i];
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* status, ReadObject(pod, "status", "", Presence::kOptional));
+  if (status == nullptr) return Status::Ok();
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*status, "phase", "status", Presence::kOptional, &v->phase));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* conditions,
+                             ReadArray(*status, "conditions", "status", Presence::kOptional));
+  if (conditions == nullptr) return Status::Ok();
+  for (std::size_t i = 0; i < conditions->size(); ++i) {
+    const json& c = (*conditions)[i];
     const std::string p = Element("status.conditions", i);
     if (!c.is_object()) return Expected(p, "an object", c);
     std::string type, value, since;
@@ -182,9 +177,9 @@ Status ReadPodImpl(const json& pod, PodView* v) {
     v->ready = value == "True";
     v->ready_since.reset();
     if (v->ready && !since.empty()) {
-      Result<std::chrono::system_clock::time_point> t = ParseTime(since);
-      if (!t.ok()) return t.error().WithContext(Child(p, "lastTransitionTime"));
-      v->ready_since = *t;
+      TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::chrono::system_clock::time_point t, ParseTime(since),
+                                     Child(p, "lastTransitionTime"));
+      v->ready_since = t;
     }
   }
   return Status::Ok();
@@ -245,33 +240,30 @@ Status ReadNodeTopologyImpl(const json& object, NodeTopologyView* v) {
   std::string kind;
   TOPOSCHED_RETURN_IF_ERROR(ReadString(object, "kind", "", Presence::kOptional, &kind));
   if (!kind.empty() && kind != kTopologyKind) return Expected("kind", "\"NodeTopology\"", object["kind"]);
-  Result<const json*> meta = ReadObject(object, "metadata", "", Presence::kRequired);
-  if (!meta.ok()) return meta.error();
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**meta, "name", "metadata", Presence::kRequired, &v->name));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* meta, ReadObject(object, "metadata", "", Presence::kRequired));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*meta, "name", "metadata", Presence::kRequired, &v->name));
   if (v->name.empty()) return Error("metadata.name: must not be empty");
   TOPOSCHED_RETURN_IF_ERROR(
-      ReadString(**meta, "resourceVersion", "metadata", Presence::kOptional, &v->resource_version));
-  Result<const json*> status = ReadObject(object, "status", "", Presence::kOptional);
-  if (!status.ok()) return status.error();
-  if (*status == nullptr) return Status::Ok();  // created, status not written yet
-  TOPOSCHED_RETURN_IF_ERROR(ReadInt<std::int64_t>(**status, "generation", "status", Presence::kOptional, 0,
+      ReadString(*meta, "resourceVersion", "metadata", Presence::kOptional, &v->resource_version));
+  TOPOSCHED_ASSIGN_OR_RETURN(const json* status, ReadObject(object, "status", "", Presence::kOptional));
+  if (status == nullptr) return Status::Ok();  // created, status not written yet
+  TOPOSCHED_RETURN_IF_ERROR(ReadInt<std::int64_t>(*status, "generation", "status", Presence::kOptional, 0,
                                                   std::numeric_limits<std::int64_t>::max(), &v->generation));
   std::string heartbeat;
-  TOPOSCHED_RETURN_IF_ERROR(ReadString(**status, "heartbeatTime", "status", Presence::kOptional, &heartbeat));
+  TOPOSCHED_RETURN_IF_ERROR(ReadString(*status, "heartbeatTime", "status", Presence::kOptional, &heartbeat));
   if (!heartbeat.empty()) {
-    Result<std::chrono::system_clock::time_point> t = ParseTime(heartbeat);
-    if (!t.ok()) return t.error().WithContext("status.heartbeatTime");
-    v->heartbeat = *t;
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::chrono::system_clock::time_point t, ParseTime(heartbeat),
+                                   "status.heartbeatTime");
+    v->heartbeat = t;
   }
   // The codec reads a whole document; summary, generation and heartbeatTime are unknown keys to it.
   const json doc = {{"apiVersion", kTopologyApiVersion},
                     {"kind", kTopologyKind},
                     {"metadata", {{"name", v->name}}},
-                    {"status", **status}};
-  Result<NodeTopology> topology =
-      DecodeTopologyJson(doc.dump(-1, ' ', false, json::error_handler_t::replace));
-  if (!topology.ok()) return topology.error();
-  v->topology = std::make_shared<const NodeTopology>(std::move(topology).value());
+                    {"status", *status}};
+  TOPOSCHED_ASSIGN_OR_RETURN(NodeTopology topology,
+                             DecodeTopologyJson(doc.dump(-1, ' ', false, json::error_handler_t::replace)));
+  v->topology = std::make_shared<const NodeTopology>(std::move(topology));
   return Status::Ok();
 }
 

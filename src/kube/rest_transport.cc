@@ -121,24 +121,21 @@ struct TlsMaterial {
 Result<std::shared_ptr<const TlsMaterial>> LoadTlsMaterial(const ClientConfig& config) {
   auto material = std::make_shared<TlsMaterial>();
   if (!config.ca_pem.empty() && !config.insecure_skip_tls_verify) {
-    auto authorities = ParseCertificates(config.ca_pem, "CA data");
-    if (!authorities.ok()) return authorities.error();
-    material->authorities = std::move(*authorities);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto authorities, ParseCertificates(config.ca_pem, "CA data"));
+    material->authorities = std::move(authorities);
   }
   if (config.client_cert_pem.empty() != config.client_key_pem.empty()) {
     return Error("a client certificate needs both the certificate and its key");
   }
   if (!config.client_cert_pem.empty()) {
-    auto chain = ParseCertificates(config.client_cert_pem, "client certificate");
-    if (!chain.ok()) return chain.error();
-    auto key = ParsePrivateKey(config.client_key_pem);
-    if (!key.ok()) return key.error();
-    if (X509_check_private_key(chain->front().get(), key->get()) != 1) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto chain, ParseCertificates(config.client_cert_pem, "client certificate"));
+    TOPOSCHED_ASSIGN_OR_RETURN(auto key, ParsePrivateKey(config.client_key_pem));
+    if (X509_check_private_key(chain.front().get(), key.get()) != 1) {
       ERR_clear_error();
       return Error("the client key does not match the client certificate");
     }
-    material->client_chain = std::move(*chain);
-    material->client_key = std::move(*key);
+    material->client_chain = std::move(chain);
+    material->client_key = std::move(key);
   }
   return std::shared_ptr<const TlsMaterial>(std::move(material));
 }
@@ -357,9 +354,8 @@ class BearerToken {
 
   Status Load() {
     if (file_.empty()) return Status::Ok();
-    auto token = ReadToken(file_);
-    if (!token.ok()) return token.error();
-    token_ = std::move(*token);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto token, ReadToken(file_));
+    token_ = std::move(token);
     read_at_ = Clock::now();
     return Status::Ok();
   }
@@ -407,15 +403,13 @@ class RestTransport final : public Transport {
   Result<Response> Do(const Request& request) override {
     const Clock::time_point deadline = DeadlineAfter(request.timeout);
     pplx::cancellation_token_source cancel;
-    auto response = Start(request, cancel, deadline, {});
-    if (!response.ok()) return response.error();
-    if (!*response) return TransportError(request, "stopped");  // unreachable: no stop token
-    Response out{(*response)->status_code(), {}};
-    if (out.status == 429 || out.status >= 500) out.retry_after = RetryAfter((*response)->headers());
-    ByteBuffer body = (*response)->body().streambuf();
-    auto status = ReadBody(
-        request, body, cancel, [&] { return deadline; }, {}, out.body);
-    if (!status.ok()) return status.error();
+    TOPOSCHED_ASSIGN_OR_RETURN(auto response, Start(request, cancel, deadline, {}));
+    if (!response) return TransportError(request, "stopped");  // unreachable: no stop token
+    Response out{response->status_code(), {}};
+    if (out.status == 429 || out.status >= 500) out.retry_after = RetryAfter(response->headers());
+    ByteBuffer body = response->body().streambuf();
+    TOPOSCHED_RETURN_IF_ERROR(ReadBody(
+        request, body, cancel, [&] { return deadline; }, {}, out.body));
     return out;
   }
 
@@ -432,15 +426,13 @@ class RestTransport final : public Transport {
     } guard{cancel};
     const Response stopped{200, {}};
 
-    auto response = Start(request, cancel, DeadlineAfter(request.timeout), stop);
-    if (!response.ok()) return response.error();
-    if (!*response) return stopped;
-    ByteBuffer body = (*response)->body().streambuf();
+    TOPOSCHED_ASSIGN_OR_RETURN(auto response, Start(request, cancel, DeadlineAfter(request.timeout), stop));
+    if (!response) return stopped;
+    ByteBuffer body = response->body().streambuf();
     const auto idle_deadline = [&] { return DeadlineAfter(request.timeout); };
-    if ((*response)->status_code() != 200) {
-      Response out{(*response)->status_code(), {}};
-      auto status = ReadBody(request, body, cancel, idle_deadline, stop, out.body);
-      if (!status.ok()) return status.error();
+    if (response->status_code() != 200) {
+      Response out{response->status_code(), {}};
+      TOPOSCHED_RETURN_IF_ERROR(ReadBody(request, body, cancel, idle_deadline, stop, out.body));
       if (stop.stop_requested()) return stopped;
       guard.finished = true;
       return out;
@@ -611,11 +603,9 @@ Result<std::unique_ptr<Transport>> Make(const ClientConfig& config, Limits limit
   // handlers run in reverse, so the pool's threads are joined while OpenSSL can still free their
   // per-thread state, rather than after OPENSSL_cleanup has forgotten it (a leak at exit).
   OPENSSL_init_ssl(0, nullptr);
-  auto material = LoadTlsMaterial(config);
-  if (!material.ok()) return material.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(auto material, LoadTlsMaterial(config));
   try {
-    auto address = ServerAddress(config);
-    if (!address.ok()) return address.error();
+    TOPOSCHED_ASSIGN_OR_RETURN(auto address, ServerAddress(config));
     if (!IsHeaderSafe(config.token)) return Error("the token holds control characters");
     if (!IsHeaderSafe(config.user_agent) || !IsHeaderSafe(config.tls_server_name)) {
       return Error("the user agent or the TLS server name holds control characters");
@@ -625,9 +615,9 @@ Result<std::unique_ptr<Transport>> Make(const ClientConfig& config, Limits limit
     options.set_validate_certificates(!config.insecure_skip_tls_verify);
     options.set_max_redirects(0);  // a 3xx is the caller's to see, as the API server means it
     options.set_ssl_context_callback(
-        [material = *material](boost::asio::ssl::context& context) { ConfigureTls(*material, context); });
-    auto transport = std::make_unique<RestTransport>(web::http::client::http_client(address->base, options),
-                                                     config, address->host_header, limits);
+        [material](boost::asio::ssl::context& context) { ConfigureTls(*material, context); });
+    auto transport = std::make_unique<RestTransport>(web::http::client::http_client(address.base, options),
+                                                     config, address.host_header, limits);
     if (auto status = transport->LoadToken(); !status.ok()) return status.error();
     return std::unique_ptr<Transport>(std::move(transport));
   } catch (const std::exception& e) {
