@@ -9,9 +9,15 @@
 // allocation, schedulability), so they are computed once per class and kept on the pod's entry
 // (for an ordinary pod that is its whole score), in a table shared by the pods that ask the same
 // under the same typical-pod mix (VerdictsFor: no such verdict reads who the pod is). A pod that
-// names GPUs by UUID is decided node by node (classes leave UUIDs out), in a table of its own. A Prefill/Decode pool pod's scores add the pool plugins'
-// part, which depends on where the node sits relative to the pool: computed on every scoring
-// call, never cached; nodes that sit alike relative to the pool share one result per call.
+// names GPUs by UUID is decided node by node (classes leave UUIDs out), in a table of its own.
+// A Prefill/Decode pool pod's scores add the pool plugins' part, which depends on where the node
+// sits relative to the pool: computed on every scoring call, never cached; nodes that sit alike
+// relative to the pool share one result per call (NodeVerdicts, node_verdicts.h, keyed by the
+// pool keys of pool_index.h).
+//
+// The files: evaluator.cc (Evaluate, the pod predicates, remnant counts), evaluator_entries.cc
+// (pod entries and the typical pods), evaluator_verdicts.cc (verdict keys and shared tables),
+// pool_index.cc, node_verdicts.cc.
 
 #include <algorithm>
 #include <array>
@@ -36,6 +42,7 @@
 #include <vector>
 
 #include "pod_cache.h"
+#include "pool_index.h"
 #include "toposched/common/flat_hash_index.h"
 #include "toposched/extender/service.h"
 #include "toposched/wire/wire.h"
@@ -72,41 +79,6 @@ double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int,
 int CpuPodScore(int band_score, double idle);
 
 using framework::NodeOrderKey;
-// A request from Volcano's Resreq when the task carries no Pod: whole GPUs and RDMA NICs from
-// the scalar resources, which Volcano keeps in milli-units (1 GPU = 1000).
-PlacementRequest RequestFromResreq(const VolcanoTaskView& task, const RequestConfig& config);
-
-// What a Prefill/Decode pool holds in one domain of a tier, for NodeVerdicts' keys: the multiset
-// of its pods there (role, devices, worst class, IPC consent) as a commutative 64-bit hash, and
-// the tier t + 1 domain all of them sit in (mixed: they sit in several).
-struct PoolContent {
-  std::uint64_t hash = 0;
-  std::string_view parent;
-  std::uint64_t parent_hash = 0;  // framework::PositionHash(parent)
-  bool mixed = false;
-  std::string_view domain;  // by hash: the domain (two domains with one hash: by string)
-};
-
-// A pool's members and what they hold where, by the snapshot's hashes (NodeVerdicts' keys), as
-// of one version of the pool (ClusterStore::PoolVersion) and one set of node positions
-// (Snapshot::shared_position_runs): what every prioritize call for the pool's pods would build
-// again while neither changes, as when other pods bind between them. When only the pool changed
-// (a pod of it bound or left, as in a rollout), the next index is the last one patched with the
-// members that differ, not rebuilt: contents are sums, so a pod that leaves is subtracted.
-struct PoolIndex {
-  std::uint64_t version = 0;
-  std::shared_ptr<const state::Snapshot::PositionRuns> runs;  // kept: compared by identity
-  std::size_t tiers = 0;
-  std::shared_ptr<const std::vector<framework::PoolMember>> members;  // by UID
-  FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;  // name hash -> (name, content)
-  std::vector<FlatHashIndex<PoolContent>> domain;                  // per tier: domain hash -> content
-  // What PoolContent::domain and `node` view: append-only, shared by the patched successors.
-  std::shared_ptr<std::deque<std::string>> names = std::make_shared<std::deque<std::string>>();
-  FlatHashIndex<bool> uids;  // PositionHash of each member's UID
-  int count = 0;
-  bool usable = true;   // no two names, nor two domains of a tier, share a hash
-  bool patched = false;  // built from the last index and the members that differ (for tests)
-};
 
 class Evaluator {
  public:
@@ -149,20 +121,27 @@ class Evaluator {
   // counts, so nodes there share their class's verdict. 0: CPU never binds (no shape asks CPU).
   static std::int64_t CpuBound(const PlacementRequest& r, const packing::ShapeMix* mix);
 
-  // The pod's verdict on one node (`record`, in `snap`). `cycle`: the call's cycle, created on
-  // first use. `members`/`positions`: a pool pod's pool members and HyperNode positions as
-  // the call fetched them (null: fetched here). `parts` (may be null): the call's pool parts
-  // by position (PoolParts). `pool_version`: the ClusterStore::PoolVersion `members` were read at
-  // (0: unknown), which lets the pool plugins keep what they derive from them
-  // (framework::PoolToken). `cpu_free`: the node's free CPU where it binds (CpuBound; the verdict
-  // is then the node's own, under CpuVerdictKey), -1: counted as enough (the class's verdict).
   struct PoolParts;
-  std::shared_ptr<const ClassVerdict> Evaluate(
-      PodEntry& entry, std::optional<framework::CycleState>& cycle, const state::NodeRecord& record, Want want,
-      const std::shared_ptr<const state::Snapshot>& snap,
-      std::shared_ptr<const std::vector<framework::PoolMember>> members = nullptr,
-      std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr, PoolParts* parts = nullptr,
-      std::uint64_t pool_version = 0, std::int64_t cpu_free = -1);
+  // One node to evaluate a pod on, and what the call already holds for it.
+  struct NodeQuery {
+    const state::NodeRecord& record;  // the node, in `snap`
+    const std::shared_ptr<const state::Snapshot>& snap;
+    Want want = Want::kFilter;
+    // A pool pod's pool members and HyperNode positions as the call fetched them (null: fetched
+    // here).
+    std::shared_ptr<const std::vector<framework::PoolMember>> members = nullptr;
+    std::shared_ptr<const std::map<std::string, pd::Location>> positions = nullptr;
+    PoolParts* parts = nullptr;  // the call's pool parts by position (may be null)
+    // The ClusterStore::PoolVersion `members` were read at (0: unknown), which lets the pool
+    // plugins keep what they derive from them (framework::PoolToken).
+    std::uint64_t pool_version = 0;
+    // The node's free CPU where it binds (CpuBound; the verdict is then the node's own, under
+    // CpuVerdictKey); -1: counted as enough (the class's verdict).
+    std::int64_t cpu_free = -1;
+  };
+  // The pod's verdict on `query.record`. `cycle`: the call's cycle, created on first use.
+  std::shared_ptr<const ClassVerdict> Evaluate(PodEntry& entry, std::optional<framework::CycleState>& cycle,
+                                               const NodeQuery& query);
 
   // A pool pod's pool part (the pool plugins' weighted sum and weights) is a function of where
   // the node sits relative to the pool (NodeVerdicts' position key) and of its placement's worst
@@ -281,94 +260,5 @@ inline framework::TieKey TieKeyOf(const ClassVerdict* v, std::uint64_t order_key
   if (v == nullptr) return framework::TieKeyOf(-1, 0, order_key);
   return framework::TieKeyOf(v->capacity, remnants.Rank(v->share_left), order_key);
 }
-
-// One call's verdicts for nodes of one snapshot (kube-scheduler's filter and prioritize, which
-// name up to thousands of nodes): node i's verdict, evaluated once per key this call (the
-// node's class; for a pool pod's scores also its position relative to the pool). The hot path:
-// a key from the snapshot's contiguous class-key array and this call's verdicts in a short
-// vector (a cluster has a few classes; a linear scan beats hashing at that size). Buffers are
-// the thread's, reused between calls: one NodeVerdicts per thread at a time.
-class NodeVerdicts {
- public:
-  NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_ptr<const state::Snapshot> snap, Want want);
-  NodeVerdicts(const NodeVerdicts&) = delete;
-  NodeVerdicts& operator=(const NodeVerdicts&) = delete;
-
-  // The verdict for the snapshot's node at `index` (Snapshot::IndexOf).
-  const ClassVerdict* At(std::size_t index);
-  // Distinct keys evaluated so far (for logs and tests).
-  std::size_t evaluated() const { return local_.size(); }
-  const state::Snapshot& snapshot() const { return *snap_; }
-
- private:
-  std::uint64_t KeyOf(std::size_t index);
-  const ClassVerdict* Lookup(std::uint64_t key, std::size_t index);  // At without the direct table
-  std::string_view DomainAt(const state::NodeRecord& record, std::size_t tier) const;
-
-  static constexpr std::size_t kLinearClasses = 24;
-  // A direct-mapped table in front of the lookups below: one predictable comparison per node
-  // when a call's nodes come in an order whose classes do not repeat in a pattern
-  // (kube-scheduler's workers interleave their chunks), where the linear scan's exit branch is
-  // mispredicted most of the time.
-  static constexpr std::size_t kDirect = 64;
-  std::array<std::pair<std::uint64_t, const ClassVerdict*>, kDirect> direct_{};
-  Evaluator& evaluator_;
-  PodEntry& entry_;
-  const std::shared_ptr<const state::Snapshot> snap_;
-  const std::span<const std::uint64_t> class_keys_;
-  const Want want_;
-  std::optional<framework::CycleState> cycle_;
-  std::vector<std::pair<std::uint64_t, std::shared_ptr<const ClassVerdict>>>& local_;
-  FlatHashIndex<const ClassVerdict*>& many_;  // once a call sees more than kLinearClasses
-  // Pool pods scored: where the pool's pods are.
-  const bool pool_scoring_;
-  const bool per_node_;
-  // Scores only: nodes with less free CPU than this are keyed and evaluated with their own CPU
-  // (Evaluator::CpuBound); the filter's pass or fail does not read CPU.
-  std::int64_t cpu_bound_ = 0;
-  std::int64_t CpuFreeIfBinding(std::size_t index) const;  // -1 where it does not bind
-  bool positions_resolved_ = false;
-  std::shared_ptr<const std::vector<framework::PoolMember>> pool_members_;
-  std::uint64_t pool_version_ = 0;  // of pool_members_, when they are the pool's index's
-  std::shared_ptr<const std::map<std::string, pd::Location>> positions_;
-  // What the pool holds where: the multiset of its pods (role, devices, worst class, IPC
-  // consent) on each node and in each tier's domain, as a commutative 64-bit hash; and, per
-  // domain of tier t, the tier t + 1 domain all its pods sit in (mixed: they sit in several).
-  using Content = PoolContent;
-  int other_members_ = 0;  // the pool's pods other than the one scored
-  Evaluator::PoolParts parts_;
-  std::unordered_map<std::string_view, std::uint64_t> node_content_;
-  std::vector<std::unordered_map<std::string_view, Content>> domain_content_;  // per tier
-  // The same by the snapshot's hashes (Snapshot::briefs, position_hashes), which KeyOf reads
-  // instead of the records when the records' positions are the ones that count (no
-  // HyperNodes); unusable when two keys share a hash.
-  bool by_hash_ = false;
-  struct HashTables {  // the thread's, reused call after call (their arrays stay allocated)
-    FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;
-    std::vector<FlatHashIndex<Content>> domain;
-  };
-  static HashTables& ThreadTables();
-  // The tables KeyOf reads: the pool's cached index (Evaluator::PoolIndexFor), or the thread's
-  // when the scored pod is one of the pool's own (it must not count itself).
-  std::shared_ptr<const PoolIndex> index_;
-  const FlatHashIndex<std::pair<std::string_view, std::uint64_t>>* node_by_hash_ = nullptr;
-  const std::vector<FlatHashIndex<Content>>* domain_by_hash_ = nullptr;
-  // KeyOf by hash: a node without pool pods on it has its run's position key (the snapshot's
-  // runs of nodes of equal domains, Snapshot::position_runs), computed once per run and call
-  // whatever order the names come in. The thread's array, stamped with this call's generation.
-  struct RunKey {
-    std::uint64_t generation = 0;
-    std::uint64_t position = 0;
-    bool own = false;  // the tiers do not nest there: every node is its own key
-  };
-  static std::vector<RunKey>& ThreadRunKeys();
-  // By hash: a bit per snapshot node, set where the node holds pods of the pool (the thread's
-  // array, filled per call); null: look every node up.
-  static std::vector<std::uint64_t>& ThreadPoolNodes();
-  const std::uint64_t* pool_nodes_ = nullptr;
-  const std::vector<std::uint32_t>* run_of_ = nullptr;
-  RunKey* run_keys_ = nullptr;
-  std::uint64_t generation_ = 0;
-};
 
 }  // namespace toposched::extender

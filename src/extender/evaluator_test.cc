@@ -17,6 +17,7 @@
 
 #include "adapters.h"
 #include "explain.h"
+#include "node_verdicts.h"
 #include "rare_class_rule.h"
 #include "plugins/registry.h"
 #include "testing/k8s_payloads.h"
@@ -347,8 +348,11 @@ TEST_F(EvaluatorTest, NodesWhoseCpuBindsAlikeShareOneVerdict) {
     alone.packs_by_mix = entry->packs_by_mix;
     alone.cpu_thresholds = entry->cpu_thresholds;
     std::optional<framework::CycleState> cycle;
-    EXPECT_EQ(v->score100, evaluator_.Evaluate(alone, cycle, *record, Want::kScores, snap, nullptr, nullptr, nullptr, 0,
-                                               record->cpu_free_milli())
+    EXPECT_EQ(v->score100, evaluator_.Evaluate(alone, cycle,
+                                               {.record = *record,
+                                                .snap = snap,
+                                                .want = Want::kScores,
+                                                .cpu_free = record->cpu_free_milli()})
                                ->score100)
         << name;
   }
@@ -665,7 +669,8 @@ TEST_F(EvaluatorTest, APoolPodsVerdictsEqualTheNodeByNodeVerdictsInAnyOrder) {
   std::map<std::string, int> alone;
   std::optional<framework::CycleState> cycle;
   for (const auto& record : snap->nodes()) {
-    alone[record->name] = evaluator_.Evaluate(*decode, cycle, *record, Want::kScores, snap)->score100;
+    alone[record->name] =
+        evaluator_.Evaluate(*decode, cycle, {.record = *record, .snap = snap, .want = Want::kScores})->score100;
   }
   for (const bool reverse : {false, true}) {
     SCOPED_TRACE(reverse ? "reverse order" : "snapshot order");
@@ -698,7 +703,8 @@ TEST_F(EvaluatorTest, APoolsIndexFollowsThePoolThePositionsAndThePodItself) {
     NodeVerdicts verdicts(evaluator_, pod, snap, Want::kScores);
     for (std::size_t i = 0; i < snap->size(); ++i) {
       const state::NodeRecord& record = *snap->nodes()[i];
-      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, record, Want::kScores, snap)->score100)
+      const Evaluator::NodeQuery query{.record = record, .snap = snap, .want = Want::kScores};
+      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, query)->score100)
           << record.name;
     }
   };
@@ -739,7 +745,8 @@ TEST_F(EvaluatorTest, APoolsIndexIsPatchedWithThePodsThatCameAndLeft) {
     EXPECT_EQ(static_cast<std::size_t>(index->count), store_.PoolMembers("chat").size());
     for (std::size_t i = 0; i < snap->size(); ++i) {
       const state::NodeRecord& record = *snap->nodes()[i];
-      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, record, Want::kScores, snap)->score100)
+      const Evaluator::NodeQuery query{.record = record, .snap = snap, .want = Want::kScores};
+      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, query)->score100)
           << record.name;
     }
   };

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "evaluator.h"
+#include "node_verdicts.h"
 #include "rare_class_rule.h"
 #include "toposched/framework/allocation.h"
 

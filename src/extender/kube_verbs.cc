@@ -10,6 +10,7 @@
 
 #include "adapters.h"
 #include "explain.h"
+#include "node_verdicts.h"
 #include "rare_class_rule.h"
 #include "verbs.h"
 #include "toposched/framework/allocation.h"

@@ -47,7 +47,7 @@ void VolcanoVerbs::Predicate(std::string_view body, HttpResponse& resp) {
     return;
   }
   std::optional<framework::CycleState> cycle;
-  const auto v = evaluator_.Evaluate(e, cycle, *rec, Want::kFilter, snap);
+  const auto v = evaluator_.Evaluate(e, cycle, {.record = *rec, .snap = snap, .want = Want::kFilter});
   // A task that holds devices here already (an allocate whose reply was lost, then a restart or
   // a new leader restored it) fits on them; allocate answers it "already bound here". Asked
   // only of a node that fails: the common pass costs no store lookup.
@@ -94,7 +94,7 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
     bool kept = false;
     if (e.interested) {
       if (const state::NodeRecord* rec = snap->Find(n)) {
-        v = evaluator_.Evaluate(e, cycle, *rec, Want::kScores, snap);
+        v = evaluator_.Evaluate(e, cycle, {.record = *rec, .snap = snap, .want = Want::kScores});
         if (!v->passes()) v = nullptr;
         kept = v != nullptr && rare.active() && rare.Reserved(rec->hardware, n);
       }
