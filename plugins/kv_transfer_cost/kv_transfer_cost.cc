@@ -1,3 +1,9 @@
+// KvTransferCost's pool data and its caches: the pool's sites (where the anchors stand, laid out
+// and counted: PoolSites, SiteLayout), the cycle's view of them (PoolCycle: BuildCycle), the
+// means kept per layout and pod shape (MeanCache: CachedMean, MeansFor), the sites kept across
+// cycles (SitesCache), the cycle's scale (AvailableBounds), and the plugin's Score and args. The
+// cost model itself is kv_transfer_cost_model.cc's.
+
 #include "kv_transfer_cost/kv_transfer_cost.h"
 
 #include <algorithm>
@@ -14,6 +20,7 @@
 
 #include "common/plugin_util.h"
 #include "common/pool_util.h"
+#include "kv_transfer_cost/kv_transfer_cost_internal.h"
 #include "toposched/common/flat_hash_index.h"
 #include "toposched/common/hash.h"
 #include "toposched/framework/cluster_view.h"
@@ -42,131 +49,6 @@ bool SameEndpoint(const pd::Endpoint& a, const pd::Endpoint& b) {
 std::string Instances(int n, std::string_view role) {
   return std::to_string(n) + " " + std::string(role) + (n == 1 ? " instance" : " instances");
 }
-
-// Instances at one node with one endpoint and one IPC consent.
-struct SiteEndpoint {
-  std::size_t endpoint = 0;  // index into PoolCycle::endpoints
-  bool ipc = false;          // the instances set toposched.io/kv-ipc (same-node IPC needs both ends)
-  int count = 0;
-};
-
-// The instances standing at one node, by distinct endpoint: a node's path is computed once for
-// all of them, and a (path, endpoint) estimate once for all nodes sharing it.
-struct Site {
-  std::vector<SiteEndpoint> endpoints;
-};
-
-// Where a pool's sites stand, whatever stands there: the sites' positions (by node name) and
-// their domains' numbers. Two versions of a pool whose instances stand on the same nodes share
-// one layout (a pod that leaves and comes back, a pool that grows on its nodes): only the counts
-// are made again (PoolSites).
-//
-// A node's path to a site is decided by the first tier at which both stand in one domain, so
-// only the sites' domains matter: per tier they are numbered, and a node's domains become those
-// numbers (-1: no site there). A node that holds no site sees every site through its numbers
-// alone, so its mean is cached by (numbers, own GPU->NIC class): a 5,000-node cycle computes one
-// mean per leaf with sites, compares integers, and allocates nothing per node.
-struct SiteLayout {
-  std::vector<pd::Location> locations;  // per site, by node name
-  std::vector<std::vector<int>> ids;    // per site, per tier: its domain's number, -1: none
-  // Per tier; the keys view the locations.
-  std::vector<std::unordered_map<std::string_view, int>> domain_ids;
-  // For MeanSeconds: each site by its node; per tier and domain number, the sites there.
-  std::unordered_map<std::string_view, std::size_t> site_at;
-  std::vector<std::vector<std::vector<std::size_t>>> sites_in;
-  // The same by framework::PositionHash, for passes over every node that bring the nodes'
-  // hashes (NodeSummary::domain_hashes): per tier, a site domain's hash -> its number; unusable
-  // when two of a tier's site domains share a hash.
-  std::vector<FlatHashIndex<int>> ids_by_hash;
-  bool hashes_usable = true;
-  FlatHashIndex<bool> site_name_hashes;
-  // Per tier and domain number: the tier t + 1 domain all its sites share (nested false: they
-  // differ), which PoolSites::content relies on.
-  struct Nesting {
-    std::uint64_t parent = 0;  // framework::PositionHash of the shared tier t + 1 domain
-    bool nested = true;
-  };
-  std::vector<std::vector<Nesting>> nesting;
-};
-
-enum class AnchorKind { kCounterparts, kSameRole, kGang };
-
-// Everything about the pool's instances that depends on neither the scored node nor the
-// cluster's free devices: where the anchors stand and what each domain holds. Built by the first
-// Score call of a cycle; kept across cycles while the view gives the same PoolToken (the pool's
-// version and the node positions), as the extender's does: a pool that does not change between
-// two of its pods' calls (other pods bind) is not gathered and numbered again.
-struct PoolSites {
-  AnchorKind anchor = AnchorKind::kCounterparts;
-  std::string anchor_text;  // "4 prefill instances"
-  std::vector<pd::Endpoint> endpoints;
-  std::vector<Site> sites;
-  int anchors = 0;  // instances the mean runs over
-  // The gang anchor's domain at `gang_tier` (empty: the anchor is the single node `gang_node`,
-  // which has no label for that tier) and its first node.
-  std::optional<std::size_t> gang_tier;
-  std::string gang_domain, gang_node;
-
-  std::map<std::string, int, std::less<>> same_by_domain;
-  // Per node, by name (sorted): no allocation per scored node.
-  std::vector<std::pair<std::string, int>> same_by_node;
-  int same_total = 0;
-
-  std::shared_ptr<const SiteLayout> layout;  // where `sites` stand, site by site
-  // The instances per endpoint over all sites.
-  std::vector<int> total_by_endpoint;
-  // A node's mean depends only on *what* its domains hold, not on which domains they are, when
-  // the sites of each of its domains all stand in its next tier's domain too (the tiers nest,
-  // SiteLayout::nesting): the anchors it reaches at tier t are then those of its tier t domain
-  // less those of its tier t - 1 domain. So two leaves that each hold one decode instance, under
-  // spines that hold the same, give their nodes one mean (a pool spread over hundreds of leaves
-  // has a few dozen distinct means). Per tier and domain number: the multiset of instances there
-  // as a commutative hash.
-  std::vector<std::vector<std::uint64_t>> content;
-  std::vector<std::uint64_t> site_content;  // per site: its own instances, hashed
-};
-
-// The expected transfers CachedMean computed for one pool's sites (PoolSites) and one pod shape
-// (its GPUs, NICs, IPC consent and KV bytes): valid as long as the sites are, so a thread keeps
-// the last few across cycles (MeansFor).
-struct MeanCache {
-  struct Mean {
-    std::vector<int> key;  // domain numbers, then the GPU->NIC class
-    double seconds = 0;
-    std::array<int, pd::kPathKinds> per_kind{};
-  };
-  std::vector<Mean> means;
-  FlatHashIndex<std::size_t> by_ids;      // hash of a Mean's key -> its position in `means`
-  FlatHashIndex<std::size_t> by_content;  // content key (PoolSites::content) -> position in `means`
-  // The positions ranked by mean (RankedBounds), once per cache: each run of the view's nodes of
-  // equal domains (ClusterView::ForEachNodeInRun) by the mean of its nodes that hold no site,
-  // and each site by its own, both ascending.
-  bool ranked = false;
-  std::vector<std::pair<double, std::uint32_t>> runs, sites;
-  int scales = 0;  // AvailableBounds calls that used this cache: ranked from the second on
-};
-
-// One cycle's view of the pool: its sites, the scale and the means computed so far.
-struct PoolCycle final : framework::StateData {
-  std::string neutral;  // non-empty: every node scores 100 with this explanation
-  std::string prefix;   // "decode of pool chat: "
-  std::shared_ptr<const PoolSites> pool;
-
-  double bytes = 0;
-  std::string bytes_text;  // "2048 tok x 320 KiB"
-  CostBounds bounds;       // the scale: see AvailableBounds
-  std::string bounds_text;  // "cheapest available 13.7 ms, scale to 27.5 ms"
-
-  std::optional<std::size_t> spread_tier;  // nullopt: by node
-  std::string spread_label;
-
-  // MeanSeconds' mark per site (this generation: counted).
-  std::vector<std::uint32_t> mark;
-  std::uint32_t generation = 0;
-  std::vector<int> key;  // CachedMean's lookup key, reused
-  std::shared_ptr<MeanCache> means;  // never null once the pool is known
-  bool means_kept = false;  // `means` is kept with the sites (their token's positions hold)
-};
 
 // Numbers the sites' domains per tier (SiteLayout); call once the locations are known.
 void LayOut(std::size_t tiers, SiteLayout& l) {
@@ -355,73 +237,11 @@ bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& 
   return true;
 }
 
-// The mean KV-transfer time from an instance of `own` on a node whose domain numbers are `ids`
-// (DomainIdsOf) and which holds the site `own_site` (npos: none), to the cycle's anchors;
-// per_kind (optional) counts the anchors by path kind. A site's path is pd::PathBetween's: the
-// same node, else the first tier whose domain both share, else beyond every tier; so the sites
-// of the node's own domains are visited innermost tier first (each once) and the rest are beyond,
-// by count.
-constexpr std::size_t kNoSite = static_cast<std::size_t>(-1);
-double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_site, const std::vector<int>& ids,
-                   const pd::Endpoint& own, PodRole role, bool kv_ipc,
-                   std::array<int, pd::kPathKinds>* per_kind = nullptr) {
-  const PoolSites& p = *c.pool;
-  // Instances per (path kind, endpoint), then one estimate per pair that occurs.
-  const std::size_t endpoints = p.endpoints.size();
-  // The thread's buffers (a scale pass computes hundreds of means): assign keeps their arrays.
-  thread_local std::vector<int> count, near;
-  count.assign(pd::kPathKinds * endpoints, 0);
-  near.assign(endpoints, 0);  // instances counted on a path other than beyond
-  if (++c.generation == 0) {
-    std::fill(c.mark.begin(), c.mark.end(), 0);
-    c.generation = 1;
-  }
-  const auto add = [&](std::size_t i, pd::PathKind path) {
-    if (c.mark[i] == c.generation) return;
-    c.mark[i] = c.generation;
-    for (const SiteEndpoint& s : p.sites[i].endpoints) {
-      // CUDA IPC between two pods needs both to allow it; otherwise RDMA loopback.
-      const auto kind = static_cast<std::size_t>(
-          path == pd::PathKind::kSameNodeIpc && !s.ipc ? pd::PathKind::kSameNodeRdma : path);
-      count[kind * endpoints + s.endpoint] += s.count;
-      near[s.endpoint] += s.count;
-      if (per_kind != nullptr) (*per_kind)[kind] += s.count;
-    }
-  };
-  if (own_site != kNoSite) {
-    add(own_site, net.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma);
-  }
-  const SiteLayout& l = *p.layout;
-  for (std::size_t t = 0; t < ids.size() && t < l.sites_in.size(); ++t) {
-    if (ids[t] < 0) continue;
-    for (std::size_t i : l.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
-  }
-  const auto beyond = static_cast<std::size_t>(pd::PathKind::kBeyond);
-  for (std::size_t e = 0; e < endpoints; ++e) {
-    const int n = p.total_by_endpoint[e] - near[e];
-    count[beyond * endpoints + e] += n;
-    if (per_kind != nullptr) (*per_kind)[beyond] += n;
-  }
-  double total = 0;
-  for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
-    for (std::size_t e = 0; e < endpoints; ++e) {
-      const int n = count[k * endpoints + e];
-      if (n == 0) continue;
-      const auto kind = static_cast<pd::PathKind>(k);
-      // Prefill always sends: (prefill end, decode end).
-      const pd::PathEstimate est = role == PodRole::kPrefill ? pd::Estimate(net, kind, own, p.endpoints[e])
-                                                             : pd::Estimate(net, kind, p.endpoints[e], own);
-      total += n * pd::TransferSeconds(est, c.bytes);
-    }
-  }
-  return total / std::max(1, p.anchors);
-}
+}  // namespace
 
-// MeanSeconds through the cycle's cache (MeanCache).
-// `summary` (may be null): the node's hashes, when its view gives them.
-double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location, const pd::Endpoint& own,
-                  PodRole role, bool kv_ipc, std::array<int, pd::kPathKinds>* per_kind = nullptr,
-                  const framework::NodeSummary* summary = nullptr) {
+double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location,
+                  const pd::Endpoint& own, PodRole role, bool kv_ipc,
+                  std::array<int, pd::kPathKinds>* per_kind, const framework::NodeSummary* summary) {
   const PoolSites& p = *c.pool;
   const SiteLayout& l = *p.layout;
   const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && l.hashes_usable;
@@ -473,7 +293,7 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
   for (int id : c.key) h = HashMix(h, static_cast<std::uint32_t>(id));
   h ^= h >> 29;
   // Keys that share a hash are told apart by probing on with a derived one.
-  const MeanCache::Mean* found = nullptr;
+  const MeanCache::Mean* found;
   for (std::uint64_t probe = h;; probe = probe * 0x9e3779b97f4a7c15ull + 1) {
     const std::size_t* at = c.means->by_ids.Find(probe);
     if (at == nullptr) {
@@ -495,6 +315,8 @@ double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location
   if (per_kind != nullptr) *per_kind = found->per_kind;
   return found->seconds;
 }
+
+namespace {
 
 // The score's scale for this cycle, like kube-scheduler's NormalizeScore: from the cheapest
 // expected transfer any node that could host the pod offers now (an aligned instance there) to
@@ -865,95 +687,7 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
   return c;
 }
 
-// KvTransferCost::Score on a node at `location` (`summary`: the view's, when it has one).
-framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state, const framework::NodeInfo& node,
-                               PoolCycle* c, const pd::Location& location, const framework::NodeSummary* summary) {
-  const PlacementRequest& req = state.request();
-  const pd::NetworkConfig& net = state.cluster()->network();
-  if (c->pool->anchor == AnchorKind::kGang) {
-    const bool inside = c->pool->gang_domain.empty() ? node.name == c->pool->gang_node
-                                               : DomainAt(location, *c->pool->gang_tier) == c->pool->gang_domain;
-    if (inside) {
-      return {kMaxScore, state.explain() ? c->prefix + c->pool->anchor_text + ": this node is inside it -> 100" : ""};
-    }
-  }
-
-  const PlacementOutcome& outcome = state.Outcome(node);
-  const pd::Endpoint own{req.IsShared() ? req.shared.count : req.gpus, std::max(0, req.rdma_nics),
-                         outcome.placement ? outcome.placement->worst_class : LinkClass::kPIX, 0};
-  std::array<int, pd::kPathKinds> per_kind{};
-  const double mean = CachedMean(net, *c, location, own, req.role, req.kv_ipc, &per_kind, summary);
-  const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
-
-  int score = base, penalty = 0, here = 0;
-  const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
-  const bool by_domain = domain != nullptr && !domain->empty();
-  if (args.spread_points > 0 && c->pool->same_total > 0) {
-    if (by_domain) {
-      const auto it = c->pool->same_by_domain.find(std::string_view(*domain));
-      here = it == c->pool->same_by_domain.end() ? 0 : it->second;
-    } else {
-      const std::string_view name(node.name);
-      const auto it = std::lower_bound(c->pool->same_by_node.begin(), c->pool->same_by_node.end(), name,
-                                       [](const auto& entry, std::string_view n) { return std::string_view(entry.first) < n; });
-      here = it == c->pool->same_by_node.end() || it->first != name ? 0 : it->second;
-    }
-    if (here > 0) {
-      penalty = RoundScore(static_cast<double>(args.spread_points) * here / c->pool->same_total);
-      score = std::max(framework::kMinScore, base - penalty);
-    }
-  }
-  if (!state.explain()) return {score, {}};
-
-  std::string paths;
-  for (std::size_t k = 0; k < pd::kPathKinds; ++k) {
-    if (per_kind[k] == 0) continue;
-    paths += (paths.empty() ? "" : ", ") + std::to_string(per_kind[k]) + " " +
-             std::string(pd::ToString(static_cast<pd::PathKind>(k)));
-  }
-  std::string why = c->prefix + c->pool->anchor_text;
-  why += c->pool->anchor == AnchorKind::kGang ? ", via its node " + c->pool->gang_node + ": expected KV transfer "
-                                        : ", expected KV transfer ";
-  why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
-         std::to_string(base);
-  if (here > 0) {
-    why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
-           std::to_string(c->pool->same_total) + " " + std::string(ToString(req.role)) + " " +
-           (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
-           std::to_string(score);
-  }
-  return {score, std::move(why)};
-}
-
 }  // namespace
-
-int LogScore(double cost_seconds, double best_seconds, double worst_seconds) {
-  if (!(worst_seconds > best_seconds) || !(best_seconds > 0)) return kMaxScore;
-  if (!(cost_seconds > best_seconds)) return kMaxScore;
-  const double x = 100.0 * (std::log(worst_seconds) - std::log(cost_seconds)) /
-                   (std::log(worst_seconds) - std::log(best_seconds));
-  return std::clamp(RoundScore(x), framework::kMinScore, kMaxScore);
-}
-
-CostBounds Bounds(const pd::NetworkConfig& network, const pd::Endpoint& own, bool kv_ipc, double bytes) {
-  pd::Endpoint aligned = own;
-  aligned.worst_class = LinkClass::kPIX;
-  pd::Endpoint sys = own;
-  sys.worst_class = LinkClass::kSYS;
-  // Every path two nodes can take under this config: the same node, each tier's, beyond them all.
-  std::vector<pd::PathKind> kinds = {
-      network.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma,
-      pd::PathKind::kBeyond};
-  for (const pd::Tier& tier : network.tiers) kinds.push_back(tier.path);
-  CostBounds bounds{std::numeric_limits<double>::infinity(), 0};
-  for (pd::PathKind kind : kinds) {
-    bounds.best_seconds = std::min(bounds.best_seconds,
-                                   pd::TransferSeconds(pd::Estimate(network, kind, aligned, aligned), bytes));
-    bounds.worst_seconds =
-        std::max(bounds.worst_seconds, pd::TransferSeconds(pd::Estimate(network, kind, sys, sys), bytes));
-  }
-  return bounds;
-}
 
 std::uint64_t StableHash(std::string_view pool, std::string_view domain) {
   Fnv1aHasher h;
