@@ -72,7 +72,7 @@ TEST(DeviceFitTest, NodesWithoutTopologyOrCordonedAreUnresolvable) {
   EXPECT_EQ(cordoned.code(), Code::kUnschedulableAndUnresolvable);
   EXPECT_EQ(cordoned.reason(), kReasonCordoned);
   framework::NodeInfo held = NodeBuilder("h", "hgx-h100-8gpu").Build();
-  held.held = true;  // a pod's allocation could not be read back (issue 13)
+  held.held = true;  // a pod's allocation could not be read back
   const auto h = plugin.Filter(state, held);
   EXPECT_EQ(h.code(), Code::kUnschedulableAndUnresolvable);
   EXPECT_EQ(h.reason(), kReasonHeld);

@@ -13,10 +13,9 @@
 // Score = round(100 * sigmoid(-delta / scale)), delta = F(after) - F(before) in milli-GPU and
 // scale = the `scale` arg (default 1000, one GPU). Placing without adding fragmentation scores
 // 50; each GPU's worth of capacity stranded for the typical pod costs about 25 points near 0.
-// On by default (weight 15) since the measure counts RDMA NICs (packing.h): measured in
-// docs/placement.md ("Capacity by default"), it lifts the GPU allocation ratio on the Alibaba
-// trace by 1.4-2.0 points and, on the embedded `simulate` default, places more pods than every
-// baseline on seeds 1-8.
+// On by default (weight 15) since the measure counts RDMA NICs (packing.h): it lifts the GPU
+// allocation ratio on the Alibaba trace and places more pods than every baseline on the
+// embedded `simulate` default; the figures are in docs/placement.md, "Capacity by default".
 //
 // Whole-GPU and shared requests alike; the engine still chooses the GPUs within the node.
 

@@ -19,12 +19,10 @@ namespace toposched::plugins::kv_transfer_cost {
 
 inline constexpr std::string_view kName = "KvTransferCost";
 // High because it counts only for pods of a Prefill/Decode pool (others: not counted, see
-// ScoreResult::counted): for those, the network path is the placement's main concern. Measured
-// in the simulator (docs/placement.md): at weight 3 toposched's P/D pods reached the cheapest
-// available path no more often than first-fit's on the 240-node default; at 10, 65-75 % against
-// 54-60 % over three seeds. Raised to 20 with ExpectedFragmentation on by default (weight 15):
-// at 10 beside it the P/D pods reached the cheapest path less often than first-fit's on three
-// of five seeds; at 20, more often on all eight (docs/placement.md, "Capacity by default").
+// ScoreResult::counted): for those, the network path is the placement's main concern. 20 is
+// the weight at which the simulator's P/D pods reach their cheapest path more often than
+// first-fit's beside ExpectedFragmentation (weight 15); the measurements are in
+// docs/placement.md, "Prefill/Decode pools in the simulator" and "Capacity by default".
 inline constexpr int kDefaultWeight = 20;
 // Where the per-cycle pool data lives in the CycleState (computed by the first Score call).
 inline constexpr std::string_view kCycleKey = "KvTransferCost/pool";

@@ -584,13 +584,13 @@ Result<NodeTopology> ImportHwlocXml(std::string_view content) {
 // and #787, which CheckKnownHwlocImportCrashes refuses by shape, and others the fuzz target keeps
 // finding that lstopo crashes on too). A file must cost an error, never the caller: the import
 // runs in a worker process, forked on first use and kept for the next imports (a fork per file
-// cost 80% of the fuzz target's time, in the kernel copying page tables). The parent sends the
-// file's length (8 bytes) and bytes over a socket pair; the worker answers with a length and
-// "1", the host name, a newline, the NodeTopology's JSON, or "0" and the error. A worker killed
-// by a signal is a malformed file: the error names the signal and the next import forks a fresh
-// worker. A worker retires after kImportsPerWorker files, so whatever an accepted but odd file
-// left in hwloc's state does not outlive many more. The parent decodes the JSON with the same
-// codec every reader of the object uses.
+// is dear: the kernel copies the process's page tables each time; docs/benchmarks.md,
+// "Fuzzing"). The parent sends the file's length (8 bytes) and bytes over a socket pair; the
+// worker answers with a length and "1", the host name, a newline, the NodeTopology's JSON, or
+// "0" and the error. A worker killed by a signal is a malformed file: the error names the signal
+// and the next import forks a fresh worker. A worker retires after kImportsPerWorker files, so
+// whatever an accepted but odd file left in hwloc's state does not outlive many more. The parent
+// decodes the JSON with the same codec every reader of the object uses.
 constexpr std::chrono::seconds kHwlocImportTimeout{60};  // a 64 MiB export imports in about a second
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
 // The fuzz target forks its worker before libFuzzer starts its threads (LLVMFuzzerInitialize)

@@ -45,7 +45,7 @@ NodeTopology BarePreset(const std::string& name) {
 // NVML writes bus ids with an 8-digit domain.
 std::string NvmlBusId(const Gpu& g) { return "0000" + g.pci_bus_id; }
 
-// Not all zeros even for GPU 0: an all-zero UUID is a placeholder and is dropped (issue 13).
+// Not all zeros even for GPU 0: an all-zero UUID is a placeholder and is dropped.
 std::string Uuid(int i) { return "GPU-10000000-0000-0000-0000-00000000000" + std::to_string(i); }
 
 std::string GpuLine(const Gpu& g, int i) {

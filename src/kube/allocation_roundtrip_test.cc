@@ -1,7 +1,7 @@
 // The allocation annotation's round trip as a property, over every real topology in
 // ../shared/topologies: whatever devices a bind can hold, EncodeAllocation then DecodeAllocation
-// against the same topology gives back exactly those devices (issue 13: every port of a dual-port
-// NIC used to read back as its last port). HAMi's device list, where the node has UUIDs, names the
+// against the same topology gives back exactly those devices (every port of a dual-port
+// NIC, which once read back as its last port). HAMi's device list, where the node has UUIDs, names the
 // same GPUs. The device sets are every single GPU and NIC, every pair of NICs and of GPUs, what
 // the engine chooses for every request shape as a node fills up, and seeded random subsets with
 // shares.

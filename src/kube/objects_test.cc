@@ -485,7 +485,7 @@ TEST(DecodeAllocation, AStaleIndexIsAcceptedOnlyWhenTheUuidConfirmsTheBusId) {
 }
 
 // A ConnectX-7 port pair: mlx5_0 and mlx5_1 are two RDMA devices of one PCI function (the OCI
-// H100 exports in ../shared/topologies have this shape; so does issue 13's server).
+// H100 exports in ../shared/topologies have this shape).
 NodeTopology DualPort() {
   NodeTopology t = Hgx();
   t.nics[1].pci_bus_id = t.nics[0].pci_bus_id;

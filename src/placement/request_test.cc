@@ -827,7 +827,7 @@ namespace toposched {
 namespace {
 
 // An llm-d.ai/role value llm-d does not know is ignored with a warning, never a failure: a pod
-// labelled with a future role must still be scheduled (issue 15, item 8).
+// labelled with a future role must still be scheduled.
 TEST(PodRequestTest, AnUnknownRoleIsIgnoredWithAWarning) {
   for (const char* value : {"chef", "Prefill", ""}) {
     SCOPED_TRACE(value);

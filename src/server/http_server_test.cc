@@ -1168,7 +1168,7 @@ TEST_F(HttpServerTlsTest, PlainHttpOnATlsPortIsClosed) {
   EXPECT_EQ(ServedCommonName(server->port()), "toposched-a");  // and TLS still works
 }
 
-// Mutual TLS (issue 15, item 10): with a client CA, a certificate that chains to it marks the
+// Mutual TLS: with a client CA, a certificate that chains to it marks the
 // request verified; none still connects (probes), unverified; one from elsewhere is refused.
 TEST_F(HttpServerTlsTest, ClientCertificatesAreVerifiedAgainstTheClientCa) {
   Install(SelfSigned("toposched-a"));

@@ -732,7 +732,7 @@ TEST(ClusterStoreTest, RestoreIsIdempotentAndChecked) {
   EXPECT_EQ(retry->kind, BindKind::kAlreadyBound);
 }
 
-// Fail closed (issue 13): a record the source could not read back holds the free devices it
+// Fail closed: a record the source could not read back holds the free devices it
 // still names and keeps its node out of new placements until the pod is gone or readable.
 // Fail closed across the Node's own updates: a label change, a cordon, a batch upsert (a
 // relist) or a new NodeTopology object must not lift a hold that only the pod's end or a

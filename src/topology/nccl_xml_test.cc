@@ -90,7 +90,7 @@ struct FileCase {
 
 const FileCase kFiles[] = {
     {"aliyun__hgx-a100-80g_8xA100_4xCX6-bond.nccl.xml", 8, 5, 5, 2, 4, 20},
-    {"aws__g5.48xlarge_8xA10G.nccl.xml", 0, 0, 0, 2, 0, 0},  // bare bus ids: not GPUs (issue 16)
+    {"aws__g5.48xlarge_8xA10G.nccl.xml", 0, 0, 0, 2, 0, 0},  // bare bus ids: not GPUs
     {"aws__p4d.24xlarge_8xA100_4xEFA.nccl.xml", 8, 4, 4, 2, 4, 4},
     {"aws__p4de.24xlarge_8xA100-80G_4xEFA.nccl.xml", 8, 4, 4, 2, 4, 4},
     {"azure__nc-a100-v4_A100_pcie.nccl.xml", 4, 0, 1, 4, 0, 0},
@@ -669,7 +669,7 @@ TEST(NcclXmlTest, NicNamesMustBeUsableIdentifiers) {
             "</cpu></system>"),
       "is not a device or interface name"));
   // A container's NCCL dump lists its one virtual interface (no PCI path) under every <cpu>:
-  // one NIC, locality unknown (issue 15, item 11). Under one <cpu> it keeps that locality.
+  // one NIC, locality unknown. Under one <cpu> it keeps that locality.
   const NodeTopology container = ParseOrDie(
       "<system version=\"1\">"
       "<cpu numaid=\"0\" affinity=\"0000ffff\"><pci busid=\"0000:07:00.0\" class=\"0x030200\"/>"
