@@ -96,9 +96,9 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(PodEntry& entry, std::op
     cycle->SetShapeMix(entry.mix);
     // The window's mix describes the pods this replica saw last: until it holds
     // min_pods_to_pack_by_mix() of them it is not the workload (a new leader may hold a few
-    // NIC-less pods and would let them take GPU+NIC nodes: e2e TestKubeScheduler left a Prefill
-    // pod unplaceable so), and the blind heuristics stay counted. After, they stand down as in the
-    // simulator (the framework's own setting).
+    // NIC-less pods and would let them take the GPU+NIC nodes a Prefill pod needs), and the blind
+    // heuristics stay counted. After, they stand down as in the simulator (the framework's own
+    // setting; docs/placement.md, "The window rule's threshold").
     if (!entry.packs_by_mix) cycle->set_packs_for_shape_mix(false);
     if (pool_scores) {
       std::shared_ptr<const std::map<std::string, pd::Location>> positions =

@@ -109,8 +109,8 @@ class Evaluator {
   // What of a node's free CPU the packing score reads: which typical shapes (`mix`'s; the pod's
   // own without one) fit in it before the pod and after it (packing::Fits compares a shape's CPU
   // with the CPU left, nothing else reads it), as the counts of the shapes' distinct CPU requests
-  // at or below each. Nodes of one class whose free CPU has one class score alike, exactly: at
-  // 5,000 nodes whose CPU binds, a few verdicts instead of one per node. `thresholds`:
+  // at or below each. Nodes of one class whose free CPU has one class score alike, exactly, so
+  // the many nodes whose CPU binds share a few verdicts instead of taking one each. `thresholds`:
   // CpuThresholds(r, mix) (PodEntry::cpu_thresholds).
   static std::vector<std::int64_t> CpuThresholds(const PlacementRequest& r, const packing::ShapeMix* mix);
   static std::int64_t CpuClass(const std::vector<std::int64_t>& thresholds, std::int64_t pod_cpu_milli,
@@ -169,11 +169,11 @@ class Evaluator {
                                             const std::shared_ptr<const packing::ShapeMix>& mix, bool packs_by_mix);
 
   // How many pods asking a device the window must hold before its mix is taken as the workload
-  // (PodEntry::packs_by_mix), by default: a new leader's few pods are not (the e2e suite's first
-  // pods asked no NIC and took GPU+NIC nodes a Prefill pod needed), 50 are (a fortieth of the
-  // window; the trace replay through the verbs packs better with 50 than with 500).
-  // Pods asking CPU alone do not count: they say nothing of the GPU shapes. The configuration's
-  // `capacity.minTypicalPods` sets it (min_pods_to_pack_by_mix).
+  // (PodEntry::packs_by_mix), by default a fortieth of the window: a new leader's first few pods
+  // are not the workload (NIC-less ones would take GPU+NIC nodes a Prefill pod needs), and a
+  // small threshold packs for the mix soon after (the measured choice: docs/placement.md, "The
+  // window rule's threshold"). Pods asking CPU alone do not count: they say nothing of the GPU
+  // shapes. The configuration's `capacity.minTypicalPods` sets it (min_pods_to_pack_by_mix).
   static constexpr std::size_t kMinPodsToPackByMix = framework::kDefaultMinTypicalPods;
   static_assert(kMinPodsToPackByMix == framework::ShapeWindow::kDefaultSize / 40);
   static_assert(framework::kMaxMinTypicalPods == framework::ShapeWindow::kDefaultSize);
@@ -190,7 +190,8 @@ class Evaluator {
   bool PacksByMixFor(std::string_view uid);
   // A pod that asks CPU and no device (PodEntry::packs_cpu) scored among nodes with GPUs joins
   // the typical pods: FGD's include such pods, and without them the packing score misjudges
-  // what a node's CPU is for (the trace replay: 0.2-0.4 points; docs/placement.md). One that
+  // what a node's CPU is for (docs/placement.md, "Through the extender's own verbs", point 0,
+  // "CPU-only pods are typical pods", has the trace replay's figures). One that
   // only CPU nodes could take (taints, selectors: kube-scheduler filtered the GPU nodes out)
   // is not part of the GPU nodes' workload and does not. Not seeded from the pods a cluster
   // runs (SeedShapes): the store cannot tell this scheduler's pods from DaemonSets'.

@@ -11,6 +11,7 @@
 #include "evaluator.h"
 #include "volcano_request.h"
 #include "toposched/common/pod_label.h"
+#include "toposched/common/status.h"
 #include "toposched/metrics/logging.h"
 
 namespace toposched::extender {
@@ -21,9 +22,9 @@ Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const PodRef& pod) {
   const auto now = clock_();
   if (auto hit = pods_.Find(pod.uid, pod.resource_version, now)) return hit;
   if (pod.raw.empty()) return Error("the request carries no Pod");
-  Result<PlacementRequest> parsed = ParsePodRequest(pod.raw, framework_.config().request);
-  if (!parsed.ok()) return parsed.error().WithContext("Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
-  return Store(std::move(parsed).value(), pod.uid, pod.resource_version, now);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(PlacementRequest parsed, ParsePodRequest(pod.raw, framework_.config().request),
+                                 "Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
+  return Store(std::move(parsed), pod.uid, pod.resource_version, now);
 }
 
 Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const VolcanoTaskView& task) {

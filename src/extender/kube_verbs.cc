@@ -23,8 +23,8 @@ using framework::Code;
 using server::HttpResponse;
 using metrics::LogLevel;
 
-// Per-thread reply buffers, kept between calls so that a 5,000-node call allocates nothing in
-// steady state. Only views into the current request live here.
+// Per-thread reply buffers, kept between calls so that a call naming thousands of nodes
+// allocates nothing in steady state. Only views into the current request live here.
 constexpr std::size_t kHostsSlots = 64;
 
 struct Scratch {

@@ -140,8 +140,8 @@ void VolcanoVerbs::Evictable(std::string_view body, HttpResponse& resp, Verb ver
   // decides (framework/session_plugins.go, Preemptable/Reclaimable); a later tier is asked only
   // when the earlier ones named none, as the priority plugin does for a preemptor of equal or
   // lower priority. An extender in a later tier that permits victims then makes Volcano evict
-  // pods its own policy just refused to (checked against vc-scheduler v1.13.3 in e2e
-  // TestVolcano/Preemption). toposched has no say on who may be evicted: the victims' devices
+  // pods its own policy just refused to (docs/extender.md, "What each verb does", names the
+  // Volcano release and e2e test that show it). toposched has no say on who may be evicted: the victims' devices
   // are freed when the pods are gone, and allocate gives them out only then.
   WriteVolcanoEvictResult(resp.body, kVoteAbstain, {});
 }
