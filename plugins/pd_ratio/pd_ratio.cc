@@ -45,7 +45,7 @@ std::string FormatHalves(int halves) {
 struct RatioCycle final : framework::StateData {
   std::string neutral;  // non-empty: every node scores 100 with this explanation
   std::string prefix;   // "decode of pool chat, target 1:3 (prefill share 0.25, from the pod)"
-  int p = 0, d = 0;
+  int target_prefill = 0, target_decode = 0;
   std::optional<std::size_t> tier;  // nullopt: no tier configured, every node its own domain
   std::string tier_label;
   std::map<std::string, Halves, std::less<>> by_domain;  // members on nodes labelled for the tier
@@ -71,21 +71,21 @@ std::unique_ptr<RatioCycle> BuildCycle(const framework::CycleState& state, const
   }
   std::string source;
   if (req.pd_ratio_prefill > 0 && req.pd_ratio_decode > 0) {
-    c->p = req.pd_ratio_prefill;
-    c->d = req.pd_ratio_decode;
+    c->target_prefill = req.pd_ratio_prefill;
+    c->target_decode = req.pd_ratio_decode;
     source = "from the pod";
   } else if (args.default_prefill > 0 && args.default_decode > 0) {
-    c->p = args.default_prefill;
-    c->d = args.default_decode;
+    c->target_prefill = args.default_prefill;
+    c->target_decode = args.default_decode;
     source = "defaultRatio";
   } else {
     c->neutral = role + " of pool " + req.pool + ": no target ratio (no " + std::string(kPdRatioAnnotation) +
                  " annotation, no defaultRatio): neutral -> 100";
     return c;
   }
-  const double s = static_cast<double>(c->p) / (c->p + c->d);
-  c->prefix = role + " of pool " + req.pool + ", target " + std::to_string(c->p) + ":" +
-              std::to_string(c->d) + " (prefill share " + FormatFixed(s, 2) + ", " + source + ")";
+  const double s = static_cast<double>(c->target_prefill) / (c->target_prefill + c->target_decode);
+  c->prefix = role + " of pool " + req.pool + ", target " + std::to_string(c->target_prefill) + ":" +
+              std::to_string(c->target_decode) + " (prefill share " + FormatFixed(s, 2) + ", " + source + ")";
   const framework::ClusterView* cluster = state.cluster();
   if (cluster == nullptr) {
     c->neutral = c->prefix + ": no cluster view in this cycle: neutral -> 100";
@@ -140,10 +140,10 @@ framework::ScoreResult PdRatio::Score(framework::CycleState& state, const framew
   const Halves before = it == counts.end() ? Halves{} : it->second;
   Halves after = before;
   Add(after, Contribution(role));
-  const int score = RatioScore(c->p, c->d, after.prefill, after.decode);
+  const int score = RatioScore(c->target_prefill, c->target_decode, after.prefill, after.decode);
   if (!state.explain()) return {score, {}};
   const double share = static_cast<double>(after.prefill) / (after.prefill + after.decode);
-  const double s = static_cast<double>(c->p) / (c->p + c->d);
+  const double s = static_cast<double>(c->target_prefill) / (c->target_prefill + c->target_decode);
 
   std::string where;
   if (!domain.empty()) {

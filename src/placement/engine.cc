@@ -158,12 +158,12 @@ class WholeSearch {
     if (!have_best_ || (target_mode_ && !found_)) return std::nullopt;
     WholeChoice c;
     c.cost = best_.cost;
-    for (int p : best_s_) c.gpus.push_back(gpu_[Idx(p)]);
+    for (int p : best_subset_) c.gpus.push_back(gpu_[Idx(p)]);
     if (n_ == 0) return c;
     // Pass 3: the first NIC set (then assignment) in lexicographic order reaching best_.
-    s_ = best_s_;
+    subset_ = best_subset_;
     PrepareSubset();
-    for (int p : s_) Touch(gpu_group_[Idx(p)]);
+    for (int p : subset_) Touch(gpu_group_[Idx(p)]);
     std::vector<int> chosen;
     if (!FirstNicSet(0, chosen)) return std::nullopt;  // unreachable: best_ was reached by some set
     for (int q : chosen) c.nics.push_back(nic_[Idx(q)]);
@@ -299,7 +299,7 @@ class WholeSearch {
   // inner search finds the real pairs.
   void Outer(int i, const Reach& reach, int gg, int nv) {
     if (found_ && target_mode_) return;
-    const int k = static_cast<int>(s_.size());
+    const int k = static_cast<int>(subset_.size());
     const int r = g_ - k;
     if (ng_ - i < r) return;
     const auto [chosen_worst, chosen_sum] = ChosenBound(reach, k);
@@ -317,7 +317,7 @@ class WholeSearch {
       return;
     }
     int gg_in = gg, nv_in = nv;
-    for (int x : s_) {
+    for (int x : subset_) {
       gg_in = std::max(gg_in, gg_[Idx(i * ng_ + x)]);
       nv_in -= nv_[Idx(i * ng_ + x)];
     }
@@ -366,15 +366,15 @@ class WholeSearch {
   }
 
   void Push(int p) {
-    s_.push_back(p);
+    subset_.push_back(p);
     Touch(gpu_group_[Idx(p)]);
     for (int x = 0; x < ng_; ++x) to_chosen_[Idx(x)] += nv_[Idx(x * ng_ + p)];
   }
   void Pop() {
-    const int p = s_.back();
+    const int p = subset_.back();
     for (int x = 0; x < ng_; ++x) to_chosen_[Idx(x)] -= nv_[Idx(x * ng_ + p)];
     Untouch(gpu_group_[Idx(p)]);
-    s_.pop_back();
+    subset_.pop_back();
   }
 
   void Evaluate(int gg, int nv) {
@@ -387,7 +387,7 @@ class WholeSearch {
     gg_s_ = gg;
     nv_s_ = nv;
     Assign(0, 0, 0, 0);
-    if (found_) best_s_ = s_;
+    if (found_) best_subset_ = subset_;
   }
 
   // Cuts a branch whose lower bound cannot beat the incumbent (subsets come in lexicographic
@@ -397,7 +397,7 @@ class WholeSearch {
   // Pass 1: the optimal value, depth-first over GPUs and the NIC of each chosen one (best rank
   // first). Only the value is kept, so ties are cut whatever their order.
   void Joint(int i, int distinct, int worst, int sum, int gg, int nv) {
-    const int k = static_cast<int>(s_.size());
+    const int k = static_cast<int>(subset_.size());
     const int r = g_ - k;
     if (ng_ - i < r) return;
     if (r == 0) {
@@ -426,7 +426,7 @@ class WholeSearch {
       if (max_nv_ > 0 && Lower(wl, sl, gg, nv - MaxAddedLinks(i, r), newly, extra) >= best_) return;
     }
     int gg_in = gg, nv_in = nv;
-    for (int x : s_) {
+    for (int x : subset_) {
       gg_in = std::max(gg_in, gg_[Idx(i * ng_ + x)]);
       nv_in -= nv_[Idx(i * ng_ + x)];
     }
@@ -458,7 +458,7 @@ class WholeSearch {
   void Record(const Value& v) {
     best_ = v;
     have_best_ = true;
-    best_s_ = s_;
+    best_subset_ = subset_;
   }
 
   // Per-subset tables: suffix bounds of the best ranks in subset order and, for extra NICs, each
@@ -467,7 +467,7 @@ class WholeSearch {
     sfx_max_.assign(Idx(g_ + 1), 0);
     sfx_sum_.assign(Idx(g_ + 1), 0);
     for (int idx = g_ - 1; idx >= 0; --idx) {
-      const int b = gpu_best_[Idx(s_[Idx(idx)])];
+      const int b = gpu_best_[Idx(subset_[Idx(idx)])];
       sfx_max_[Idx(idx)] = std::max(sfx_max_[Idx(idx + 1)], b);
       sfx_sum_[Idx(idx)] = sfx_sum_[Idx(idx + 1)] + b;
     }
@@ -478,7 +478,7 @@ class WholeSearch {
   void ExtraRanks() {
     for (int q = 0; q < nn_; ++q) {
       int e = kNoEdge;
-      for (int p : s_) e = std::min(e, Raw(p, q));
+      for (int p : subset_) e = std::min(e, Raw(p, q));
       extra_rank_[Idx(q)] = e;
     }
   }
@@ -493,7 +493,7 @@ class WholeSearch {
       wl = worst;
       sl = sum;
       for (int rest = idx; rest < g_; ++rest) {
-        const int b = RestrictedBest(s_[Idx(rest)]);
+        const int b = RestrictedBest(subset_[Idx(rest)]);
         if (b == kNoEdge) return;
         wl = std::max(wl, b);
         sl += b;
@@ -511,7 +511,7 @@ class WholeSearch {
       if (Make(worst, sum, gg_s_, nv_s_, newly, extra) == best_) found_ = true;
       return;
     }
-    const int p = s_[Idx(idx)];
+    const int p = subset_[Idx(idx)];
     for (int q : nic_order_[Idx(p)]) {
       const int rank = Rank(p, q);
       // NICs come best rank first: once (worst, sum) passes the target, so do the rest.
@@ -594,13 +594,13 @@ class WholeSearch {
     return opened;
   }
 
-  // Pass 3 over NIC sets in lexicographic order for the subset s_: the first one with an
+  // Pass 3 over NIC sets in lexicographic order for subset_: the first one with an
   // assignment of value best_.
   bool FirstNicSet(int q, std::vector<int>& chosen) {
     const int need = n_ - static_cast<int>(chosen.size());
     if (nn_ - q < need) return false;
     int worst = 0, sum = 0;
-    for (int p : s_) {
+    for (int p : subset_) {
       int b = kNoEdge;
       for (int c : chosen) b = std::min(b, Rank(p, c));
       if (need > 0) {
@@ -615,7 +615,7 @@ class WholeSearch {
       per_gpu_best_.assign(Idx(g_ + 1), {0, 0});
       for (int idx = g_ - 1; idx >= 0; --idx) {
         int b = kNoEdge;
-        for (int c : chosen) b = std::min(b, Rank(s_[Idx(idx)], c));
+        for (int c : chosen) b = std::min(b, Rank(subset_[Idx(idx)], c));
         per_gpu_best_[Idx(idx)] = {std::max(per_gpu_best_[Idx(idx + 1)].first, b),
                                    per_gpu_best_[Idx(idx + 1)].second + b};
       }
@@ -623,7 +623,7 @@ class WholeSearch {
       return AssignFirst(chosen, 0, 0, 0, 0);
     }
     bool can_serve = !all_serve_;
-    for (int p : s_) can_serve = can_serve || Rank(p, q) != kNoEdge;
+    for (int p : subset_) can_serve = can_serve || Rank(p, q) != kNoEdge;
     if (can_serve) {
       chosen.push_back(q);
       Touch(nic_group_[Idx(q)]);
@@ -645,7 +645,7 @@ class WholeSearch {
       for (int q : nics) extra += load_[Idx(q)] == 0 ? extra_rank_[Idx(q)] : 0;
       return Make(worst, sum, best_.cost.worst_gpu_gpu, best_.cost.neg_nvlinks, newly_, extra) == best_;
     }
-    const int p = s_[Idx(idx)];
+    const int p = subset_[Idx(idx)];
     for (int q : nics) {
       const int rank = Rank(p, q);
       if (rank == kNoEdge || load_[Idx(q)] >= cap_) continue;
@@ -739,7 +739,7 @@ class WholeSearch {
   // Search state.
   std::vector<int> touch_;       // per intact-before group: chosen devices in it
   int newly_ = 0;                // intact-before groups touched
-  std::vector<int> s_;           // chosen subset (candidate positions)
+  std::vector<int> subset_;      // chosen subset (candidate positions)
   std::vector<int> load_;        // per NIC: GPUs it serves
   std::uint64_t used_mask_ = 0;  // NICs with a load (when hall_)
   int gg_s_ = 0, nv_s_ = 0;
@@ -751,10 +751,10 @@ class WholeSearch {
   std::vector<int> to_chosen_;  // per candidate: NVLinks to the chosen GPUs
   std::vector<std::pair<int, int>> dp_, next_;
   bool target_mode_ = false;  // best_ is the known optimum; the subset search looks for it
-  bool found_ = false;        // target mode: the first subset reaching best_ is in best_s_
+  bool found_ = false;        // target mode: the first subset reaching best_ is in best_subset_
   bool have_best_ = false;
   Value best_;
-  std::vector<int> best_s_, best_nics_, assignment_;
+  std::vector<int> best_subset_, best_nics_, assignment_;
   int mw_best_ = kNoEdge, mw_floor_ = 0;
 };
 
