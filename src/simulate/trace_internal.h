@@ -85,6 +85,15 @@ struct ReplayState {
 // The extender (kTracePolicyExtender; `kube`: kTracePolicyKubeExtender): ExtenderService's
 // filter, prioritize and bind verbs, in process, on a ClusterStore of the trace's nodes
 // (trace_extender.cc).
+// The policy named `policy` (trace.h's kTracePolicy*) over `state`: FGD gets `mix`, toposched
+// `demand_mix` (TraceReplayResult::typical, typical_demand). trace_policies.cc.
+Result<std::unique_ptr<TracePolicy>> MakeTracePolicy(ReplayState& state, std::string_view policy,
+                                                     const framework::SchedulerConfig& config,
+                                                     const packing::ShapeMix& mix, const packing::ShapeMix& demand_mix,
+                                                     bool cpu_blind);
+// A task's shape for the packing measure (its GPUs, milli, CPU and accepted models).
+packing::Shape ShapeOfTask(const TraceTask& t);
+
 Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s, const framework::SchedulerConfig& config,
                                                              bool kube);
 
