@@ -1,10 +1,11 @@
 #pragma once
 // The fields of a Pod that ParsePodRequest reads, kept from its JSON text (request.cc), by two
 // readers that must agree: nlohmann's parser with the keep filter (every document, the errors'
-// wording), and a simdjson pass (the common case, a few times faster on real pods full of
-// managedFields and status) that gives up (nullopt) on anything but well-formed JSON whose kept
-// fields have the types a Pod gives them. Private to the placement library, its tests and the
-// pod_request fuzz target (which checks that the two agree).
+// wording), and a simdjson pass (the common case, cheaper on real pods full of managedFields
+// and status: docs/benchmarks.md, "Prefill/Decode pool pods in the extender") that gives up
+// (nullopt) on anything but well-formed JSON whose kept fields have the types a Pod gives them.
+// Private to the placement library, its tests and the pod_request fuzz target (which checks that
+// the two agree).
 
 #include <cstddef>
 #include <optional>
