@@ -1,10 +1,28 @@
 #include "toposched/framework/cluster_view.h"
 
+#include "toposched/placement/device_rules.h"
+
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
 namespace toposched::framework {
+
+FreeDevices FreeDevicesOf(const NodeTopology* topology, const NodeAllocation& allocated, bool held) {
+  FreeDevices free;
+  if (topology == nullptr || held) return free;
+  for (std::size_t g = 0; g < topology->gpus.size(); ++g) {
+    if (GpuFree(allocated, static_cast<int>(g)) && topology->gpus[g].unusable.empty()) {
+      ++free.gpus;
+      ++free.gpus_by_vendor[VendorIndex(topology->gpus[g].vendor)];
+    }
+  }
+  for (std::size_t n = 0; n < topology->nics.size(); ++n) {
+    if (topology->nics[n].rdma && !NicUsed(allocated, static_cast<int>(n))) ++free.rdma_nics;
+  }
+  return free;
+}
+
 
 namespace {
 

@@ -49,19 +49,11 @@ bool CouldHost(const VirtualNode& node, const PlacementRequest& r) {
   return nics >= r.rdma_nics;
 }
 
-// Free GPUs by vendor (framework::NodeSummary::free_by_vendor) and free RDMA NICs.
+// Free GPUs by vendor (framework::NodeSummary::free_by_vendor) and free RDMA NICs, as the
+// extender's store counts them (framework::FreeDevicesOf).
 std::pair<framework::StaticClusterView::VendorCounts, int> FreeDevices(const VirtualNode& node) {
-  framework::StaticClusterView::VendorCounts gpus{};
-  int nics = 0;
-  if (node.topology == nullptr) return {gpus, 0};
-  const NodeTopology& t = *node.topology;
-  for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
-    if (GpuFree(node.allocated, g)) ++gpus[VendorIndex(t.gpus[Index(g)].vendor)];
-  }
-  for (int n = 0; n < static_cast<int>(t.nics.size()); ++n) {
-    if (t.nics[Index(n)].rdma && !NicUsed(node.allocated, n)) ++nics;
-  }
-  return {gpus, nics};
+  const framework::FreeDevices free = framework::FreeDevicesOf(node.topology.get(), node.allocated, node.held);
+  return {free.gpus_by_vendor, free.rdma_nics};
 }
 
 // The tier P:D ratios are kept at: the one whose path is leaf (the default tiers' second);

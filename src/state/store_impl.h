@@ -51,21 +51,12 @@ struct ClusterStore::Impl {
     for (std::size_t t = 0; t < record.position.domains.size(); ++t) {
       record.position_hashes[t] = framework::PositionHash(record.position.domains[t]);
     }
-    record.free_gpus = record.free_rdma_nics = 0;
-    record.free_by_vendor = {};
     record.hardware = record.topology == nullptr ? packing::NodeHardware{} : packing::HardwareOf(*record.topology);
-    if (record.topology == nullptr || record.held()) return;
-    for (std::size_t g = 0; g < record.topology->gpus.size(); ++g) {
-      if (GpuFree(record.allocated, static_cast<int>(g)) && record.topology->gpus[g].unusable.empty()) {
-        ++record.free_gpus;
-        ++record.free_by_vendor[VendorIndex(record.topology->gpus[g].vendor)];
-      }
-    }
-    for (std::size_t n = 0; n < record.topology->nics.size(); ++n) {
-      if (record.topology->nics[n].rdma && !NicUsed(record.allocated, static_cast<int>(n))) {
-        ++record.free_rdma_nics;
-      }
-    }
+    // What is free, as the simulator counts it too (framework::FreeDevicesOf).
+    const framework::FreeDevices free = framework::FreeDevicesOf(record.topology.get(), record.allocated, record.held());
+    record.free_gpus = free.gpus;
+    record.free_by_vendor = free.gpus_by_vendor;
+    record.free_rdma_nics = free.rdma_nics;
   }
 
   // Publishers serialise on publish_mu and are the only writers of `current`; readers copy it

@@ -18,6 +18,7 @@
 
 #include "toposched/common/hash.h"
 #include "toposched/pd/network.h"
+#include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
 #include "toposched/topology/node_topology.h"
 
@@ -98,6 +99,17 @@ class ClusterView {
   // Calls `fn` with each node of run `run` (< PositionRunCount()) until it returns false.
   virtual void ForEachNodeInRun(std::size_t /*run*/, const std::function<bool(const NodeSummary&)>& /*fn*/) const {}
 };
+
+// What a node has free for new pods, as every view counts it (the extender's store and the
+// simulator's): GPUs neither exclusive nor shared and not marked unusable (NodeTopology's
+// Gpu::unusable), by vendor, and RDMA NICs not in use; nothing on a node that takes no new device
+// placements (`held`: an allocation there could not be read back).
+struct FreeDevices {
+  std::array<int, kGpuVendors> gpus_by_vendor{};
+  int gpus = 0;
+  int rdma_nics = 0;
+};
+FreeDevices FreeDevicesOf(const NodeTopology* topology, const NodeAllocation& allocated, bool held);
 
 // A plain in-memory view: tests, the simulator, `toposched advise`.
 class StaticClusterView : public ClusterView {
