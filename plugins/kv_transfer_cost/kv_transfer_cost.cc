@@ -51,41 +51,41 @@ std::string Instances(int n, std::string_view role) {
 }
 
 // Numbers the sites' domains per tier (SiteLayout); call once the locations are known.
-void LayOut(std::size_t tiers, SiteLayout& l) {
-  const std::size_t n = l.locations.size();
-  l.domain_ids.assign(tiers, {});
-  for (auto& ids : l.domain_ids) ids.reserve(n);
-  l.ids.assign(n, std::vector<int>(tiers, -1));
+void LayOut(std::size_t tiers, SiteLayout& layout) {
+  const std::size_t n = layout.locations.size();
+  layout.domain_ids.assign(tiers, {});
+  for (auto& ids : layout.domain_ids) ids.reserve(n);
+  layout.ids.assign(n, std::vector<int>(tiers, -1));
   for (std::size_t i = 0; i < n; ++i) {
-    const pd::Location& location = l.locations[i];
+    const pd::Location& location = layout.locations[i];
     for (std::size_t t = 0; t < tiers && t < location.domains.size(); ++t) {
       const std::string& d = location.domains[t];
       if (d.empty()) continue;
-      auto& ids = l.domain_ids[t];
-      l.ids[i][t] = ids.try_emplace(std::string_view(d), static_cast<int>(ids.size())).first->second;
+      auto& ids = layout.domain_ids[t];
+      layout.ids[i][t] = ids.try_emplace(std::string_view(d), static_cast<int>(ids.size())).first->second;
     }
   }
-  l.ids_by_hash.assign(tiers, {});
+  layout.ids_by_hash.assign(tiers, {});
   for (std::size_t t = 0; t < tiers; ++t) {
-    for (const auto& [domain, id] : l.domain_ids[t]) {
-      if (!l.ids_by_hash[t].Insert(framework::PositionHash(domain), id)) l.hashes_usable = false;
+    for (const auto& [domain, id] : layout.domain_ids[t]) {
+      if (!layout.ids_by_hash[t].Insert(framework::PositionHash(domain), id)) layout.hashes_usable = false;
     }
   }
-  l.sites_in.assign(tiers, {});
-  for (std::size_t t = 0; t < tiers; ++t) l.sites_in[t].resize(l.domain_ids[t].size());
-  l.nesting.assign(tiers, {});
-  for (std::size_t t = 0; t < tiers; ++t) l.nesting[t].resize(l.domain_ids[t].size());
+  layout.sites_in.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) layout.sites_in[t].resize(layout.domain_ids[t].size());
+  layout.nesting.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) layout.nesting[t].resize(layout.domain_ids[t].size());
   for (std::size_t i = 0; i < n; ++i) {
-    const pd::Location& location = l.locations[i];
-    l.site_at.emplace(location.node, i);
-    l.site_name_hashes.Insert(framework::PositionHash(location.node), true);
+    const pd::Location& location = layout.locations[i];
+    layout.site_at.emplace(location.node, i);
+    layout.site_name_hashes.Insert(framework::PositionHash(location.node), true);
     for (std::size_t t = 0; t < tiers; ++t) {
-      if (l.ids[i][t] < 0) continue;
-      std::vector<std::size_t>& there = l.sites_in[t][static_cast<std::size_t>(l.ids[i][t])];
+      if (layout.ids[i][t] < 0) continue;
+      std::vector<std::size_t>& there = layout.sites_in[t][static_cast<std::size_t>(layout.ids[i][t])];
       there.push_back(i);
       if (t + 1 == tiers) continue;  // the top tier nests in nothing
       // Nested while every site of the domain has one and the same tier t + 1 domain.
-      SiteLayout::Nesting& d = l.nesting[t][static_cast<std::size_t>(l.ids[i][t])];
+      SiteLayout::Nesting& d = layout.nesting[t][static_cast<std::size_t>(layout.ids[i][t])];
       const bool has_parent = t + 1 < location.domains.size() && !location.domains[t + 1].empty();
       const std::uint64_t parent = has_parent ? framework::PositionHash(location.domains[t + 1]) : 0;
       if (there.size() == 1) d.parent = parent;
@@ -96,23 +96,23 @@ void LayOut(std::size_t tiers, SiteLayout& l) {
 
 // What the sites hold (PoolSites: totals per endpoint, each site's and each domain's content);
 // call once the sites' instances are counted.
-void CountSites(std::size_t tiers, PoolSites& c) {
-  const SiteLayout& l = *c.layout;
-  c.total_by_endpoint.assign(c.endpoints.size(), 0);
-  c.content.assign(tiers, {});
-  for (std::size_t t = 0; t < tiers; ++t) c.content[t].assign(l.domain_ids[t].size(), 0);
-  c.site_content.assign(c.sites.size(), 0);
-  for (std::size_t i = 0; i < c.sites.size(); ++i) {
+void CountSites(std::size_t tiers, PoolSites& out) {
+  const SiteLayout& layout = *out.layout;
+  out.total_by_endpoint.assign(out.endpoints.size(), 0);
+  out.content.assign(tiers, {});
+  for (std::size_t t = 0; t < tiers; ++t) out.content[t].assign(layout.domain_ids[t].size(), 0);
+  out.site_content.assign(out.sites.size(), 0);
+  for (std::size_t i = 0; i < out.sites.size(); ++i) {
     std::uint64_t h = 0;
-    for (const SiteEndpoint& e : c.sites[i].endpoints) {
-      c.total_by_endpoint[e.endpoint] += e.count;
+    for (const SiteEndpoint& e : out.sites[i].endpoints) {
+      out.total_by_endpoint[e.endpoint] += e.count;
       // Offset: splitmix64's finalizer maps 0 to 0, and endpoint 0 without IPC must count.
       const std::uint64_t instance = ((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0)) + 0x9e3779b97f4a7c15ull;
       h += static_cast<std::uint64_t>(e.count) * Mix64(instance);
     }
-    c.site_content[i] = h;
+    out.site_content[i] = h;
     for (std::size_t t = 0; t < tiers; ++t) {
-      if (l.ids[i][t] >= 0) c.content[t][static_cast<std::size_t>(l.ids[i][t])] += h;
+      if (layout.ids[i][t] >= 0) out.content[t][static_cast<std::size_t>(layout.ids[i][t])] += h;
     }
   }
 }
@@ -121,20 +121,21 @@ void CountSites(std::size_t tiers, PoolSites& c) {
 // location (a pass over thousands of nodes would wait on memory for each): the same numbers,
 // unless a node's domain shares a 64-bit hash with a site's, which could at worst mis-score it
 // (as the store's class keys could), never place a pod where it does not fit.
-void DomainIdsOfHashed(const SiteLayout& c, const std::uint64_t* hashes, std::vector<int>& out) {
-  out.assign(c.domain_ids.size(), -1);
+void DomainIdsOfHashed(const SiteLayout& layout, const std::uint64_t* hashes, std::vector<int>& out) {
+  out.assign(layout.domain_ids.size(), -1);
   for (std::size_t t = 0; t < out.size(); ++t) {
-    if (const int* id = c.ids_by_hash[t].Find(hashes[t]); id != nullptr) out[t] = *id;
+    if (const int* id = layout.ids_by_hash[t].Find(hashes[t]); id != nullptr) out[t] = *id;
   }
 }
 
 // `location`'s domain numbers into `out` (size: tiers).
-void DomainIdsOf(const SiteLayout& c, const pd::Location& location, std::vector<int>& out) {
-  out.assign(c.domain_ids.size(), -1);
+void DomainIdsOf(const SiteLayout& layout, const pd::Location& location, std::vector<int>& out) {
+  out.assign(layout.domain_ids.size(), -1);
   for (std::size_t t = 0; t < out.size() && t < location.domains.size(); ++t) {
     const std::string& d = location.domains[t];
     if (d.empty()) continue;
-    if (const auto it = c.domain_ids[t].find(std::string_view(d)); it != c.domain_ids[t].end()) out[t] = it->second;
+    if (const auto it = layout.domain_ids[t].find(std::string_view(d)); it != layout.domain_ids[t].end())
+      out[t] = it->second;
   }
 }
 
@@ -149,7 +150,7 @@ std::size_t AddEndpoint(std::vector<pd::Endpoint>& endpoints, const pd::Endpoint
 // The sites of `members` (PoolSites): laid out by node name, in `previous` when it holds the
 // same nodes (its positions being the cycle's), counted.
 void AddSites(const framework::ClusterView& cluster, const std::vector<const PoolMember*>& members,
-              const std::shared_ptr<const SiteLayout>& previous, PoolSites& c) {
+              const std::shared_ptr<const SiteLayout>& previous, PoolSites& out) {
   const std::size_t tiers = cluster.network().tiers.size();
   std::vector<std::string_view> nodes;
   nodes.reserve(members.size());
@@ -160,7 +161,7 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
                     std::equal(nodes.begin(), nodes.end(), previous->locations.begin(),
                                [](std::string_view n, const pd::Location& l) { return n == l.node; });
   if (same) {
-    c.layout = previous;
+    out.layout = previous;
   } else {
     auto layout = std::make_shared<SiteLayout>();
     layout->locations.reserve(nodes.size());
@@ -169,15 +170,15 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
       layout->locations.back().node = std::string(n);  // the key the sites are found by
     }
     LayOut(tiers, *layout);
-    c.layout = std::move(layout);
+    out.layout = std::move(layout);
   }
-  c.sites.assign(nodes.size(), {});
+  out.sites.assign(nodes.size(), {});
   for (const PoolMember* m : members) {
-    const std::size_t site = c.layout->site_at.find(std::string_view(m->node))->second;
+    const std::size_t site = out.layout->site_at.find(std::string_view(m->node))->second;
     // A member recorded without GPUs still holds one instance's KV cache: count one lane.
     const std::size_t e = AddEndpoint(
-        c.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
-    std::vector<SiteEndpoint>& at = c.sites[site].endpoints;
+        out.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
+    std::vector<SiteEndpoint>& at = out.sites[site].endpoints;
     const auto found = std::find_if(at.begin(), at.end(), [&](const SiteEndpoint& s) {
       return s.endpoint == e && s.ipc == m->kv_ipc;
     });
@@ -187,15 +188,15 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
       ++found->count;
     }
   }
-  c.anchors = static_cast<int>(members.size());
-  CountSites(tiers, c);
+  out.anchors = static_cast<int>(members.size());
+  CountSites(tiers, out);
 }
 
 // The gang anchor: the domain at `tier` with the most free GPUs of the pod's vendor over
 // schedulable nodes. A node without a label for the tier is a domain of its own. False when no
 // node is schedulable.
 bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& pool, GpuVendor vendor,
-                      const std::optional<std::size_t>& tier, PoolSites& c) {
+                      const std::optional<std::size_t>& tier, PoolSites& out) {
   struct Domain {
     long long free = 0;
     std::string first_node;
@@ -225,90 +226,91 @@ bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& 
     }
   }
   if (best == nullptr) return false;
-  c.anchor = AnchorKind::kGang;
-  c.gang_tier = tier;
-  c.gang_domain = best->first.first ? std::string() : best->first.second;
-  c.gang_node = best->second.first_node;
-  const std::string where = c.gang_domain.empty()
-                                ? "node " + c.gang_node
-                                : cluster.network().tiers[*tier].label + "=" + c.gang_domain;
-  c.anchor_text =
+  out.anchor = AnchorKind::kGang;
+  out.gang_tier = tier;
+  out.gang_domain = best->first.first ? std::string() : best->first.second;
+  out.gang_node = best->second.first_node;
+  const std::string where = out.gang_domain.empty()
+                                ? "node " + out.gang_node
+                                : cluster.network().tiers[*tier].label + "=" + out.gang_domain;
+  out.anchor_text =
       "no instances yet; gang anchor " + where + " (" + std::to_string(best->second.free) + " free GPUs)";
   return true;
 }
 
 }  // namespace
 
-double CachedMean(const pd::NetworkConfig& net, PoolCycle& c, const pd::Location& location,
+double CachedMean(const pd::NetworkConfig& net, PoolCycle& cycle, const pd::Location& location,
                   const pd::Endpoint& own, PodRole role, bool kv_ipc,
                   std::array<int, pd::kPathKinds>* per_kind, const framework::NodeSummary* summary) {
-  const PoolSites& p = *c.pool;
-  const SiteLayout& l = *p.layout;
-  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && l.hashes_usable;
+  const PoolSites& pool = *cycle.pool;
+  const SiteLayout& layout = *pool.layout;
+  const bool hashed = summary != nullptr && summary->domain_hashes != nullptr && layout.hashes_usable;
   // Whether the node holds a site: the hashes rule most nodes out without reading the location.
   bool site = true;
   if (hashed) {
-    DomainIdsOfHashed(l, summary->domain_hashes, c.key);
-    site = l.site_name_hashes.Find(summary->name_hash) != nullptr;
+    DomainIdsOfHashed(layout, summary->domain_hashes, cycle.key);
+    site = layout.site_name_hashes.Find(summary->name_hash) != nullptr;
   } else {
-    DomainIdsOf(l, location, c.key);
+    DomainIdsOf(layout, location, cycle.key);
   }
   std::size_t own_site = kNoSite;
   if (site) {
-    if (const auto at = l.site_at.find(std::string_view(location.node)); at != l.site_at.end()) own_site = at->second;
+    if (const auto at = layout.site_at.find(std::string_view(location.node)); at != layout.site_at.end())
+      own_site = at->second;
   }
   // By content (PoolSites::content), when the node's domains nest; the hashes give its tier
   // t + 1 domain to check that against.
   if (hashed) {
-    const std::size_t tiers = c.key.size();
+    const std::size_t tiers = cycle.key.size();
     std::uint64_t k = Mix64(static_cast<std::uint64_t>(own.worst_class) + 1);
-    if (own_site != kNoSite) k = Mix64(k ^ p.site_content[own_site] ^ 0x5bd1e995ull);
+    if (own_site != kNoSite) k = Mix64(k ^ pool.site_content[own_site] ^ 0x5bd1e995ull);
     bool nested = true;
     for (std::size_t t = 0; t < tiers && nested; ++t) {
       std::uint64_t h = 0;
-      if (c.key[t] >= 0) {
-        const auto d = static_cast<std::size_t>(c.key[t]);
-        const SiteLayout::Nesting& nesting = l.nesting[t][d];
+      if (cycle.key[t] >= 0) {
+        const auto d = static_cast<std::size_t>(cycle.key[t]);
+        const SiteLayout::Nesting& nesting = layout.nesting[t][d];
         nested = nesting.nested && (t + 1 == tiers || nesting.parent == summary->domain_hashes[t + 1]);
-        h = p.content[t][d];
+        h = pool.content[t][d];
       }
       k = Mix64(k ^ h ^ (t + 1));
     }
     if (nested) {
-      if (const std::size_t* at = c.means->by_content.Find(k); at != nullptr) {
-        if (per_kind != nullptr) *per_kind = c.means->means[*at].per_kind;
-        return c.means->means[*at].seconds;
+      if (const std::size_t* at = cycle.means->by_content.Find(k); at != nullptr) {
+        if (per_kind != nullptr) *per_kind = cycle.means->means[*at].per_kind;
+        return cycle.means->means[*at].seconds;
       }
       MeanCache::Mean m;
-      m.seconds = MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, &m.per_kind);
-      c.means->by_content.Insert(k, c.means->means.size());
-      c.means->means.push_back(std::move(m));  // no `key`: never matched by by_ids
-      if (per_kind != nullptr) *per_kind = c.means->means.back().per_kind;
-      return c.means->means.back().seconds;
+      m.seconds = MeanSeconds(net, cycle, own_site, cycle.key, own, role, kv_ipc, &m.per_kind);
+      cycle.means->by_content.Insert(k, cycle.means->means.size());
+      cycle.means->means.push_back(std::move(m));  // no `key`: never matched by by_ids
+      if (per_kind != nullptr) *per_kind = cycle.means->means.back().per_kind;
+      return cycle.means->means.back().seconds;
     }
   }
-  if (own_site != kNoSite) return MeanSeconds(net, c, own_site, c.key, own, role, kv_ipc, per_kind);
-  c.key.push_back(static_cast<int>(own.worst_class));
+  if (own_site != kNoSite) return MeanSeconds(net, cycle, own_site, cycle.key, own, role, kv_ipc, per_kind);
+  cycle.key.push_back(static_cast<int>(own.worst_class));
   std::uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (int id : c.key) h = HashMix(h, static_cast<std::uint32_t>(id));
+  for (int id : cycle.key) h = HashMix(h, static_cast<std::uint32_t>(id));
   h ^= h >> 29;
   // Keys that share a hash are told apart by probing on with a derived one.
   const MeanCache::Mean* found;
   for (std::uint64_t probe = h;; probe = probe * 0x9e3779b97f4a7c15ull + 1) {
-    const std::size_t* at = c.means->by_ids.Find(probe);
+    const std::size_t* at = cycle.means->by_ids.Find(probe);
     if (at == nullptr) {
       MeanCache::Mean m;
-      m.key = c.key;
+      m.key = cycle.key;
       m.key.pop_back();
-      m.seconds = MeanSeconds(net, c, kNoSite, m.key, own, role, kv_ipc, &m.per_kind);
-      m.key = c.key;
-      c.means->by_ids.Insert(probe, c.means->means.size());
-      c.means->means.push_back(std::move(m));
-      found = &c.means->means.back();
+      m.seconds = MeanSeconds(net, cycle, kNoSite, m.key, own, role, kv_ipc, &m.per_kind);
+      m.key = cycle.key;
+      cycle.means->by_ids.Insert(probe, cycle.means->means.size());
+      cycle.means->means.push_back(std::move(m));
+      found = &cycle.means->means.back();
       break;
     }
-    if (c.means->means[*at].key == c.key) {
-      found = &c.means->means[*at];
+    if (cycle.means->means[*at].key == cycle.key) {
+      found = &cycle.means->means[*at];
       break;
     }
   }
@@ -327,22 +329,22 @@ namespace {
 constexpr double kMinScaleFactor = 2.0;
 
 // Whether `n` holds a site of the pool (the name hash first: most nodes are told apart by it).
-bool IsSite(const PoolSites& p, const framework::NodeSummary& n) {
-  const SiteLayout& l = *p.layout;
-  const bool hashed = n.domain_hashes != nullptr && l.hashes_usable;
-  return (!hashed || l.site_name_hashes.Find(n.name_hash) != nullptr) && l.site_at.contains(n.name);
+bool IsSite(const PoolSites& pool, const framework::NodeSummary& n) {
+  const SiteLayout& layout = *pool.layout;
+  const bool hashed = n.domain_hashes != nullptr && layout.hashes_usable;
+  return (!hashed || layout.site_name_hashes.Find(n.name_hash) != nullptr) && layout.site_at.contains(n.name);
 }
 
 // AvailableBounds by a pass: the sites by name, then every position.
 template <class Hosts, class Offer>
 void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                PoolCycle& c, const Hosts& hosts, const Offer& offer) {
+                PoolCycle& cycle, const Hosts& hosts, const Offer& offer) {
   const pd::NetworkConfig& net = cluster.network();
-  const PoolSites& p = *c.pool;
+  const PoolSites& pool = *cycle.pool;
   // A site (a node that holds pool pods) has a mean of its own: the sites first, by name.
-  for (const pd::Location& site : p.layout->locations) {
+  for (const pd::Location& site : pool.layout->locations) {
     cluster.WithNode(site.node, [&](const framework::NodeSummary& n) {
-      if (hosts(n)) offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
+      if (hosts(n)) offer(CachedMean(net, cycle, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
     });
   }
   // Every other node has the mean of every node with its domains (CachedMean remembers it by
@@ -352,8 +354,8 @@ void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& r
   // that gives them in another order visits every node, each through the cache.
   cluster.ForEachNodeByPosition([&](const framework::NodeSummary& n) {
     if (!hosts(n)) return true;
-    if (IsSite(p, n)) return true;  // counted above
-    offer(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
+    if (IsSite(pool, n)) return true;  // counted above
+    offer(CachedMean(net, cycle, *n.location, own, req.role, req.kv_ipc, nullptr, &n));
     return false;
   });
 }
@@ -366,23 +368,23 @@ void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& r
 // that is not a site.
 template <class Hosts, class Offer>
 void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                  PoolCycle& c, const Hosts& hosts, const Offer& offer) {
+                  PoolCycle& cycle, const Hosts& hosts, const Offer& offer) {
   const pd::NetworkConfig& net = cluster.network();
-  const PoolSites& p = *c.pool;
-  MeanCache& m = *c.means;
+  const PoolSites& pool = *cycle.pool;
+  MeanCache& m = *cycle.means;
   if (!m.ranked) {
     const std::size_t runs = cluster.PositionRunCount();
     for (std::size_t r = 0; r < runs; ++r) {
       cluster.ForEachNodeInRun(r, [&](const framework::NodeSummary& n) {
-        if (IsSite(p, n)) return true;  // a site has its own mean
-        m.runs.emplace_back(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
+        if (IsSite(pool, n)) return true;  // a site has its own mean
+        m.runs.emplace_back(CachedMean(net, cycle, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
                             static_cast<std::uint32_t>(r));
         return false;
       });
     }
-    for (std::size_t i = 0; i < p.sites.size(); ++i) {
-      cluster.WithNode(p.layout->locations[i].node, [&](const framework::NodeSummary& n) {
-        m.sites.emplace_back(CachedMean(net, c, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
+    for (std::size_t i = 0; i < pool.sites.size(); ++i) {
+      cluster.WithNode(pool.layout->locations[i].node, [&](const framework::NodeSummary& n) {
+        m.sites.emplace_back(CachedMean(net, cycle, *n.location, own, req.role, req.kv_ipc, nullptr, &n),
                              static_cast<std::uint32_t>(i));
       });
     }
@@ -393,14 +395,15 @@ void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest&
   const auto run_hosts = [&](std::uint32_t r) {
     bool any = false;
     cluster.ForEachNodeInRun(r, [&](const framework::NodeSummary& n) {
-      any = hosts(n) && !IsSite(p, n);
+      any = hosts(n) && !IsSite(pool, n);
       return !any;
     });
     return any;
   };
   const auto site_hosts = [&](std::uint32_t i) {
     bool any = false;
-    cluster.WithNode(p.layout->locations[i].node, [&](const framework::NodeSummary& n) { any = hosts(n); });
+    cluster.WithNode(pool.layout->locations[i].node,
+                     [&](const framework::NodeSummary& n) { any = hosts(n); });
     return any;
   };
   // The cheapest and the dearest of each ranking that can host the pod.
@@ -420,8 +423,8 @@ void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest&
   ends(m.sites, site_hosts);
 }
 
-void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                     bool explain, PoolCycle& c) {
+void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req,
+                     const pd::Endpoint& own, bool explain, PoolCycle& cycle) {
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
   auto hosts = [&](const framework::NodeSummary& n) {
@@ -434,23 +437,24 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
   };
   // Ranked once the means have served a cycle before: a pool that changes between every two
   // of its pods' calls (a rollout) would pay the ranking's pass and sort each time for nothing.
-  if (c.means_kept && ++c.means->scales >= 2 && cluster.PositionRunCount() > 0) {
-    RankedBounds(cluster, req, own, c, hosts, offer);
+  if (cycle.means_kept && ++cycle.means->scales >= 2 && cluster.PositionRunCount() > 0) {
+    RankedBounds(cluster, req, own, cycle, hosts, offer);
   } else {
-    PassBounds(cluster, req, own, c, hosts, offer);
+    PassBounds(cluster, req, own, cycle, hosts, offer);
   }
   if (!(best < std::numeric_limits<double>::infinity()) || !(best > 0)) {
-    c.bounds = Bounds(net, own, req.kv_ipc, c.bytes);
+    cycle.bounds = Bounds(net, own, req.kv_ipc, cycle.bytes);
     if (explain) {
-      c.bounds_text = "no node could host it now; scale: the config's paths, best " +
-                      FormatSeconds(c.bounds.best_seconds) + ", worst " + FormatSeconds(c.bounds.worst_seconds);
+      cycle.bounds_text = "no node could host it now; scale: the config's paths, best " +
+                          FormatSeconds(cycle.bounds.best_seconds) + ", worst " +
+                          FormatSeconds(cycle.bounds.worst_seconds);
     }
     return;
   }
-  c.bounds = CostBounds{best, std::max(worst, best * kMinScaleFactor)};
+  cycle.bounds = CostBounds{best, std::max(worst, best * kMinScaleFactor)};
   if (explain) {
-    c.bounds_text =
-        "cheapest available " + FormatSeconds(best) + ", scale to " + FormatSeconds(c.bounds.worst_seconds);
+    cycle.bounds_text = "cheapest available " + FormatSeconds(best) + ", scale to " +
+                        FormatSeconds(cycle.bounds.worst_seconds);
   }
 }
 
@@ -541,7 +545,7 @@ std::shared_ptr<MeanCache> MeansFor(const std::shared_ptr<const PoolSites>& site
 bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& req,
                 std::span<const PoolMember> members, const std::optional<std::size_t>& anchor_tier,
                 const std::optional<std::size_t>& spread_tier, const pd::Endpoint& own_shape,
-                const std::shared_ptr<const SiteLayout>& previous, PoolSites& c) {
+                const std::shared_ptr<const SiteLayout>& previous, PoolSites& out) {
   const std::string role(ToString(req.role));
   std::vector<const PoolMember*> counterparts, same_role;
   int both = 0;
@@ -554,52 +558,52 @@ bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& r
       same_role.push_back(&m);
     }
   }
-  c.same_by_node.reserve(same_role.size());
+  out.same_by_node.reserve(same_role.size());
   for (const PoolMember* m : same_role) {
-    ++c.same_total;
-    c.same_by_node.emplace_back(m->node, 1);
+    ++out.same_total;
+    out.same_by_node.emplace_back(m->node, 1);
     if (spread_tier) {
       const std::string d = DomainAt(cluster.Locate(m->node), *spread_tier);
-      if (!d.empty()) ++c.same_by_domain[d];
+      if (!d.empty()) ++out.same_by_domain[d];
     }
   }
-  std::sort(c.same_by_node.begin(), c.same_by_node.end());
+  std::sort(out.same_by_node.begin(), out.same_by_node.end());
   std::size_t kept = 0;  // one entry per node, its count summed
-  for (std::size_t i = 0; i < c.same_by_node.size(); ++i) {
-    if (kept > 0 && c.same_by_node[kept - 1].first == c.same_by_node[i].first) {
-      c.same_by_node[kept - 1].second += c.same_by_node[i].second;
+  for (std::size_t i = 0; i < out.same_by_node.size(); ++i) {
+    if (kept > 0 && out.same_by_node[kept - 1].first == out.same_by_node[i].first) {
+      out.same_by_node[kept - 1].second += out.same_by_node[i].second;
     } else {
-      if (kept != i) c.same_by_node[kept] = std::move(c.same_by_node[i]);
+      if (kept != i) out.same_by_node[kept] = std::move(out.same_by_node[i]);
       ++kept;
     }
   }
-  c.same_by_node.resize(kept);
+  out.same_by_node.resize(kept);
 
   const std::string opposite(ToString(Opposite(req.role)));
   if (!counterparts.empty()) {
-    c.anchor = AnchorKind::kCounterparts;
+    out.anchor = AnchorKind::kCounterparts;
     const int plain = static_cast<int>(counterparts.size()) - both;
-    c.anchor_text = both == 0    ? Instances(plain, opposite)
-                    : plain == 0 ? Instances(both, "both")
-                                 : std::to_string(plain) + " " + opposite + " + " + std::to_string(both) +
-                                       " both instances";
-    AddSites(cluster, counterparts, previous, c);
+    out.anchor_text = both == 0    ? Instances(plain, opposite)
+                      : plain == 0 ? Instances(both, "both")
+                                   : std::to_string(plain) + " " + opposite + " + " + std::to_string(both) +
+                                         " both instances";
+    AddSites(cluster, counterparts, previous, out);
   } else if (!same_role.empty()) {
-    c.anchor = AnchorKind::kSameRole;
-    c.anchor_text = "no " + opposite + " instances yet, anchored on " +
-                    Instances(static_cast<int>(same_role.size()), role);
-    AddSites(cluster, same_role, previous, c);
-  } else if (ChooseGangAnchor(cluster, req.pool, req.vendor, anchor_tier, c)) {
+    out.anchor = AnchorKind::kSameRole;
+    out.anchor_text = "no " + opposite + " instances yet, anchored on " +
+                      Instances(static_cast<int>(same_role.size()), role);
+    AddSites(cluster, same_role, previous, out);
+  } else if (ChooseGangAnchor(cluster, req.pool, req.vendor, anchor_tier, out)) {
     // The counterpart-to-be: an instance of the pod's own shape, aligned, on the anchor's first node.
     // The anchor stands for an instance like this pod, with its IPC consent.
     auto layout = std::make_shared<SiteLayout>();
-    layout->locations.push_back(cluster.Locate(c.gang_node));
-    layout->locations.back().node = c.gang_node;
+    layout->locations.push_back(cluster.Locate(out.gang_node));
+    layout->locations.back().node = out.gang_node;
     LayOut(cluster.network().tiers.size(), *layout);
-    c.layout = std::move(layout);
-    c.sites.push_back(Site{{{AddEndpoint(c.endpoints, own_shape), true, 1}}});
-    c.anchors = 1;
-    CountSites(cluster.network().tiers.size(), c);
+    out.layout = std::move(layout);
+    out.sites.push_back(Site{{{AddEndpoint(out.endpoints, own_shape), true, 1}}});
+    out.anchors = 1;
+    CountSites(cluster.network().tiers.size(), out);
   } else {
     return false;
   }
@@ -607,51 +611,52 @@ bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& r
 }
 
 std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const Args& args, SitesCache& cache) {
-  auto c = std::make_unique<PoolCycle>();
+  auto cycle = std::make_unique<PoolCycle>();
   const PlacementRequest& req = state.request();
   const std::string role(ToString(req.role));
   if (req.role == PodRole::kNone) {
-    c->neutral = "no Prefill/Decode role: neutral -> 100";
-    return c;
+    cycle->neutral = "no Prefill/Decode role: neutral -> 100";
+    return cycle;
   }
   if (req.role == PodRole::kBoth) {
-    c->neutral = "role both (prefill and decode in one instance) sends no KV cache: neutral -> 100";
-    return c;
+    cycle->neutral = "role both (prefill and decode in one instance) sends no KV cache: neutral -> 100";
+    return cycle;
   }
   if (req.pool.empty()) {
-    c->neutral = role + " pod without a pool: neutral -> 100";
-    return c;
+    cycle->neutral = role + " pod without a pool: neutral -> 100";
+    return cycle;
   }
-  c->prefix = role + " of pool " + req.pool + ": ";
+  cycle->prefix = role + " of pool " + req.pool + ": ";
   const framework::ClusterView* cluster = state.cluster();
   if (cluster == nullptr) {
-    c->neutral = c->prefix + "no cluster view in this cycle: neutral -> 100";
-    return c;
+    cycle->neutral = cycle->prefix + "no cluster view in this cycle: neutral -> 100";
+    return cycle;
   }
   const int gpus = req.IsShared() ? req.shared.count : req.gpus;
   if (gpus <= 0) {
-    c->neutral = c->prefix + "asks no GPU, so holds no KV cache: neutral -> 100";
-    return c;
+    cycle->neutral = cycle->prefix + "asks no GPU, so holds no KV cache: neutral -> 100";
+    return cycle;
   }
   const pd::NetworkConfig& net = cluster->network();
   const TierChoice anchor_tier = ResolveTier(net, args.anchor_tier);
   if (!anchor_tier.ok) {
-    c->neutral = c->prefix + "anchorTier: " + anchor_tier.error + ": neutral -> 100";
-    return c;
+    cycle->neutral = cycle->prefix + "anchorTier: " + anchor_tier.error + ": neutral -> 100";
+    return cycle;
   }
   if (args.spread_tier != "node") {
-    c->spread_tier = FindTier(net, args.spread_tier);
-    if (!c->spread_tier) {
-      c->neutral = c->prefix + "spreadTier: " + ResolveTier(net, args.spread_tier).error + ": neutral -> 100";
-      return c;
+    cycle->spread_tier = FindTier(net, args.spread_tier);
+    if (!cycle->spread_tier) {
+      cycle->neutral =
+          cycle->prefix + "spreadTier: " + ResolveTier(net, args.spread_tier).error + ": neutral -> 100";
+      return cycle;
     }
-    c->spread_label = args.spread_tier;
+    cycle->spread_label = args.spread_tier;
   }
 
   const std::int64_t kv = req.kv_bytes_per_token > 0 ? req.kv_bytes_per_token : args.kv_bytes_per_token;
   const std::int64_t tokens = req.prompt_tokens > 0 ? req.prompt_tokens : args.prompt_tokens;
-  c->bytes = static_cast<double>(kv) * static_cast<double>(tokens);
-  c->bytes_text = std::to_string(tokens) + " tok x " + FormatBytes(kv);
+  cycle->bytes = static_cast<double>(kv) * static_cast<double>(tokens);
+  cycle->bytes_text = std::to_string(tokens) + " tok x " + FormatBytes(kv);
   const pd::Endpoint own_shape{gpus, std::max(0, req.rdma_nics), LinkClass::kPIX, 0};
 
   const std::span<const PoolMember> members = cluster->PoolMembers(req.pool);
@@ -671,20 +676,22 @@ std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const 
     // the same nodes (a pool that changed by pods leaving and coming back).
     const std::shared_ptr<const SiteLayout> previous =
         token.version != 0 ? cache.LayoutFor(req.pool, req.role, token, tiers) : nullptr;
-    if (!BuildSites(*cluster, req, members, anchor_tier.tier, c->spread_tier, own_shape, previous, *built)) {
-      c->neutral = c->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
-      return c;
+    if (!BuildSites(*cluster, req, members, anchor_tier.tier, cycle->spread_tier, own_shape, previous,
+                    *built)) {
+      cycle->neutral =
+          cycle->prefix + "no instances yet and no schedulable node to anchor on: neutral -> 100";
+      return cycle;
     }
     sites = std::move(built);
     kept = token.version != 0 && sites->anchor != AnchorKind::kGang;
     if (kept) cache.Put(req.pool, req.role, token, tiers, sites);
   }
-  c->means = MeansFor(sites, kept, own_shape.gpus, own_shape.rdma_nics, req.kv_ipc, c->bytes);
-  c->means_kept = kept;
-  c->pool = std::move(sites);
-  c->mark.assign(c->pool->sites.size(), 0);
-  AvailableBounds(*cluster, req, own_shape, state.explain(), *c);
-  return c;
+  cycle->means = MeansFor(sites, kept, own_shape.gpus, own_shape.rdma_nics, req.kv_ipc, cycle->bytes);
+  cycle->means_kept = kept;
+  cycle->pool = std::move(sites);
+  cycle->mark.assign(cycle->pool->sites.size(), 0);
+  AvailableBounds(*cluster, req, own_shape, state.explain(), *cycle);
+  return cycle;
 }
 
 }  // namespace
@@ -711,14 +718,14 @@ Status KvTransferCost::CheckNetwork(const pd::NetworkConfig& network) const {
 
 framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
                                              const framework::NodeInfo& node) const {
-  PoolCycle* c = state.ReadAs<PoolCycle>(kCycleKey);
-  if (c == nullptr) {
+  PoolCycle* cycle = state.ReadAs<PoolCycle>(kCycleKey);
+  if (cycle == nullptr) {
     std::unique_ptr<PoolCycle> built = BuildCycle(state, args_, *cache_);
-    c = built.get();
+    cycle = built.get();
     state.Write(std::string(kCycleKey), std::move(built));
   }
   // Nothing to say about this pod: out of the total (ScoreResult::counted).
-  if (!c->neutral.empty()) return {kMaxScore, c->neutral, /*counted=*/false};
+  if (!cycle->neutral.empty()) return {kMaxScore, cycle->neutral, /*counted=*/false};
 
   // The node's summary from the view (its position without a copy, and its domains' hashes,
   // by which its mean is cached as in the scale's pass); a node the view does not know is
@@ -726,9 +733,9 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
   const framework::ClusterView& cluster = *state.cluster();
   std::optional<framework::ScoreResult> result;
   const bool known = cluster.WithNode(node.name, [&](const framework::NodeSummary& summary) {
-    result = ScoreAt(args_, state, node, c, *summary.location, &summary);
+    result = ScoreAt(args_, state, node, cycle, *summary.location, &summary);
   });
-  if (!known) result = ScoreAt(args_, state, node, c, cluster.Locate(node.name), nullptr);
+  if (!known) result = ScoreAt(args_, state, node, cycle, cluster.Locate(node.name), nullptr);
   return std::move(*result);
 }
 

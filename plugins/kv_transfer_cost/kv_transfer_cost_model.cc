@@ -21,24 +21,24 @@ namespace toposched::plugins::kv_transfer_cost {
 
 using framework::kMaxScore;
 
-double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_site,
+double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& cycle, std::size_t own_site,
                    const std::vector<int>& ids, const pd::Endpoint& own, PodRole role, bool kv_ipc,
                    std::array<int, pd::kPathKinds>* per_kind) {
-  const PoolSites& p = *c.pool;
+  const PoolSites& pool = *cycle.pool;
   // Instances per (path kind, endpoint), then one estimate per pair that occurs.
-  const std::size_t endpoints = p.endpoints.size();
+  const std::size_t endpoints = pool.endpoints.size();
   // The thread's buffers (a scale pass computes hundreds of means): assign keeps their arrays.
   thread_local std::vector<int> count, near;
   count.assign(pd::kPathKinds * endpoints, 0);
   near.assign(endpoints, 0);  // instances counted on a path other than beyond
-  if (++c.generation == 0) {
-    std::fill(c.mark.begin(), c.mark.end(), 0);
-    c.generation = 1;
+  if (++cycle.generation == 0) {
+    std::fill(cycle.mark.begin(), cycle.mark.end(), 0);
+    cycle.generation = 1;
   }
   const auto add = [&](std::size_t i, pd::PathKind path) {
-    if (c.mark[i] == c.generation) return;
-    c.mark[i] = c.generation;
-    for (const SiteEndpoint& s : p.sites[i].endpoints) {
+    if (cycle.mark[i] == cycle.generation) return;
+    cycle.mark[i] = cycle.generation;
+    for (const SiteEndpoint& s : pool.sites[i].endpoints) {
       // CUDA IPC between two pods needs both to allow it; otherwise RDMA loopback.
       const auto kind = static_cast<std::size_t>(
           path == pd::PathKind::kSameNodeIpc && !s.ipc ? pd::PathKind::kSameNodeRdma : path);
@@ -50,14 +50,14 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
   if (own_site != kNoSite) {
     add(own_site, net.same_node_ipc && kv_ipc ? pd::PathKind::kSameNodeIpc : pd::PathKind::kSameNodeRdma);
   }
-  const SiteLayout& l = *p.layout;
-  for (std::size_t t = 0; t < ids.size() && t < l.sites_in.size(); ++t) {
+  const SiteLayout& layout = *pool.layout;
+  for (std::size_t t = 0; t < ids.size() && t < layout.sites_in.size(); ++t) {
     if (ids[t] < 0) continue;
-    for (std::size_t i : l.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
+    for (std::size_t i : layout.sites_in[t][static_cast<std::size_t>(ids[t])]) add(i, net.tiers[t].path);
   }
   const auto beyond = static_cast<std::size_t>(pd::PathKind::kBeyond);
   for (std::size_t e = 0; e < endpoints; ++e) {
-    const int n = p.total_by_endpoint[e] - near[e];
+    const int n = pool.total_by_endpoint[e] - near[e];
     count[beyond * endpoints + e] += n;
     if (per_kind != nullptr) (*per_kind)[beyond] += n;
   }
@@ -68,26 +68,28 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& c, std::size_t own_s
       if (n == 0) continue;
       const auto kind = static_cast<pd::PathKind>(k);
       // Prefill always sends: (prefill end, decode end).
-      const pd::PathEstimate est = role == PodRole::kPrefill ? pd::Estimate(net, kind, own, p.endpoints[e])
-                                                             : pd::Estimate(net, kind, p.endpoints[e], own);
-      total += n * pd::TransferSeconds(est, c.bytes);
+      const pd::PathEstimate est = role == PodRole::kPrefill
+                                       ? pd::Estimate(net, kind, own, pool.endpoints[e])
+                                       : pd::Estimate(net, kind, pool.endpoints[e], own);
+      total += n * pd::TransferSeconds(est, cycle.bytes);
     }
   }
-  return total / std::max(1, p.anchors);
+  return total / std::max(1, pool.anchors);
 }
 
 framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state,
-                               const framework::NodeInfo& node, PoolCycle* c, const pd::Location& location,
-                               const framework::NodeSummary* summary) {
+                               const framework::NodeInfo& node, PoolCycle* cycle,
+                               const pd::Location& location, const framework::NodeSummary* summary) {
   const PlacementRequest& req = state.request();
   const pd::NetworkConfig& net = state.cluster()->network();
-  if (c->pool->anchor == AnchorKind::kGang) {
-    const bool inside = c->pool->gang_domain.empty()
-                            ? node.name == c->pool->gang_node
-                            : DomainAt(location, *c->pool->gang_tier) == c->pool->gang_domain;
+  if (cycle->pool->anchor == AnchorKind::kGang) {
+    const bool inside = cycle->pool->gang_domain.empty()
+                            ? node.name == cycle->pool->gang_node
+                            : DomainAt(location, *cycle->pool->gang_tier) == cycle->pool->gang_domain;
     if (inside) {
-      return {kMaxScore,
-              state.explain() ? c->prefix + c->pool->anchor_text + ": this node is inside it -> 100" : ""};
+      return {kMaxScore, state.explain()
+                             ? cycle->prefix + cycle->pool->anchor_text + ": this node is inside it -> 100"
+                             : ""};
     }
   }
 
@@ -95,25 +97,25 @@ framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state,
   const pd::Endpoint own{req.IsShared() ? req.shared.count : req.gpus, std::max(0, req.rdma_nics),
                          outcome.placement ? outcome.placement->worst_class : LinkClass::kPIX, 0};
   std::array<int, pd::kPathKinds> per_kind{};
-  const double mean = CachedMean(net, *c, location, own, req.role, req.kv_ipc, &per_kind, summary);
-  const int base = LogScore(mean, c->bounds.best_seconds, c->bounds.worst_seconds);
+  const double mean = CachedMean(net, *cycle, location, own, req.role, req.kv_ipc, &per_kind, summary);
+  const int base = LogScore(mean, cycle->bounds.best_seconds, cycle->bounds.worst_seconds);
 
   int score = base, penalty = 0, here = 0;
-  const std::string* domain = c->spread_tier ? &DomainAt(location, *c->spread_tier) : nullptr;
+  const std::string* domain = cycle->spread_tier ? &DomainAt(location, *cycle->spread_tier) : nullptr;
   const bool by_domain = domain != nullptr && !domain->empty();
-  if (args.spread_points > 0 && c->pool->same_total > 0) {
+  if (args.spread_points > 0 && cycle->pool->same_total > 0) {
     if (by_domain) {
-      const auto it = c->pool->same_by_domain.find(std::string_view(*domain));
-      here = it == c->pool->same_by_domain.end() ? 0 : it->second;
+      const auto it = cycle->pool->same_by_domain.find(std::string_view(*domain));
+      here = it == cycle->pool->same_by_domain.end() ? 0 : it->second;
     } else {
       const std::string_view name(node.name);
       const auto it = std::lower_bound(
-          c->pool->same_by_node.begin(), c->pool->same_by_node.end(), name,
+          cycle->pool->same_by_node.begin(), cycle->pool->same_by_node.end(), name,
           [](const auto& entry, std::string_view n) { return std::string_view(entry.first) < n; });
-      here = it == c->pool->same_by_node.end() || it->first != name ? 0 : it->second;
+      here = it == cycle->pool->same_by_node.end() || it->first != name ? 0 : it->second;
     }
     if (here > 0) {
-      penalty = RoundScore(static_cast<double>(args.spread_points) * here / c->pool->same_total);
+      penalty = RoundScore(static_cast<double>(args.spread_points) * here / cycle->pool->same_total);
       score = std::max(framework::kMinScore, base - penalty);
     }
   }
@@ -125,16 +127,16 @@ framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state,
     paths += (paths.empty() ? "" : ", ") + std::to_string(per_kind[k]) + " " +
              std::string(pd::ToString(static_cast<pd::PathKind>(k)));
   }
-  std::string why = c->prefix + c->pool->anchor_text;
-  why += c->pool->anchor == AnchorKind::kGang
-             ? ", via its node " + c->pool->gang_node + ": expected KV transfer "
+  std::string why = cycle->prefix + cycle->pool->anchor_text;
+  why += cycle->pool->anchor == AnchorKind::kGang
+             ? ", via its node " + cycle->pool->gang_node + ": expected KV transfer "
              : ", expected KV transfer ";
-  why += FormatSeconds(mean) + " for " + c->bytes_text + " (" + paths + "); " + c->bounds_text + " -> " +
-         std::to_string(base);
+  why += FormatSeconds(mean) + " for " + cycle->bytes_text + " (" + paths + "); " + cycle->bounds_text +
+         " -> " + std::to_string(base);
   if (here > 0) {
     why += "; spread -" + std::to_string(penalty) + " (" + std::to_string(here) + " of " +
-           std::to_string(c->pool->same_total) + " " + std::string(ToString(req.role)) + " " +
-           (by_domain ? "in " + c->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
+           std::to_string(cycle->pool->same_total) + " " + std::string(ToString(req.role)) + " " +
+           (by_domain ? "in " + cycle->spread_label + "=" + *domain : std::string("on this node")) + ") -> " +
            std::to_string(score);
   }
   return {score, std::move(why)};
