@@ -384,8 +384,8 @@ class WholeSearch {
       return;
     }
     PrepareSubset();
-    gg_s_ = gg;
-    nv_s_ = nv;
+    subset_worst_gpu_gpu_ = gg;
+    subset_neg_nvlinks_ = nv;
     Assign(0, 0, 0, 0);
     if (found_) best_subset_ = subset_;
   }
@@ -499,7 +499,8 @@ class WholeSearch {
         sl += b;
       }
     }
-    if (Lower(wl, sl, gg_s_, nv_s_, newly_, ExtraBound(extra_rank_)) > best_) return;
+    if (Lower(wl, sl, subset_worst_gpu_gpu_, subset_neg_nvlinks_, newly_, ExtraBound(extra_rank_)) > best_)
+      return;
     if (idx == g_) {
       if (all_serve_ && distinct != n_) return;
       int newly = newly_, extra = 0;
@@ -508,7 +509,7 @@ class WholeSearch {
         newly += more;
         extra = ranks;
       }
-      if (Make(worst, sum, gg_s_, nv_s_, newly, extra) == best_) found_ = true;
+      if (Make(worst, sum, subset_worst_gpu_gpu_, subset_neg_nvlinks_, newly, extra) == best_) found_ = true;
       return;
     }
     const int p = subset_[Idx(idx)];
@@ -742,7 +743,7 @@ class WholeSearch {
   std::vector<int> subset_;      // chosen subset (candidate positions)
   std::vector<int> load_;        // per NIC: GPUs it serves
   std::uint64_t used_mask_ = 0;  // NICs with a load (when hall_)
-  int gg_s_ = 0, nv_s_ = 0;
+  int subset_worst_gpu_gpu_ = 0, subset_neg_nvlinks_ = 0;  // the chosen subset's, for Assign
   std::vector<int> sfx_max_, sfx_sum_, extra_rank_;
   std::vector<std::pair<int, int>> per_gpu_best_;
   std::vector<std::array<int, kRanks>> bucket_hist_;
