@@ -1,5 +1,5 @@
 // KvTransferCost's pool data and its caches: the pool's sites (where the anchors stand, laid out
-// and counted: PoolSites, SiteLayout), the cycle's view of them (PoolCycle: BuildCycle), the
+// and counted: PoolSites, SiteLayout), the cycle's view of them (CyclePoolView: BuildCycle), the
 // means kept per layout and pod shape (MeanCache: CachedMean, MeansFor), the sites kept across
 // cycles (SitesCache), the cycle's scale (AvailableBounds), and the plugin's Score and args. The
 // cost model itself is kv_transfer_cost_model.cc's.
@@ -240,7 +240,7 @@ bool ChooseGangAnchor(const framework::ClusterView& cluster, const std::string& 
 
 }  // namespace
 
-double CachedMean(const pd::NetworkConfig& net, PoolCycle& cycle, const pd::Location& location,
+double CachedMean(const pd::NetworkConfig& net, CyclePoolView& cycle, const pd::Location& location,
                   const pd::Endpoint& own, PodRole role, bool kv_ipc,
                   std::array<int, pd::kPathKinds>* per_kind, const framework::NodeSummary* summary) {
   const PoolSites& pool = *cycle.pool;
@@ -338,7 +338,7 @@ bool IsSite(const PoolSites& pool, const framework::NodeSummary& n) {
 // AvailableBounds by a pass: the sites by name, then every position.
 template <class Hosts, class Offer>
 void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                PoolCycle& cycle, const Hosts& hosts, const Offer& offer) {
+                CyclePoolView& cycle, const Hosts& hosts, const Offer& offer) {
   const pd::NetworkConfig& net = cluster.network();
   const PoolSites& pool = *cycle.pool;
   // A site (a node that holds pool pods) has a mean of its own: the sites first, by name.
@@ -368,7 +368,7 @@ void PassBounds(const framework::ClusterView& cluster, const PlacementRequest& r
 // that is not a site.
 template <class Hosts, class Offer>
 void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest& req, const pd::Endpoint& own,
-                  PoolCycle& cycle, const Hosts& hosts, const Offer& offer) {
+                  CyclePoolView& cycle, const Hosts& hosts, const Offer& offer) {
   const pd::NetworkConfig& net = cluster.network();
   const PoolSites& pool = *cycle.pool;
   MeanCache& m = *cycle.means;
@@ -424,7 +424,7 @@ void RankedBounds(const framework::ClusterView& cluster, const PlacementRequest&
 }
 
 void AvailableBounds(const framework::ClusterView& cluster, const PlacementRequest& req,
-                     const pd::Endpoint& own, bool explain, PoolCycle& cycle) {
+                     const pd::Endpoint& own, bool explain, CyclePoolView& cycle) {
   const pd::NetworkConfig& net = cluster.network();
   double best = std::numeric_limits<double>::infinity(), worst = 0;
   auto hosts = [&](const framework::NodeSummary& n) {
@@ -610,8 +610,8 @@ bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& r
   return true;
 }
 
-std::unique_ptr<PoolCycle> BuildCycle(const framework::CycleState& state, const Args& args, SitesCache& cache) {
-  auto cycle = std::make_unique<PoolCycle>();
+std::unique_ptr<CyclePoolView> BuildCycle(const framework::CycleState& state, const Args& args, SitesCache& cache) {
+  auto cycle = std::make_unique<CyclePoolView>();
   const PlacementRequest& req = state.request();
   const std::string role(ToString(req.role));
   if (req.role == PodRole::kNone) {
@@ -718,9 +718,9 @@ Status KvTransferCost::CheckNetwork(const pd::NetworkConfig& network) const {
 
 framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
                                              const framework::NodeInfo& node) const {
-  PoolCycle* cycle = state.ReadAs<PoolCycle>(kCycleKey);
+  CyclePoolView* cycle = state.ReadAs<CyclePoolView>(kCycleKey);
   if (cycle == nullptr) {
-    std::unique_ptr<PoolCycle> built = BuildCycle(state, args_, *cache_);
+    std::unique_ptr<CyclePoolView> built = BuildCycle(state, args_, *cache_);
     cycle = built.get();
     state.Write(std::string(kCycleKey), std::move(built));
   }

@@ -23,7 +23,7 @@ namespace toposched::plugins::kv_transfer_cost {
 
 // Instances at one node with one endpoint and one IPC consent.
 struct SiteEndpoint {
-  std::size_t endpoint = 0;  // index into PoolCycle::endpoints
+  std::size_t endpoint = 0;  // index into CyclePoolView::endpoints
   bool ipc = false;          // the instances set toposched.io/kv-ipc (same-node IPC needs both ends)
   int count = 0;
 };
@@ -125,7 +125,7 @@ struct MeanCache {
 };
 
 // One cycle's view of the pool: its sites, the scale and the means computed so far.
-struct PoolCycle final : framework::StateData {
+struct CyclePoolView final : framework::StateData {
   std::string neutral;  // non-empty: every node scores 100 with this explanation
   std::string prefix;   // "decode of pool chat: "
   std::shared_ptr<const PoolSites> pool;
@@ -153,20 +153,20 @@ struct PoolCycle final : framework::StateData {
 // of the node's own domains are visited innermost tier first (each once) and the rest are beyond,
 // by count.
 inline constexpr std::size_t kNoSite = static_cast<std::size_t>(-1);
-double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& cycle, std::size_t own_site,
+double MeanSeconds(const pd::NetworkConfig& net, CyclePoolView& cycle, std::size_t own_site,
                    const std::vector<int>& ids, const pd::Endpoint& own, PodRole role, bool kv_ipc,
                    std::array<int, pd::kPathKinds>* per_kind = nullptr);
 
 // MeanSeconds through the cycle's cache (MeanCache).
 // `summary` (may be null): the node's hashes, when its view gives them.
-double CachedMean(const pd::NetworkConfig& net, PoolCycle& cycle, const pd::Location& location,
+double CachedMean(const pd::NetworkConfig& net, CyclePoolView& cycle, const pd::Location& location,
                   const pd::Endpoint& own, PodRole role, bool kv_ipc,
                   std::array<int, pd::kPathKinds>* per_kind = nullptr,
                   const framework::NodeSummary* summary = nullptr);
 
 // KvTransferCost::Score on a node at `location` (`summary`: the view's, when it has one).
 framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state,
-                               const framework::NodeInfo& node, PoolCycle* cycle,
+                               const framework::NodeInfo& node, CyclePoolView* cycle,
                                const pd::Location& location, const framework::NodeSummary* summary);
 
 }  // namespace toposched::plugins::kv_transfer_cost

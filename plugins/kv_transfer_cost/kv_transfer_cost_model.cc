@@ -21,7 +21,7 @@ namespace toposched::plugins::kv_transfer_cost {
 
 using framework::kMaxScore;
 
-double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& cycle, std::size_t own_site,
+double MeanSeconds(const pd::NetworkConfig& net, CyclePoolView& cycle, std::size_t own_site,
                    const std::vector<int>& ids, const pd::Endpoint& own, PodRole role, bool kv_ipc,
                    std::array<int, pd::kPathKinds>* per_kind) {
   const PoolSites& pool = *cycle.pool;
@@ -78,7 +78,7 @@ double MeanSeconds(const pd::NetworkConfig& net, PoolCycle& cycle, std::size_t o
 }
 
 framework::ScoreResult ScoreAt(const Args& args, framework::CycleState& state,
-                               const framework::NodeInfo& node, PoolCycle* cycle,
+                               const framework::NodeInfo& node, CyclePoolView* cycle,
                                const pd::Location& location, const framework::NodeSummary* summary) {
   const PlacementRequest& req = state.request();
   const pd::NetworkConfig& net = state.cluster()->network();
