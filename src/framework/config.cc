@@ -91,11 +91,10 @@ Result<bool> ParseBool(const YAML::Node& node, const std::string& path) {
 }
 
 Result<PackPolicy> ParsePolicy(const YAML::Node& node, const std::string& path) {
-  Result<std::string> s = ParseString(node, path);
-  if (!s.ok()) return s.error();
-  if (*s == "binpack") return PackPolicy::kBinpack;
-  if (*s == "spread") return PackPolicy::kSpread;
-  return Error(At(path, node) + ": \"" + *s + "\" is not a policy (binpack, spread)");
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string name, ParseString(node, path));
+  if (name == "binpack") return PackPolicy::kBinpack;
+  if (name == "spread") return PackPolicy::kSpread;
+  return Error(At(path, node) + ": \"" + name + "\" is not a policy (binpack, spread)");
 }
 
 class ConfigParser {
@@ -109,9 +108,7 @@ class ConfigParser {
       return s.error().WithContext("config");
     }
     if (const YAML::Node plugins = root["plugins"]) {
-      Result<std::vector<PluginConfig>> parsed = ParsePlugins(plugins);
-      if (!parsed.ok()) return parsed.error();
-      config.plugins = std::move(*parsed);
+      TOPOSCHED_ASSIGN_OR_RETURN(config.plugins, ParsePlugins(plugins));
     }
     if (const YAML::Node engine = root["engine"]) {
       TOPOSCHED_RETURN_IF_ERROR(ParseEngine(engine, config.engine));
@@ -128,9 +125,10 @@ class ConfigParser {
     // Tiers named in plugin args against the network tiers (the defaults when not given).
     for (std::size_t i = 0; i < config.plugins.size(); ++i) {
       const PluginConfig& plugin = config.plugins[i];
-      Result<std::unique_ptr<Plugin>> built = registry_.Create(plugin.name, plugin.args);
-      if (!built.ok()) return built.error();  // unreachable: ParsePlugins built it
-      if (Status s = (*built)->CheckNetwork(config.network); !s.ok()) {
+      // Create does not fail here: ParsePlugins built the same plugin from the same args.
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::unique_ptr<Plugin> built,
+                                 registry_.Create(plugin.name, plugin.args));
+      if (Status s = built->CheckNetwork(config.network); !s.ok()) {
         return s.error().WithContext("plugins[" + std::to_string(i) + "].args");
       }
     }
@@ -150,32 +148,27 @@ class ConfigParser {
       TOPOSCHED_RETURN_IF_ERROR(CheckMap(entry, path, {"name", "weight", "args"}));
       const YAML::Node name_node = entry["name"];
       if (!name_node) return Error(At(path, entry) + ": missing key \"name\"");
-      Result<std::string> name = ParseString(name_node, path + ".name");
-      if (!name.ok()) return name.error();
-      if (!registry_.Contains(*name)) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::string name, ParseString(name_node, path + ".name"));
+      if (!registry_.Contains(name)) {
         std::string known;
         for (const std::string& n : registry_.Names()) known += (known.empty() ? "" : ", ") + n;
-        return Error(At(path + ".name", name_node) + ": unknown plugin \"" + *name + "\" (known: " + known +
+        return Error(At(path + ".name", name_node) + ": unknown plugin \"" + name + "\" (known: " + known +
                      ")");
       }
       for (std::size_t j = 0; j < plugins.size(); ++j) {
-        if (plugins[j].name == *name) {
-          return Error(At(path + ".name", name_node) + ": " + *name + " is listed twice (first at plugins[" +
+        if (plugins[j].name == name) {
+          return Error(At(path + ".name", name_node) + ": " + name + " is listed twice (first at plugins[" +
                        std::to_string(j) + "])");
         }
       }
       PluginConfig plugin;
-      plugin.name = *name;
-      plugin.weight = registry_.DefaultWeight(*name);
+      plugin.name = name;
+      plugin.weight = registry_.DefaultWeight(name);
       if (const YAML::Node weight = entry["weight"]) {
-        Result<int> w = ParseInt(weight, path + ".weight", 0, kMaxPluginWeight);
-        if (!w.ok()) return w.error();
-        plugin.weight = *w;
+        TOPOSCHED_ASSIGN_OR_RETURN(plugin.weight, ParseInt(weight, path + ".weight", 0, kMaxPluginWeight));
       }
       if (const YAML::Node args = entry["args"]) {
-        Result<PluginArgs> parsed = ParseArgs(args, path + ".args");
-        if (!parsed.ok()) return parsed.error();
-        plugin.args = std::move(*parsed);
+        TOPOSCHED_ASSIGN_OR_RETURN(plugin.args, ParseArgs(args, path + ".args"));
       }
       // Build the plugin once so that bad args stop the start, with the path.
       if (Result<std::unique_ptr<Plugin>> built = registry_.Create(plugin.name, plugin.args); !built.ok()) {
@@ -204,38 +197,30 @@ class ConfigParser {
     TOPOSCHED_RETURN_IF_ERROR(
         CheckMap(node, "capacity", {"plugin", "band", "rareClassLast", "evenRemnants", "minTypicalPods"}));
     if (const YAML::Node plugin = node["plugin"]) {
-      Result<std::string> name = ParseString(plugin, "capacity.plugin");
-      if (!name.ok()) return name.error();
-      if (*name == "none") {
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::string name, ParseString(plugin, "capacity.plugin"));
+      if (name == "none") {
         capacity.plugin.clear();
       } else {
-        Result<std::unique_ptr<Plugin>> built = registry_.Create(*name, {});
+        Result<std::unique_ptr<Plugin>> built = registry_.Create(name, {});
         if (!built.ok()) return Error(At("capacity.plugin", plugin) + ": " + built.error().message());
         if (dynamic_cast<const ScorePlugin*>(built->get()) == nullptr) {
-          return Error(At("capacity.plugin", plugin) + ": " + *name + " has no Score");
+          return Error(At("capacity.plugin", plugin) + ": " + name + " has no Score");
         }
-        capacity.plugin = *name;
+        capacity.plugin = name;
       }
     }
     if (const YAML::Node band = node["band"]) {
-      Result<int> b = ParseInt(band, "capacity.band", 0, kMaxScore);
-      if (!b.ok()) return b.error();
-      capacity.band = *b;
+      TOPOSCHED_ASSIGN_OR_RETURN(capacity.band, ParseInt(band, "capacity.band", 0, kMaxScore));
     }
     if (const YAML::Node flag = node["rareClassLast"]) {
-      Result<bool> b = ParseBool(flag, "capacity.rareClassLast");
-      if (!b.ok()) return b.error();
-      capacity.rare_class_last = *b;
+      TOPOSCHED_ASSIGN_OR_RETURN(capacity.rare_class_last, ParseBool(flag, "capacity.rareClassLast"));
     }
     if (const YAML::Node flag = node["evenRemnants"]) {
-      Result<bool> b = ParseBool(flag, "capacity.evenRemnants");
-      if (!b.ok()) return b.error();
-      capacity.even_remnants = *b;
+      TOPOSCHED_ASSIGN_OR_RETURN(capacity.even_remnants, ParseBool(flag, "capacity.evenRemnants"));
     }
     if (const YAML::Node min = node["minTypicalPods"]) {
-      Result<int> m = ParseInt(min, "capacity.minTypicalPods", 1, kMaxMinTypicalPods);
-      if (!m.ok()) return m.error();
-      capacity.min_typical_pods = *m;
+      TOPOSCHED_ASSIGN_OR_RETURN(capacity.min_typical_pods,
+                                 ParseInt(min, "capacity.minTypicalPods", 1, kMaxMinTypicalPods));
     }
     return Status::Ok();
   }
@@ -243,14 +228,11 @@ class ConfigParser {
   Status ParseEngine(const YAML::Node& node, EngineOptions& engine) {
     TOPOSCHED_RETURN_IF_ERROR(CheckMap(node, "engine", {"defaultGpuPolicy", "maxSharesPerGpu"}));
     if (const YAML::Node policy = node["defaultGpuPolicy"]) {
-      Result<PackPolicy> p = ParsePolicy(policy, "engine.defaultGpuPolicy");
-      if (!p.ok()) return p.error();
-      engine.default_gpu_policy = *p;
+      TOPOSCHED_ASSIGN_OR_RETURN(engine.default_gpu_policy, ParsePolicy(policy, "engine.defaultGpuPolicy"));
     }
     if (const YAML::Node shares = node["maxSharesPerGpu"]) {
-      Result<int> n = ParseInt(shares, "engine.maxSharesPerGpu", 1, kMaxSharesPerGpuLimit);
-      if (!n.ok()) return n.error();
-      engine.max_shares_per_gpu = *n;
+      TOPOSCHED_ASSIGN_OR_RETURN(engine.max_shares_per_gpu,
+                                 ParseInt(shares, "engine.maxSharesPerGpu", 1, kMaxSharesPerGpuLimit));
     }
     return Status::Ok();
   }
@@ -262,23 +244,21 @@ class ConfigParser {
       request.rdma_resources.clear();
       for (std::size_t i = 0; i < resources.size(); ++i) {
         const std::string path = "request.rdmaResources[" + std::to_string(i) + "]";
-        Result<std::string> name = ParseString(resources[i], path);
-        if (!name.ok()) return name.error();
+        TOPOSCHED_ASSIGN_OR_RETURN(std::string name, ParseString(resources[i], path));
         // Extended resources are always "domain/name"; a bare word would never match.
-        if (name->find('/') == std::string::npos) {
-          return Error(At(path, resources[i]) + ": \"" + *name +
+        if (name.find('/') == std::string::npos) {
+          return Error(At(path, resources[i]) + ": \"" + name +
                        "\" is not an extended resource name or a prefix ending in '/'");
         }
-        request.rdma_resources.push_back(*name);
+        request.rdma_resources.push_back(std::move(name));
       }
     }
     if (const YAML::Node label = node["poolLabel"]) {
-      Result<std::string> s = ParseString(label, "request.poolLabel");
-      if (!s.ok()) return s.error();
-      if (s->find_first_of(" \t\n") != std::string::npos) {
+      TOPOSCHED_ASSIGN_OR_RETURN(std::string key, ParseString(label, "request.poolLabel"));
+      if (key.find_first_of(" \t\n") != std::string::npos) {
         return Error(At("request.poolLabel", label) + ": a label key has no whitespace");
       }
-      request.pool_label = *s;
+      request.pool_label = std::move(key);
     }
     return Status::Ok();
   }
@@ -287,12 +267,8 @@ class ConfigParser {
   // defaults one by one (a path kind's bandwidth alone keeps its latency); `tiers` replaces the
   // whole list. Ranges are checked once, by pd::Validate, after everything is read.
   Status ParseNetwork(const YAML::Node& node, pd::NetworkConfig& network) {
-    if (Status s =
-            CheckMap(node, "network",
-                     {"tiers", "hyperNodes", "sameNodeIpc", "paths", "alignment", "transferOverheadUs"});
-        !s.ok()) {
-      return s;
-    }
+    TOPOSCHED_RETURN_IF_ERROR(CheckMap(
+        node, "network", {"tiers", "hyperNodes", "sameNodeIpc", "paths", "alignment", "transferOverheadUs"}));
     if (const YAML::Node tiers = node["tiers"]) {
       if (!tiers.IsSequence())
         return Error(At("network.tiers", tiers) + ": expected a list of {label, path}");
@@ -304,57 +280,42 @@ class ConfigParser {
         for (const char* key : {"label", "path"}) {
           if (!entry[key]) return Error(At(path, entry) + ": missing key \"" + key + "\"");
         }
-        Result<std::string> label = ParseString(entry["label"], path + ".label");
-        if (!label.ok()) return label.error();
-        Result<std::string> kind = ParseString(entry["path"], path + ".path");
-        if (!kind.ok()) return kind.error();
-        const std::optional<pd::PathKind> parsed = pd::ParsePathKind(*kind);
+        TOPOSCHED_ASSIGN_OR_RETURN(std::string label, ParseString(entry["label"], path + ".label"));
+        TOPOSCHED_ASSIGN_OR_RETURN(const std::string kind, ParseString(entry["path"], path + ".path"));
+        const std::optional<pd::PathKind> parsed = pd::ParsePathKind(kind);
         if (!parsed) {
-          return Error(At(path + ".path", entry["path"]) + ": \"" + *kind +
+          return Error(At(path + ".path", entry["path"]) + ": \"" + kind +
                        "\" is not a tier path (nvlink-domain, leaf, spine, zone)");
         }
-        network.tiers.push_back(pd::Tier{*label, *parsed});
+        network.tiers.push_back(pd::Tier{std::move(label), *parsed});
       }
     }
     if (const YAML::Node flag = node["hyperNodes"]) {
-      Result<bool> b = ParseBool(flag, "network.hyperNodes");
-      if (!b.ok()) return b.error();
-      network.hyper_nodes = *b;
+      TOPOSCHED_ASSIGN_OR_RETURN(network.hyper_nodes, ParseBool(flag, "network.hyperNodes"));
     }
     if (const YAML::Node flag = node["sameNodeIpc"]) {
-      Result<bool> b = ParseBool(flag, "network.sameNodeIpc");
-      if (!b.ok()) return b.error();
-      network.same_node_ipc = *b;
+      TOPOSCHED_ASSIGN_OR_RETURN(network.same_node_ipc, ParseBool(flag, "network.sameNodeIpc"));
     }
     if (const YAML::Node paths = node["paths"]) {
-      if (Status s = CheckMap(
-              paths, "network.paths",
-              {"same-node-ipc", "same-node-rdma", "nvlink-domain", "leaf", "spine", "zone", "beyond"});
-          !s.ok()) {
-        return s;
-      }
+      TOPOSCHED_RETURN_IF_ERROR(
+          CheckMap(paths, "network.paths",
+                   {"same-node-ipc", "same-node-rdma", "nvlink-domain", "leaf", "spine", "zone", "beyond"}));
       for (auto it = paths.begin(); it != paths.end(); ++it) {
         const std::string path = "network.paths." + it->first.Scalar();
         const YAML::Node cost = it->second;
         TOPOSCHED_RETURN_IF_ERROR(CheckMap(cost, path, {"bandwidthGBps", "latencyUs"}));
         pd::PathCost& out = network.paths[static_cast<std::size_t>(*pd::ParsePathKind(it->first.Scalar()))];
         if (const YAML::Node v = cost["bandwidthGBps"]) {
-          Result<double> d = ParseDouble(v, path + ".bandwidthGBps");
-          if (!d.ok()) return d.error();
-          out.bandwidth_gbps = *d;
+          TOPOSCHED_ASSIGN_OR_RETURN(out.bandwidth_gbps, ParseDouble(v, path + ".bandwidthGBps"));
         }
         if (const YAML::Node v = cost["latencyUs"]) {
-          Result<double> d = ParseDouble(v, path + ".latencyUs");
-          if (!d.ok()) return d.error();
-          out.latency_us = *d;
+          TOPOSCHED_ASSIGN_OR_RETURN(out.latency_us, ParseDouble(v, path + ".latencyUs"));
         }
       }
     }
     if (const YAML::Node alignment = node["alignment"]) {
-      if (Status s = CheckMap(alignment, "network.alignment", {"PIX", "PXB", "PHB", "NODE", "SYS"});
-          !s.ok()) {
-        return s;
-      }
+      TOPOSCHED_RETURN_IF_ERROR(
+          CheckMap(alignment, "network.alignment", {"PIX", "PXB", "PHB", "NODE", "SYS"}));
       const std::pair<const char*, double*> factors[] = {{"PIX", &network.alignment.pix},
                                                          {"PXB", &network.alignment.pxb},
                                                          {"PHB", &network.alignment.phb},
@@ -362,16 +323,13 @@ class ConfigParser {
                                                          {"SYS", &network.alignment.sys}};
       for (const auto& [key, field] : factors) {
         if (const YAML::Node v = alignment[key]) {
-          Result<double> d = ParseDouble(v, std::string("network.alignment.") + key);
-          if (!d.ok()) return d.error();
-          *field = *d;
+          TOPOSCHED_ASSIGN_OR_RETURN(*field, ParseDouble(v, std::string("network.alignment.") + key));
         }
       }
     }
     if (const YAML::Node overhead = node["transferOverheadUs"]) {
-      Result<double> d = ParseDouble(overhead, "network.transferOverheadUs");
-      if (!d.ok()) return d.error();
-      network.transfer_overhead_us = *d;
+      TOPOSCHED_ASSIGN_OR_RETURN(network.transfer_overhead_us,
+                                 ParseDouble(overhead, "network.transferOverheadUs"));
     }
     return pd::Validate(network);
   }

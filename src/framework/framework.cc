@@ -63,16 +63,15 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
       return Error(path + ".weight: " + std::to_string(pc.weight) + " is out of range 0.." +
                    std::to_string(kMaxPluginWeight));
     }
-    Result<std::unique_ptr<Plugin>> plugin = registry.Create(pc.name, pc.args);
-    if (!plugin.ok()) return plugin.error().WithContext(path);
-    if (Status s = (*plugin)->CheckNetwork(config.network); !s.ok()) {
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::unique_ptr<Plugin> plugin, registry.Create(pc.name, pc.args), path);
+    if (Status s = plugin->CheckNetwork(config.network); !s.ok()) {
       return s.error().WithContext(path + ".args");
     }
-    const Plugin* p = plugin->get();
+    const Plugin* p = plugin.get();
     if (const auto* f = dynamic_cast<const FilterPlugin*>(p)) impl->filters.push_back(f);
     if (const auto* s = dynamic_cast<const ScorePlugin*>(p)) impl->scorers.push_back({s, pc.weight});
     if (const auto* r = dynamic_cast<const ReservePlugin*>(p)) impl->reservers.push_back(r);
-    impl->owned.push_back(std::move(*plugin));
+    impl->owned.push_back(std::move(plugin));
   }
   if (const std::string& name = config.capacity.plugin; !name.empty()) {
     for (std::size_t i = 0; i < impl->scorers.size(); ++i) {
@@ -83,11 +82,11 @@ Result<Framework> Framework::Create(const SchedulerConfig& config, const Registr
     }
     // Not listed: built with its default args, ranking only.
     if (impl->capacity == nullptr) {
-      Result<std::unique_ptr<Plugin>> plugin = registry.Create(name, {});
-      if (!plugin.ok()) return plugin.error().WithContext("capacity.plugin");
-      impl->capacity = dynamic_cast<const ScorePlugin*>(plugin->get());
+      TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::unique_ptr<Plugin> plugin, registry.Create(name, {}),
+                                     "capacity.plugin");
+      impl->capacity = dynamic_cast<const ScorePlugin*>(plugin.get());
       if (impl->capacity == nullptr) return Error("capacity.plugin: " + name + " has no Score");
-      impl->owned.push_back(std::move(*plugin));
+      impl->owned.push_back(std::move(plugin));
     }
   }
   for (const ScorePluginEntry& e : impl->scorers) {

@@ -47,11 +47,10 @@ Result<std::unique_ptr<Plugin>> Registry::Create(std::string_view name, const Pl
     for (const Entry& entry : entries_) known += (known.empty() ? "" : ", ") + entry.name;
     return Error("unknown plugin \"" + std::string(name) + "\" (known: " + known + ")");
   }
-  Result<std::unique_ptr<Plugin>> plugin = e->factory(args);
-  if (!plugin.ok()) return plugin.error().WithContext(e->name);
-  if (*plugin == nullptr) return Error(e->name + ": factory returned no plugin");
-  if ((*plugin)->Name() != e->name) {
-    return Error(e->name + ": factory built a plugin named \"" + std::string((*plugin)->Name()) + "\"");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::unique_ptr<Plugin> plugin, e->factory(args), e->name);
+  if (plugin == nullptr) return Error(e->name + ": factory returned no plugin");
+  if (plugin->Name() != e->name) {
+    return Error(e->name + ": factory built a plugin named \"" + std::string(plugin->Name()) + "\"");
   }
   return plugin;
 }

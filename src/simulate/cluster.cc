@@ -109,11 +109,9 @@ Status AddSyntheticNodes(const std::vector<ShapeCount>& shapes, VirtualCluster& 
   int total = 0;
   for (const ShapeCount& s : shapes) {
     if (s.count < 0) return Error("shape " + s.shape + ": negative count " + std::to_string(s.count));
-    auto spec = SyntheticPreset(s.shape);
-    if (!spec.ok()) return spec.error();
-    auto topology = GenerateSynthetic(*spec);
-    if (!topology.ok()) return topology.error().WithContext("shape " + s.shape);
-    topologies.push_back(std::make_shared<const NodeTopology>(std::move(topology).value()));
+    TOPOSCHED_ASSIGN_OR_RETURN(const auto spec, SyntheticPreset(s.shape));
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(NodeTopology topology, GenerateSynthetic(spec), "shape " + s.shape);
+    topologies.push_back(std::make_shared<const NodeTopology>(std::move(topology)));
     total += s.count;
   }
   // Smooth weighted round robin (nginx's): each step every shape gains its count, the richest
@@ -161,15 +159,14 @@ Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& 
   NameSet names(cluster);
   int added = 0;
   for (const fs::path& file : files) {
-    auto topology = LoadTopologyFile(file.string());
-    if (!topology.ok()) return topology.error();
-    if (topology->gpus.empty()) {
+    TOPOSCHED_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopologyFile(file.string()));
+    if (topology.gpus.empty()) {
       if (skipped != nullptr) skipped->push_back(file.filename().string());
       continue;
     }
     const std::string shape = file.stem().string();
     const std::string base = ToKubernetesName(shape);
-    auto shared = std::make_shared<const NodeTopology>(std::move(topology).value());
+    auto shared = std::make_shared<const NodeTopology>(std::move(topology));
     for (int c = 0; c < copies; ++c) {
       AddNode(cluster, names, copies == 1 ? base : Numbered(base, c, DigitsFor(copies)), shape, shared);
     }

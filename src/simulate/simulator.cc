@@ -171,8 +171,9 @@ void Summarize(const std::vector<VirtualNode>& nodes, BestClassOracle& oracle, P
 Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index,
                                const VirtualCluster& cluster, const Workload& workload,
                                const SimulationOptions& options, const framework::SchedulerConfig& config) {
-  auto policy = MakePolicy(name, PolicyOptions{config, options.policy_options.registry, options.policy_options.mix});
-  if (!policy.ok()) return policy.error();
+  TOPOSCHED_ASSIGN_OR_RETURN(
+      const std::unique_ptr<Policy> policy,
+      MakePolicy(name, PolicyOptions{config, options.policy_options.registry, options.policy_options.mix}));
   const EngineOptions& engine = config.engine;
   BestClassOracle oracle(engine);
   PlacementMemo probe_memo;
@@ -216,7 +217,7 @@ Result<PolicyResult> RunPolicy(const std::string& name, std::size_t policy_index
     tracker.BeforeDecision(pod.request, nodes);  // outside the timed decision
 
     const auto start = std::chrono::steady_clock::now();
-    Result<std::optional<Decision>> decided = (*policy)->Schedule(pod.request, nodes, tracker.view());
+    Result<std::optional<Decision>> decided = policy->Schedule(pod.request, nodes, tracker.view());
     const auto stop = std::chrono::steady_clock::now();
     times_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     if (!decided.ok()) return decided.error().WithContext(name + ", pod " + pod.name);
@@ -369,9 +370,9 @@ Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload&
     run_options.policy_options.mix = std::make_shared<const packing::ShapeMix>(WorkloadMix(workload));
   }
   for (std::size_t i = 0; i < options.policies.size(); ++i) {
-    auto r = RunPolicy(options.policies[i], i, cluster, workload, run_options, config);
-    if (!r.ok()) return r.error();
-    result.policies.push_back(std::move(r).value());
+    TOPOSCHED_ASSIGN_OR_RETURN(PolicyResult run,
+                               RunPolicy(options.policies[i], i, cluster, workload, run_options, config));
+    result.policies.push_back(std::move(run));
   }
   return result;
 }

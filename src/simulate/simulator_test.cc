@@ -76,11 +76,10 @@ void ExpectEveryKindAtLeastEveryBaselines(const SimulationResult& r, bool leads)
 
 // `pd_pools` < 0: the default number of pools.
 Result<SimulationResult> RunDefault(int nodes, int pods, std::uint32_t seed = 1, int pd_pools = -1) {
-  auto cluster = DefaultCluster(nodes);
-  if (!cluster.ok()) return cluster.error();
-  WorkloadSpec spec = DefaultWorkloadSpec(*cluster, pods, seed);
+  TOPOSCHED_ASSIGN_OR_RETURN(const VirtualCluster cluster, DefaultCluster(nodes));
+  WorkloadSpec spec = DefaultWorkloadSpec(cluster, pods, seed);
   if (pd_pools >= 0) spec.pd_pools = pd_pools;
-  return Simulate(*cluster, GenerateWorkload(spec));
+  return Simulate(cluster, GenerateWorkload(spec));
 }
 
 // The GPU+NIC placement bar (issue 3) on the serving mix without Prefill/Decode pools: with

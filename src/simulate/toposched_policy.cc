@@ -122,9 +122,10 @@ Result<std::unique_ptr<Policy>> MakeToposchedPolicy(const framework::SchedulerCo
                                                     std::shared_ptr<const packing::ShapeMix> mix) {
   const framework::Registry builtin =
       registry == nullptr ? plugins::BuiltinRegistry() : framework::Registry();
-  auto framework = framework::Framework::Create(config, registry == nullptr ? builtin : *registry);
-  if (!framework.ok()) return framework.error().WithContext("toposched policy");
-  return std::unique_ptr<Policy>(std::make_unique<ToposchedPolicy>(std::move(framework).value(), std::move(mix)));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(
+      auto framework, framework::Framework::Create(config, registry == nullptr ? builtin : *registry),
+      "toposched policy");
+  return std::unique_ptr<Policy>(std::make_unique<ToposchedPolicy>(std::move(framework), std::move(mix)));
 }
 
 }  // namespace toposched::simulate

@@ -127,9 +127,9 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     rt.milli_left.assign(Idx(n.gpus), kMilli);
     state.nodes.push_back(std::move(rt));
   }
-  auto made = trace_internal::MakeTracePolicy(state, policy, config, mix, demand_mix, options.toposched_cpu_blind);
-  if (!made.ok()) return made.error();
-  std::unique_ptr<TracePolicy> p = std::move(made).value();
+  TOPOSCHED_ASSIGN_OR_RETURN(
+      std::unique_ptr<TracePolicy> p,
+      trace_internal::MakeTracePolicy(state, policy, config, mix, demand_mix, options.toposched_cpu_blind));
 
   TraceRun run;
   run.seed = seed;
@@ -165,7 +165,7 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
       rt.cpu_left -= task.cpu_milli;
       rt.mem_left -= task.memory_mib;
       ++rt.version;
-      if (Status placed = p->Placed(choice->node, task, *choice, rt); !placed.ok()) return placed.error();
+      TOPOSCHED_RETURN_IF_ERROR(p->Placed(choice->node, task, *choice, rt));
       allocated += static_cast<double>(task.GpuMilli());
       ++run.placed;
     } else {
@@ -181,9 +181,8 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
       if (run.ratio_at[m] < 0 && arrived >= options.marks[m] * static_cast<double>(capacity)) {
         run.ratio_at[m] = allocated / static_cast<double>(capacity);
         run.kinds_at[m] = kinds;
-        auto idle = IdleGpuAddingUp(state, capacity, allocated);
-        if (!idle.ok()) return idle.error().WithContext(policy + ", task " + task.name);
-        run.idle_at[m] = *idle;
+        TOPOSCHED_ASSIGN_OR_RETURN_CTX(run.idle_at[m], IdleGpuAddingUp(state, capacity, allocated),
+                                       policy + ", task " + task.name);
       }
     }
     if (options.progress && (k % 256 == 0 || k + 1 == tasks.size())) options.progress(policy, seed, k + 1, tasks.size());
@@ -192,9 +191,8 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     if (run.ratio_at[m] < 0) {  // the mark was never reached
       run.ratio_at[m] = allocated / static_cast<double>(capacity);
       run.kinds_at[m] = kinds;
-      auto idle = IdleGpuAddingUp(state, capacity, allocated);
-      if (!idle.ok()) return idle.error().WithContext(policy + ", the end of the run");
-      run.idle_at[m] = *idle;
+      TOPOSCHED_ASSIGN_OR_RETURN_CTX(run.idle_at[m], IdleGpuAddingUp(state, capacity, allocated),
+                                     policy + ", the end of the run");
     }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -84,10 +84,9 @@ class ExtenderTracePolicy : public TracePolicy {
     std::vector<state::NodeSpec> specs;
     for (std::size_t i = 0; i < s_.trace->nodes.size(); ++i) {
       const TraceNode& n = s_.trace->nodes[i];
-      auto topology = shapes.For(n);
-      if (!topology.ok()) return topology.error();
+      TOPOSCHED_ASSIGN_OR_RETURN(std::shared_ptr<const NodeTopology> topology, shapes.For(n));
       const std::string& name = node_names_.emplace_back(SimulatorNodeName(s_.node_rank[i], n.name));
-      specs.push_back({name, *topology, {{"kubernetes.io/hostname", name}}, true, n.cpu_milli});
+      specs.push_back({name, topology, {{"kubernetes.io/hostname", name}}, true, n.cpu_milli});
       index_.emplace(name, static_cast<int>(i));
       gpu_requested_.push_back(0);
     }
@@ -111,13 +110,12 @@ class ExtenderTracePolicy : public TracePolicy {
     std::vector<char> passed(names_.size(), 1);
     std::size_t feasible = names_.size();
     if (managed) {
-      auto filtered = Call("/scheduler/filter", args.dump());
-      if (!filtered.ok()) return filtered.error();
-      if (const std::string e = filtered->value("Error", std::string()); !e.empty()) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const json filtered, Call("/scheduler/filter", args.dump()));
+      if (const std::string e = filtered.value("Error", std::string()); !e.empty()) {
         return Error("extender filter: " + e);
       }
       std::unordered_set<std::string> pass;
-      if (const auto nn = filtered->find("NodeNames"); nn != filtered->end() && nn->is_array()) {
+      if (const auto nn = filtered.find("NodeNames"); nn != filtered.end() && nn->is_array()) {
         for (const json& n : *nn) pass.insert(n.get<std::string>());
       }
       std::vector<std::string> kept;
@@ -137,18 +135,16 @@ class ExtenderTracePolicy : public TracePolicy {
         for (std::size_t k = 0; k < names_.size(); ++k) total[k] = InTreeScore(index_.at(names_[k]), task);
       }
       if (managed) {
-        auto scored = Call("/scheduler/prioritize", args.dump());
-        if (!scored.ok()) return scored.error();
-        if (!scored->is_array()) return Error("extender prioritize: not a list: " + scored->dump().substr(0, 200));
-        AddScores(*scored, total);
+        TOPOSCHED_ASSIGN_OR_RETURN(const json scored, Call("/scheduler/prioritize", args.dump()));
+        if (!scored.is_array()) return Error("extender prioritize: not a list: " + scored.dump().substr(0, 200));
+        AddScores(scored, total);
       }
       // The second entry, called for every pod: it scores the pods that ask no device and names
       // no host for the others.
-      auto scored_cpu = Call("/scheduler/prioritize-cpu", args.dump());
-      if (!scored_cpu.ok()) return scored_cpu.error();
-      if (!scored_cpu->is_array()) return Error("extender prioritize-cpu: not a list");
-      if (managed && !scored_cpu->empty()) return Error("extender prioritize-cpu scored a pod that asks devices");
-      AddScores(*scored_cpu, total);
+      TOPOSCHED_ASSIGN_OR_RETURN(const json scored_cpu, Call("/scheduler/prioritize-cpu", args.dump()));
+      if (!scored_cpu.is_array()) return Error("extender prioritize-cpu: not a list");
+      if (managed && !scored_cpu.empty()) return Error("extender prioritize-cpu scored a pod that asks devices");
+      AddScores(scored_cpu, total);
     }
     // The highest total wins. Among equals kube-scheduler draws one at random (schedule_one.go
     // selectHost: reservoir sampling); the extender's own ranking takes the lowest node rank, the
@@ -175,9 +171,8 @@ class ExtenderTracePolicy : public TracePolicy {
     Choice choice{best, {}};
     if (managed) {
       const json binding = {{"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}};
-      auto bound = Call("/scheduler/bind", binding.dump());
-      if (!bound.ok()) return bound.error();
-      if (const std::string e = bound->value("Error", std::string()); !e.empty()) {
+      TOPOSCHED_ASSIGN_OR_RETURN(const json bound, Call("/scheduler/bind", binding.dump()));
+      if (const std::string e = bound.value("Error", std::string()); !e.empty()) {
         return Error("extender bind of " + name + " to " + node_name + ": " + e);
       }
       const std::optional<state::PodAllocation> a = store_.FindPod(uid);
@@ -296,10 +291,10 @@ class ExtenderTracePolicy : public TracePolicy {
 
 Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s, const framework::SchedulerConfig& config,
                                                              bool kube) {
-  auto fw = framework::Framework::Create(config, plugins::BuiltinRegistry());
-  if (!fw.ok()) return fw.error().WithContext("extender policy");
-  auto p = std::make_unique<ExtenderTracePolicy>(s, std::move(fw).value(), kube);
-  if (Status st = p->Build(); !st.ok()) return st.error();
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto fw, framework::Framework::Create(config, plugins::BuiltinRegistry()),
+                                 "extender policy");
+  auto p = std::make_unique<ExtenderTracePolicy>(s, std::move(fw), kube);
+  TOPOSCHED_RETURN_IF_ERROR(p->Build());
   return std::unique_ptr<TracePolicy>(std::move(p));
 }
 

@@ -112,18 +112,17 @@ bool ValidName(std::string_view s) {
 }  // namespace
 
 Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view csv) {
-  auto t = ReadTable(csv);
-  if (!t.ok()) return t.error();
-  auto sn = Column(*t, "sn");
-  auto cpu = Column(*t, "cpu_milli");
-  auto mem = Column(*t, "memory_mib");
-  auto gpu = Column(*t, "gpu");
-  auto model = Column(*t, "model");
+  TOPOSCHED_ASSIGN_OR_RETURN(const Table t, ReadTable(csv));
+  auto sn = Column(t, "sn");
+  auto cpu = Column(t, "cpu_milli");
+  auto mem = Column(t, "memory_mib");
+  auto gpu = Column(t, "gpu");
+  auto model = Column(t, "model");
   for (const auto* c : {&sn, &cpu, &mem, &gpu, &model}) {
     if (!c->ok()) return c->error();
   }
   std::vector<TraceNode> nodes;
-  for (const auto& [line, f] : t->rows) {
+  for (const auto& [line, f] : t.rows) {
     TraceNode n;
     n.name = std::string(f[*sn]);
     if (!ValidName(n.name)) return Error("line " + std::to_string(line) + ", sn: \"" + n.name + "\" is not a node name");
@@ -147,20 +146,19 @@ Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view csv) {
 }
 
 Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view csv) {
-  auto t = ReadTable(csv);
-  if (!t.ok()) return t.error();
-  auto name = Column(*t, "name");
-  auto cpu = Column(*t, "cpu_milli");
-  auto mem = Column(*t, "memory_mib");
-  auto num = Column(*t, "num_gpu");
-  auto milli = Column(*t, "gpu_milli");
+  TOPOSCHED_ASSIGN_OR_RETURN(const Table t, ReadTable(csv));
+  auto name = Column(t, "name");
+  auto cpu = Column(t, "cpu_milli");
+  auto mem = Column(t, "memory_mib");
+  auto num = Column(t, "num_gpu");
+  auto milli = Column(t, "gpu_milli");
   for (const auto* c : {&name, &cpu, &mem, &num, &milli}) {
     if (!c->ok()) return c->error();
   }
-  const std::optional<std::size_t> spec = OptionalColumn(*t, "gpu_spec");
-  const std::optional<std::size_t> created = OptionalColumn(*t, "creation_time");
+  const std::optional<std::size_t> spec = OptionalColumn(t, "gpu_spec");
+  const std::optional<std::size_t> created = OptionalColumn(t, "creation_time");
   std::vector<TraceTask> tasks;
-  for (const auto& [line, f] : t->rows) {
+  for (const auto& [line, f] : t.rows) {
     TraceTask task;
     task.name = std::string(f[*name]);
     if (!ValidName(task.name)) {
@@ -203,9 +201,9 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view csv) {
       }
     }
     if (created) {
-      auto ct = Int(f[*created], 0, 1'000'000'000'000, line, "creation_time");
-      if (!ct.ok()) return ct.error();
-      task.creation_s = static_cast<double>(*ct);
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t creation_s,
+                                 Int(f[*created], 0, 1'000'000'000'000, line, "creation_time"));
+      task.creation_s = static_cast<double>(creation_s);
     }
     tasks.push_back(std::move(task));
   }
@@ -227,17 +225,11 @@ Result<Trace> LoadTrace(const std::string& dir, const std::string& variant) {
   Trace trace;
   trace.variant = variant;
   const std::string node_path = dir + "/openb_node_list_gpu_node.csv";
-  auto node_csv = ReadFileBounded(node_path, kMaxTraceFileBytes);
-  if (!node_csv.ok()) return node_csv.error();
-  auto nodes = ParseTraceNodes(*node_csv);
-  if (!nodes.ok()) return nodes.error().WithContext(node_path);
-  trace.nodes = std::move(nodes).value();
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string node_csv, ReadFileBounded(node_path, kMaxTraceFileBytes));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(trace.nodes, ParseTraceNodes(node_csv), node_path);
   const std::string pod_path = dir + "/openb_pod_list_" + variant + ".csv";
-  auto pod_csv = ReadFileBounded(pod_path, kMaxTraceFileBytes);
-  if (!pod_csv.ok()) return pod_csv.error();
-  auto tasks = ParseTraceTasks(*pod_csv);
-  if (!tasks.ok()) return tasks.error().WithContext(pod_path);
-  trace.tasks = std::move(tasks).value();
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string pod_csv, ReadFileBounded(pod_path, kMaxTraceFileBytes));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(trace.tasks, ParseTraceTasks(pod_csv), pod_path);
   return trace;
 }
 
@@ -374,15 +366,13 @@ Result<std::shared_ptr<const NodeTopology>> MachineShapes::For(const TraceNode& 
   if (node.gpus <= 0) return std::make_shared<const NodeTopology>();
   std::shared_ptr<const NodeTopology>& t = shapes_[{node.model, node.gpus}];
   if (t != nullptr) return t;
-  auto spec = TraceMachine(node);
-  if (!spec.ok()) return spec.error();
-  auto topo = GenerateSynthetic(*spec);
-  if (!topo.ok()) return topo.error().WithContext(node.name);
-  if (static_cast<int>(topo->gpus.size()) != node.gpus) {
-    return Error(node.name + ": machine shape has " + std::to_string(topo->gpus.size()) + " GPUs, not " +
+  TOPOSCHED_ASSIGN_OR_RETURN(const auto spec, TraceMachine(node));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(NodeTopology topo, GenerateSynthetic(spec), node.name);
+  if (static_cast<int>(topo.gpus.size()) != node.gpus) {
+    return Error(node.name + ": machine shape has " + std::to_string(topo.gpus.size()) + " GPUs, not " +
                  std::to_string(node.gpus));
   }
-  t = std::make_shared<const NodeTopology>(std::move(topo).value());
+  t = std::make_shared<const NodeTopology>(std::move(topo));
   return t;
 }
 

@@ -251,11 +251,11 @@ class ToposchedTracePolicy : public TracePolicy {
  public:
   static Result<std::unique_ptr<ToposchedTracePolicy>> Make(ReplayState& s, const framework::SchedulerConfig& config,
                                                              packing::ShapeMix mix, bool cpu_blind) {
-    auto fw = framework::Framework::Create(config, BuiltinRegistryForTrace());
-    if (!fw.ok()) return fw.error().WithContext("toposched policy");
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto fw, framework::Framework::Create(config, BuiltinRegistryForTrace()),
+                                   "toposched policy");
     auto p = std::unique_ptr<ToposchedTracePolicy>(
-        new ToposchedTracePolicy(s, std::move(fw).value(), std::move(mix), cpu_blind));
-    if (Status st = p->BuildNodes(); !st.ok()) return st.error();
+        new ToposchedTracePolicy(s, std::move(fw), std::move(mix), cpu_blind));
+    TOPOSCHED_RETURN_IF_ERROR(p->BuildNodes());
     return p;
   }
 
@@ -366,9 +366,7 @@ class ToposchedTracePolicy : public TracePolicy {
       framework::NodeInfo info;
       info.name = n.name;
       info.cpu_milli_free = cpu_blind_ ? -1 : n.cpu_milli;
-      auto topology = shapes.For(n);
-      if (!topology.ok()) return topology.error();
-      info.topology = *topology;
+      TOPOSCHED_ASSIGN_OR_RETURN(info.topology, shapes.For(n));
       if (n.gpus > 0) info.topology_fingerprint = info.topology->Fingerprint();
       infos_.push_back(std::move(info));
     }
@@ -405,9 +403,8 @@ Result<std::unique_ptr<TracePolicy>> MakeTracePolicy(ReplayState& state, std::st
                                                      const packing::ShapeMix& mix, const packing::ShapeMix& demand_mix,
                                                      bool cpu_blind) {
   if (policy == kTracePolicyToposched) {
-    auto made = ToposchedTracePolicy::Make(state, config, demand_mix, cpu_blind);
-    if (!made.ok()) return made.error();
-    return std::unique_ptr<TracePolicy>(std::move(made).value());
+    TOPOSCHED_ASSIGN_OR_RETURN(auto made, ToposchedTracePolicy::Make(state, config, demand_mix, cpu_blind));
+    return std::unique_ptr<TracePolicy>(std::move(made));
   }
   if (policy == kTracePolicyExtender || policy == kTracePolicyKubeExtender) {
     return MakeExtenderTracePolicy(state, config, policy == kTracePolicyKubeExtender);

@@ -288,9 +288,7 @@ Result<Workload> ParseWorkloadDocument(std::string_view text, const RequestConfi
     }
     const auto p = e.find("pod");
     if (p == e.end() || !p->is_object()) return Error(where + ".pod: expected a Kubernetes Pod object");
-    auto request = ParsePodRequest(p->dump(), config);
-    if (!request.ok()) return request.error().WithContext(where + ".pod");
-    pod.request = std::move(request).value();
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(pod.request, ParsePodRequest(p->dump(), config), where + ".pod");
     if (pod.request.gpus == 0 && !pod.request.IsShared()) {
       return Error(where +
                    ".pod: asks for no GPU (nvidia.com/gpu, amd.com/gpu or a shared GPU); "
@@ -337,11 +335,9 @@ Result<std::string> ReadFileBounded(const std::string& path, std::size_t limit) 
 }
 
 Result<Workload> LoadWorkloadFile(const std::string& path, const RequestConfig& config) {
-  auto content = ReadFileBounded(path, kMaxWorkloadFileBytes);
-  if (!content.ok()) return content.error();
-  auto w = ParseWorkloadJson(*content, config);
-  if (!w.ok()) return w.error().WithContext(path);
-  w->description = std::to_string(w->pods.size()) + " pods from " + path;
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string content, ReadFileBounded(path, kMaxWorkloadFileBytes));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(Workload w, ParseWorkloadJson(content, config), path);
+  w.description = std::to_string(w.pods.size()) + " pods from " + path;
   return w;
 }
 
