@@ -82,7 +82,7 @@ Result<SimulationResult> RunDefault(int nodes, int pods, std::uint32_t seed = 1,
   return Simulate(cluster, GenerateWorkload(spec));
 }
 
-// The GPU+NIC placement bar (issue 3) on the serving mix without Prefill/Decode pools: with
+// The GPU+NIC placement bar on the serving mix without Prefill/Decode pools: with
 // pools the pool plugins trade aligned 8-GPU slots for KV-transfer paths (docs/placement.md
 // has both runs), so that figure is not asserted there.
 TEST(Acceptance, ToposchedBeatsEveryBaselineOnTheDefault) {
@@ -97,9 +97,8 @@ TEST(Acceptance, ToposchedBeatsEveryBaselineOnTheDefault) {
     if (base.policy == kPolicyToposched) continue;
     SCOPED_TRACE(base.policy);
     EXPECT_GT(topo.at_best_class, base.at_best_class) << table;
-    // Slots kept whole, averaged over the run: the end snapshot moves with the seed (with pools
-    // off, seeds 1-3 at 80, 120 and 240 nodes: the end count won 6 of 9 and tied or lost the
-    // rest; the mean over the run won all 9; docs/placement.md).
+    // Slots kept whole, averaged over the run: the end snapshot moves with the seed, the mean
+    // does not (docs/placement.md, "Prefill/Decode pools in the simulator", has the runs).
     EXPECT_GT(topo.aligned_slots_mean, base.aligned_slots_mean) << table;
   }
   // The workload is sized to matter: the peak leaves pods pending under some policy, and the
@@ -108,11 +107,10 @@ TEST(Acceptance, ToposchedBeatsEveryBaselineOnTheDefault) {
   EXPECT_LT(first_fit.at_best_share, 0.9) << table;
 }
 
-// The Prefill/Decode bar (issue 6) on the default workload, pools included: more P/D pods on
-// the cheapest available KV path and a lower per-leaf P:D ratio error than every baseline.
-// (Checked by hand over seeds 1-3 at 120 nodes / 2000 pods: 88-92% vs at most 57%, ratio error
-// 0.12 vs at least 0.22 over the run; at 80 nodes / 1300 pods 93-97% vs at most 65%; the test
-// runs one seed.)
+// The Prefill/Decode bar on the default workload, pools included: more P/D pods on the
+// cheapest available KV path and a lower per-leaf P:D ratio error than every baseline. The test
+// runs one seed; the margin over more seeds is in docs/placement.md, "Prefill/Decode pools in
+// the simulator".
 TEST(Acceptance, ToposchedPlacesPrefillDecodePairsBetterThanEveryBaseline) {
   auto r = RunDefault(kAcceptanceNodes, kAcceptancePods);
   ASSERT_TRUE(r.ok()) << r.error().message();
@@ -128,7 +126,7 @@ TEST(Acceptance, ToposchedPlacesPrefillDecodePairsBetterThanEveryBaseline) {
   }
 }
 
-// Capacity by default (issue 16): on the default workload, pools included, toposched places at
+// Capacity by default: on the default workload, pools included, toposched places at
 // least as many pods as every baseline, and leaves no more pods of any kind pending. (Checked by
 // hand over seeds 1-3 at 120 nodes / 2000 pods and seed 1 at 80 / 1300; the full default, seeds
 // 1-8, is in docs/placement.md, "Capacity by default", with the one seed where a kind falls short.)

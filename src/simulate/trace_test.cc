@@ -383,7 +383,7 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     ASSERT_EQ(defaults->policies.size(), 5u);
     EXPECT_NE(table.find("against fgd, seed by seed"), std::string::npos) << table;
     EXPECT_GT(with_ef, without_ef) << variant << "\n" << table;
-    // At least FGD (issue 16's bar), and every other baseline.
+    // At least FGD (capacity is never traded away), and every other baseline.
     for (std::size_t i = 1; i < defaults->policies.size(); ++i) {
       EXPECT_GE(with_ef + 1e-9, defaults->policies[i].mean_ratio_at[0])
           << variant << ": " << defaults->policies[i].policy << "\n" << table;
@@ -392,9 +392,8 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     // By kind, when 100 % has arrived: no more shared or whole-GPU tasks pending than the packers
     // (FGD, best-fit, first-fit). Random is left out: it spreads shares over fresh GPUs, so more
     // shares fit later while whole-GPU tasks pend (docs/placement.md). Within one task per seed:
-    // on this tenth of the cluster one task is seed noise (with the remnants evened out, gpushare40
-    // pends 21.7 shares per seed here against first-fit's 21.3, where the full trace, seeds
-    // 42-51, has 238.5 against 289.7; docs/placement.md, "Evening out the remnants").
+    // on this tenth of the cluster one task is seed noise, where the full trace shows the margin
+    // (docs/placement.md, "Trace replay", which tasks pend, by kind).
     for (std::size_t i = 1; i <= 3; ++i) {
       for (std::size_t k = 0; k < kTraceKinds; ++k) {
         EXPECT_LE(defaults->policies[0].mean_pending_at[0][k],
@@ -416,8 +415,8 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     // Capacity first (the plugin ranks before the total, at weight 0): above toposched without
     // ExpectedFragmentation and at least every blind baseline; on gpushare40 at least best-fit
     // and random. With shares asking memory as HAMi pods do, this sample of gpushare40 leaves it
-    // 0.2 below first-fit (92.996 against 93.199 %), while the full trace (seeds 42-44) has it
-    // 0.75 above (93.66 against 92.91 %; docs/placement.md). The defaults stay above FGD here.
+    // just below first-fit, while on the full trace it is above (docs/placement.md, "Capacity
+    // first"): a sample's noise, not a bar. The defaults stay above FGD here.
     config.capacity.plugin = "ExpectedFragmentation";
     options.config = config;
     auto first = ReplayTrace(*trace, options);

@@ -55,9 +55,9 @@ struct PluginConfig {
 // it still ranks, and adds nothing to the total), so no weight can trade capacity away.
 // Off unless configured (docs/placement.md, "Capacity first", says why it is not the default).
 inline constexpr int kDefaultCapacityBand = 5;
-// CapacityConfig::min_typical_pods: its default (a fortieth of the extender's window; 500, a
-// quarter, until 2026-12-05: docs/placement.md, "The window rule's threshold") and bounds (the
-// window's size).
+// CapacityConfig::min_typical_pods: its default (a fortieth of the extender's window, which
+// docs/placement.md, "The window rule's threshold", measures against the values tried) and
+// bounds (the window's size).
 inline constexpr int kDefaultMinTypicalPods = 50;
 inline constexpr int kMaxMinTypicalPods = 2000;
 

@@ -17,7 +17,8 @@ struct NodeInfo {
   // when the node has published no NodeTopology (DeviceFit then rejects it as unresolvable).
   std::shared_ptr<const NodeTopology> topology;
   // topology->Fingerprint() when the caller keeps it (the extender's cluster state computes it
-  // once per topology): saves the ~9 us hash on every engine memo lookup. Empty = computed.
+  // once per topology): the hash is most of a memo lookup's cost, so it is not paid per lookup
+  // (docs/benchmarks.md, "Placement engine and scoring"). Empty = computed.
   std::string topology_fingerprint;
   // Devices already taken; Reserve plugins change it, Unreserve restores it.
   NodeAllocation allocated;

@@ -380,7 +380,7 @@ struct SimulationOptions {
 Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload& workload,
                                   const SimulationOptions& options = {});
 
-// Capacity against the baselines (issue 16: capacity is never traded away silently): `policy`'s
+// Capacity against the baselines (capacity is never traded away silently): `policy`'s
 // pods placed less the most any other policy of the run placed, and each count where another
 // policy placed more, in total or of one kind. nullopt when `policy` is not in the run or is
 // alone in it.

@@ -152,8 +152,9 @@ struct TraceReplayOptions {
   // raised to the trace's finest share (the trace has no per-GPU share count limit).
   std::optional<framework::SchedulerConfig> config;
   // The toposched policy sees no CPU: neither the task's request nor the node's free CPU, so its
-  // packing measure counts every node's CPU as enough. That is what the extender saw before it
-  // read CPU (2026-12-05); the baselines keep their CPU.
+  // packing measure counts every node's CPU as enough: the extender blind to CPU, kept so that
+  // the difference reading CPU makes can be measured (docs/placement.md, "Trace replay", "The
+  // extender reads CPU as the replay does"); the baselines keep their CPU.
   bool toposched_cpu_blind = false;
   // Run only the first N tasks of each tuned workload (0: all); for tests.
   std::size_t max_tasks = 0;
