@@ -77,12 +77,12 @@ std::shared_ptr<const std::vector<std::string>> PoolNodesOf(std::span<const Pool
 }
 
 RemnantTie::RemnantTie(const Framework& framework, const PlacementRequest& request, Count count)
-    : on_(framework.EvenRemnants() && request.IsShared() && request.shared.count == 1),
-      milli_(on_ ? packing::ShapeOf(request).milli : 0),
+    : applies_(framework.EvenRemnants() && request.IsShared() && request.shared.count == 1),
+      milli_(applies_ ? packing::ShapeOf(request).milli : 0),
       count_(std::move(count)) {}
 
 long RemnantTie::Rank(int share_left) {
-  if (!on_ || share_left < 0) return 0;
+  if (!applies_ || share_left < 0) return 0;
   if (counts_ == nullptr) counts_ = count_();
   return counts_->TieRank(share_left, milli_);
 }

@@ -48,14 +48,14 @@ bool HasPools(const SimulationResult& r) {
 
 class Table {
  public:
-  explicit Table(const SimulationResult& r) : r_(r) {
+  explicit Table(const SimulationResult& r) : result_(r) {
     for (const PolicyResult& p : r.policies) width_ = std::max(width_, p.policy.size() + 2);
   }
   template <typename F>
   void Row(const std::string& label, F cell) {
     out_ << label;
     for (std::size_t k = label.size(); k < kLabelWidth; ++k) out_ << ' ';
-    for (const PolicyResult& p : r_.policies) {
+    for (const PolicyResult& p : result_.policies) {
       const std::string c = cell(p);
       for (std::size_t k = c.size(); k < width_; ++k) out_ << ' ';
       out_ << c;
@@ -67,7 +67,7 @@ class Table {
 
  private:
   static constexpr std::size_t kLabelWidth = 36;
-  const SimulationResult& r_;
+  const SimulationResult& result_;
   std::size_t width_ = 14;
   std::ostringstream out_;
 };

@@ -73,7 +73,7 @@ std::int64_t MostRequested(std::int64_t requested, std::int64_t capacity) {
 class ExtenderTracePolicy : public TracePolicy {
  public:
   ExtenderTracePolicy(ReplayState& s, framework::Framework fw, bool kube)
-      : s_(s),
+      : state_(s),
         framework_(std::move(fw)),
         store_(nullptr, extender::StoreOptionsFor(framework_.config())),
         kube_(kube),
@@ -82,10 +82,10 @@ class ExtenderTracePolicy : public TracePolicy {
   Status Build() {
     MachineShapes shapes;
     std::vector<state::NodeSpec> specs;
-    for (std::size_t i = 0; i < s_.trace->nodes.size(); ++i) {
-      const TraceNode& n = s_.trace->nodes[i];
+    for (std::size_t i = 0; i < state_.trace->nodes.size(); ++i) {
+      const TraceNode& n = state_.trace->nodes[i];
       TOPOSCHED_ASSIGN_OR_RETURN(std::shared_ptr<const NodeTopology> topology, shapes.For(n));
-      const std::string& name = node_names_.emplace_back(SimulatorNodeName(s_.node_rank[i], n.name));
+      const std::string& name = node_names_.emplace_back(SimulatorNodeName(state_.node_rank[i], n.name));
       specs.push_back({name, topology, {{"kubernetes.io/hostname", name}}, true, n.cpu_milli});
       index_.emplace(name, static_cast<int>(i));
       gpu_requested_.push_back(0);
@@ -100,8 +100,8 @@ class ExtenderTracePolicy : public TracePolicy {
     const std::string uid = "trace-" + std::to_string(task_index);
     const std::string name = task.name + "-" + std::to_string(task_index);  // draws repeat a task's name
     names_.clear();
-    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      if (HostFits(s_.trace->nodes[i], s_.nodes[i], task)) names_.push_back(node_names_[i]);
+    for (std::size_t i = 0; i < state_.nodes.size(); ++i) {
+      if (HostFits(state_.trace->nodes[i], state_.nodes[i], task)) names_.push_back(node_names_[i]);
     }
     if (names_.empty()) return Choice{};
     const bool managed = task.gpus > 0;  // managedResources: only pods asking a device reach the main entry
@@ -161,7 +161,7 @@ class ExtenderTracePolicy : public TracePolicy {
         ties = 1;
       } else if (total[k] == best_total) {
         const bool take = kube_ ? std::uniform_int_distribution<std::uint32_t>(0, ties)(ties_) == 0
-                                : s_.node_rank[Idx(node)] < s_.node_rank[Idx(best)];
+                                : state_.node_rank[Idx(node)] < state_.node_rank[Idx(best)];
         ++ties;
         if (take) best = node;
       }
@@ -258,7 +258,7 @@ class ExtenderTracePolicy : public TracePolicy {
   std::int64_t InTreeScore(int node, const TraceTask& task) const {
     if (GpuResource(task) == 0) return 0;
     return MostRequested(gpu_requested_[Idx(node)] + GpuResource(task),
-                         s_.trace->nodes[Idx(node)].gpus * kHamiSplitCount);
+                         state_.trace->nodes[Idx(node)].gpus * kHamiSplitCount);
   }
 
   Result<json> Call(std::string_view path, const std::string& body) {
@@ -273,7 +273,7 @@ class ExtenderTracePolicy : public TracePolicy {
     return out;
   }
 
-  ReplayState& s_;
+  ReplayState& state_;
   framework::Framework framework_;
   state::ClusterStore store_;
   metrics::Registry metrics_;

@@ -71,17 +71,19 @@ class BestNode {
 
 class FirstFitPolicy : public TracePolicy {
  public:
-  explicit FirstFitPolicy(ReplayState& s) : s_(s) {}
+  explicit FirstFitPolicy(ReplayState& s) : state_(s) {}
   Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
-    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      if (!HostFits(s_.trace->nodes[i], s_.nodes[i], task) || !GpusFit(s_.nodes[i], task)) continue;
-      return Choice{static_cast<int>(i), LowestGpus(s_.nodes[i], task)};
+    for (std::size_t i = 0; i < state_.nodes.size(); ++i) {
+      if (!HostFits(state_.trace->nodes[i], state_.nodes[i], task) || !GpusFit(state_.nodes[i], task)) {
+        continue;
+      }
+      return Choice{static_cast<int>(i), LowestGpus(state_.nodes[i], task)};
     }
     return Choice{};
   }
 
  private:
-  ReplayState& s_;
+  ReplayState& state_;
 };
 
 // FGD simulator's Random (plugin/random_score.go, -gpusel random): a node uniformly among those
@@ -89,22 +91,24 @@ class FirstFitPolicy : public TracePolicy {
 // (open_gpu_share.go allocateGpuIdBasedOnRandomFit), whole GPUs the lowest fully free ones.
 class RandomPolicy : public TracePolicy {
  public:
-  explicit RandomPolicy(ReplayState& s) : s_(s) {}
+  explicit RandomPolicy(ReplayState& s) : state_(s) {}
   Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
     // Reservoir sampling, for the node and for the share's GPU.
     int pick = -1;
     std::uint32_t seen = 0;
-    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      if (!HostFits(s_.trace->nodes[i], s_.nodes[i], task) || !GpusFit(s_.nodes[i], task)) continue;
-      if (s_.rng() % ++seen == 0) pick = static_cast<int>(i);
+    for (std::size_t i = 0; i < state_.nodes.size(); ++i) {
+      if (!HostFits(state_.trace->nodes[i], state_.nodes[i], task) || !GpusFit(state_.nodes[i], task)) {
+        continue;
+      }
+      if (state_.rng() % ++seen == 0) pick = static_cast<int>(i);
     }
     if (pick < 0) return Choice{};
-    const NodeRuntime& rt = s_.nodes[Idx(pick)];
+    const NodeRuntime& rt = state_.nodes[Idx(pick)];
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
       int gpu = -1;
       std::uint32_t fitting = 0;
       for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
-        if (rt.milli_left[Idx(g)] >= task.gpu_milli && s_.rng() % ++fitting == 0) gpu = g;
+        if (rt.milli_left[Idx(g)] >= task.gpu_milli && state_.rng() % ++fitting == 0) gpu = g;
       }
       return Choice{pick, {gpu}};
     }
@@ -112,7 +116,7 @@ class RandomPolicy : public TracePolicy {
   }
 
  private:
-  ReplayState& s_;
+  ReplayState& state_;
 };
 
 // FGD simulator's BestFit (plugin/best_fit_score.go): score (1 - sum_r w_r (free_r - request_r) /
@@ -123,12 +127,12 @@ class RandomPolicy : public TracePolicy {
 // fits (lowest index on ties), whole GPUs the lowest fully free ones.
 class BestFitPolicy : public TracePolicy {
  public:
-  explicit BestFitPolicy(ReplayState& s) : s_(s) {}
+  explicit BestFitPolicy(ReplayState& s) : state_(s) {}
   Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
     scores_.clear();
-    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      const NodeRuntime& rt = s_.nodes[i];
-      if (!HostFits(s_.trace->nodes[i], rt, task) || !GpusFit(rt, task)) continue;
+    for (std::size_t i = 0; i < state_.nodes.size(); ++i) {
+      const NodeRuntime& rt = state_.nodes[i];
+      if (!HostFits(state_.trace->nodes[i], rt, task) || !GpusFit(rt, task)) continue;
       double gpu_left = 0;
       for (int l : rt.milli_left) gpu_left += l;
       const double free = (static_cast<double>(rt.cpu_left - task.cpu_milli) / 128000.0) * 0.5 +
@@ -142,9 +146,9 @@ class BestFitPolicy : public TracePolicy {
       lo = std::min(lo, score);
       hi = std::max(hi, score);
     }
-    BestNode pick(s_.node_rank);
+    BestNode pick(state_.node_rank);
     for (const auto& [score, node] : scores_) pick.Offer(hi == lo ? 0 : (score - lo) * 100 / (hi - lo), node);
-    const NodeRuntime& rt = s_.nodes[Idx(pick.best())];
+    const NodeRuntime& rt = state_.nodes[Idx(pick.best())];
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
       int best = -1;
       for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
@@ -157,7 +161,7 @@ class BestFitPolicy : public TracePolicy {
   }
 
  private:
-  ReplayState& s_;
+  ReplayState& state_;
   std::vector<std::pair<std::int64_t, int>> scores_;
 };
 
@@ -173,16 +177,17 @@ std::string ShapeKeyOf(const TraceTask& t) {
 // each GPU that fits and takes the best (first on ties); whole GPUs are the lowest free ones.
 class FgdPolicy : public TracePolicy {
  public:
-  FgdPolicy(ReplayState& s, packing::ShapeMix mix) : s_(s), mix_(std::move(mix)), before_(s.nodes.size()) {}
+  FgdPolicy(ReplayState& s, packing::ShapeMix mix)
+      : state_(s), mix_(std::move(mix)), before_(s.nodes.size()) {}
 
   Result<Choice> Schedule(const TraceTask& task, std::size_t) override {
     auto& cache = cache_[ShapeKeyOf(task)];
-    cache.resize(s_.nodes.size());
+    cache.resize(state_.nodes.size());
     const packing::Shape shape = ShapeOfTask(task);
-    BestNode pick(s_.node_rank);
-    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      const TraceNode& node = s_.trace->nodes[i];
-      const NodeRuntime& rt = s_.nodes[i];
+    BestNode pick(state_.node_rank);
+    for (std::size_t i = 0; i < state_.nodes.size(); ++i) {
+      const TraceNode& node = state_.trace->nodes[i];
+      const NodeRuntime& rt = state_.nodes[i];
       if (!HostFits(node, rt, task) || !GpusFit(rt, task)) continue;
       Entry& e = cache[i];
       if (!e.valid || e.version != rt.version) {
@@ -195,7 +200,7 @@ class FgdPolicy : public TracePolicy {
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
       return Choice{pick.best(), {e.gpu}};
     }
-    return Choice{pick.best(), LowestGpus(s_.nodes[Idx(pick.best())], task)};
+    return Choice{pick.best(), LowestGpus(state_.nodes[Idx(pick.best())], task)};
   }
 
  private:
@@ -236,7 +241,7 @@ class FgdPolicy : public TracePolicy {
     return e;
   }
 
-  ReplayState& s_;
+  ReplayState& state_;
   packing::ShapeMix mix_;
   std::vector<Before> before_;
   std::unordered_map<std::string, std::vector<Entry>> cache_;
@@ -279,20 +284,20 @@ class ToposchedTracePolicy : public TracePolicy {
     const framework::CycleSetup setup{.mix = mix_, .packs_by_mix = true, .explain = false, .cluster = nullptr};
     framework::CycleState cycle = framework_.NewCycle(request, setup);
     auto& cache = cache_[request.ShapeKey() + "|" + std::to_string(task.cpu_milli)];
-    cache.resize(s_.nodes.size());
+    cache.resize(state_.nodes.size());
     candidates_.clear();
     framework::CapacityBand band(framework_.CapacityBandWidth());
     // The trace's tasks ask no RDMA NIC: the rare class (rule 1) never applies here.
     framework::RemnantTie remnants(framework_, request, [this] {
       auto counts = std::make_shared<packing::RemnantCounts>();
-      for (const NodeRuntime& node : s_.nodes) {
+      for (const NodeRuntime& node : state_.nodes) {
         for (const int left : node.milli_left) counts->Add(left);
       }
       return std::shared_ptr<const packing::RemnantCounts>(std::move(counts));
     });
-    for (std::size_t i = 0; i < s_.nodes.size(); ++i) {
-      const NodeRuntime& rt = s_.nodes[i];
-      if (!HostFits(s_.trace->nodes[i], rt, task)) continue;
+    for (std::size_t i = 0; i < state_.nodes.size(); ++i) {
+      const NodeRuntime& rt = state_.nodes[i];
+      if (!HostFits(state_.trace->nodes[i], rt, task)) continue;
       Entry& e = cache[i];
       if (!e.valid || e.version != rt.version) {
         e.valid = true;
@@ -312,7 +317,7 @@ class ToposchedTracePolicy : public TracePolicy {
       }
       if (e.fits) {
         // The stable order here is the replay's node rank, which every policy of the replay shares.
-        candidates_.push_back({e.score, static_cast<std::uint64_t>(s_.node_rank[i]), e.share_left, i});
+        candidates_.push_back({e.score, static_cast<std::uint64_t>(state_.node_rank[i]), e.share_left, i});
         band.Offer(e.score);
       }
     }
@@ -355,14 +360,14 @@ class ToposchedTracePolicy : public TracePolicy {
   static const framework::Registry& BuiltinRegistryForTrace();
 
   ToposchedTracePolicy(ReplayState& s, framework::Framework fw, packing::ShapeMix mix, bool cpu_blind)
-      : s_(s),
+      : state_(s),
         framework_(std::move(fw)),
         mix_(std::make_shared<const packing::ShapeMix>(std::move(mix))),
         cpu_blind_(cpu_blind) {}
 
   Status BuildNodes() {
     trace_internal::MachineShapes shapes;
-    for (const TraceNode& n : s_.trace->nodes) {
+    for (const TraceNode& n : state_.trace->nodes) {
       framework::NodeInfo info;
       info.name = n.name;
       info.cpu_milli_free = cpu_blind_ ? -1 : n.cpu_milli;
@@ -373,7 +378,7 @@ class ToposchedTracePolicy : public TracePolicy {
     return Status::Ok();
   }
 
-  ReplayState& s_;
+  ReplayState& state_;
   framework::Framework framework_;
   std::shared_ptr<const packing::ShapeMix> mix_;
   bool cpu_blind_ = false;  // TraceReplayOptions::toposched_cpu_blind

@@ -137,13 +137,13 @@ class RemnantTie {
   using Count = std::function<std::shared_ptr<const packing::RemnantCounts>()>;
   RemnantTie(const Framework& framework, const PlacementRequest& request, Count count);
   // Whether the rule applies to this pod at all.
-  bool on() const { return on_; }
+  bool on() const { return applies_; }
   // The rank of a node whose chosen card has `share_left` milli left (ShareLeft; -1: none):
   // lower first; 0 when the rule is off or there is no such card.
   long Rank(int share_left);
 
  private:
-  bool on_ = false;
+  bool applies_ = false;
   int milli_ = 0;  // the vGPU's share of its card
   Count count_;
   std::shared_ptr<const packing::RemnantCounts> counts_;
