@@ -1,8 +1,9 @@
 #pragma once
-// What the exact engine (engine.cc) and the brute-force reference (brute_force.cc) share: the
-// definitions of "free", switch groups, the shared-GPU eligibility and key, the failure sentences
-// and the Placement's description. The searches themselves and the cost arithmetic are written
-// twice on purpose, so that the reference checks the engine rather than repeating it.
+// What the exact engine (engine.cc and WholeSearch, whole_search*.cc) and the brute-force
+// reference (brute_force.cc) share: the definitions of "free", switch groups, the shared-GPU
+// eligibility and key, the failure sentences and the Placement's description. The searches
+// themselves and the cost arithmetic are written twice on purpose, so that the reference checks
+// the engine rather than repeating it.
 
 #include <cstdint>
 #include <optional>
