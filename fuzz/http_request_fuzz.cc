@@ -1,7 +1,7 @@
 // The extender's HTTP/1.1 framing: the bytes a client sends on one connection, split into reads
 // of a size the input chooses, parsed as the server's sessions parse them (Beast's
 // request_parser, configured, limited and classified by src/server/http_framing.h, the functions
-// http_server.cc calls), request after request while the connection stays open, as pipelining
+// http_session.cc calls), request after request while the connection stays open, as pipelining
 // allows. The body limit is the extender's per-target rule at a smaller scale. Invariants: a
 // request that reads has a body within its target's limit; an error maps to one reply or a close.
 

@@ -12,7 +12,7 @@
 #include "toposched/topology/json_codec.h"
 
 // The import worker is forked on first use: do it here, before libFuzzer starts its threads
-// (hwloc_discovery.cc, kImportsPerWorker).
+// (hwloc_import_worker.cc, kImportsPerWorker).
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   (void)toposched::ParseHwlocXml(R"(<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE topology SYSTEM "hwloc2.dtd">

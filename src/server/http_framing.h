@@ -1,5 +1,5 @@
 #pragma once
-// The server's HTTP/1.1 framing rules, shared by the connection code in http_server.cc and the
+// The server's HTTP/1.1 framing rules, shared by the connection code in http_session.cc and the
 // fuzz target fuzz/http_request_fuzz.cc (internal header; Beast stays out of the public one).
 // The session reads asynchronously and the fuzz target synchronously from a byte string, but
 // both configure the parser, check the body limit and classify read errors through these
