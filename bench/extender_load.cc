@@ -29,10 +29,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,11 +43,11 @@
 #include "testing/http_client.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/extender/service.h"
-#include "toposched/wire/wire.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/server/http_server.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
+#include "toposched/wire/wire.h"
 
 namespace {
 
@@ -83,9 +83,12 @@ int g_cpu_bound_pct = -1;  // --cpu-bound; -1: nodes carry no CPU
 
 // --cpu-bound: is node i one of the PCT % whose free CPU binds, and its allocatable CPU.
 bool CpuBinds(int i) {
-  return (static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 100 < static_cast<std::uint64_t>(g_cpu_bound_pct);
+  return (static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 100 <
+         static_cast<std::uint64_t>(g_cpu_bound_pct);
 }
-std::int64_t CpuAllocatable(int i) { return i % 10 == 9 ? 64'000 : 220'000; }
+std::int64_t CpuAllocatable(int i) {
+  return i % 10 == 9 ? 64'000 : 220'000;
+}
 
 void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class = false) {
   auto hgx = Preset("hgx-h100-8gpu");
@@ -137,15 +140,17 @@ void Populate(state::ClusterStore& store, int nodes, bool uuids, bool rare_class
     if (i % 3 != 0) continue;
     // A third of the nodes hold 1..4 whole GPUs: several node classes, as in a running cluster.
     const int k = 1 + (i / 3) % 4;
-    (void)store.Bind(name, "pre-" + std::to_string(i), [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
-      state::PodAllocation a;
-      a.uid = "pre-" + std::to_string(i);
-      a.node = rec.name;
-      a.pod_namespace = "bench";
-      a.pod_name = a.uid;
-      for (int g = 0; g < k && g < static_cast<int>(rec.topology->gpus.size()); ++g) a.delta.exclusive_gpus.push_back(g);
-      return a;
-    });
+    (void)store.Bind(name, "pre-" + std::to_string(i),
+                     [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
+                       state::PodAllocation a;
+                       a.uid = "pre-" + std::to_string(i);
+                       a.node = rec.name;
+                       a.pod_namespace = "bench";
+                       a.pod_name = a.uid;
+                       for (int g = 0; g < k && g < static_cast<int>(rec.topology->gpus.size()); ++g)
+                         a.delta.exclusive_gpus.push_back(g);
+                       return a;
+                     });
   }
   store.SetSynced(true);
 }
@@ -162,18 +167,19 @@ std::vector<state::PodAllocation> AddPool(state::ClusterStore& store, bool sprea
     const std::string name = "gpu-node-" + std::to_string(i % 5000);
     const std::string uid = "pool-" + std::to_string(placed);
     const PodRole role = placed < 64 ? PodRole::kPrefill : PodRole::kDecode;
-    const auto bound = store.Bind(name, uid, [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
-      state::PodAllocation a;
-      a.uid = uid;
-      a.node = rec.name;
-      a.pod_namespace = "llm";
-      a.pod_name = uid;
-      a.role = role;
-      a.pool = "chat";
-      a.delta.exclusive_gpus = {6, 7};
-      a.delta.nics = {6, 7};
-      return a;
-    });
+    const auto bound =
+        store.Bind(name, uid, [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
+          state::PodAllocation a;
+          a.uid = uid;
+          a.node = rec.name;
+          a.pod_namespace = "llm";
+          a.pod_name = uid;
+          a.role = role;
+          a.pool = "chat";
+          a.delta.exclusive_gpus = {6, 7};
+          a.delta.nics = {6, 7};
+          return a;
+        });
     if (bound.ok()) {
       pods.push_back(bound->allocation);
       ++placed;
@@ -232,14 +238,20 @@ std::vector<std::string> KubeOrder(std::vector<std::string> names, std::uint64_t
 // pool: a decode pod of the pool "chat" (AddPool).
 bool g_new_shapes = false;
 std::string PodBody(int i, const std::vector<std::string>& names, bool pool = false) {
-  PodSpec p{.name = "bench-" + std::to_string(i), .ns = "llm", .uid = "bench-uid-" + std::to_string(i), .gpus = 2, .rdma = 2};
+  PodSpec p{.name = "bench-" + std::to_string(i),
+            .ns = "llm",
+            .uid = "bench-uid-" + std::to_string(i),
+            .gpus = 2,
+            .rdma = 2};
   if (g_new_shapes) p.annotations = {{"toposched.io/prompt-tokens", std::to_string(1 + i % 9000000)}};
   if (pool) p.labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}};
-  return testing::ExtenderArgs(testing::MakePod(p), g_kube_order ? KubeOrder(names, static_cast<std::uint64_t>(i)) : names);
+  return testing::ExtenderArgs(testing::MakePod(p),
+                               g_kube_order ? KubeOrder(names, static_cast<std::uint64_t>(i)) : names);
 }
 
 // The floor: parse the body with the same reader and write a reply naming every node.
-void FloorHandler(extender::WireReader& reader, std::string_view path, std::string_view body, std::string& out) {
+void FloorHandler(extender::WireReader& reader, std::string_view path, std::string_view body,
+                  std::string& out) {
   auto args = reader.ReadExtenderArgs(body);
   out.clear();
   if (!args.ok()) return;
@@ -270,7 +282,8 @@ struct World {
         store(nullptr, StoreFor(framework.config(), every_label)) {
     Populate(store, 5000, uuids, rare_class);
     if (pool != Pool::kNone) pool_pods = AddPool(store, pool == Pool::kSpread);
-    service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
+    service =
+        std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{});
   }
   framework::Framework framework;
   state::ClusterStore store;
@@ -288,8 +301,8 @@ void Churn(World& w, int step) {
   if (!g_churn || w.pool_pods.empty()) return;
   const state::PodAllocation& p = w.pool_pods[static_cast<std::size_t>(step) % w.pool_pods.size()];
   if (!w.store.Release(p.uid, false).ok()) std::exit(2);
-  const auto bound =
-      w.store.Bind(p.node, p.uid, [&](const state::NodeRecord&) -> Result<state::PodAllocation> { return p; });
+  const auto bound = w.store.Bind(
+      p.node, p.uid, [&](const state::NodeRecord&) -> Result<state::PodAllocation> { return p; });
   if (!bound.ok()) {
     std::fprintf(stderr, "bench: churn bind failed: %s\n", bound.error().message().c_str());
     std::exit(2);
@@ -297,10 +310,12 @@ void Churn(World& w, int step) {
 }
 
 // `label` (optional) names the run in its line.
-void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr, const char* label = nullptr) {
+void InProcess(World& w, int names_count, int iterations, const char* pool = nullptr,
+               const char* label = nullptr) {
   const std::vector<std::string> names = Names(names_count);
   std::vector<std::string> bodies;
-  for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 10000 + i, names, pool != nullptr));
+  for (int i = 0; i < iterations; ++i)
+    bodies.push_back(PodBody(names_count * 10000 + i, names, pool != nullptr));
   std::vector<double> ours_f, ours_p, floor_f, floor_p;
   extender::WireReader reader;
   std::string out;
@@ -327,19 +342,22 @@ void InProcess(World& w, int names_count, int iterations, const char* pool = nul
     ours_p.push_back(std::chrono::duration<double, std::micro>(t4 - t3).count());
     Churn(w, i);
   }
-  const Stats of = Summarize(ours_f), op = Summarize(ours_p), ff = Summarize(floor_f), fp = Summarize(floor_p);
+  const Stats of = Summarize(ours_f), op = Summarize(ours_p), ff = Summarize(floor_f),
+              fp = Summarize(floor_p);
   std::vector<double> ours_sum, floor_sum;
   for (int i = 0; i < iterations; ++i) {
     ours_sum.push_back(ours_f[i] + ours_p[i]);
     floor_sum.push_back(floor_f[i] + floor_p[i]);
   }
   const Stats os = Summarize(ours_sum), fs = Summarize(floor_sum);
-  std::printf("in-process%s%s%s%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 %7.1f | "
-              "floor filter p50 %6.1f prioritize p50 %6.1f | filter+prioritize p50 %7.1f vs floor %6.1f = %.2fx, "
-              "p99 %7.1f vs %6.1f\n",
-              pool ? ", pool pod, pool " : "", pool ? pool : "", pool && g_churn ? " (churn)" : "", label ? ", " : "",
-              label ? label : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us, ff.p50_us, fp.p50_us,
-              os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
+  std::printf(
+      "in-process%s%s%s%s%s %5d names (body %zu B): filter p50 %7.1f us p99 %7.1f | prioritize p50 %7.1f p99 "
+      "%7.1f | "
+      "floor filter p50 %6.1f prioritize p50 %6.1f | filter+prioritize p50 %7.1f vs floor %6.1f = %.2fx, "
+      "p99 %7.1f vs %6.1f\n",
+      pool ? ", pool pod, pool " : "", pool ? pool : "", pool && g_churn ? " (churn)" : "", label ? ", " : "",
+      label ? label : "", names_count, bodies[0].size(), of.p50_us, of.p99_us, op.p50_us, op.p99_us,
+      ff.p50_us, fp.p50_us, os.p50_us, fs.p50_us, os.p50_us / fs.p50_us, os.p99_us, fs.p99_us);
 }
 
 // --only cpu-pods: prioritize-cpu (the chart's second extenders entry, called for every pod):
@@ -352,19 +370,23 @@ void CpuPods(World& w, int names_count, int iterations) {
   server::HttpResponse rs;
   std::vector<double> cpu_us, gpu_us, floor_us;
   for (int i = 0; i < iterations; ++i) {
-    PodSpec cpu{.name = "web-" + std::to_string(i), .ns = "web", .uid = "web-uid-" + std::to_string(names_count * 10000 + i)};
+    PodSpec cpu{.name = "web-" + std::to_string(i),
+                .ns = "web",
+                .uid = "web-uid-" + std::to_string(names_count * 10000 + i)};
     const std::string cpu_body = testing::ExtenderArgs(testing::MakePod(cpu), names);
     const std::string gpu_body = PodBody(names_count * 10000 + 7000000 + i, names);
     auto t0 = Clock::now();
     FloorHandler(reader, "/scheduler/prioritize", cpu_body, out);
     auto t1 = Clock::now();
-    w.service->Handle(server::HttpRequest{"POST", "/scheduler/prioritize-cpu", "application/json", cpu_body, "bench"}, rs);
+    w.service->Handle(
+        server::HttpRequest{"POST", "/scheduler/prioritize-cpu", "application/json", cpu_body, "bench"}, rs);
     auto t2 = Clock::now();
     if (rs.status != 200 || rs.body.size() < 3) {
       std::fprintf(stderr, "bench: prioritize-cpu failed: %s\n", rs.body.c_str());
       std::exit(1);
     }
-    w.service->Handle(server::HttpRequest{"POST", "/scheduler/prioritize-cpu", "application/json", gpu_body, "bench"}, rs);
+    w.service->Handle(
+        server::HttpRequest{"POST", "/scheduler/prioritize-cpu", "application/json", gpu_body, "bench"}, rs);
     auto t3 = Clock::now();
     if (rs.status != 200 || rs.body != "[]") {
       std::fprintf(stderr, "bench: prioritize-cpu of a GPU pod: %s\n", rs.body.c_str());
@@ -375,9 +397,11 @@ void CpuPods(World& w, int names_count, int iterations) {
     gpu_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
   }
   const Stats c = Summarize(cpu_us), g = Summarize(gpu_us), f = Summarize(floor_us);
-  std::printf("prioritize-cpu %5d names: CPU-only pod p50 %7.1f us p99 %7.1f (%.2fx the floor) | GPU pod ([]) p50 %7.1f "
-              "p99 %7.1f | floor prioritize p50 %7.1f p99 %7.1f\n",
-              names_count, c.p50_us, c.p99_us, c.p50_us / f.p50_us, g.p50_us, g.p99_us, f.p50_us, f.p99_us);
+  std::printf(
+      "prioritize-cpu %5d names: CPU-only pod p50 %7.1f us p99 %7.1f (%.2fx the floor) | GPU pod ([]) p50 "
+      "%7.1f "
+      "p99 %7.1f | floor prioritize p50 %7.1f p99 %7.1f\n",
+      names_count, c.p50_us, c.p99_us, c.p50_us / f.p50_us, g.p50_us, g.p99_us, f.p50_us, f.p99_us);
 }
 
 std::unique_ptr<server::HttpServer> StartServer(server::Handler handler) {
@@ -392,7 +416,8 @@ void OverHttp(World& w, int names_count, int iterations) {
   const std::vector<std::string> names = Names(names_count);
   std::vector<std::string> bodies;
   for (int i = 0; i < iterations; ++i) bodies.push_back(PodBody(names_count * 10000 + 5000000 + i, names));
-  auto ours = StartServer([&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
+  auto ours = StartServer(
+      [&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
   auto floor = StartServer([](const server::HttpRequest& rq, server::HttpResponse& rs) {
     thread_local extender::WireReader reader;
     FloorHandler(reader, rq.target, rq.body, rs.body);
@@ -415,9 +440,10 @@ void OverHttp(World& w, int names_count, int iterations) {
     ours_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
   }
   const Stats o = Summarize(ours_us), f = Summarize(floor_us);
-  std::printf("HTTP       %5d names: filter+prioritize round trips p50 %7.1f us p99 %7.1f | floor server p50 %7.1f "
-              "p99 %7.1f | ratio p50 %.2fx p99 %.2fx\n",
-              names_count, o.p50_us, o.p99_us, f.p50_us, f.p99_us, o.p50_us / f.p50_us, o.p99_us / f.p99_us);
+  std::printf(
+      "HTTP       %5d names: filter+prioritize round trips p50 %7.1f us p99 %7.1f | floor server p50 %7.1f "
+      "p99 %7.1f | ratio p50 %.2fx p99 %.2fx\n",
+      names_count, o.p50_us, o.p99_us, f.p50_us, f.p99_us, o.p50_us / f.p50_us, o.p99_us / f.p99_us);
   ours->Shutdown(std::chrono::milliseconds(1000));
   floor->Shutdown(std::chrono::milliseconds(1000));
   ours->Wait();
@@ -425,7 +451,8 @@ void OverHttp(World& w, int names_count, int iterations) {
 }
 
 void Predicate(World& w, double seconds, int clients) {
-  auto srv = StartServer([&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
+  auto srv = StartServer(
+      [&](const server::HttpRequest& rq, server::HttpResponse& rs) { w.service->Handle(rq, rs); });
   std::atomic<bool> stop{false};
   std::atomic<long> calls{0};
   std::atomic<int> ready{0};
@@ -439,10 +466,14 @@ void Predicate(World& w, double seconds, int clients) {
       // the clock starts, so the client spends its CPU on the wire only.
       std::vector<std::string> bodies;
       for (int i = 0; i < 512; ++i) {
-        PodSpec p{.name = "task-" + std::to_string(i % 64), .ns = "llm", .uid = "vt-" + std::to_string(t) + "-" + std::to_string(i % 64),
-                  .gpus = 1 + (i % 64) % 4, .rdma = 1};
-        bodies.push_back(nlohmann::json{{"task", testing::MakeTask(p)},
-                                        {"node", testing::MakeVolcanoNode("gpu-node-" + std::to_string((i * 7 + t) % 200))}}
+        PodSpec p{.name = "task-" + std::to_string(i % 64),
+                  .ns = "llm",
+                  .uid = "vt-" + std::to_string(t) + "-" + std::to_string(i % 64),
+                  .gpus = 1 + (i % 64) % 4,
+                  .rdma = 1};
+        bodies.push_back(nlohmann::json{
+            {"task", testing::MakeTask(p)},
+            {"node", testing::MakeVolcanoNode("gpu-node-" + std::to_string((i * 7 + t) % 200))}}
                              .dump());
       }
       ready.fetch_add(1);
@@ -456,7 +487,8 @@ void Predicate(World& w, double seconds, int clients) {
           std::fprintf(stderr, "bench: predicate failed\n");
           std::exit(1);
         }
-        lat[static_cast<std::size_t>(t)].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        lat[static_cast<std::size_t>(t)].push_back(
+            std::chrono::duration<double, std::micro>(t1 - t0).count());
         calls.fetch_add(1, std::memory_order_relaxed);
       }
     });
@@ -470,12 +502,14 @@ void Predicate(World& w, double seconds, int clients) {
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   const Stats s = Summarize(all);
-  std::printf("volcano predicate: %d keep-alive clients, %ld calls in %.1f s = %.0f calls/s, p50 %.1f us p99 %.1f us "
-              "(body ~%zu B)\n",
-              clients, calls.load(), elapsed, static_cast<double>(calls.load()) / elapsed, s.p50_us, s.p99_us,
-              nlohmann::json{{"task", testing::MakeTask(PodSpec{.gpus = 1})}, {"node", testing::MakeVolcanoNode("gpu-node-0")}}
-                  .dump()
-                  .size());
+  std::printf(
+      "volcano predicate: %d keep-alive clients, %ld calls in %.1f s = %.0f calls/s, p50 %.1f us p99 %.1f us "
+      "(body ~%zu B)\n",
+      clients, calls.load(), elapsed, static_cast<double>(calls.load()) / elapsed, s.p50_us, s.p99_us,
+      nlohmann::json{{"task", testing::MakeTask(PodSpec{.gpus = 1})},
+                     {"node", testing::MakeVolcanoNode("gpu-node-0")}}
+          .dump()
+          .size());
   srv->Shutdown(std::chrono::milliseconds(1000));
   srv->Wait();
 }
@@ -492,15 +526,16 @@ void StoreCost(World& w, int iterations) {
     auto t1 = Clock::now();
     w.store.SetPodCpu(uid, node, 0);
     auto t2 = Clock::now();
-    const auto bound = w.store.Bind(node, uid, [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
-      state::PodAllocation a;
-      a.uid = uid;
-      a.node = rec.name;
-      a.pod_namespace = "bench";
-      a.pod_name = uid;
-      a.delta.exclusive_gpus = {static_cast<int>(rec.topology->gpus.size()) - 1};
-      return a;
-    });
+    const auto bound =
+        w.store.Bind(node, uid, [&](const state::NodeRecord& rec) -> Result<state::PodAllocation> {
+          state::PodAllocation a;
+          a.uid = uid;
+          a.node = rec.name;
+          a.pod_namespace = "bench";
+          a.pod_name = uid;
+          a.delta.exclusive_gpus = {static_cast<int>(rec.topology->gpus.size()) - 1};
+          return a;
+        });
     auto t3 = Clock::now();
     if (bound.ok() && !w.store.Release(uid, false).ok()) std::exit(2);
     auto t4 = Clock::now();
@@ -512,10 +547,11 @@ void StoreCost(World& w, int iterations) {
     }
   }
   const Stats a = Summarize(cpu_set), b = Summarize(cpu_unset), c = Summarize(bind), d = Summarize(release);
-  std::printf("store      %5zu nodes: pod CPU set p50 %6.1f us p99 %6.1f | taken back p50 %6.1f p99 %6.1f | "
-              "device bind p50 %6.1f p99 %6.1f | release p50 %6.1f p99 %6.1f (%zu binds)\n",
-              w.store.snapshot()->size(), a.p50_us, a.p99_us, b.p50_us, b.p99_us, c.p50_us, c.p99_us, d.p50_us, d.p99_us,
-              bind.size());
+  std::printf(
+      "store      %5zu nodes: pod CPU set p50 %6.1f us p99 %6.1f | taken back p50 %6.1f p99 %6.1f | "
+      "device bind p50 %6.1f p99 %6.1f | release p50 %6.1f p99 %6.1f (%zu binds)\n",
+      w.store.snapshot()->size(), a.p50_us, a.p99_us, b.p50_us, b.p99_us, c.p50_us, c.p99_us, d.p50_us,
+      d.p99_us, bind.size());
 }
 
 }  // namespace
@@ -563,20 +599,26 @@ int main(int argc, char** argv) {
   std::printf("cluster: %zu nodes, %zu pods pre-allocated; %u hardware threads; node classes hash %s; %s\n",
               w.store.snapshot()->size(), w.store.pod_count(), std::thread::hardware_concurrency(),
               every_label ? "every label (--every-label)" : "no labels (as serve)",
-              uuids ? "each node its own topology with its GPU UUIDs" : "one topology per node type (--shared-topologies)");
+              uuids ? "each node its own topology with its GPU UUIDs"
+                    : "one topology per node type (--shared-topologies)");
   if (g_kube_order) std::printf("names: each call in kube-scheduler's order (--kube-order)\n");
   if (g_new_shapes) std::printf("pods: each asks what no pod asked before (--new-shapes)\n");
   if (g_cpu_bound_pct >= 0) {
     int binding = 0;
     for (int i = 0; i < 5000; ++i) binding += CpuBinds(i) ? 1 : 0;
-    std::printf("CPU: nodes carry allocatable CPU; %d of 5000 (--cpu-bound %d) have 0.1-7.9 cores left, which binds a 4-core pod's packing score\n",
-                binding, g_cpu_bound_pct);
+    std::printf(
+        "CPU: nodes carry allocatable CPU; %d of 5000 (--cpu-bound %d) have 0.1-7.9 cores left, which binds "
+        "a 4-core pod's packing score\n",
+        binding, g_cpu_bound_pct);
   }
-  if (only.empty() || only == "inprocess") for (int n : {500, 5000}) InProcess(w, n, iterations);
-  if (only.empty() || only == "http") for (int n : {500, 5000}) OverHttp(w, n, iterations);
+  if (only.empty() || only == "inprocess")
+    for (int n : {500, 5000}) InProcess(w, n, iterations);
+  if (only.empty() || only == "http")
+    for (int n : {500, 5000}) OverHttp(w, n, iterations);
   if (only.empty() || only == "predicate") Predicate(w, seconds, clients);
   if (only.empty() || only == "store") StoreCost(w, iterations);
-  if (only.empty() || only == "cpu-pods") for (int n : {500, 5000}) CpuPods(w, n, iterations);
+  if (only.empty() || only == "cpu-pods")
+    for (int n : {500, 5000}) CpuPods(w, n, iterations);
   if (only == "rare") {
     // A rare node class (docs/placement.md, "A rare node class last"): one node in eight can run
     // an 8-GPU, 8-NIC pod, and the extender has seen 40 such pods (filter calls, not timed), so
@@ -589,18 +631,24 @@ int main(int argc, char** argv) {
       const std::vector<std::string> names = Names(500);
       server::HttpResponse rs;
       for (int i = 0; i < 40; ++i) {
-        PodSpec whole{.name = "whole-" + std::to_string(i), .ns = "llm", .uid = "whole-uid-" + std::to_string(i),
-                      .gpus = 8, .rdma = 8};
+        PodSpec whole{.name = "whole-" + std::to_string(i),
+                      .ns = "llm",
+                      .uid = "whole-uid-" + std::to_string(i),
+                      .gpus = 8,
+                      .rdma = 8};
         const std::string body = testing::ExtenderArgs(testing::MakePod(whole), names);
-        rare.service->Handle(server::HttpRequest{"POST", "/scheduler/filter", "application/json", body, "bench"}, rs);
+        rare.service->Handle(
+            server::HttpRequest{"POST", "/scheduler/filter", "application/json", body, "bench"}, rs);
       }
-      InProcess(rare, 5000, iterations, nullptr, rule ? "rare node class, rule on" : "rare node class, rule off");
+      InProcess(rare, 5000, iterations, nullptr,
+                rule ? "rare node class, rule on" : "rare node class, rule off");
     }
   }
   if (only.empty() || only.starts_with("pool")) {
     // A decode pod of a 192-instance pool: scored node by node (nodes of one class and one
     // leaf, holding no pod of the pool, share a result), KvTransferCost and PdRatio on top.
-    for (const auto& [pool, name] : {std::pair{World::Pool::kGathered, "gathered"}, {World::Pool::kSpread, "spread"}}) {
+    for (const auto& [pool, name] :
+         {std::pair{World::Pool::kGathered, "gathered"}, {World::Pool::kSpread, "spread"}}) {
       if (only.starts_with("pool-") && only != std::string("pool-") + name) continue;
       World pooled(every_label, uuids, pool);
       for (int n : {500, 5000}) InProcess(pooled, n, std::max(1, iterations / 10), name);

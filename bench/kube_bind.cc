@@ -40,7 +40,9 @@ using namespace toposched;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double Micros(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
 
 struct Stats {
   double p50 = 0, p99 = 0;
@@ -70,8 +72,10 @@ int main(int argc, char** argv) {
   int nodes = 200, pods = 400;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--nodes") nodes = std::max(1, std::atoi(argv[i + 1]));
-    else if (flag == "--pods") pods = std::max(1, std::atoi(argv[i + 1]));
+    if (flag == "--nodes")
+      nodes = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--pods")
+      pods = std::max(1, std::atoi(argv[i + 1]));
   }
   testing::FakeApiServer server;
   server.Start();
@@ -107,7 +111,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<kube::Transport> transport = kube::MakeRestTransport(config).value();
   kube::Api api(*transport);
   const framework::Registry registry = plugins::BuiltinRegistry();
-  const framework::Framework fw = framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
+  const framework::Framework fw =
+      framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value();
   metrics::Registry metrics;
   state::ClusterStore store(nullptr);
   kube::KubeSource source(api, store, metrics, {}, nullptr);
@@ -123,14 +128,15 @@ int main(int argc, char** argv) {
   // The floor of a sync: the three bare LISTs of the same objects through the same transport.
   const auto list_start = Clock::now();
   std::size_t listed = 0;
-  for (const std::string& path : {kube::CorePath("nodes"), std::string(kube::kNodeTopologyCollection),
-                                  kube::CorePath("pods")}) {
+  for (const std::string& path :
+       {kube::CorePath("nodes"), std::string(kube::kNodeTopologyCollection), kube::CorePath("pods")}) {
     listed += api.List(path).value().items.size();
   }
   const double list_ms = Micros(Clock::now() - list_start) / 1000;
-  std::printf("sync: %d nodes, %d running pods: ready after %.1f ms (%zu allocations restored) | floor (bare "
-              "LISTs of the same %zu objects) %.1f ms | ratio %.2fx\n",
-              nodes, nodes, sync_ms, store.pod_count(), listed, list_ms, sync_ms / list_ms);
+  std::printf(
+      "sync: %d nodes, %d running pods: ready after %.1f ms (%zu allocations restored) | floor (bare "
+      "LISTs of the same %zu objects) %.1f ms | ratio %.2fx\n",
+      nodes, nodes, sync_ms, store.pod_count(), listed, list_ms, sync_ms / list_ms);
 
   std::vector<std::string> names;
   for (int i = 0; i < nodes; ++i) names.push_back("gpu-" + std::to_string(i));
@@ -139,7 +145,8 @@ int main(int argc, char** argv) {
     // ours: filter (untimed, it is measured in extender_load), then the timed bind.
     const json pod = NewPod(server, "p-" + std::to_string(i), 1);
     server::HttpResponse resp;
-    const std::string filter = testing::ExtenderArgs(pod, {names[static_cast<std::size_t>(i) % names.size()]});
+    const std::string filter =
+        testing::ExtenderArgs(pod, {names[static_cast<std::size_t>(i) % names.size()]});
     service.Handle({"POST", "/scheduler/filter", "application/json", filter, "bench"}, resp);
     const json bind = {{"PodName", pod["metadata"]["name"]},
                        {"PodNamespace", "bench"},
@@ -158,8 +165,9 @@ int main(int argc, char** argv) {
     // Same values under other keys, so that the extender's informer does not read the floor
     // pods as claiming the same devices.
     json annotations = json::object();
-    for (const auto& [key, value] :
-         server.Get(kPods, pod["metadata"]["name"].get<std::string>()).value()["metadata"]["annotations"].items()) {
+    for (const auto& [key, value] : server.Get(kPods, pod["metadata"]["name"].get<std::string>())
+                                        .value()["metadata"]["annotations"]
+                                        .items()) {
       annotations["floor.bench/" + key.substr(key.find('/') + 1)] = value;
     }
     t0 = Clock::now();
@@ -172,9 +180,11 @@ int main(int argc, char** argv) {
     }
   }
   const Stats o = Summarize(ours), f = Summarize(floor);
-  std::printf("bind (%d pods, %d nodes): ours p50 %.0f us p99 %.0f us | floor (one Binding with the annotations) p50 %.0f us "
-              "p99 %.0f us | ratio p50 %.2fx\n",
-              pods, nodes, o.p50, o.p99, f.p50, f.p99, o.p50 / f.p50);
+  std::printf(
+      "bind (%d pods, %d nodes): ours p50 %.0f us p99 %.0f us | floor (one Binding with the annotations) p50 "
+      "%.0f us "
+      "p99 %.0f us | ratio p50 %.2fx\n",
+      pods, nodes, o.p50, o.p99, f.p50, f.p99, o.p50 / f.p50);
   source.Stop();
   return 0;
 }

@@ -127,8 +127,8 @@ void BM_PlaceShare(benchmark::State& state, bool packs) {
     s.cpu_milli = 4000 + 1000 * k;
     mix.shapes.push_back({s, 1.0 / 20});
   }
-  const toposched::SharePacking sp = packs ? toposched::SharePacking{&mix, toposched::packing::MixKey(mix)}
-                                           : toposched::SharePacking{};
+  const toposched::SharePacking sp =
+      packs ? toposched::SharePacking{&mix, toposched::packing::MixKey(mix)} : toposched::SharePacking{};
   Latencies latencies(state);
   for (auto _ : state)
     latencies.Time([&] {

@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // What the kube source holds for a record it cannot read: whole GPUs, ascending, once each.
     const auto held = toposched::kube::DevicesNamedBy(text, {}, topology);
     FUZZ_CHECK(std::is_sorted(held.exclusive_gpus.begin(), held.exclusive_gpus.end()));
-    FUZZ_CHECK(std::adjacent_find(held.exclusive_gpus.begin(), held.exclusive_gpus.end()) == held.exclusive_gpus.end());
+    FUZZ_CHECK(std::adjacent_find(held.exclusive_gpus.begin(), held.exclusive_gpus.end()) ==
+               held.exclusive_gpus.end());
     for (int g : held.exclusive_gpus) FUZZ_CHECK(g >= 0 && g < gpus);
     for (int n : held.nics) FUZZ_CHECK(n >= 0 && n < nics);
     FUZZ_CHECK(held.shares.empty());

@@ -36,12 +36,18 @@ struct Route {
   std::string_view error_key;  // the in-band error of a state-changing verb
 };
 constexpr Route kRoutes[] = {
-    {"/scheduler/filter", false, ""},        {"/scheduler/prioritize", false, ""},
-    {"/scheduler/bind", true, "Error"},      {"/scheduler/preempt", false, ""},
-    {"/volcano/predicate", false, ""},       {"/volcano/prioritize", false, ""},
-    {"/volcano/allocate", true, "errorMessage"}, {"/volcano/deallocate", true, "errorMessage"},
-    {"/volcano/preemptable", false, ""},     {"/volcano/reclaimable", false, ""},
-    {"/volcano/onSessionOpen", false, ""},   {"/volcano/onSessionClose", false, ""},
+    {"/scheduler/filter", false, ""},
+    {"/scheduler/prioritize", false, ""},
+    {"/scheduler/bind", true, "Error"},
+    {"/scheduler/preempt", false, ""},
+    {"/volcano/predicate", false, ""},
+    {"/volcano/prioritize", false, ""},
+    {"/volcano/allocate", true, "errorMessage"},
+    {"/volcano/deallocate", true, "errorMessage"},
+    {"/volcano/preemptable", false, ""},
+    {"/volcano/reclaimable", false, ""},
+    {"/volcano/onSessionOpen", false, ""},
+    {"/volcano/onSessionClose", false, ""},
 };
 constexpr std::string_view kSeparator = "\n--\n";
 
@@ -82,7 +88,8 @@ StoreState Capture(const state::ClusterStore& store) {
 
 // The service logs a warning per bad request: off, or a million inputs write gigabytes.
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  toposched::metrics::ConfigureLogging(toposched::metrics::LogFormat::kText, toposched::metrics::LogLevel::kOff);
+  toposched::metrics::ConfigureLogging(toposched::metrics::LogFormat::kText,
+                                       toposched::metrics::LogLevel::kOff);
   return 0;
 }
 
@@ -90,7 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const auto hgx = std::make_shared<const toposched::NodeTopology>(toposched::fuzz::HgxTopology());
   const framework::Framework& fw = Framework();
   // Fresh per input, so that every run is reproducible from its input alone.
-  state::ClusterStore store(nullptr, toposched::extender::StoreOptionsFor(toposched::plugins::DefaultSchedulerConfig()));
+  state::ClusterStore store(
+      nullptr, toposched::extender::StoreOptionsFor(toposched::plugins::DefaultSchedulerConfig()));
   for (const char* name : {"hgx-0", "hgx-1", "gpu-a"}) {
     if (!store.UpsertNode({name, hgx, {{"toposched.io/leaf", "leaf-1"}}, true}).ok()) std::abort();
   }
@@ -108,8 +116,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // The body in a buffer of its own, as the server hands it over (views past it trip ASan).
     const std::unique_ptr<char[]> body(new char[piece.size() - 1]);
     std::copy(piece.begin() + 1, piece.end(), body.get());
-    const toposched::server::HttpRequest request{"POST", route.target, "application/json",
-                                                 std::string_view(body.get(), piece.size() - 1), "fuzz", false};
+    const toposched::server::HttpRequest request{
+        "POST", route.target, "application/json", std::string_view(body.get(), piece.size() - 1),
+        "fuzz", false};
     const StoreState before = Capture(store);
     toposched::server::HttpResponse response;
     service.Handle(request, response);
@@ -120,9 +129,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(after == before);
       continue;
     }
-    const bool rejected = response.status != 200 ||
-                          (reply.is_object() && reply.contains(route.error_key) &&
-                           reply[route.error_key].is_string() && !reply[route.error_key].get<std::string>().empty());
+    const bool rejected = response.status != 200 || (reply.is_object() && reply.contains(route.error_key) &&
+                                                     reply[route.error_key].is_string() &&
+                                                     !reply[route.error_key].get<std::string>().empty());
     if (rejected) FUZZ_CHECK(after == before);
   }
   return 0;

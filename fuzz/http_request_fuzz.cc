@@ -47,7 +47,8 @@ class ByteStream {
       return 0;
     }
     ec = {};
-    const std::size_t n = asio::buffer_copy(buffers, asio::buffer(bytes_.data(), std::min(chunk_, bytes_.size())));
+    const std::size_t n =
+        asio::buffer_copy(buffers, asio::buffer(bytes_.data(), std::min(chunk_, bytes_.size())));
     bytes_.remove_prefix(n);
     return n;
   }

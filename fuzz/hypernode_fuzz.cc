@@ -19,7 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return c;
   }();
   static const pd::NodeLabels nodes = {
-      {"n1", {}}, {"n2", {}}, {"gpu-a1", {{"rack", "r3"}}}, {"gpu-a2", {{"rack", "r3"}, {"gpu", "h100"}}},
+      {"n1", {}},
+      {"n2", {}},
+      {"gpu-a1", {{"rack", "r3"}}},
+      {"gpu-a2", {{"rack", "r3"}, {"gpu", "h100"}}},
       {"infer-0.rack-2", {{"rack", "r4"}}},
   };
   std::vector<std::string> warnings;

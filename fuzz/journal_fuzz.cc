@@ -53,7 +53,8 @@ void TryRestore(state::PodAllocation a) {
     FUZZ_CHECK(share.shares <= 4);
     FUZZ_CHECK(share.memory_mib <= static_cast<std::int64_t>(t.gpus[g].memory_mib));
     FUZZ_CHECK(share.cores <= toposched::kFullGpuCores);
-    FUZZ_CHECK(!(share.shares > 0 && g < after->allocated.gpu_exclusive.size() && after->allocated.gpu_exclusive[g]));
+    FUZZ_CHECK(!(share.shares > 0 && g < after->allocated.gpu_exclusive.size() &&
+                 after->allocated.gpu_exclusive[g]));
   }
   FUZZ_CHECK(store.Release(a.uid).ok());
   FUZZ_CHECK(store.pod_count() == before_pods);

@@ -19,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   FUZZ_CHECK(internal::IsDns1123Subdomain(doc->name));
-  const int sources = static_cast<int>(doc->topology.has_value()) + static_cast<int>(!doc->topology_file.empty()) +
-                      static_cast<int>(!doc->preset.empty());
+  const int sources = static_cast<int>(doc->topology.has_value()) +
+                      static_cast<int>(!doc->topology_file.empty()) + static_cast<int>(!doc->preset.empty());
   FUZZ_CHECK(sources == 1);
   FUZZ_CHECK(!doc->topology_file.starts_with("/"));
   // No ".." path component ("hgx..json" is a file name, not a way out of DIR).

@@ -8,9 +8,9 @@
 #include "gpu_nic_alignment/gpu_nic_alignment.h"
 #include "kv_transfer_cost/kv_transfer_cost.h"
 #include "numa_alignment/numa_alignment.h"
-#include "rdma_affinity/rdma_affinity.h"
 #include "nvlink_affinity/nvlink_affinity.h"
 #include "pd_ratio/pd_ratio.h"
+#include "rdma_affinity/rdma_affinity.h"
 #include "shared_gpu/shared_gpu.h"
 
 namespace toposched::plugins {

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -64,12 +64,11 @@ TEST(BuiltinRegistryTest, RegisteringTwiceFails) {
 
 TEST(BuiltinRegistryTest, DefaultConfig) {
   const framework::SchedulerConfig c = DefaultSchedulerConfig();
-  const std::vector<framework::PluginConfig> want = {{"DeviceFit", 1, {}},      {"GpuNicAlignment", 5, {}},
-                                                     {"NvlinkAffinity", 3, {}}, {"NumaAlignment", 2, {}},
-                                                     {"Fragmentation", 2, {}},  {"ExpectedFragmentation", 15, {}},
-                                                     {"SharedGpu", 1, {}},
-                                                     {"RdmaAffinity", 3, {}},   {"KvTransferCost", 20, {}},
-                                                     {"PdRatio", 2, {}}};
+  const std::vector<framework::PluginConfig> want = {
+      {"DeviceFit", 1, {}},     {"GpuNicAlignment", 5, {}}, {"NvlinkAffinity", 3, {}},
+      {"NumaAlignment", 2, {}}, {"Fragmentation", 2, {}},   {"ExpectedFragmentation", 15, {}},
+      {"SharedGpu", 1, {}},     {"RdmaAffinity", 3, {}},    {"KvTransferCost", 20, {}},
+      {"PdRatio", 2, {}}};
   EXPECT_EQ(c.plugins, want);
   Result<Framework> f = Framework::Create(c, BuiltinRegistry());
   ASSERT_TRUE(f.ok()) << f.error().message();
@@ -104,7 +103,8 @@ TEST(BuiltinRegistryTest, DocumentedExampleLoads) {
 // Every config under examples/config loads and builds a framework.
 TEST(BuiltinRegistryTest, ExampleConfigsLoad) {
   int seen = 0;
-  for (const auto& file : std::filesystem::directory_iterator(std::string(TOPOSCHED_SOURCE_DIR) + "/examples/config")) {
+  for (const auto& file :
+       std::filesystem::directory_iterator(std::string(TOPOSCHED_SOURCE_DIR) + "/examples/config")) {
     if (file.path().extension() != ".yaml") continue;
     SCOPED_TRACE(file.path().string());
     std::ifstream in(file.path());
@@ -127,13 +127,14 @@ TEST(BuiltinRegistryTest, PluginTierArgsMustBeConfiguredTiers) {
     std::string error;  // empty: loads
   };
   const std::vector<Case> cases = {
-      {"default tiers", "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {anchorTier: toposched.io/spine}}]",
-       ""},
+      {"default tiers",
+       "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {anchorTier: toposched.io/spine}}]", ""},
       {"typo in anchorTier",
        "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {anchorTier: toposched.io/spin}}]",
        "plugins[1].args: anchorTier: tier toposched.io/spin is not a configured network tier "
        "(nvidia.com/gpu.clique, toposched.io/leaf, toposched.io/spine, topology.kubernetes.io/zone)"},
-      {"spreadTier node", "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {spreadTier: node}}]", ""},
+      {"spreadTier node", "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {spreadTier: node}}]",
+       ""},
       {"spreadTier not configured",
        "plugins: [{name: DeviceFit}, {name: KvTransferCost, args: {spreadTier: rack}}]\n"
        "network: {tiers: [{label: rack-label, path: leaf}]}",
@@ -163,7 +164,8 @@ TEST(BuiltinRegistryTest, PluginTierArgsMustBeConfiguredTiers) {
   }
   Result<Framework> f = Framework::Create(config, BuiltinRegistry());
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.error().message().find(".args: ratioTier: tier rack is not a configured network tier"), std::string::npos)
+  EXPECT_NE(f.error().message().find(".args: ratioTier: tier rack is not a configured network tier"),
+            std::string::npos)
       << f.error().message();
 }
 
@@ -234,7 +236,8 @@ TEST(BuiltinFrameworkTest, BlindPackingHeuristicsStandDownWhenTheMixAsksNoNics) 
     for (const PlacementRequest& r : pods) mix->shapes.push_back({packing::ShapeOf(r), 1.0 / pods.size()});
     return std::shared_ptr<const packing::ShapeMix>(std::move(mix));
   };
-  auto counted = [&](const Framework& f, const PlacementRequest& r, std::shared_ptr<const packing::ShapeMix> mix) {
+  auto counted = [&](const Framework& f, const PlacementRequest& r,
+                     std::shared_ptr<const packing::ShapeMix> mix) {
     framework::CycleState state = f.NewCycle(r);
     state.SetShapeMix(std::move(mix));
     EXPECT_TRUE(f.RunFilter(state, node).ok());
@@ -249,7 +252,8 @@ TEST(BuiltinFrameworkTest, BlindPackingHeuristicsStandDownWhenTheMixAsksNoNics) 
     const auto c = counted(*f, pod, no_nic_mix);
     EXPECT_FALSE(c.at("RdmaAffinity"));
     EXPECT_FALSE(c.at("Fragmentation"));
-    EXPECT_FALSE(c.at("SharedGpu")) << "also for a whole-GPU pod: a neutral part would only compress the others";
+    EXPECT_FALSE(c.at("SharedGpu"))
+        << "also for a whole-GPU pod: a neutral part would only compress the others";
     EXPECT_TRUE(c.at("ExpectedFragmentation"));
     EXPECT_TRUE(c.at("GpuNicAlignment"));
   }

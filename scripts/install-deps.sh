@@ -19,6 +19,8 @@ packages=(
   # Coverage-guided fuzzing (fuzz/, scripts/fuzz.sh): clang 14 and its runtime libraries
   # (libFuzzer, ASan, UBSan); gcc stays the compiler of every other build.
   clang libclang-rt-14-dev llvm
+  # The C++ sources' format (scripts/format.sh --check, in scripts/test.sh).
+  clang-format
 )
 
 missing=()

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 # The folders include one another only along docs/architecture.md's dependency graph.
 /usr/bin/python3 scripts/check-deps.py
+# Every C++ source clang-format clean (.clang-format); scripts/format.sh formats them.
+./scripts/format.sh --check
 
 BUILD_DIR=build ./scripts/build.sh -DTOPOSCHED_BUILD_TESTS=ON -DTOPOSCHED_BUILD_BENCH=ON -DTOPOSCHED_SANITIZE=OFF
 ctest --test-dir build --output-on-failure -j"$jobs"

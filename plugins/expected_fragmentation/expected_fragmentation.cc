@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
-#include <cstdio>
 #include <string>
 
 #include "common/plugin_util.h"

@@ -28,7 +28,8 @@ TEST(ExpectedFragmentationTest, BreakingAFreeNodeScoresBelowFillingAUsedOne) {
   const framework::NodeInfo used = NodeBuilder("used", "hgx-h100-8gpu").ExclusiveGpus({0, 1, 2}).Build();
 
   auto score_on = [&](const framework::NodeInfo& node, int gpu) {
-    framework::CycleState cycle = CycleWith(RequestBuilder().Gpus(1).Build(), Fits(PlacementOn(*node.topology, {gpu}, {})));
+    framework::CycleState cycle =
+        CycleWith(RequestBuilder().Gpus(1).Build(), Fits(PlacementOn(*node.topology, {gpu}, {})));
     cycle.SetShapeMix(EightAndOne());
     return plugin.Score(cycle, node);
   };
@@ -74,7 +75,8 @@ TEST(ExpectedFragmentationTest, CpuExhaustionCounts) {
 TEST(ExpectedFragmentationTest, NoPlacementScoresZeroAndArgsAreChecked) {
   const ExpectedFragmentation plugin;
   const framework::NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").Build();
-  framework::CycleState cycle = CycleWith(RequestBuilder().Gpus(9).Build(), Fails(FitFailure::kNotEnoughGpus, "9 > 8"));
+  framework::CycleState cycle =
+      CycleWith(RequestBuilder().Gpus(9).Build(), Fails(FitFailure::kNotEnoughGpus, "9 > 8"));
   EXPECT_EQ(plugin.Score(cycle, node).score, framework::kMinScore);
   EXPECT_TRUE(New({}).ok());
   EXPECT_TRUE(New({{"scale", "500"}}).ok());

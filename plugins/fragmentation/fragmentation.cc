@@ -72,7 +72,7 @@ framework::ScoreResult Fragmentation::Score(framework::CycleState& state,
   }
   const int broken = c.intact_before - c.intact_after;
   const int score = 100 - (200 * broken + c.groups) / (2 * c.groups);  // round half up of 100*broken/groups
-  if (!state.explain()) return {score, {}};  // numbers only (the extender's verbs)
+  if (!state.explain()) return {score, {}};                            // numbers only (the extender's verbs)
   return {score, "breaks " + std::to_string(broken) + " of " + std::to_string(c.intact_before) +
                      " intact switch groups (" + std::to_string(c.intact_after) + " left, " +
                      std::to_string(c.groups) + " on the node) -> 100 - round(100*" + std::to_string(broken) +

@@ -147,8 +147,9 @@ TEST(FragmentationWithEngineTest, EngineAgrees) {
   PlacementMemo memo;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    CycleState state(c.request, [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a,
-                                        const PlacementRequest& r, SharePacking) { return memo.Place(t, a, r); });
+    CycleState state(c.request,
+                     [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a,
+                             const PlacementRequest& r, SharePacking) { return memo.Place(t, a, r); });
     const framework::NodeInfo node = NodeBuilder("n", "hgx-h100-8gpu").ExclusiveGpus(c.busy).Build();
     EXPECT_EQ(plugin.Score(state, node).score, c.score) << plugin.Score(state, node).explanation;
     const PlacementOutcome& o = state.Outcome(node);

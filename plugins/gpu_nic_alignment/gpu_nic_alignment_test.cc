@@ -109,10 +109,8 @@ TEST(GpuNicAlignmentWithEngineTest, Presets) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.preset);
     CycleState state(RequestBuilder().Gpus(2).Nics(2).Build(),
-                     [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a, const PlacementRequest& r,
-                         SharePacking) {
-                       return memo.Place(t, a, r);
-                     });
+                     [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a,
+                             const PlacementRequest& r, SharePacking) { return memo.Place(t, a, r); });
     const framework::NodeInfo node =
         NodeBuilder("n", c.preset).ExclusiveGpus(c.busy_gpus).UsedNics(c.busy_nics).Build();
     const framework::ScoreResult r = plugin.Score(state, node);

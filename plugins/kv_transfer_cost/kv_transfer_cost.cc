@@ -107,7 +107,8 @@ void CountSites(std::size_t tiers, PoolSites& out) {
     for (const SiteEndpoint& e : out.sites[i].endpoints) {
       out.total_by_endpoint[e.endpoint] += e.count;
       // Offset: splitmix64's finalizer maps 0 to 0, and endpoint 0 without IPC must count.
-      const std::uint64_t instance = ((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0)) + 0x9e3779b97f4a7c15ull;
+      const std::uint64_t instance =
+          ((static_cast<std::uint64_t>(e.endpoint) << 1) | (e.ipc ? 1 : 0)) + 0x9e3779b97f4a7c15ull;
       h += static_cast<std::uint64_t>(e.count) * Mix64(instance);
     }
     out.site_content[i] = h;
@@ -179,9 +180,8 @@ void AddSites(const framework::ClusterView& cluster, const std::vector<const Poo
     const std::size_t e = AddEndpoint(
         out.endpoints, pd::Endpoint{std::max(1, m->gpus), std::max(0, m->rdma_nics), m->worst_class, 0});
     std::vector<SiteEndpoint>& at = out.sites[site].endpoints;
-    const auto found = std::find_if(at.begin(), at.end(), [&](const SiteEndpoint& s) {
-      return s.endpoint == e && s.ipc == m->kv_ipc;
-    });
+    const auto found = std::find_if(
+        at.begin(), at.end(), [&](const SiteEndpoint& s) { return s.endpoint == e && s.ipc == m->kv_ipc; });
     if (found == at.end()) {
       at.push_back(SiteEndpoint{e, m->kv_ipc, 1});
     } else {
@@ -464,8 +464,8 @@ void AvailableBounds(const framework::ClusterView& cluster, const PlacementReque
 // Bounded: a cluster that names pools per rollout would otherwise keep one entry per pool.
 class SitesCache {
  public:
-  std::shared_ptr<const PoolSites> Find(std::string_view pool, PodRole role, const framework::PoolToken& token,
-                                        std::size_t tiers) {
+  std::shared_ptr<const PoolSites> Find(std::string_view pool, PodRole role,
+                                        const framework::PoolToken& token, std::size_t tiers) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(std::pair<std::string_view, PodRole>(pool, role));
     if (it == entries_.end() || !(it->second.token == token) || it->second.tiers != tiers) return nullptr;
@@ -473,8 +473,8 @@ class SitesCache {
   }
   // The layout of the sites kept for `pool` and `role` under the token's positions, whatever
   // the pool's version then (null: none).
-  std::shared_ptr<const SiteLayout> LayoutFor(std::string_view pool, PodRole role, const framework::PoolToken& token,
-                                              std::size_t tiers) {
+  std::shared_ptr<const SiteLayout> LayoutFor(std::string_view pool, PodRole role,
+                                              const framework::PoolToken& token, std::size_t tiers) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(std::pair<std::string_view, PodRole>(pool, role));
     if (it == entries_.end() || it->second.token.positions != token.positions || it->second.tiers != tiers) {
@@ -515,8 +515,8 @@ namespace {
 // shape) it scored while the sites stay the same object (a cached PoolSites); a fresh cache
 // otherwise, or when a cycle still holds the thread's (cycles are scored on one thread each,
 // but one may outlive another).
-std::shared_ptr<MeanCache> MeansFor(const std::shared_ptr<const PoolSites>& sites, bool cached, int gpus, int nics,
-                                    bool kv_ipc, double bytes) {
+std::shared_ptr<MeanCache> MeansFor(const std::shared_ptr<const PoolSites>& sites, bool cached, int gpus,
+                                    int nics, bool kv_ipc, double bytes) {
   if (!cached) return std::make_shared<MeanCache>();
   struct Slot {
     std::shared_ptr<const PoolSites> sites;  // held: compared by identity
@@ -528,7 +528,8 @@ std::shared_ptr<MeanCache> MeansFor(const std::shared_ptr<const PoolSites>& site
   thread_local std::array<Slot, 4> slots;
   thread_local std::size_t next = 0;
   for (Slot& slot : slots) {
-    if (slot.sites == sites && slot.gpus == gpus && slot.nics == nics && slot.kv_ipc == kv_ipc && slot.bytes == bytes) {
+    if (slot.sites == sites && slot.gpus == gpus && slot.nics == nics && slot.kv_ipc == kv_ipc &&
+        slot.bytes == bytes) {
       if (slot.means.use_count() != 1) return std::make_shared<MeanCache>();
       return slot.means;
     }
@@ -610,7 +611,8 @@ bool BuildSites(const framework::ClusterView& cluster, const PlacementRequest& r
   return true;
 }
 
-std::unique_ptr<CyclePoolView> BuildCycle(const framework::CycleState& state, const Args& args, SitesCache& cache) {
+std::unique_ptr<CyclePoolView> BuildCycle(const framework::CycleState& state, const Args& args,
+                                          SitesCache& cache) {
   auto cycle = std::make_unique<CyclePoolView>();
   const PlacementRequest& req = state.request();
   const std::string role(ToString(req.role));
@@ -663,12 +665,14 @@ std::unique_ptr<CyclePoolView> BuildCycle(const framework::CycleState& state, co
   // Kept across cycles while the view's token for the pool holds (PoolSites), unless the pod is
   // one of the pool's own (it must not count itself) or the pool has no instance yet (the gang
   // anchor follows the free GPUs).
-  const bool self = !req.pod_uid.empty() && std::any_of(members.begin(), members.end(), [&](const PoolMember& m) {
-    return m.uid == req.pod_uid;
-  });
-  const framework::PoolToken token = self || members.empty() ? framework::PoolToken{} : cluster->PoolVersion(req.pool);
+  const bool self =
+      !req.pod_uid.empty() &&
+      std::any_of(members.begin(), members.end(), [&](const PoolMember& m) { return m.uid == req.pod_uid; });
+  const framework::PoolToken token =
+      self || members.empty() ? framework::PoolToken{} : cluster->PoolVersion(req.pool);
   const std::size_t tiers = net.tiers.size();
-  std::shared_ptr<const PoolSites> sites = token.version != 0 ? cache.Find(req.pool, req.role, token, tiers) : nullptr;
+  std::shared_ptr<const PoolSites> sites =
+      token.version != 0 ? cache.Find(req.pool, req.role, token, tiers) : nullptr;
   bool kept = sites != nullptr;
   if (sites == nullptr) {
     auto built = std::make_shared<PoolSites>();
@@ -740,13 +744,16 @@ framework::ScoreResult KvTransferCost::Score(framework::CycleState& state,
 }
 
 Result<Args> ParseArgs(const framework::PluginArgs& args) {
-  TOPOSCHED_RETURN_IF_ERROR(
-      RequireKnownArgs(args, {"kvBytesPerToken", "promptTokens", "anchorTier", "spreadTier", "spreadPoints"}));
+  TOPOSCHED_RETURN_IF_ERROR(RequireKnownArgs(
+      args, {"kvBytesPerToken", "promptTokens", "anchorTier", "spreadTier", "spreadPoints"}));
   Args out;
-  TOPOSCHED_ASSIGN_OR_RETURN(out.kv_bytes_per_token,
-                             ReadIntArg(args, "kvBytesPerToken", 1, std::int64_t{1} << 30, out.kv_bytes_per_token));
-  TOPOSCHED_ASSIGN_OR_RETURN(out.prompt_tokens, ReadIntArg(args, "promptTokens", 1, 10'000'000, out.prompt_tokens));
-  TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t points, ReadIntArg(args, "spreadPoints", 0, 50, out.spread_points));
+  TOPOSCHED_ASSIGN_OR_RETURN(
+      out.kv_bytes_per_token,
+      ReadIntArg(args, "kvBytesPerToken", 1, std::int64_t{1} << 30, out.kv_bytes_per_token));
+  TOPOSCHED_ASSIGN_OR_RETURN(out.prompt_tokens,
+                             ReadIntArg(args, "promptTokens", 1, 10'000'000, out.prompt_tokens));
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t points,
+                             ReadIntArg(args, "spreadPoints", 0, 50, out.spread_points));
   out.spread_points = static_cast<int>(points);
   out.anchor_tier = ReadStringArg(args, "anchorTier", "");
   out.spread_tier = ReadStringArg(args, "spreadTier", "node");

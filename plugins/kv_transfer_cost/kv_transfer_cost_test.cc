@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <span>
-#include <string_view>
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kv_transfer_cost/kv_transfer_cost_testing.h"
@@ -39,7 +39,6 @@ using toposched::testing::Fails;
 // The scale is per cycle (AvailableBounds): from the cheapest mean over the nodes that could
 // host the pod to the costliest, at least twice the cheapest:
 //   score = 100 * ln(worst / cost) / ln(worst / best).
-
 
 TEST(KvTransferCostTest, LogScore) {
   struct Case {
@@ -84,10 +83,11 @@ TEST(KvTransferCostTest, WorkedExample) {
   // spread round(5 * 2/5) = 2 -> 98.
   const framework::ScoreResult r = ScoreOn(plugin, PoolPod(PodRole::kDecode), view, "here");
   EXPECT_EQ(r.score, 98);
-  EXPECT_EQ(r.explanation,
-            "decode of pool chat: 4 prefill instances, expected KV transfer 10.4 ms for 2048 tok x 320 KiB "
-            "(2 leaf, 2 spine); cheapest available 10.4 ms, scale to 68.4 ms -> 100; spread -2 (2 of 5 decode "
-            "on this node) -> 98");
+  EXPECT_EQ(
+      r.explanation,
+      "decode of pool chat: 4 prefill instances, expected KV transfer 10.4 ms for 2048 tok x 320 KiB "
+      "(2 leaf, 2 spine); cheapest available 10.4 ms, scale to 68.4 ms -> 100; spread -2 (2 of 5 decode "
+      "on this node) -> 98");
   // nvmate: 100 * ln(68.4089 / 27.2435) / 1.88642 = 48.82 -> 49 (no decode there: no spread).
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), view, "nvmate").score, 49);
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), view, "far").score, 0);
@@ -116,7 +116,8 @@ TEST(KvTransferCostTest, PathKindGapsExceedSpreadUnderDefaults) {
     std::map<pd::PathKind, int> score;
     auto view = Fabric();
     view->AddMember("chat", Member("d1", "here", PodRole::kDecode, shape.gpus, shape.nics));
-    CycleState state = CycleWith(PoolPod(PodRole::kPrefill, shape.gpus, shape.nics), OutcomeWith(LinkClass::kPIX));
+    CycleState state =
+        CycleWith(PoolPod(PodRole::kPrefill, shape.gpus, shape.nics), OutcomeWith(LinkClass::kPIX));
     state.SetCluster(view);
     for (const auto& [kind, node] : counterpart_on) {
       const framework::ScoreResult r = plugin.Score(state, NodeBuilder(node, "hgx-h100-8gpu").Build());
@@ -279,7 +280,8 @@ TEST(KvTransferCostTest, GangAnchor) {
   EXPECT_EQ(
       outside.explanation,
       "decode of pool chat: no instances yet; gang anchor toposched.io/leaf=la (16 free GPUs), via its node "
-      "a1: expected KV transfer 13.7 ms for 2048 tok x 320 KiB (1 spine); cheapest available 7.0 ms, scale to "
+      "a1: expected KV transfer 13.7 ms for 2048 tok x 320 KiB (1 spine); cheapest available 7.0 ms, scale "
+      "to "
       "14.0 ms -> 3");
 }
 

@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <span>
-#include <string_view>
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kv_transfer_cost/kv_transfer_cost_testing.h"
@@ -32,19 +32,21 @@ class ByPositionView : public framework::ClusterView {
   explicit ByPositionView(std::shared_ptr<const StaticClusterView> view) : view_(std::move(view)) {}
   const pd::NetworkConfig& network() const override { return view_->network(); }
   pd::Location Locate(std::string_view node) const override { return view_->Locate(node); }
-  std::span<const PoolMember> PoolMembers(std::string_view pool) const override { return view_->PoolMembers(pool); }
+  std::span<const PoolMember> PoolMembers(std::string_view pool) const override {
+    return view_->PoolMembers(pool);
+  }
   void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
     view_->ForEachNode(fn);
   }
-  bool WithNode(std::string_view node, const std::function<void(const framework::NodeSummary&)>& fn) const override {
+  bool WithNode(std::string_view node,
+                const std::function<void(const framework::NodeSummary&)>& fn) const override {
     return view_->WithNode(node, fn);
   }
   void ForEachNodeByPosition(const std::function<bool(const framework::NodeSummary&)>& fn) const override {
     std::vector<framework::NodeSummary> nodes;
     view_->ForEachNode([&](const framework::NodeSummary& n) { nodes.push_back(n); });
-    std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
-      return a.location->domains < b.location->domains;
-    });
+    std::stable_sort(nodes.begin(), nodes.end(),
+                     [](const auto& a, const auto& b) { return a.location->domains < b.location->domains; });
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       ++given;
       if (fn(nodes[i])) continue;
@@ -128,11 +130,14 @@ class HashedView : public framework::ClusterView {
   }
   const pd::NetworkConfig& network() const override { return view_->network(); }
   pd::Location Locate(std::string_view node) const override { return view_->Locate(node); }
-  std::span<const PoolMember> PoolMembers(std::string_view pool) const override { return view_->PoolMembers(pool); }
+  std::span<const PoolMember> PoolMembers(std::string_view pool) const override {
+    return view_->PoolMembers(pool);
+  }
   void ForEachNode(const std::function<void(const framework::NodeSummary&)>& fn) const override {
     view_->ForEachNode([&](const framework::NodeSummary& n) { fn(Hashed(n)); });
   }
-  bool WithNode(std::string_view node, const std::function<void(const framework::NodeSummary&)>& fn) const override {
+  bool WithNode(std::string_view node,
+                const std::function<void(const framework::NodeSummary&)>& fn) const override {
     return view_->WithNode(node, [&](const framework::NodeSummary& n) { fn(Hashed(n)); });
   }
 
@@ -151,14 +156,17 @@ class HashedView : public framework::ClusterView {
 // call reads the nodes' free devices from `flat` as they are then.
 class RankedView : public HashedView {
  public:
-  explicit RankedView(std::shared_ptr<const StaticClusterView> flat) : HashedView(flat), flat_(std::move(flat)) {
+  explicit RankedView(std::shared_ptr<const StaticClusterView> flat)
+      : HashedView(flat), flat_(std::move(flat)) {
     std::map<std::vector<std::string>, std::vector<std::string>> by_domains;
-    flat_->ForEachNode([&](const framework::NodeSummary& n) { by_domains[n.location->domains].emplace_back(n.name); });
+    flat_->ForEachNode(
+        [&](const framework::NodeSummary& n) { by_domains[n.location->domains].emplace_back(n.name); });
     for (auto& [domains, names] : by_domains) runs_.push_back(std::move(names));
   }
   framework::PoolToken PoolVersion(std::string_view) const override { return token; }
   std::size_t PositionRunCount() const override { return runs_.size(); }
-  void ForEachNodeInRun(std::size_t run, const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+  void ForEachNodeInRun(std::size_t run,
+                        const std::function<bool(const framework::NodeSummary&)>& fn) const override {
     for (const std::string& name : runs_[run]) {
       bool go_on = true;
       WithNode(name, [&](const framework::NodeSummary& n) { go_on = fn(n); });
@@ -216,7 +224,8 @@ TEST(KvTransferCostTest, TheScaleFromRankedPositionsEqualsThePassOverEveryNode) 
   remote->SetNode("a-n1", {{kLeaf, "la"}, {kSpine, "s0"}, {kZone, "z1"}}, 8, 8);
   remote->SetNode("r-site", {{kLeaf, "lr"}, {kSpine, "sr"}, {kZone, "z2"}}, 8, 8);
   remote->SetNode("r-other", {{kLeaf, "lr"}, {kSpine, "sr"}, {kZone, "z2"}}, 0, 0);
-  for (const char* uid : {"p1", "p2", "p3"}) remote->AddMember("chat", Member(uid, "a-n0", PodRole::kPrefill));
+  for (const char* uid : {"p1", "p2", "p3"})
+    remote->AddMember("chat", Member(uid, "a-n0", PodRole::kPrefill));
   remote->AddMember("chat", Member("p4", "r-site", PodRole::kPrefill, 2, 2, /*kv_ipc=*/true));
   auto remote_ranked = std::make_shared<RankedView>(remote);
   remote_ranked->token = {1, std::make_shared<int>(1)};
@@ -274,7 +283,8 @@ TEST(KvTransferCostTest, NodesWhoseDomainsHoldTheSameShareAMeanOnlyWhereTheTiers
   for (const char* node : {"t-n0", "t-n1", "z-n0", "z-n2", "w-n0"}) {
     spans->AddMember("chat", Member(std::string("p-") + node, node, PodRole::kPrefill));
   }
-  ExpectEveryNodeScoresAsOnFlat(plugin, PoolPod(PodRole::kDecode), spans, std::make_shared<HashedView>(spans));
+  ExpectEveryNodeScoresAsOnFlat(plugin, PoolPod(PodRole::kDecode), spans,
+                                std::make_shared<HashedView>(spans));
   EXPECT_EQ(ScoreOn(plugin, PoolPod(PodRole::kDecode), spans, "z-n1").score, 100);
   EXPECT_LT(ScoreOn(plugin, PoolPod(PodRole::kDecode), spans, "t-n2").score, 100);
 
@@ -329,12 +339,14 @@ TEST(KvTransferCostTest, APoolsSitesAreKeptWhileTheViewsTokenHolds) {
   view->token = {8, positions};
   EXPECT_EQ(anchors(PoolPod(PodRole::kDecode)), "decode of pool chat: 2 prefill instances");
   const PlacementRequest prefill = PoolPod(PodRole::kPrefill);
-  EXPECT_EQ(anchors(prefill), "prefill of pool chat: no decode instances yet, anchored on 2 prefill instances");
+  EXPECT_EQ(anchors(prefill),
+            "prefill of pool chat: no decode instances yet, anchored on 2 prefill instances");
   // The pod itself in the pool (RequestBuilder's uid), with p3, under the same token: the sites
   // are built for the cycle, without it, not taken from what was kept.
   flat->AddMember("chat", Member("uid-1", "far", PodRole::kPrefill));
   flat->AddMember("chat", Member("p3", "far", PodRole::kPrefill));
-  EXPECT_EQ(anchors(prefill), "prefill of pool chat: no decode instances yet, anchored on 3 prefill instances");
+  EXPECT_EQ(anchors(prefill),
+            "prefill of pool chat: no decode instances yet, anchored on 3 prefill instances");
 
   // New positions under the same version: leafmate moves to leaf l5, away from "here".
   flat->RemoveMember("uid-1");
@@ -372,7 +384,8 @@ TEST(KvTransferCostTest, APoolsSitesAreKeptWhileTheViewsTokenHolds) {
   // (p4 shares an NVLink clique with "here", where the GPUs count as well as the NICs).
   flat->AddMember("chat", Member("p4", "nvmate", PodRole::kPrefill));
   moved->token = {10, moved->token.positions};
-  for (const auto& [gpus, nics] : std::vector<std::pair<int, int>>{{2, 2}, {1, 2}, {4, 4}, {1, 1}, {4, 4}, {8, 0}}) {
+  for (const auto& [gpus, nics] :
+       std::vector<std::pair<int, int>>{{2, 2}, {1, 2}, {4, 4}, {1, 1}, {4, 4}, {8, 0}}) {
     for (const char* node : {"here", "nvmate", "leafmate", "far"}) {
       SCOPED_TRACE(std::to_string(gpus) + " GPUs, " + std::to_string(nics) + " NICs on " + node);
       const PlacementRequest pod = PoolPod(PodRole::kDecode, gpus, nics);

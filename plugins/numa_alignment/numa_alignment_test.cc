@@ -68,10 +68,8 @@ TEST(NumaAlignmentWithEngineTest, AlignedPlacementsStayOnOneSocket) {
   const NumaAlignment plugin;
   PlacementMemo memo;
   CycleState state(RequestBuilder().Gpus(4).Nics(4).Build(),
-                   [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a, const PlacementRequest& r,
-                         SharePacking) {
-                     return memo.Place(t, a, r);
-                   });
+                   [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a,
+                           const PlacementRequest& r, SharePacking) { return memo.Place(t, a, r); });
   // 4 GPUs + 4 NICs fit in the two PIX switch groups of one socket.
   EXPECT_EQ(plugin.Score(state, NodeBuilder("n", "hgx-h100-8gpu").Build()).score, 100);
 }

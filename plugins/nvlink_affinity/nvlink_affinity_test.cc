@@ -97,10 +97,8 @@ TEST(NvlinkAffinityWithEngineTest, Presets) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.preset + " " + std::to_string(c.gpus));
     CycleState state(RequestBuilder().Gpus(c.gpus).Build(),
-                     [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a, const PlacementRequest& r,
-                         SharePacking) {
-                       return memo.Place(t, a, r);
-                     });
+                     [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a,
+                             const PlacementRequest& r, SharePacking) { return memo.Place(t, a, r); });
     const framework::ScoreResult r =
         plugin.Score(state, NodeBuilder("n", c.preset).ExclusiveGpus(c.busy).Build());
     EXPECT_EQ(r.score, c.score) << r.explanation;

@@ -119,7 +119,8 @@ int RatioScore(int target_prefill, int target_decode, int prefill_halves, int de
 }
 
 Status PdRatio::CheckNetwork(const pd::NetworkConfig& network) const {
-  if (const TierChoice tier = ResolveTier(network, args_.ratio_tier); !tier.ok) return Error("ratioTier: " + tier.error);
+  if (const TierChoice tier = ResolveTier(network, args_.ratio_tier); !tier.ok)
+    return Error("ratioTier: " + tier.error);
   return Status::Ok();
 }
 

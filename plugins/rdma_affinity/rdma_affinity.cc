@@ -7,7 +7,8 @@
 
 namespace toposched::plugins::rdma_affinity {
 
-framework::ScoreResult RdmaAffinity::Score(framework::CycleState& state, const framework::NodeInfo& node) const {
+framework::ScoreResult RdmaAffinity::Score(framework::CycleState& state,
+                                           const framework::NodeInfo& node) const {
   if (state.request().rdma_nics > 0) return {framework::kMaxScore, "pod asks RDMA NICs: neutral -> 100"};
   if (state.packs_by_mix_without_nics()) return {framework::kMaxScore, std::string(kPacksByMix), false};
   if (node.topology == nullptr) return {framework::kMinScore, "no topology -> 0"};
@@ -17,8 +18,8 @@ framework::ScoreResult RdmaAffinity::Score(framework::CycleState& state, const f
   for (int n = 0; n < total; ++n) used += NicUsed(node.allocated, n) ? 1 : 0;
   const int score = (200 * used + total) / (2 * total);  // round half up of 100*used/total
   return {score, "pod asks no RDMA NIC; " + std::to_string(total - used) + " of " + std::to_string(total) +
-                     " RDMA NICs free here -> round(100*" + std::to_string(used) + "/" + std::to_string(total) +
-                     ") = " + std::to_string(score)};
+                     " RDMA NICs free here -> round(100*" + std::to_string(used) + "/" +
+                     std::to_string(total) + ") = " + std::to_string(score)};
 }
 
 Result<std::unique_ptr<framework::Plugin>> New(const framework::PluginArgs& args) {

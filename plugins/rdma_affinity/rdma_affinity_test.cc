@@ -13,7 +13,8 @@ framework::CycleState Cycle(int rdma_nics) {
   PlacementRequest request;
   request.gpus = 1;
   request.rdma_nics = rdma_nics;
-  return framework::CycleState(request, [](const NodeTopology&, std::string_view, const NodeAllocation&, const PlacementRequest&, SharePacking) {
+  return framework::CycleState(request, [](const NodeTopology&, std::string_view, const NodeAllocation&,
+                                           const PlacementRequest&, SharePacking) {
     return PlacementOutcome{};  // the plugin never asks the engine
   });
 }
@@ -39,9 +40,9 @@ TEST(RdmaAffinityTest, NicLessPodsPreferNodesWhoseNicsAreGoneOrAbsent) {
   const Case cases[] = {
       {"pod with NICs: neutral", 2, "hgx-h100-8gpu", 0, 100},
       {"no RDMA NICs on the node", 0, "inference-4gpu", 0, 100},
-      {"all 8 NICs free", 0, "hgx-h100-8gpu", 0, 0},           // round(100*0/8)
-      {"6 of 8 used", 0, "hgx-h100-8gpu", 6, 75},               // round(100*6/8)
-      {"every NIC used", 0, "hgx-h100-8gpu", 8, 100},           // round(100*8/8)
+      {"all 8 NICs free", 0, "hgx-h100-8gpu", 0, 0},              // round(100*0/8)
+      {"6 of 8 used", 0, "hgx-h100-8gpu", 6, 75},                 // round(100*6/8)
+      {"every NIC used", 0, "hgx-h100-8gpu", 8, 100},             // round(100*8/8)
       {"1 of 8 used rounds half up", 0, "cloud-vm-8gpu", 1, 13},  // round(12.5)
   };
   for (const Case& c : cases) {

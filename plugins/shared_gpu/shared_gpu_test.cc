@@ -152,10 +152,8 @@ TEST(SharedGpuWithEngineTest, BinpackRanksTheSharingNodeFirst) {
   const SharedGpu plugin(PackPolicy::kBinpack);
   PlacementMemo memo;
   CycleState state(RequestBuilder().Shared(1, 8000, 2500).Build(),
-                   [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a, const PlacementRequest& r,
-                         SharePacking) {
-                     return memo.Place(t, a, r);
-                   });
+                   [&memo](const NodeTopology& t, std::string_view, const NodeAllocation& a,
+                           const PlacementRequest& r, SharePacking) { return memo.Place(t, a, r); });
   const framework::NodeInfo empty = NodeBuilder("empty", "hgx-h100-8gpu").Build();
   const framework::NodeInfo sharing =
       NodeBuilder("sharing", "hgx-h100-8gpu").Shares(0, 3, 40000, 6000).Build();

@@ -11,9 +11,9 @@
 //
 // This file is the hwloc walk (Translator), the NVML additions and DiscoverLive; ParseHwlocXml,
 // which runs ImportHwlocXml in a worker process, is in hwloc_import_worker.cc.
+#include <fcntl.h>
 #include <hwloc.h>
 #include <hwloc/distances.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cctype>
-#include <cmath>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,8 +40,8 @@
 #include <unordered_map>
 #include "hwloc_import.h"
 #include "nvml_links.h"
-#include "toposched/topology/gpu_memory.h"
 #include "toposched/agent/discovery.h"
+#include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/json_codec.h"
 
 namespace toposched {
@@ -65,7 +65,9 @@ bool Is(const E& field, E value) {
 // A PCI link speed (GB/s) as hwloc read it from the file, or 0 (unknown) when no link has it:
 // the NodeTopology codec refuses speeds over 1e6 GB/s (its fingerprint's fixed point), and a
 // fuzzed file gave 1.7e25 (fuzz/corpus/hwloc_xml/regress-link-speed-out-of-range.xml).
-double LinkSpeed(float gbps) { return std::isfinite(gbps) && gbps > 0 && gbps <= 1e6 ? gbps : 0; }
+double LinkSpeed(float gbps) {
+  return std::isfinite(gbps) && gbps > 0 && gbps <= 1e6 ? gbps : 0;
+}
 
 // hwloc declares its attribute structs inside a union: C++ needs the qualified names.
 using PciAttr = hwloc_obj_attr_u::hwloc_pcidev_attr_s;
@@ -100,7 +102,8 @@ bool HasComputeOsDevice(hwloc_obj_t pci) {
   for (hwloc_obj_t c = pci->io_first_child; c != nullptr; c = c->next_sibling) {
     if (c->type != HWLOC_OBJ_OS_DEVICE || c->name == nullptr) continue;
     const std::string_view name = c->name;
-    if (name.substr(0, 6) == "opencl" || name.substr(0, 4) == "rsmi" || name.substr(0, 4) == "cuda") return true;
+    if (name.substr(0, 6) == "opencl" || name.substr(0, 4) == "rsmi" || name.substr(0, 4) == "cuda")
+      return true;
   }
   return false;
 }
@@ -113,13 +116,16 @@ bool IsGpu(hwloc_obj_t pci) {
   const PciAttr& p = pci->attr->pcidev;
   const unsigned cls = p.class_id;
   if (p.vendor_id == 0x10de) return cls == 0x0302 || cls == 0x0300;
-  if (p.vendor_id == 0x1002) return cls == 0x1200 || cls == 0x0380 || (cls == 0x0300 && HasComputeOsDevice(pci));
+  if (p.vendor_id == 0x1002)
+    return cls == 0x1200 || cls == 0x0380 || (cls == 0x0300 && HasComputeOsDevice(pci));
   return false;
 }
 
 // Network controllers (0x02xx) and InfiniBand controllers of the old serial-bus class 0x0c06
 // (ConnectX-2 era mlx4 HCAs).
-bool IsNetworkClass(const PciAttr& p) { return (p.class_id >> 8) == 0x02 || p.class_id == 0x0c06; }
+bool IsNetworkClass(const PciAttr& p) {
+  return (p.class_id >> 8) == 0x02 || p.class_id == 0x0c06;
+}
 
 bool IsNvSwitch(hwloc_obj_t o) {
   if (o->type != HWLOC_OBJ_PCI_DEVICE) return false;
@@ -139,8 +145,10 @@ class Translator {
     CollectNumaNodes();
     for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_pcidev(topo_, o)) != nullptr;) {
       const PciAttr& p = o->attr->pcidev;
-      if (IsGpu(o)) AddGpu(o);
-      else if (IsNetworkClass(p)) AddNic(o);
+      if (IsGpu(o))
+        AddGpu(o);
+      else if (IsNetworkClass(p))
+        AddNic(o);
     }
     AddNonPciNics();
     for (const char* name : {"NVLinkBandwidth", "XGMIBandwidth"}) AddPeers(name);
@@ -156,7 +164,8 @@ class Translator {
   };
 
   void CollectNumaNodes() {
-    for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n)) != nullptr;) {
+    for (hwloc_obj_t n = nullptr;
+         (n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n)) != nullptr;) {
       // GPU memory exposed as NUMA (v1 files, POWER9) has no CPUs: not a CPU locality.
       if (n->cpuset == nullptr || hwloc_bitmap_iszero(n->cpuset)) continue;
       NumaNode node;
@@ -214,7 +223,8 @@ class Translator {
   int BridgeIndex(hwloc_obj_t bridge) {
     if (auto it = bridge_index_.find(bridge); it != bridge_index_.end()) return it->second;
     const int parent = (bridge->parent != nullptr && bridge->parent->type == HWLOC_OBJ_BRIDGE)
-                           ? BridgeIndex(bridge->parent) : -1;
+                           ? BridgeIndex(bridge->parent)
+                           : -1;
     const BridgeAttr& b = bridge->attr->bridge;
     PcieNode node;
     node.parent = parent;
@@ -225,7 +235,8 @@ class Translator {
                     b.downstream.pci.secondary_bus);
       node.id = buf;
       // Host bridge ids are derived; keep them unique whatever the export says.
-      for (int suffix = 1; used_ids_.count(node.id) != 0; ++suffix) node.id = std::string(buf) + "-" + std::to_string(suffix);
+      for (int suffix = 1; used_ids_.count(node.id) != 0; ++suffix)
+        node.id = std::string(buf) + "-" + std::to_string(suffix);
     } else {
       node.kind = PcieKind::kBridge;
       node.id = BusId(b.upstream.pci);
@@ -282,7 +293,8 @@ class Translator {
     const std::string& name = n.name;
     if (n.vendor_id == 0x1d0f || name.starts_with("rdmap") || name.starts_with("efa")) return NicKind::kEfa;
     if (name.starts_with("hfi1")) return NicKind::kOmniPath;
-    if (n.vendor_id == 0x17db || name.starts_with("hsi") || name.starts_with("cxi")) return NicKind::kSlingshot;
+    if (n.vendor_id == 0x17db || name.starts_with("hsi") || name.starts_with("cxi"))
+      return NicKind::kSlingshot;
     if (!n.rdma) return NicKind::kEthernet;
     if (class_id == 0x0207 || class_id == 0x0c06) return NicKind::kInfiniband;
     for (const std::string& d : n.netdevs) {
@@ -384,7 +396,8 @@ class Translator {
   void AddPeers(const char* matrix_name) {
     unsigned nr = 1;
     hwloc_distances_s* dist = nullptr;
-    if (hwloc_distances_get_by_name(topo_, matrix_name, &nr, &dist, 0) != 0 || nr == 0 || dist == nullptr) return;
+    if (hwloc_distances_get_by_name(topo_, matrix_name, &nr, &dist, 0) != 0 || nr == 0 || dist == nullptr)
+      return;
     const bool xgmi = std::string_view(matrix_name) == "XGMIBandwidth";
     const unsigned n = dist->nbobjs;
     std::vector<int> gpu(n, -1);
@@ -425,8 +438,10 @@ class Translator {
         auto& peers = out_->gpus[static_cast<std::size_t>(x)].peers;
         auto it = std::find_if(peers.begin(), peers.end(), [&](const GpuPeer& p) { return p.gpu == y; });
         GpuPeer peer{y, xgmi ? Fabric::kXgmi : Fabric::kNvlink, links_for(bw), bw, via_switch};
-        if (it == peers.end()) peers.push_back(peer);
-        else if (bw > it->bandwidth_mbps) *it = peer;
+        if (it == peers.end())
+          peers.push_back(peer);
+        else if (bw > it->bandwidth_mbps)
+          *it = peer;
       }
     };
     for (const auto& [pair, bw] : direct) add(pair.first, pair.second, bw, false);
@@ -470,8 +485,8 @@ void AddNvml(NodeTopology& t, const DiscoveryOptions& options) {
     if (const char* env = std::getenv("TOPOSCHED_NVML_LIBRARY"); env != nullptr) library = env;
   }
   if (library == "none") library.clear();
-  const bool has_nvidia = std::any_of(t.gpus.begin(), t.gpus.end(),
-                                      [](const Gpu& g) { return g.vendor == GpuVendor::kNvidia; });
+  const bool has_nvidia =
+      std::any_of(t.gpus.begin(), t.gpus.end(), [](const Gpu& g) { return g.vendor == GpuVendor::kNvidia; });
   if (library.empty() || !has_nvidia) return;
   const Result<int> added = AddNvmlInfo(t, library);
   std::string note;
@@ -497,8 +512,9 @@ Result<NodeTopology> ImportHwlocXml(std::string_view content) {
     return Error("hwloc refused the XML buffer");
   }
   if (hwloc_topology_load(topo.get()) != 0) {
-    return Error("hwloc could not import this XML (malformed, truncated, or not hwloc v1/v2 format; "
-                 "set HWLOC_XML_VERBOSE=1 for hwloc's own diagnostics)");
+    return Error(
+        "hwloc could not import this XML (malformed, truncated, or not hwloc v1/v2 format; "
+        "set HWLOC_XML_VERBOSE=1 for hwloc's own diagnostics)");
   }
   Translator translator(topo.get(), nullptr);
   NodeTopology t = translator.Run(TopologySource::kHwlocXml);

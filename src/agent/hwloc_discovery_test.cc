@@ -23,8 +23,12 @@ NodeTopology MustLoad(const std::string& name) {
   return t.ok() ? *t : NodeTopology{};
 }
 
-std::string GpuGpu(const NodeTopology& t, int a, int b) { return t.gpu_gpu.at(a, b).Token(); }
-std::string GpuNic(const NodeTopology& t, int g, int n) { return t.gpu_nic.at(g, n).Token(); }
+std::string GpuGpu(const NodeTopology& t, int a, int b) {
+  return t.gpu_gpu.at(a, b).Token();
+}
+std::string GpuNic(const NodeTopology& t, int g, int n) {
+  return t.gpu_nic.at(g, n).Token();
+}
 
 // PCIe-only class between two GPUs (what `nvidia-smi topo -mp` prints), ignoring NVLink.
 std::string PcieClass(const NodeTopology& t, int a, int b) {
@@ -330,7 +334,9 @@ TEST(HwlocDiscoveryTest, MalformedXmlIsAnErrorNotACrash) {
       {"empty", ""},
       {"not xml", "hello world"},
       {"wrong root", "<?xml version=\"1.0\"?><system version=\"1\"></system>"},
-      {"binary", std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10)},
+      {"binary", std::string("\x7f"
+                             "ELF\x02\x01\x01\0\0\0",
+                             10)},
   };
   for (const BadXmlCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -366,8 +372,9 @@ TEST(HwlocDiscoveryTest, DuplicateNumaOsIndexIsRefused) {
 // codec would refuse what the agent publishes, so the import refuses it (found by
 // fuzz/hwloc_xml_fuzz.cc; the input is fuzz/corpus/hwloc_xml/regress-duplicate-pci-busid.xml).
 TEST(HwlocDiscoveryTest, ATopologyTheCodecWouldRefuseIsRefusedAtTheImport) {
-  std::ifstream in(std::string(TOPOSCHED_SOURCE_DIR) + "/fuzz/corpus/hwloc_xml/regress-duplicate-pci-busid.xml",
-                   std::ios::binary);
+  std::ifstream in(
+      std::string(TOPOSCHED_SOURCE_DIR) + "/fuzz/corpus/hwloc_xml/regress-duplicate-pci-busid.xml",
+      std::ios::binary);
   ASSERT_TRUE(in);
   std::stringstream text;
   text << in.rdbuf();
@@ -388,21 +395,29 @@ TEST(HwlocDiscoveryTest, InputsThatCrashThisHwlocAreRefusedFirst) {
   const std::vector<Case> cases = {
       {"topology tag not closed", "<topology version=\"2.0\"", "<topology> tag is not closed"},
       {"cpuset without complete_cpuset",
-       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpusej=\"0x1\" nodeset=\"0x1\" "
-       "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpusej=\"0x1\" "
+       "nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\">" +
+           pu_ok + "</object></topology>",
        "has a cpuset but no complete_cpuset"},
       {"nodeset without complete_nodeset",
-       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\">" +
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=\"0x1\" "
+       "nodeset=\"0x1\">" +
            pu_ok + "</object></topology>",
        "has a nodeset but no complete_nodeset"},
-      {"attribute value not closed", "<topology version=\"2.0\">\n<object type=\"PU", "attribute value is not closed"},
+      {"attribute value not closed", "<topology version=\"2.0\">\n<object type=\"PU",
+       "attribute value is not closed"},
       {"a malformed attribute hides the ones after it",
-       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=5\"0x1\" nodeset=\"0x1\" "
-       "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" complete_cpuset=5\"0x1\" "
+       "nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\">" +
+           pu_ok + "</object></topology>",
        "has a cpuset but no complete_cpuset"},
       {"bitmap with a leading comma",
-       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\",0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "
-       "complete_nodeset=\"0x1\">" + pu_ok + "</object></topology>",
+       "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\",0x1\" complete_cpuset=\"0x1\" "
+       "nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\">" +
+           pu_ok + "</object></topology>",
        "the cpuset \",0x1\" starts with a comma"},
   };
   for (const Case& c : cases) {
@@ -412,9 +427,10 @@ TEST(HwlocDiscoveryTest, InputsThatCrashThisHwlocAreRefusedFirst) {
     EXPECT_NE(t.error().message().find(c.error), std::string::npos) << t.error().message();
   }
   // A '>' inside an attribute value does not end the tag early.
-  const std::string named = "<topology version=\"2.0\">\n<object type=\"Machine\" name=\"a>b\" cpuset=\"0x1\" "
-                            "complete_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\">" + pu_ok +
-                            "</object></topology>";
+  const std::string named =
+      "<topology version=\"2.0\">\n<object type=\"Machine\" name=\"a>b\" cpuset=\"0x1\" "
+      "complete_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\">" +
+      pu_ok + "</object></topology>";
   auto t = ParseHwlocXml(named);
   if (!t.ok()) {
     EXPECT_EQ(t.error().message().find("complete_"), std::string::npos) << t.error().message();
@@ -438,8 +454,10 @@ TEST(HwlocDiscoveryTest, AnImportThatCrashesHwlocIsAnErrorAndTheCallerGoesOn) {
   }
   // The same process imports a good file afterwards.
   auto good = ParseHwlocXml(
-      "<topology version=\"2.0\">\n<object type=\"Machine\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" "
-      "allowed_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\" allowed_nodeset=\"0x1\" gp_index=\"1\">"
+      "<topology version=\"2.0\">\n<object type=\"Machine\" os_index=\"0\" cpuset=\"0x1\" "
+      "complete_cpuset=\"0x1\" "
+      "allowed_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\" allowed_nodeset=\"0x1\" "
+      "gp_index=\"1\">"
       "<object type=\"NUMANode\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "
       "complete_nodeset=\"0x1\" gp_index=\"2\"/>"
       "<object type=\"PU\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" "

@@ -42,8 +42,8 @@ using agent_internal::ImportHwlocXml;
 //     starts with ',' and goes on (",0x1": hwloc_bitmap_sscanf's assert aborts the process;
 //     hwloc never writes a leading comma).
 Status CheckKnownHwlocImportCrashes(std::string_view xml) {
-  if (const std::size_t top = xml.find("<topology"); top != std::string_view::npos &&
-                                                      xml.find('>', top) == std::string_view::npos) {
+  if (const std::size_t top = xml.find("<topology");
+      top != std::string_view::npos && xml.find('>', top) == std::string_view::npos) {
     return Error("hwloc XML: the <topology> tag is not closed (truncated file?)");
   }
   for (std::size_t at = xml.find("<object"); at != std::string_view::npos; at = xml.find("<object", at + 1)) {
@@ -63,7 +63,8 @@ Status CheckKnownHwlocImportCrashes(std::string_view xml) {
         return Error("hwloc XML: an <object> attribute value is not closed (truncated file?)");
       }
       const std::string_view value = xml.substr(i + 2, close - i - 2);
-      if ((name.ends_with("cpuset") || name.ends_with("nodeset")) && value.size() > 1 && value.front() == ',') {
+      if ((name.ends_with("cpuset") || name.ends_with("nodeset")) && value.size() > 1 &&
+          value.front() == ',') {
         return Error("hwloc XML: the " + std::string(name) + " \"" + std::string(value.substr(0, 40)) +
                      "\" starts with a comma (not an hwloc bitmap; this hwloc aborts on it)");
       }
@@ -77,8 +78,9 @@ Status CheckKnownHwlocImportCrashes(std::string_view xml) {
       return Error("hwloc XML: an <object> tag is not closed (truncated file?)");
     }
     if ((cpuset && !complete_cpuset) || (nodeset && !complete_nodeset)) {
-      return Error(std::string("hwloc XML: an <object> has a ") + (cpuset && !complete_cpuset ? "cpuset" : "nodeset") +
-                   " but no " + (cpuset && !complete_cpuset ? "complete_cpuset" : "complete_nodeset") +
+      return Error(std::string("hwloc XML: an <object> has a ") +
+                   (cpuset && !complete_cpuset ? "cpuset" : "nodeset") + " but no " +
+                   (cpuset && !complete_cpuset ? "complete_cpuset" : "complete_nodeset") +
                    " (hwloc's exporters write both; this hwloc crashes on such an object)");
     }
   }
@@ -120,7 +122,6 @@ constexpr int kImportsPerWorker = 1000;
 extern "C" void __sanitizer_set_death_callback(void (*callback)(void));
 #endif
 
-
 namespace {
 
 // Whole-buffer I/O on a stream socket; false on EOF or error. send() with MSG_NOSIGNAL: a worker
@@ -139,7 +140,8 @@ bool SendAll(int fd, const char* data, std::size_t size) {
 // Reads exactly `size` bytes; false on EOF or error, and, with a deadline, when it passes first
 // (then *too_slow is set).
 bool ReadAll(int fd, char* data, std::size_t size,
-             std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt, bool* too_slow = nullptr) {
+             std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+             bool* too_slow = nullptr) {
   while (size > 0) {
     if (deadline) {
       const auto left =
@@ -163,7 +165,8 @@ bool ReadAll(int fd, char* data, std::size_t size,
 
 bool SendFrame(int fd, std::string_view payload) {
   const std::uint64_t size = payload.size();
-  return SendAll(fd, reinterpret_cast<const char*>(&size), sizeof size) && SendAll(fd, payload.data(), payload.size());
+  return SendAll(fd, reinterpret_cast<const char*>(&size), sizeof size) &&
+         SendAll(fd, payload.data(), payload.size());
 }
 
 #ifndef TOPOSCHED_ASAN
@@ -213,7 +216,8 @@ void LimitAddressSpace() {
     if (Result<NodeTopology> t = ImportHwlocXml(content); t.ok()) {
       NodeTopology named = std::move(t).value();
       const std::string host = named.node_name;
-      if (named.node_name.empty()) named.node_name = "node";  // the codec needs a name; the host's is sent apart
+      if (named.node_name.empty())
+        named.node_name = "node";  // the codec needs a name; the host's is sent apart
       out = "1" + host + "\n" + EncodeTopologyJson(named);
     } else {
       out = "0" + t.error().message();
@@ -248,7 +252,8 @@ class ImportWorker {
     const int status = Stop(/*kill_it=*/true);
     if (too_large) return Error("the hwloc import of this XML produced more than 256 MiB (not a topology)");
     if (too_slow) {
-      return Error("hwloc did not finish importing this XML in " + std::to_string(kHwlocImportTimeout.count()) +
+      return Error("hwloc did not finish importing this XML in " +
+                   std::to_string(kHwlocImportTimeout.count()) +
                    " s (stopped): the file is malformed or far too large");
     }
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
@@ -261,7 +266,8 @@ class ImportWorker {
 #endif
     if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
       return Error("hwloc crashed importing this XML (signal " + std::to_string(WTERMSIG(status)) + ", " +
-                   strsignal(WTERMSIG(status)) + "): the file is malformed; lstopo --if xml --input FILE shows "
+                   strsignal(WTERMSIG(status)) +
+                   "): the file is malformed; lstopo --if xml --input FILE shows "
                    "hwloc's own handling of it");
     }
     return Error("the hwloc import of this XML failed (exit status " +
@@ -323,8 +329,10 @@ Result<NodeTopology> ParseHwlocXml(std::string_view content) {
   if (in.empty()) return Error("the hwloc import of this XML returned no result");
   if (in[0] == '0') return Error(in.substr(1));
   const std::size_t newline = in.find('\n');
-  if (in[0] != '1' || newline == std::string::npos) return Error("the hwloc import of this XML returned no result");
-  TOPOSCHED_ASSIGN_OR_RETURN_CTX(NodeTopology decoded, DecodeTopologyJson(std::string_view(in).substr(newline + 1)),
+  if (in[0] != '1' || newline == std::string::npos)
+    return Error("the hwloc import of this XML returned no result");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(NodeTopology decoded,
+                                 DecodeTopologyJson(std::string_view(in).substr(newline + 1)),
                                  "the hwloc import's result");
   decoded.node_name = in.substr(1, newline - 1);
   return decoded;

@@ -1,9 +1,9 @@
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <system_error>
-#include <filesystem>
 
 #include "toposched/agent/discovery.h"
 #include "toposched/topology/gpu_memory.h"
@@ -38,8 +38,12 @@ Result<NodeTopology> LoadTopologyFile(const std::string& path) {
   if (!format.ok()) return format.error().WithContext(path);
   Result<NodeTopology> topology = Error("unreachable");
   switch (*format) {
-    case InputFormat::kHwlocXml: topology = ParseHwlocXml(*content); break;
-    case InputFormat::kNcclXml: topology = ParseNcclXml(*content); break;
+    case InputFormat::kHwlocXml:
+      topology = ParseHwlocXml(*content);
+      break;
+    case InputFormat::kNcclXml:
+      topology = ParseNcclXml(*content);
+      break;
     case InputFormat::kTopologyJson: {
       // A NodeTopology document keeps the source and detail it was written with.
       auto decoded = DecodeTopologyJson(*content);

@@ -80,7 +80,8 @@ TEST_F(LoadFileTest, CardMemoryIsEstimatedBelowEveryMeasuredFigure) {
       if (nominal == 0 || g.memory_mib == EstimatedUsableMib(nominal)) continue;  // unknown, or estimated
       ++measured;
       EXPECT_LE(EstimatedUsableMib(nominal), g.memory_mib) << entry.path().filename() << " " << g.model;
-      EXPECT_GE(EstimatedUsableMib(nominal) * 100, g.memory_mib * 85) << entry.path().filename() << " " << g.model;
+      EXPECT_GE(EstimatedUsableMib(nominal) * 100, g.memory_mib * 85)
+          << entry.path().filename() << " " << g.model;
     }
   }
   EXPECT_GE(measured, 20);  // V100, P100, MI50, MI250X cards whose exports record memory
@@ -97,14 +98,16 @@ TEST_F(LoadFileTest, NamesFromFileNamesStayDistinct) {
     ASSERT_TRUE(t.ok()) << t.error().message();
     if (t->source != TopologySource::kNcclXml) continue;  // hwloc exports carry their host name
     const auto [it, inserted] = by_name.emplace(t->node_name, entry.path().filename().string());
-    EXPECT_TRUE(inserted) << t->node_name << " names both " << it->second << " and " << entry.path().filename();
+    EXPECT_TRUE(inserted) << t->node_name << " names both " << it->second << " and "
+                          << entry.path().filename();
   }
   EXPECT_TRUE(by_name.contains("oci--bm.gpu.h100.8-kubernetes-variant")) << by_name.begin()->first;
 }
 
 TEST_F(LoadFileTest, JsonRoundTripThroughAFile) {
   TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
-  auto t = LoadTopologyFile(testing::SharedTopology("llnl__lassen_ibm-ac922_power9_4xV100_4xmlx5.hwloc2.xml").string());
+  auto t = LoadTopologyFile(
+      testing::SharedTopology("llnl__lassen_ibm-ac922_power9_4xV100_4xmlx5.hwloc2.xml").string());
   ASSERT_TRUE(t.ok()) << t.error().message();
   const std::string path = Write("lassen.json", EncodeTopologyJson(*t));
   auto back = LoadTopologyFile(path);
@@ -135,9 +138,11 @@ TEST_F(LoadFileTest, BrokenFilesGiveClearErrors) {
       {"v3.xml", "<?xml version=\"1.0\"?>\n<topology version=\"3.0\"><object type=\"Machine\"/></topology>",
        "hwloc XML version 3.0"},
       {"matrix.txt",
-       "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV12\t0-63\t0\nGPU1\tNV12\t X \t0-63\t0\n\nLegend:\n",
+       "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV12\t0-63\t0\nGPU1\tNV12\t X "
+       "\t0-63\t0\n\nLegend:\n",
        "nvidia-smi topo -m"},
-      {"nccl-truncated.xml", "<system version=\"1\">\n  <cpu numaid=\"0\">\n    <pci busid=\"0000:01:00.0\"", ""},
+      {"nccl-truncated.xml", "<system version=\"1\">\n  <cpu numaid=\"0\">\n    <pci busid=\"0000:01:00.0\"",
+       ""},
       {"json-broken.json", "{\"apiVersion\": \"toposched.io/v1alpha1\", \"kind\": ", ""},
       {"prose.txt", "this is not a topology\n", "not a topology file"},
   };
@@ -146,8 +151,8 @@ TEST_F(LoadFileTest, BrokenFilesGiveClearErrors) {
     const std::string path = Write(c.name, c.content);
     auto t = LoadTopologyFile(path);
     ASSERT_FALSE(t.ok());
-    EXPECT_EQ(t.error().message().rfind(path, 0), 0u) << "error should start with the file name: "
-                                                      << t.error().message();
+    EXPECT_EQ(t.error().message().rfind(path, 0), 0u)
+        << "error should start with the file name: " << t.error().message();
     EXPECT_NE(t.error().message().find(c.expected), std::string::npos) << t.error().message();
   }
 }

@@ -35,9 +35,9 @@ struct nvmlPciInfo_t {
   unsigned domain;
   unsigned bus;
   unsigned device;
-  unsigned pciDeviceId;     // device id in the high 16 bits, vendor id in the low 16 bits
+  unsigned pciDeviceId;  // device id in the high 16 bits, vendor id in the low 16 bits
   unsigned pciSubSystemId;
-  char busId[32];           // "00000000:18:00.0": 8-digit domain
+  char busId[32];  // "00000000:18:00.0": 8-digit domain
 };
 
 struct nvmlMemory_t {
@@ -60,8 +60,8 @@ using GetMemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
 
 }  // namespace nvml
 
-constexpr unsigned kMaxDevices = 256;          // a corrupt count must not drive the loops
-constexpr unsigned kStringBuffer = 96;         // NVML's UUID and name buffer sizes are <= 96
+constexpr unsigned kMaxDevices = 256;   // a corrupt count must not drive the loops
+constexpr unsigned kStringBuffer = 96;  // NVML's UUID and name buffer sizes are <= 96
 constexpr std::uint16_t kNvidiaVendorId = 0x10de;
 
 struct LibraryCloser {
@@ -111,7 +111,8 @@ Result<Api> ResolveApi(void* library) {
   Resolve(library, "nvmlDeviceGetNvLinkState", api.get_nvlink_state);
   if (api.get_nvlink_state == nullptr) return Error("symbol nvmlDeviceGetNvLinkState not found");
   Resolve(library, "nvmlDeviceGetNvLinkRemotePciInfo_v2", api.get_nvlink_remote_pci);
-  if (api.get_nvlink_remote_pci == nullptr) return Error("symbol nvmlDeviceGetNvLinkRemotePciInfo_v2 not found");
+  if (api.get_nvlink_remote_pci == nullptr)
+    return Error("symbol nvmlDeviceGetNvLinkRemotePciInfo_v2 not found");
   Resolve(library, "nvmlErrorString", api.error_string);
   Resolve(library, "nvmlDeviceGetNvLinkVersion", api.get_nvlink_version);
   Resolve(library, "nvmlDeviceGetUUID", api.get_uuid);
@@ -237,7 +238,8 @@ Result<int> AddNvmlInfo(NodeTopology& t, const std::string& library_path) {
   }
 
   // Link counts as each GPU reports its own side.
-  std::vector<std::vector<int>> direct(static_cast<std::size_t>(ngpus), std::vector<int>(static_cast<std::size_t>(ngpus), 0));
+  std::vector<std::vector<int>> direct(static_cast<std::size_t>(ngpus),
+                                       std::vector<int>(static_cast<std::size_t>(ngpus), 0));
   std::vector<int> switch_links(static_cast<std::size_t>(ngpus), 0);
   std::vector<std::uint64_t> link_mbps(static_cast<std::size_t>(ngpus), 0);  // 0: unknown
   std::vector<bool> seen(static_cast<std::size_t>(ngpus), false);
@@ -287,8 +289,10 @@ Result<int> AddNvmlInfo(NodeTopology& t, const std::string& library_path) {
       auto& peers = t.gpus[static_cast<std::size_t>(x)].peers;
       auto it = std::find_if(peers.begin(), peers.end(), [&](const GpuPeer& p) { return p.gpu == y; });
       const GpuPeer peer{y, Fabric::kNvlink, links, bandwidth, via_switch};
-      if (it == peers.end()) peers.push_back(peer);
-      else if (links > it->links) *it = peer;
+      if (it == peers.end())
+        peers.push_back(peer);
+      else if (links > it->links)
+        *it = peer;
     }
   };
   for (int a = 0; a < ngpus; ++a) {

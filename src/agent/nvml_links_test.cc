@@ -43,10 +43,14 @@ NodeTopology BarePreset(const std::string& name) {
 }
 
 // NVML writes bus ids with an 8-digit domain.
-std::string NvmlBusId(const Gpu& g) { return "0000" + g.pci_bus_id; }
+std::string NvmlBusId(const Gpu& g) {
+  return "0000" + g.pci_bus_id;
+}
 
 // Not all zeros even for GPU 0: an all-zero UUID is a placeholder and is dropped.
-std::string Uuid(int i) { return "GPU-10000000-0000-0000-0000-00000000000" + std::to_string(i); }
+std::string Uuid(int i) {
+  return "GPU-10000000-0000-0000-0000-00000000000" + std::to_string(i);
+}
 
 std::string GpuLine(const Gpu& g, int i) {
   return "gpu " + NvmlBusId(g) + " " + Uuid(i) + " 81559 NVIDIA H100 80GB HBM3\n";
@@ -59,7 +63,9 @@ std::string LinkLines(const std::string& from, const std::string& to, const std:
   return out;
 }
 
-std::string Token(const NodeTopology& t, int a, int b) { return t.gpu_gpu.at(a, b).Token(); }
+std::string Token(const NodeTopology& t, int a, int b) {
+  return t.gpu_gpu.at(a, b).Token();
+}
 
 const GpuPeer* PeerOf(const NodeTopology& t, int a, int b) {
   for (const GpuPeer& p : t.gpus[static_cast<std::size_t>(a)].peers) {
@@ -103,7 +109,8 @@ TEST_F(NvmlLinksTest, HgxBoardThroughFourNvswitchesIsNv18Everywhere) {
   for (int i = 0; i < 8; ++i) scenario += GpuLine(t.gpus[static_cast<std::size_t>(i)], i);
   for (int i = 0; i < 8; ++i) {
     for (std::size_t s = 0; s < switches.size(); ++s) {
-      scenario += LinkLines(NvmlBusId(t.gpus[static_cast<std::size_t>(i)]), switches[s], kNvswitchId, per_switch[s]);
+      scenario +=
+          LinkLines(NvmlBusId(t.gpus[static_cast<std::size_t>(i)]), switches[s], kNvswitchId, per_switch[s]);
     }
   }
   Scenario(scenario);
@@ -240,7 +247,7 @@ TEST_F(NvmlLinksTest, PerLinkBandwidthFollowsNvmlNvlinkVersionEnum) {
     std::uint64_t per_link;
   };
   const std::vector<Case> cases = {{"1", 20000}, {"2", 25000}, {"4", 25000}, {"5", 25000},
-                                   {"6", 25000}, {"7", 50000}, {"42", 0},   {"", 0}};
+                                   {"6", 25000}, {"7", 50000}, {"42", 0},    {"", 0}};
   for (const Case& c : cases) {
     SCOPED_TRACE("version '" + c.version + "'");
     NodeTopology t = BarePreset("pcie-4gpu");

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -167,12 +167,15 @@ int RunAdvise(const std::vector<std::string>& args) {
   flags.Integer("--layers", layers, 1, 1000, "N", "layers: " + custom_help)->default_str("");
   flags.Integer("--kv-heads", kv_heads, 1, 1024, "N", "KV heads: " + custom_help)->default_str("");
   flags.Integer("--head-dim", head_dim, 1, 4096, "N", "head dimension: " + custom_help)->default_str("");
-  flags.Integer("--dtype-bytes", dtype_bytes, 1, 8, "N", "bytes per KV element: " + custom_help)->default_str("");
-  flags.Number("--params-b", params_b, 0.001, 100000, "B", "parameters, billions: " + custom_help)->default_str("");
+  flags.Integer("--dtype-bytes", dtype_bytes, 1, 8, "N", "bytes per KV element: " + custom_help)
+      ->default_str("");
+  flags.Number("--params-b", params_b, 0.001, 100000, "B", "parameters, billions: " + custom_help)
+      ->default_str("");
   flags.Group("hardware");
   flags.Text("--gpu", gpu_name, "NAME", "a preset: " + gpu_names);
   flags.Number("--mfu", mfu, 0.01, 1, "F", "prefill FLOPs utilisation (an assumption)")->default_str("0.5");
-  flags.Number("--mbu", mbu, 0.01, 1, "F", "decode bandwidth utilisation (an assumption)")->default_str("0.7");
+  flags.Number("--mbu", mbu, 0.01, 1, "F", "decode bandwidth utilisation (an assumption)")
+      ->default_str("0.7");
   flags.Integer("--gpus-per-instance", per_instance, 1, 1024, "N", "tensor-parallel GPUs per instance");
   flags.Integer("--gpus", gpus, 1, 1000000, "N", "GPUs for this model, both phases together");
   flags.Group("workload");
@@ -183,11 +186,13 @@ int RunAdvise(const std::vector<std::string>& args) {
   flags.Number("--ttft-p99-ms", ttft, 0.001, 1e9, "MS", "P99 time-to-first-token target");
   flags.Number("--tpot-p99-ms", tpot, 0.001, 1e9, "MS", "P99 time-per-output-token target");
   flags.Group("cluster");
-  flags.Text("--config", config_path, "FILE", "scheduler YAML; its network: section sets tiers and path costs");
+  flags.Text("--config", config_path, "FILE",
+             "scheduler YAML; its network: section sets tiers and path costs");
   flags.Text("--topology-dir", topology_dir, "DIR",
              "a cluster of one node per *.xml / *.json topology file: the paths\n"
              "P and D can take and the NICs an instance gets come from it\n"
-             "(default: the simulator's embedded " + std::to_string(sim::kDefaultNodes) + "-node cluster)");
+             "(default: the simulator's embedded " +
+                 std::to_string(sim::kDefaultNodes) + "-node cluster)");
   flags.Group("output");
   flags.Switch("--json", json, "JSON instead of the table");
   flags.Text("--svg", svg_path, "FILE", "also write transfer time vs prompt length, one line per path");

@@ -5,14 +5,14 @@
 #include <signal.h>
 
 #include <cerrno>
-#include <cstdlib>
-#include <thread>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "commands.h"
 #include "flags.h"
@@ -93,7 +93,7 @@ int PublishLoop(const TopologyArgs& source, kube::AgentOptions publish, const st
     return topology;
   });
   metrics::Log(metrics::LogLevel::kInfo, {"agent", "", publish.node_name},
-              "publishing NodeTopology to " + client->server);
+               "publishing NodeTopology to " + client->server);
   std::jthread loop([&publisher](std::stop_token stop) { publisher.Run(stop); });
   int sig = 0;
   sigwait(&signals, &sig);
@@ -125,7 +125,8 @@ int RunAgent(const std::vector<std::string>& args) {
                    "topology (default: $NODE_NAME; with --once, from the source, else\n"
                    "the host name)");
   flags.Group("publishing (the DaemonSet mode)");
-  flags.Text("--kubeconfig", kubeconfig, "FILE", "use this kubeconfig (default: the in-cluster service account)");
+  flags.Text("--kubeconfig", kubeconfig, "FILE",
+             "use this kubeconfig (default: the in-cluster service account)");
   flags.Text("--context", context, "NAME", "kubeconfig context (default: current-context)");
   flags.Duration("--interval", publish.interval, std::chrono::milliseconds(1), std::chrono::hours(24 * 7),
                  "re-discovery period");
@@ -155,7 +156,7 @@ int RunAgent(const std::vector<std::string>& args) {
   auto topology = ObtainTopology(source, &nvml_note);
   if (!topology.ok()) {
     metrics::Log(metrics::LogLevel::kError, {"agent", "", source.node_name},
-                "discovery failed: " + topology.error().message());
+                 "discovery failed: " + topology.error().message());
     return 1;
   }
   const std::string json = EncodeTopologyJson(*topology) + "\n";
@@ -163,16 +164,16 @@ int RunAgent(const std::vector<std::string>& args) {
     std::fputs(json.c_str(), stdout);
   } else if (Status written = WriteFileAtomically(output, json); !written.ok()) {
     metrics::Log(metrics::LogLevel::kError, {"agent", "", topology->node_name},
-                "write failed: " + written.error().message());
+                 "write failed: " + written.error().message());
     return 1;
   }
   // nvml= only when live discovery tried NVML: says whether NVLink came from it, or why not.
   metrics::Log(metrics::LogLevel::kInfo, {"agent", "", topology->node_name},
-              "discovered: source=" + std::string(ToString(topology->source)) +
-                  " gpus=" + std::to_string(topology->gpus.size()) +
-                  " rdma_nics=" + std::to_string(topology->RdmaNicCount()) +
-                  " fingerprint=" + topology->Fingerprint() + (output.empty() ? "" : " output=" + output) +
-                  (nvml_note.empty() ? "" : " nvml: " + nvml_note));
+               "discovered: source=" + std::string(ToString(topology->source)) +
+                   " gpus=" + std::to_string(topology->gpus.size()) +
+                   " rdma_nics=" + std::to_string(topology->RdmaNicCount()) +
+                   " fingerprint=" + topology->Fingerprint() + (output.empty() ? "" : " output=" + output) +
+                   (nvml_note.empty() ? "" : " nvml: " + nvml_note));
   return 0;
 }
 

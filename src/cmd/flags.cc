@@ -33,7 +33,8 @@ class HelpFormatter : public CLI::Formatter {
   }
 
   // CLI11 separates groups with a blank line of its own; no second one here.
-  std::string make_group(std::string group, bool positional, std::vector<const CLI::Option*> opts) const override {
+  std::string make_group(std::string group, bool positional,
+                         std::vector<const CLI::Option*> opts) const override {
     std::string out = group + ":\n";
     for (const CLI::Option* opt : opts) out += make_option(opt, positional);
     return out;
@@ -55,7 +56,9 @@ class HelpFormatter : public CLI::Formatter {
   std::string usage_, description_;
 };
 
-std::string Quoted(std::string_view v) { return "'" + std::string(v) + "'"; }
+std::string Quoted(std::string_view v) {
+  return "'" + std::string(v) + "'";
+}
 
 std::string Join(const std::vector<std::string>& items, std::string_view last_sep) {
   std::string out;
@@ -73,7 +76,9 @@ std::string FormatNumber(double v) {
 }
 
 // A usage error of a flag's value: thrown from an option's callback, caught in Parse().
-[[noreturn]] void Reject(const std::string& message) { throw CLI::ValidationError(message); }
+[[noreturn]] void Reject(const std::string& message) {
+  throw CLI::ValidationError(message);
+}
 
 }  // namespace
 
@@ -139,7 +144,8 @@ FlagSet::FlagSet(std::string command, std::string usage, std::string description
   app_.set_help_flag();  // declared last, in Parse(), so that it is listed last
 }
 
-CLI::Option* FlagSet::Add(CLI::Option* option, const std::string& value_name, const std::string& shown_default) {
+CLI::Option* FlagSet::Add(CLI::Option* option, const std::string& value_name,
+                          const std::string& shown_default) {
   option->group(group_);
   option->option_text(value_name);
   option->default_str(shown_default);
@@ -219,7 +225,8 @@ CLI::Option* FlagSet::Number(const std::string& name, double& out, double lo, do
         double x = 0;
         const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
         if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
-          Reject(name + ": " + Quoted(v) + " is not a number in " + FormatNumber(lo) + ".." + FormatNumber(hi));
+          Reject(name + ": " + Quoted(v) + " is not a number in " + FormatNumber(lo) + ".." +
+                 FormatNumber(hi));
         }
         out = x;
       },
@@ -236,7 +243,8 @@ CLI::Option* FlagSet::Duration(const std::string& name, std::chrono::millisecond
         auto d = ParseDuration(v);
         if (!d.ok()) Reject(name + ": " + Quoted(v) + " is not a duration like 500ms, 30s, 5m, 1h or 1m30s");
         if (*d < at_least || *d > at_most) {
-          Reject(name + ": " + Quoted(v) + " is not in " + FormatDuration(at_least) + ".." + FormatDuration(at_most));
+          Reject(name + ": " + Quoted(v) + " is not in " + FormatDuration(at_least) + ".." +
+                 FormatDuration(at_most));
         }
         out = *d;
       },

@@ -52,11 +52,12 @@ class FlagSet {
   CLI::Option* Bool(const std::string& name, bool& out, const std::string& help);
   CLI::Option* Integer(const std::string& name, long long& out, long long lo, long long hi,
                        const std::string& value_name, const std::string& help);
-  CLI::Option* Number(const std::string& name, double& out, double lo, double hi, const std::string& value_name,
-                      const std::string& help);
+  CLI::Option* Number(const std::string& name, double& out, double lo, double hi,
+                      const std::string& value_name, const std::string& help);
   // `at_least`: the smallest duration accepted (0 allows "0").
-  CLI::Option* Duration(const std::string& name, std::chrono::milliseconds& out, std::chrono::milliseconds at_least,
-                        std::chrono::milliseconds at_most, const std::string& help);
+  CLI::Option* Duration(const std::string& name, std::chrono::milliseconds& out,
+                        std::chrono::milliseconds at_least, std::chrono::milliseconds at_most,
+                        const std::string& help);
   CLI::Option* Quantity(const std::string& name, std::int64_t& out, std::int64_t lo, std::int64_t hi,
                         const std::string& help);
 

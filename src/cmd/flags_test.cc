@@ -24,10 +24,10 @@ TEST(ParseDuration, AcceptsGoStyleIntegerDurations) {
            {"30s", 30'000},
            {"5m", 300'000},
            {"1h", 3'600'000},
-           {"1m30s", 90'000},        // 60 000 + 30 000
+           {"1m30s", 90'000},         // 60 000 + 30 000
            {"1h2m3s4ms", 3'723'004},  // 3 600 000 + 120 000 + 3 000 + 4
            {"0s", 0},
-           {"30", -1},   // a number without a unit is refused, never guessed as seconds
+           {"30", -1},  // a number without a unit is refused, never guessed as seconds
            {"", -1},
            {"-5s", -1},
            {"1.5s", -1},

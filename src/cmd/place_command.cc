@@ -39,7 +39,9 @@ Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit = k
   return content;
 }
 
-std::string Name(const NodeTopology& t, int nic) { return t.nics[static_cast<std::size_t>(nic)].DisplayName(); }
+std::string Name(const NodeTopology& t, int nic) {
+  return t.nics[static_cast<std::size_t>(nic)].DisplayName();
+}
 
 nlohmann::json PlacementJson(const NodeTopology& t, const Placement& p, const framework::NodeScore& score,
                              const std::string& explanation) {
@@ -54,11 +56,14 @@ nlohmann::json PlacementJson(const NodeTopology& t, const Placement& p, const fr
   }
   json pairs = json::array();
   for (const GpuNicPair& pair : p.pairs) {
-    pairs.push_back({{"gpu", pair.gpu}, {"nic", Name(t, pair.nic)}, {"class", std::string(ToString(pair.cls))}});
+    pairs.push_back(
+        {{"gpu", pair.gpu}, {"nic", Name(t, pair.nic)}, {"class", std::string(ToString(pair.cls))}});
   }
   json parts = json::array();
   for (const framework::ScorePart& part : score.parts) {
-    parts.push_back({{"plugin", part.plugin}, {"weight", part.weight}, {"score", part.score},
+    parts.push_back({{"plugin", part.plugin},
+                     {"weight", part.weight},
+                     {"score", part.score},
                      {"explanation", part.explanation}});
   }
   return {{"gpus", gpus},
@@ -83,9 +88,11 @@ void PrintText(const NodeTopology& t, const Placement& p, const framework::NodeS
   if (!p.pairs.empty()) {
     std::printf("pairs:\n");
     for (const GpuNicPair& pair : p.pairs) {
-      std::printf("  GPU%d -> %s  %s\n", pair.gpu, Name(t, pair.nic).c_str(), std::string(ToString(pair.cls)).c_str());
+      std::printf("  GPU%d -> %s  %s\n", pair.gpu, Name(t, pair.nic).c_str(),
+                  std::string(ToString(pair.cls)).c_str());
     }
-    std::printf("worst class: %s, class sum: %d\n", std::string(ToString(p.worst_class)).c_str(), p.class_sum);
+    std::printf("worst class: %s, class sum: %d\n", std::string(ToString(p.worst_class)).c_str(),
+                p.class_sum);
   }
   // One column per figure, headed by what it counts; the plugin column as wide as its longest name.
   int name_width = static_cast<int>(std::string_view("plugin").size());
@@ -107,17 +114,18 @@ void PrintText(const NodeTopology& t, const Placement& p, const framework::NodeS
 int RunPlace(const std::vector<std::string>& args) {
   std::string topology_path, request_path, allocated_path, config_path, node_name, format = "text";
   bool json = false;
-  FlagSet flags("place",
-                "toposched place --topology FILE --request POD [--allocated FILE] [--node NAME]\n"
-                "                       [--config CONFIG.yaml] [--format text|json]",
-                "Chooses the GPUs and RDMA NICs a pod gets on one node and explains the choice: the GPU->NIC\n"
-                "pairs with their link classes, the worst class, the sum of class ranks, the node score\n"
-                "(0-100) and how each plugin made it up. Exits 1 with the reason when nothing fits.\n"
-                "Files are JSON or YAML as kubectl prints them, so a live node can be asked directly:\n"
-                "  kubectl get ntopo NODE -o yaml > ntopo.yaml\n"
-                "  kubectl get node NODE -o yaml > alloc.yaml; echo --- >> alloc.yaml\n"
-                "  kubectl get pods -A --field-selector spec.nodeName=NODE -o yaml >> alloc.yaml\n"
-                "  toposched place --topology ntopo.yaml --allocated alloc.yaml --request pod.yaml");
+  FlagSet flags(
+      "place",
+      "toposched place --topology FILE --request POD [--allocated FILE] [--node NAME]\n"
+      "                       [--config CONFIG.yaml] [--format text|json]",
+      "Chooses the GPUs and RDMA NICs a pod gets on one node and explains the choice: the GPU->NIC\n"
+      "pairs with their link classes, the worst class, the sum of class ranks, the node score\n"
+      "(0-100) and how each plugin made it up. Exits 1 with the reason when nothing fits.\n"
+      "Files are JSON or YAML as kubectl prints them, so a live node can be asked directly:\n"
+      "  kubectl get ntopo NODE -o yaml > ntopo.yaml\n"
+      "  kubectl get node NODE -o yaml > alloc.yaml; echo --- >> alloc.yaml\n"
+      "  kubectl get pods -A --field-selector spec.nodeName=NODE -o yaml >> alloc.yaml\n"
+      "  toposched place --topology ntopo.yaml --allocated alloc.yaml --request pod.yaml");
   flags.Group("inputs");
   flags.Text("--topology", topology_path, "FILE",
              "the node: hwloc XML, NCCL XML, NodeTopology JSON, or `kubectl get ntopo\n"
@@ -190,7 +198,8 @@ int RunPlace(const std::vector<std::string>& args) {
   if (!filter.ok()) {
     const std::string line = framework::ExplainNode(node.name, filter, nullptr);
     if (format == "json") {
-      std::printf("%s\n", nlohmann::json({{"fits", false}, {"explanation", {{"node", line}}}}).dump(2).c_str());
+      std::printf("%s\n",
+                  nlohmann::json({{"fits", false}, {"explanation", {{"node", line}}}}).dump(2).c_str());
     }
     return fail("nothing fits: " + line);
   }

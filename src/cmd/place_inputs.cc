@@ -62,8 +62,9 @@ Result<json> YamlToJson(const YAML::Node& node, int depth) {
     case YAML::NodeType::Map: {
       json out = json::object();
       for (const auto& entry : node) {
-        if (!entry.first.IsScalar()) return Error("line " + std::to_string(entry.first.Mark().line + 1) +
-                                                  ": a mapping key that is not a scalar");
+        if (!entry.first.IsScalar())
+          return Error("line " + std::to_string(entry.first.Mark().line + 1) +
+                       ": a mapping key that is not a scalar");
         auto v = YamlToJson(entry.second, depth + 1);
         if (!v.ok()) return v;
         out[entry.first.Scalar()] = std::move(v).value();
@@ -100,7 +101,8 @@ Status Flatten(json value, std::vector<json>& out) {
     }
     return Status::Ok();
   }
-  if (!value.is_object()) return Error("expected an object, a List or an array, got " + std::string(value.type_name()));
+  if (!value.is_object())
+    return Error("expected an object, a List or an array, got " + std::string(value.type_name()));
   const std::string kind = KindOf(value);
   if (kind.ends_with("List") && value.contains("items")) {
     json& items = value["items"];
@@ -122,7 +124,8 @@ std::string Names(const std::vector<const json*>& objects) {
 
 // Another scheduler's pod: its devices are unknown, so it is counted on the last free GPUs of its
 // vendor and the last free RDMA NICs (PCI order), as the extender counts it (docs/operations.md).
-Status CountForeignPod(const PlacementRequest& request, const NodeTopology& topology, NodeAllocation& allocated) {
+Status CountForeignPod(const PlacementRequest& request, const NodeTopology& topology,
+                       NodeAllocation& allocated) {
   framework::AllocationDelta delta;
   for (int g = static_cast<int>(topology.gpus.size()) - 1;
        g >= 0 && static_cast<int>(delta.exclusive_gpus.size()) < request.gpus; --g) {
@@ -148,8 +151,10 @@ Result<std::vector<json>> ReadKubeObjects(std::string_view text) {
   if (LooksLikeJson(text)) {
     // Checked before parsing: "[[[[..." must not recurse the parser into a crash.
     const json_errors::Shape shape = json_errors::ScanShape(text);
-    if (shape.max_depth > kMaxYamlDepth) return Error("nested deeper than " + std::to_string(kMaxYamlDepth) + " levels");
-    if (shape.values > kMaxJsonValues) return Error("more than " + std::to_string(kMaxJsonValues) + " values");
+    if (shape.max_depth > kMaxYamlDepth)
+      return Error("nested deeper than " + std::to_string(kMaxYamlDepth) + " levels");
+    if (shape.values > kMaxJsonValues)
+      return Error("more than " + std::to_string(kMaxJsonValues) + " values");
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) return Error("not valid JSON");
     TOPOSCHED_RETURN_IF_ERROR(Flatten(std::move(value), out));
@@ -170,7 +175,8 @@ Result<std::vector<json>> ReadKubeObjects(std::string_view text) {
   return out;
 }
 
-Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view content, const std::string& node) {
+Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view content,
+                                       const std::string& node) {
   const auto first = content.find_first_not_of(" \t\r\n");
   const bool xml = first != std::string_view::npos && content[first] == '<';
   auto objects = xml ? Result<std::vector<json>>(Error("")) : ReadKubeObjects(content);
@@ -183,12 +189,15 @@ Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view
   std::vector<std::string> other_kinds;
   for (const json& object : *objects) {
     const std::string kind = KindOf(object);
-    if (kind == "NodeTopology") topologies.push_back(&object);
-    else if (std::find(other_kinds.begin(), other_kinds.end(), kind) == other_kinds.end()) other_kinds.push_back(kind);
+    if (kind == "NodeTopology")
+      topologies.push_back(&object);
+    else if (std::find(other_kinds.begin(), other_kinds.end(), kind) == other_kinds.end())
+      other_kinds.push_back(kind);
   }
   if (topologies.empty()) {
     std::string kinds;
-    for (const std::string& k : other_kinds) kinds += (kinds.empty() ? "" : ", ") + (k.empty() ? "(no kind)" : k);
+    for (const std::string& k : other_kinds)
+      kinds += (kinds.empty() ? "" : ", ") + (k.empty() ? "(no kind)" : k);
     return Error(path + ": no NodeTopology in it (found " + kinds + ")");
   }
   const json* chosen = nullptr;
@@ -196,7 +205,8 @@ Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view
     for (const json* t : topologies) {
       if (NameOf(*t) == node) chosen = t;
     }
-    if (chosen == nullptr) return Error(path + ": no NodeTopology named " + node + " (it holds " + Names(topologies) + ")");
+    if (chosen == nullptr)
+      return Error(path + ": no NodeTopology named " + node + " (it holds " + Names(topologies) + ")");
   } else if (topologies.size() > 1) {
     return Error(path + ": " + std::to_string(topologies.size()) + " NodeTopologies (" + Names(topologies) +
                  "): pick one with --node NAME");
@@ -236,8 +246,9 @@ Result<PlaceAllocations> ReadPlaceAllocations(std::string_view content, NodeTopo
   for (const json& object : objects) {
     const std::string kind = KindOf(object);
     if (kind == "Pod") continue;
-    if (kind != "Node") return Error("a " + (kind.empty() ? std::string("object without a kind") : kind) +
-                                     "; expected Pods (and the Node), or the ALLOC.json form");
+    if (kind != "Node")
+      return Error("a " + (kind.empty() ? std::string("object without a kind") : kind) +
+                   "; expected Pods (and the Node), or the ALLOC.json form");
     TOPOSCHED_ASSIGN_OR_RETURN(auto node, kube::ReadNode(object));
     if (node.name != topology.node_name) continue;
     if (!node.hami_register.empty()) {

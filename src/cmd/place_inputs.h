@@ -32,7 +32,8 @@ Result<std::vector<nlohmann::json>> ReadKubeObjects(std::string_view text);
 // The topology in `content` (read from `path`, named in errors). XML and a single NodeTopology
 // JSON document go through LoadTopologyFile; kubectl's objects through the extender's own
 // reader. `node` picks one of several NodeTopologies (required then); "" otherwise.
-Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view content, const std::string& node);
+Result<NodeTopology> ReadPlaceTopology(const std::string& path, std::string_view content,
+                                       const std::string& node);
 
 // The Pod in `content` (JSON or YAML) as JSON text for ParsePodRequest.
 Result<std::string> ReadPodJson(std::string_view content);

@@ -33,7 +33,9 @@ json Published(const NodeTopology& t) {
 
 // JSON inside a YAML document: a leading comment keeps it off the JSON path, so yaml-cpp reads it
 // (flow style, quoted strings) the way it reads kubectl's block style.
-std::string AsYaml(const json& value) { return "# kubectl get ntopo -o yaml\n" + value.dump(); }
+std::string AsYaml(const json& value) {
+  return "# kubectl get ntopo -o yaml\n" + value.dump();
+}
 
 TEST(ReadKubeObjects, YamlScalarsKeepTheirTypes) {
   const auto objects = ReadKubeObjects(
@@ -145,14 +147,16 @@ TEST(ReadPodJson, YamlPodBecomesTheJsonParsePodRequestReads) {
 }
 
 // A pod as the API server returns it: bound to `node`, Running, with `annotations`.
-json Pod(const std::string& name, const std::string& node, const json& annotations, const std::string& phase = "Running",
-         int gpus = 0) {
+json Pod(const std::string& name, const std::string& node, const json& annotations,
+         const std::string& phase = "Running", int gpus = 0) {
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
-              {"metadata", {{"name", name}, {"namespace", "ml"}, {"uid", "uid-" + name}, {"annotations", annotations}}},
+              {"metadata",
+               {{"name", name}, {"namespace", "ml"}, {"uid", "uid-" + name}, {"annotations", annotations}}},
               {"spec", {{"nodeName", node}, {"containers", json::array({{{"name", "c"}}})}}},
               {"status", {{"phase", phase}}}};
-  if (gpus > 0) pod["spec"]["containers"][0]["resources"] = {{"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}};
+  if (gpus > 0)
+    pod["spec"]["containers"][0]["resources"] = {{"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}};
   return pod;
 }
 
@@ -169,7 +173,8 @@ TEST(ReadPlaceAllocations, PodsRecordsOnThisNodeCountOthersDoNot) {
       {"kind", "List"},
       {"items",
        {Pod("bound", "gpu-a", annotations),
-        Pod("finished", "gpu-a", {{std::string(kube::kAllocationAnnotation), record.allocation}}, "Succeeded"),
+        Pod("finished", "gpu-a", {{std::string(kube::kAllocationAnnotation), record.allocation}},
+            "Succeeded"),
         Pod("elsewhere", "gpu-b", annotations),
         // Another scheduler's pod: 2 GPUs, no record: counted on the last two free GPUs (6, 7).
         Pod("foreign", "gpu-a", json::object(), "Running", 2)}}};
@@ -185,13 +190,15 @@ TEST(ReadPlaceAllocations, PodsRecordsOnThisNodeCountOthersDoNot) {
             "1 on other nodes skipped; 1 finished skipped");
 
   // Two pods on one device: the records contradict each other; never a guess.
-  const json twice = {{"kind", "List"}, {"items", {Pod("one", "gpu-a", annotations), Pod("two", "gpu-a", annotations)}}};
+  const json twice = {{"kind", "List"},
+                      {"items", {Pod("one", "gpu-a", annotations), Pod("two", "gpu-a", annotations)}}};
   const auto conflict = ReadPlaceAllocations(twice.dump(), t, RequestConfig{});
   ASSERT_FALSE(conflict.ok());
   EXPECT_NE(conflict.error().message().find("pod ml/two"), std::string::npos) << conflict.error().message();
 
   const auto broken = ReadPlaceAllocations(
-      json(Pod("bad", "gpu-a", {{std::string(kube::kAllocationAnnotation), "{not json"}})).dump(), t, RequestConfig{});
+      json(Pod("bad", "gpu-a", {{std::string(kube::kAllocationAnnotation), "{not json"}})).dump(), t,
+      RequestConfig{});
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.error().message().find("pod ml/bad toposched.io/allocation"), std::string::npos)
       << broken.error().message();
@@ -205,20 +212,28 @@ TEST(ReadPlaceAllocations, HamisAmdRegistrationAndRecords) {
   json reg = json::array();
   for (const Gpu& g : t.gpus) {
     if (g.index == 7) continue;  // card 7 not registered: unusable
-    reg.push_back({{"id", "amd-" + std::to_string(g.index)}, {"devmem", 196288}, {"devcore", 304}, {"health", true},
+    reg.push_back({{"id", "amd-" + std::to_string(g.index)},
+                   {"devmem", 196288},
+                   {"devcore", 304},
+                   {"health", true},
                    {"custominfo", {{"pciBDF", g.pci_bus_id}}}});
   }
-  json node = {{"kind", "Node"},
-               {"metadata", {{"name", "amd-a"}, {"uid", "n-1"}, {"annotations", {{"hami.io/node-amd-register", reg.dump()}}}}}};
+  json node = {
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", "amd-a"}, {"uid", "n-1"}, {"annotations", {{"hami.io/node-amd-register", reg.dump()}}}}}};
   // A whole card and half of another (152 of 304 compute units).
-  json pod = Pod("hami-amd", "amd-a", {{"hami.io/amd-devices-allocated", "amd-0,AMD,196288,304:amd-1,AMD,1000,152:;"}});
-  const auto read = ReadPlaceAllocations(json{{"kind", "List"}, {"items", {node, pod}}}.dump(), t, RequestConfig{});
+  json pod = Pod("hami-amd", "amd-a",
+                 {{"hami.io/amd-devices-allocated", "amd-0,AMD,196288,304:amd-1,AMD,1000,152:;"}});
+  const auto read =
+      ReadPlaceAllocations(json{{"kind", "List"}, {"items", {node, pod}}}.dump(), t, RequestConfig{});
   ASSERT_TRUE(read.ok()) << read.error().message();
   EXPECT_TRUE(read->allocated.gpu_exclusive[0]);
   EXPECT_FALSE(read->allocated.gpu_exclusive[1]);
   EXPECT_EQ(read->allocated.gpu_shares[1], (GpuShareUsage{1, 1000, 5000}));
   EXPECT_EQ(t.gpus[1].hami_amd->id, "amd-1");
-  EXPECT_NE(t.gpus[7].unusable.find("not in HAMi's AMD registration"), std::string::npos) << t.gpus[7].unusable;
+  EXPECT_NE(t.gpus[7].unusable.find("not in HAMi's AMD registration"), std::string::npos)
+      << t.gpus[7].unusable;
   EXPECT_EQ(read->notes[0], "node amd-a: 7 AMD GPUs from HAMi's AMD registration (the others unusable)");
 
   // An unreadable AMD registration is an error, not a guess.

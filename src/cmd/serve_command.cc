@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -31,9 +31,9 @@
 #include "toposched/kube/leader.h"
 #include "toposched/kube/source.h"
 #include "toposched/kube/transport.h"
-#include "toposched/server/http_server.h"
 #include "toposched/metrics/logging.h"
 #include "toposched/metrics/metrics.h"
+#include "toposched/server/http_server.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::cmd {
@@ -59,9 +59,10 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   constexpr milliseconds kDay = std::chrono::hours(24);
   f.http.port = 8888;
   f.source.stale_topology_age = std::chrono::minutes(15);
-  FlagSet flags("serve", "toposched serve (--kube | --cluster DIR) [flags]",
-                "The scheduler extender: kube-scheduler's filter/prioritize/bind/preempt verbs and Volcano's\n"
-                "extender-plugin verbs over HTTP, with /healthz, /readyz and /metrics (docs/extender.md).");
+  FlagSet flags(
+      "serve", "toposched serve (--kube | --cluster DIR) [flags]",
+      "The scheduler extender: kube-scheduler's filter/prioritize/bind/preempt verbs and Volcano's\n"
+      "extender-plugin verbs over HTTP, with /healthz, /readyz and /metrics (docs/extender.md).");
   flags.Group("cluster state (one of)");
   flags.Switch("--kube", f.kube, "the Kubernetes API server: in-cluster service account, or --kubeconfig");
   flags.Text("--cluster", f.cluster, "DIR",
@@ -115,15 +116,17 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
                 "multiplier of the 0..100 score in Volcano replies");
 
   flags.Group("HTTP");
-  auto* address_flag = flags.Text("--address", f.http.address, "ADDR",
-                                  "listen address (default 127.0.0.1 with --cluster, 0.0.0.0 with\n"
-                                  "--kube); bind is unauthenticated without --tls-client-ca")
+  auto* address_flag = flags
+                           .Text("--address", f.http.address, "ADDR",
+                                 "listen address (default 127.0.0.1 with --cluster, 0.0.0.0 with\n"
+                                 "--kube); bind is unauthenticated without --tls-client-ca")
                            ->default_str("");
   long long port = f.http.port;
   flags.Integer("--port", port, 0, 65535, "N", "listen port (0 = any free port, see --port-file)");
   flags.Text("--port-file", f.port_file, "FILE", "write the bound port to FILE once listening");
   long long threads = 0;
-  flags.Integer("--threads", threads, 1, 256, "N", "worker threads")->default_str("the number of CPUs, at least 2");
+  flags.Integer("--threads", threads, 1, 256, "N", "worker threads")
+      ->default_str("the number of CPUs, at least 2");
   long long bind_concurrency = 64;
   flags.Integer("--bind-concurrency", bind_concurrency, 1, 1024, "N",
                 "kube-scheduler's binds waiting on the API server at once, on\n"
@@ -134,7 +137,8 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   std::int64_t max_body = static_cast<std::int64_t>(f.extender.max_body_bytes);
   flags.Quantity("--max-body-bytes", max_body, 1024, std::int64_t{1} << 30,
                  "request body limit, bytes or 16Mi-style\n(onSessionOpen: 512Mi)");
-  flags.Duration("--read-timeout", f.http.read_timeout, milliseconds(1), kDay, "a request must arrive within this");
+  flags.Duration("--read-timeout", f.http.read_timeout, milliseconds(1), kDay,
+                 "a request must arrive within this");
   flags.Duration("--idle-timeout", f.http.idle_timeout, milliseconds(1), kDay,
                  "idle keep-alive connections close after this");
   flags.Text("--tls-cert", f.http.tls.cert_file, "FILE",
@@ -175,8 +179,8 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   // A local try stays on this machine unless asked otherwise; in a cluster the Service needs
   // every interface (the chart's NetworkPolicy limits who reaches it).
   if (!flags.Given(address_flag) && !f.cluster.empty()) f.http.address = "127.0.0.1";
-  if (f.leader_elect && !(f.lease.renew_deadline < f.lease.lease_duration &&
-                          f.lease.retry_period < f.lease.renew_deadline)) {
+  if (f.leader_elect &&
+      !(f.lease.renew_deadline < f.lease.lease_duration && f.lease.retry_period < f.lease.renew_deadline)) {
     return flags.UsageError("leader election needs retry-period < renew-deadline < lease-duration");
   }
   if (f.http.tls.cert_file.empty() != f.http.tls.key_file.empty()) {
@@ -218,7 +222,9 @@ std::string DefaultIdentity() {
   return base + suffix;
 }
 
-void Fatal(const std::string& message) { metrics::Log(metrics::LogLevel::kError, {"startup", "", ""}, message); }
+void Fatal(const std::string& message) {
+  metrics::Log(metrics::LogLevel::kError, {"startup", "", ""}, message);
+}
 
 }  // namespace
 
@@ -284,8 +290,8 @@ int RunServe(const std::vector<std::string>& args) {
       // believing it leads after another one could have taken over.
       kube::ApiOptions lease_options;
       lease_options.max_attempts = 1;
-      lease_options.request_timeout = std::max(std::chrono::milliseconds(500),
-                                               (lease.lease_duration - lease.renew_deadline) / 2);
+      lease_options.request_timeout =
+          std::max(std::chrono::milliseconds(500), (lease.lease_duration - lease.renew_deadline) / 2);
       lease_api = std::make_unique<kube::Api>(*transport, lease_options);
       elector = std::make_unique<kube::LeaderElector>(*lease_api, lease, [&kube_source](bool leading) {
         if (kube_source) kube_source->OnLeadership(leading);
@@ -296,10 +302,11 @@ int RunServe(const std::vector<std::string>& args) {
     kube_source->Start();
     if (elector) elector_thread = std::jthread([&elector](std::stop_token stop) { elector->Run(stop); });
     metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
-                "Kubernetes API " + client->server + (elector ? ", leader election on Lease " + lease.lease_namespace +
-                                                                 "/" + lease.lease_name + " as " + lease.identity
-                                                           : ", no leader election") +
-                    "; ready once synced");
+                 "Kubernetes API " + client->server +
+                     (elector ? ", leader election on Lease " + lease.lease_namespace + "/" +
+                                    lease.lease_name + " as " + lease.identity
+                              : ", no leader election") +
+                     "; ready once synced");
   } else {
     Result<std::unique_ptr<state::FileSource>> source = state::FileSource::Open(flags.cluster);
     if (!source.ok()) return Fatal(source.error().message()), 1;
@@ -310,20 +317,22 @@ int RunServe(const std::vector<std::string>& args) {
       metrics::Log(metrics::LogLevel::kWarn, {"startup", "", ""}, w);
     }
     metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
-                "cluster " + flags.cluster + ": " + std::to_string(store.snapshot()->size()) + " nodes, " +
-                    std::to_string(store.pod_count()) + " pods with allocations");
+                 "cluster " + flags.cluster + ": " + std::to_string(store.snapshot()->size()) + " nodes, " +
+                     std::to_string(store.pod_count()) + " pods with allocations");
   }
 
   extender::ExtenderService service(*fw, store, metrics, flags.extender, nullptr, kube_source.get());
   flags.http.body_limit = [&service](std::string_view target) { return service.BodyLimit(target); };
   flags.http.offload = [&service](std::string_view target) { return service.WaitsOnApi(target); };
   Result<std::unique_ptr<server::HttpServer>> http = server::HttpServer::Start(
-      flags.http, [&service](const server::HttpRequest& req, server::HttpResponse& resp) { service.Handle(req, resp); });
+      flags.http,
+      [&service](const server::HttpRequest& req, server::HttpResponse& resp) { service.Handle(req, resp); });
   if (!http.ok()) return Fatal(http.error().message()), 1;
   server::HttpServer& srv = **http;
 
   auto& conn_open = metrics.AddGauge("toposched_http_open_connections", "Open HTTP connections.");
-  auto& conn_total = metrics.AddCounter("toposched_http_connections_accepted_total", "HTTP connections accepted.");
+  auto& conn_total =
+      metrics.AddCounter("toposched_http_connections_accepted_total", "HTTP connections accepted.");
   auto& conn_rejected = metrics.AddCounter("toposched_http_connections_rejected_total",
                                            "Connections closed at once: over the connection limit.");
   auto& http_errors = metrics.AddCounter("toposched_http_protocol_errors_total",
@@ -354,26 +363,28 @@ int RunServe(const std::vector<std::string>& args) {
     }
   }
   // The file source has no API server in front of it: whoever reaches the port can bind.
-  const bool loopback = flags.http.address == "127.0.0.1" || flags.http.address == "::1" ||
-                        flags.http.address == "localhost";
+  const bool loopback =
+      flags.http.address == "127.0.0.1" || flags.http.address == "::1" || flags.http.address == "localhost";
   if (!flags.cluster.empty() && !loopback && !flags.extender.require_client_certificate) {
-    metrics::Log(metrics::LogLevel::kWarn, {"startup", "", ""},
-                "listening on " + flags.http.address +
-                    ": every host that reaches this port can call bind, which writes to " + flags.cluster +
-                    " unauthenticated (--address 127.0.0.1 keeps it local; --tls-client-ca requires a client "
-                    "certificate)");
+    metrics::Log(
+        metrics::LogLevel::kWarn, {"startup", "", ""},
+        "listening on " + flags.http.address +
+            ": every host that reaches this port can call bind, which writes to " + flags.cluster +
+            " unauthenticated (--address 127.0.0.1 keeps it local; --tls-client-ca requires a client "
+            "certificate)");
   }
   metrics::Log(metrics::LogLevel::kInfo, {"startup", "", ""},
-              std::string(flags.http.tls_enabled ? "serving https" : "serving http") + " on " + flags.http.address +
-                  ":" + std::to_string(srv.port()) + " (kube " + flags.extender.kube_prefix + ", volcano " +
-                  flags.extender.volcano_prefix + ", " + std::to_string(flags.http.threads) + " threads, " +
-                  std::to_string(flags.http.offload_threads) + " binds in flight)");
+               std::string(flags.http.tls_enabled ? "serving https" : "serving http") + " on " +
+                   flags.http.address + ":" + std::to_string(srv.port()) + " (kube " +
+                   flags.extender.kube_prefix + ", volcano " + flags.extender.volcano_prefix + ", " +
+                   std::to_string(flags.http.threads) + " threads, " +
+                   std::to_string(flags.http.offload_threads) + " binds in flight)");
 
   int sig = 0;
   sigwait(&signals, &sig);
-  metrics::Log(metrics::LogLevel::kInfo, {"shutdown", "", ""},
-              std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
-                  ": finishing in-flight requests");
+  metrics::Log(
+      metrics::LogLevel::kInfo, {"shutdown", "", ""},
+      std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": finishing in-flight requests");
   srv.Shutdown(flags.grace);
   srv.Wait();
   if (elector_thread.joinable()) {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -80,10 +80,9 @@ std::string ParseSeeds(const std::string& text, std::vector<std::uint32_t>& out)
   for (const std::string& item : SplitCommas(text)) {
     const std::size_t dash = item.find('-');
     long long a = 0, b = 0;
-    const bool ok = dash == std::string::npos
-                        ? ParseIntIn(item, 0, 4294967295LL, a) && (b = a, true)
-                        : ParseIntIn(item.substr(0, dash), 0, 4294967295LL, a) &&
-                              ParseIntIn(item.substr(dash + 1), 0, 4294967295LL, b);
+    const bool ok = dash == std::string::npos ? ParseIntIn(item, 0, 4294967295LL, a) && (b = a, true)
+                                              : ParseIntIn(item.substr(0, dash), 0, 4294967295LL, a) &&
+                                                    ParseIntIn(item.substr(dash + 1), 0, 4294967295LL, b);
     if (!ok) return "--seeds: expected N, A-B or a list of them, got '" + item + "'";
     if (b < a) return "--seeds: '" + item + "' is an empty range (A-B needs A <= B)";
     if (b - a >= 1000) return "--seeds: '" + item + "' is more than 1000 seeds";
@@ -133,8 +132,9 @@ class Progress {
 };
 
 // `simulate --trace`: each variant replayed with every policy and seed.
-int RunTraceReplay(const std::string& dir, const std::string& variants_arg, const std::vector<std::uint32_t>& seeds,
-                   long long max_tasks, const std::string& policies_arg, const std::string& config_path, bool json,
+int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
+                   const std::vector<std::uint32_t>& seeds, long long max_tasks,
+                   const std::string& policies_arg, const std::string& config_path, bool json,
                    bool no_progress, bool cpu_blind) {
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
@@ -154,7 +154,8 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg, cons
     if (!config.ok()) return fail(config_path + ": " + config.error().message());
     options.config = std::move(config).value();
   }
-  std::vector<std::string> variants = variants_arg.empty() ? sim::TraceVariants(dir) : SplitCommas(variants_arg);
+  std::vector<std::string> variants =
+      variants_arg.empty() ? sim::TraceVariants(dir) : SplitCommas(variants_arg);
   if (variants.empty()) return fail(dir + ": no openb_pod_list_<variant>.csv files");
   const bool tty = !no_progress && isatty(STDERR_FILENO) != 0;
   std::vector<sim::TraceReplayResult> results;
@@ -198,23 +199,27 @@ int RunSimulate(const std::vector<std::string>& args) {
       "aligned 8-GPU slots left free at the end, shared-GPU packing, the KV-transfer paths of\n"
       "Prefill->Decode pairs (and how often a P/D pod got the cheapest one), the per-leaf P:D\n"
       "ratio error of each pool, and the decision time per pod. With no flags it runs the\n"
-      "embedded default: " + std::to_string(sim::kDefaultNodes) + " nodes of mixed real-world shapes and " +
-          std::to_string(sim::kDefaultPods) + " pods of an LLM serving mix\n"
-      "(prefill and decode in 8 pools). Placements and transfer times are simulated (estimated\n"
-      "with the config's network costs); decision times are measured.\n\n"
-      "policies:\n"
-      "  toposched     the framework with the builtin plugins (or --config): best score wins\n"
-      "  first-fit     lowest free GPUs and NICs, first node that fits (a device plugin)\n"
-      "  gpu-only      best GPU set by NVLink/PCIe, NICs first-fit (NVIDIA's GPU ranking)\n"
-      "  root-complex  GPUs and NICs under one PCIe root complex when possible (Koordinator\n"
-      "                SamePCIe, DRA pcieRoot)");
+      "embedded default: " +
+          std::to_string(sim::kDefaultNodes) + " nodes of mixed real-world shapes and " +
+          std::to_string(sim::kDefaultPods) +
+          " pods of an LLM serving mix\n"
+          "(prefill and decode in 8 pools). Placements and transfer times are simulated (estimated\n"
+          "with the config's network costs); decision times are measured.\n\n"
+          "policies:\n"
+          "  toposched     the framework with the builtin plugins (or --config): best score wins\n"
+          "  first-fit     lowest free GPUs and NICs, first node that fits (a device plugin)\n"
+          "  gpu-only      best GPU set by NVLink/PCIe, NICs first-fit (NVIDIA's GPU ranking)\n"
+          "  root-complex  GPUs and NICs under one PCIe root complex when possible (Koordinator\n"
+          "                SamePCIe, DRA pcieRoot)");
   flags.Group("cluster");
-  auto* nodes_flag = flags.Integer("--nodes", nodes, 0, 100000, "N",
-                                   "synthetic nodes of the default mix (0 with --topologies for\nfiles only)");
+  auto* nodes_flag =
+      flags.Integer("--nodes", nodes, 0, 100000, "N",
+                    "synthetic nodes of the default mix (0 with --topologies for\nfiles only)");
   flags.Text("--shapes", shapes_arg, "P=N,...",
              "synthetic presets and counts instead of the default mix\n"
              "(see `toposched topo --list-synthetic`)");
-  flags.Text("--topologies", topologies, "DIR", "add a node for every *.xml / *.json topology file with GPUs");
+  flags.Text("--topologies", topologies, "DIR",
+             "add a node for every *.xml / *.json topology file with GPUs");
   flags.Integer("--copies", copies, 1, 10000, "N", "nodes per topology file");
   flags.Group("workload");
   flags.Text("--workload", workload_path, "FILE",
@@ -222,9 +227,10 @@ int RunSimulate(const std::vector<std::string>& args) {
              "\"kind\", \"pod\": <Pod>}]} instead of the generator");
   flags.Integer("--pods", pods, 1, 10000000, "N", "generated pods");
   flags.Integer("--seed", seed, 0, 4294967295LL, "N", "generator seed");
-  flags.Integer("--pd-pools", pd_pools, 0, 1000, "N",
-                "Prefill/Decode pools the generator makes (0: P/D pods without\n"
-                "pools, which the pool plugins ignore)")
+  flags
+      .Integer("--pd-pools", pd_pools, 0, 1000, "N",
+               "Prefill/Decode pools the generator makes (0: P/D pods without\n"
+               "pools, which the pool plugins ignore)")
       ->default_str("8");
   flags.Group("policies and output");
   flags.Text("--policies", policies_arg, "a,b,...", "policies to compare (default: all, toposched first)");
@@ -241,8 +247,11 @@ int RunSimulate(const std::vector<std::string>& args) {
              "first-fit, random; `extender` too when --policies names it: the\n"
              "extender's HTTP verbs in process), mean over the seeds");
   flags.Text("--variants", variants_arg, "a,b,...", "trace variants (default: every pod list in DIR)");
-  flags.Text("--seeds", seeds_arg, "A-B|a,b,...", "seeds of the shuffle and tuning (default 42-51, as the FGD paper)");
-  flags.Integer("--max-tasks", max_tasks, 1, 100000000, "N", "replay only the first N tasks of each tuned workload")
+  flags.Text("--seeds", seeds_arg, "A-B|a,b,...",
+             "seeds of the shuffle and tuning (default 42-51, as the FGD paper)");
+  flags
+      .Integer("--max-tasks", max_tasks, 1, 100000000, "N",
+               "replay only the first N tasks of each tuned workload")
       ->default_str("");
   flags.Switch("--cpu-blind", cpu_blind,
                "toposched sees no CPU (neither the tasks' requests nor the nodes'\n"
@@ -253,8 +262,9 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (!trace_dir.empty()) {
     if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
         pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
-      return usage("--trace replays the trace's own cluster and tasks; it takes --variants, --seeds, "
-                   "--max-tasks, --cpu-blind, --policies, --config, --json and --no-progress only");
+      return usage(
+          "--trace replays the trace's own cluster and tasks; it takes --variants, --seeds, "
+          "--max-tasks, --cpu-blind, --policies, --config, --json and --no-progress only");
     }
     std::vector<std::uint32_t> seeds;
     if (!seeds_arg.empty()) {
@@ -274,7 +284,8 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (!workload_path.empty() && (pods != sim::kDefaultPods || seed != 1)) {
     return usage("--pods and --seed shape the generated workload; they do not apply to --workload");
   }
-  if (const std::string bad = UnknownPolicy(policies_arg, sim::PolicyNames()); !bad.empty()) return usage(bad);
+  if (const std::string bad = UnknownPolicy(policies_arg, sim::PolicyNames()); !bad.empty())
+    return usage(bad);
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
     return 1;

@@ -8,7 +8,8 @@ void AddTopologyFlags(FlagSet& flags, TopologyArgs& out, const std::string& node
   flags.Text("--input", out.input, "FILE",
              "hwloc XML (v1/v2), NCCL/RCCL topology XML or NodeTopology JSON;\n"
              "the format is detected from the content");
-  flags.Text("--synthetic", out.synthetic, "PRESET", "a generated machine (see `toposched topo --list-synthetic`)");
+  flags.Text("--synthetic", out.synthetic, "PRESET",
+             "a generated machine (see `toposched topo --list-synthetic`)");
   flags.Text("--node-name", out.node_name, "NAME", node_name_help);
   flags.Text("--sysfs-root", out.sysfs_root, "DIR",
              "host sysfs for live discovery (in a pod, the host's /sys mounted\nread-only)");
@@ -28,7 +29,8 @@ namespace toposched::cmd {
 std::string TopologyArgsUsageError(const TopologyArgs& args) {
   if (!args.input.empty() && !args.synthetic.empty()) return "--input and --synthetic are mutually exclusive";
   if (!args.synthetic.empty()) {
-    if (auto spec = SyntheticPreset(args.synthetic); !spec.ok()) return "--synthetic: " + spec.error().message();
+    if (auto spec = SyntheticPreset(args.synthetic); !spec.ok())
+      return "--synthetic: " + spec.error().message();
   }
   return "";
 }
@@ -47,8 +49,10 @@ Result<NodeTopology> ObtainTopology(const TopologyArgs& args, std::string* nvml_
     DiscoveryOptions options;
     options.sysfs_root = args.sysfs_root;
     options.node_name = args.node_name;
-    if (args.nvml_library == "none") options.nvml_library.clear();
-    else if (!args.nvml_library.empty()) options.nvml_library = args.nvml_library;
+    if (args.nvml_library == "none")
+      options.nvml_library.clear();
+    else if (!args.nvml_library.empty())
+      options.nvml_library = args.nvml_library;
     options.nvml_note = nvml_note;
     topology = DiscoverLive(options);
   }

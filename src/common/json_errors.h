@@ -21,8 +21,7 @@ inline constexpr std::size_t kMaxQuotedLength = 60;
 // replaced rather than thrown on.
 inline std::string Quote(std::string_view s) {
   using nlohmann::json;
-  std::string out =
-      json(s.substr(0, kMaxQuotedLength)).dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out = json(s.substr(0, kMaxQuotedLength)).dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > kMaxQuotedLength) out += "...";
   return out;
 }
@@ -31,15 +30,21 @@ inline std::string Quote(std::string_view s) {
 inline std::string Describe(const nlohmann::json& v) {
   using nlohmann::json;
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return Quote(v.get_ref<const std::string&>());
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return Quote(v.get_ref<const std::string&>());
     case json::value_t::boolean:
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return v.dump();
-    default: return "an unsupported value";
+    case json::value_t::number_float:
+      return v.dump();
+    default:
+      return "an unsupported value";
   }
 }
 

@@ -42,8 +42,8 @@ inline std::string Element(const std::string& path, std::size_t i) {
 
 // The member `key` of object `o`; null when it is absent (or JSON null, with Null::kAbsent) and
 // optional. A required member that is absent is an error.
-inline Result<const json*> Member(const json& o, std::string_view key, const std::string& path, Presence presence,
-                                  Null null = Null::kValue) {
+inline Result<const json*> Member(const json& o, std::string_view key, const std::string& path,
+                                  Presence presence, Null null = Null::kValue) {
   const auto it = o.find(key);
   if (it == o.end() || (null == Null::kAbsent && it->is_null())) {
     if (presence == Presence::kRequired) return Error(Child(path, key) + ": required field is missing");
@@ -80,8 +80,8 @@ inline Status ReadString(const json& o, std::string_view key, const std::string&
   return Status::Ok();
 }
 
-inline Status ReadBool(const json& o, std::string_view key, const std::string& path, Presence presence, bool* out,
-                       Null null = Null::kValue) {
+inline Status ReadBool(const json& o, std::string_view key, const std::string& path, Presence presence,
+                       bool* out, Null null = Null::kValue) {
   TOPOSCHED_ASSIGN_OR_RETURN(const json* v, Member(o, key, path, presence, null));
   if (v == nullptr) return Status::Ok();
   if (!v->is_boolean()) return json_errors::Expected(Child(path, key), "true or false", *v);
@@ -117,8 +117,8 @@ Status IntValue(const json& v, const std::string& path, T min, T max, T* out) {
 }
 
 template <typename T>
-Status ReadInt(const json& o, std::string_view key, const std::string& path, Presence presence, T min, T max, T* out,
-               Null null = Null::kValue) {
+Status ReadInt(const json& o, std::string_view key, const std::string& path, Presence presence, T min, T max,
+               T* out, Null null = Null::kValue) {
   TOPOSCHED_ASSIGN_OR_RETURN(const json* v, Member(o, key, path, presence, null));
   if (v == nullptr) return Status::Ok();
   return IntValue(*v, Child(path, key), min, max, out);

@@ -60,16 +60,35 @@ std::variant<Quantity, std::string> Parse(std::string_view s, int shift, bool ro
     exp10 = exp_negative ? -e : e;
   } else if (suffix.size() == 1) {
     switch (suffix[0]) {
-      case 'n': exp10 = -9; break;
-      case 'u': exp10 = -6; break;
-      case 'm': exp10 = -3; break;
-      case 'k': exp10 = 3; break;
-      case 'M': exp10 = 6; break;
-      case 'G': exp10 = 9; break;
-      case 'T': exp10 = 12; break;
-      case 'P': exp10 = 15; break;
-      case 'E': exp10 = 18; break;
-      default: return std::string("is not a Kubernetes quantity (unknown suffix)");
+      case 'n':
+        exp10 = -9;
+        break;
+      case 'u':
+        exp10 = -6;
+        break;
+      case 'm':
+        exp10 = -3;
+        break;
+      case 'k':
+        exp10 = 3;
+        break;
+      case 'M':
+        exp10 = 6;
+        break;
+      case 'G':
+        exp10 = 9;
+        break;
+      case 'T':
+        exp10 = 12;
+        break;
+      case 'P':
+        exp10 = 15;
+        break;
+      case 'E':
+        exp10 = 18;
+        break;
+      default:
+        return std::string("is not a Kubernetes quantity (unknown suffix)");
     }
   } else {
     return std::string("is not a Kubernetes quantity (unknown suffix)");
@@ -87,7 +106,8 @@ std::variant<Quantity, std::string> Parse(std::string_view s, int shift, bool ro
   if (scale < 0 && round_up) {
     // ceil(digits x 2^exp2 / 10^-scale), exactly in 128 bits: at most 10^20 x 2^60 over at most
     // 10^30. A quantity with more significant digits than that is not one anybody wrote.
-    if (digits.size() > 20 || -scale > 30) return std::string("is not a Kubernetes quantity (too many digits)");
+    if (digits.size() > 20 || -scale > 30)
+      return std::string("is not a Kubernetes quantity (too many digits)");
     U128 n = 0;
     for (char c : digits) n = n * 10 + static_cast<unsigned>(c - '0');
     n <<= exp2;

@@ -5,8 +5,12 @@
 namespace toposched {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
-char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+char Lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 }  // namespace
 
@@ -26,7 +30,8 @@ bool ContainsIgnoringCase(std::string_view haystack, std::string_view needle) {
   if (needle.size() > haystack.size()) return false;
   for (std::size_t i = 0; i + needle.size() <= haystack.size(); ++i) {
     bool match = true;
-    for (std::size_t j = 0; j < needle.size() && match; ++j) match = Lower(haystack[i + j]) == Lower(needle[j]);
+    for (std::size_t j = 0; j < needle.size() && match; ++j)
+      match = Lower(haystack[i + j]) == Lower(needle[j]);
     if (match) return true;
   }
   return false;

@@ -7,8 +7,8 @@
 
 #include "binder.h"
 #include "evaluator.h"
-#include "verbs.h"
 #include "toposched/server/http_server.h"
+#include "verbs.h"
 
 namespace toposched::extender {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "explain.h"
-#include "verbs.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/metrics/logging.h"
+#include "verbs.h"
 
 namespace toposched::extender {
 
@@ -21,7 +21,8 @@ Binder::Binder(Evaluator& evaluator, metrics::Registry& reg)
       store_(evaluator.store()),
       hooks_(evaluator.hooks()),
       placements_(reg.AddCounter("toposched_placements_total",
-                                 "Pods bound with devices, by the worst GPU->NIC link class.", {"worst_class"})),
+                                 "Pods bound with devices, by the worst GPU->NIC link class.",
+                                 {"worst_class"})),
       reservations_(reg.AddCounter(
           "toposched_reservations_total",
           "Binds by what became of the filter-time result: confirmed (same node state), changed "
@@ -32,12 +33,13 @@ Binder::Binder(Evaluator& evaluator, metrics::Registry& reg)
                             "Bind and Volcano allocate outcomes: bound, already_bound, unfit, conflict, "
                             "no_reservation, not_leader, binding_failed, error.",
                             {"outcome"})),
-      volcano_events_(reg.AddCounter("toposched_volcano_events_total",
-                                     "Volcano session events with an outcome of their own: deallocate_kept (a bound "
-                                     "pod evicted in a session keeps its devices), deallocate_released (never bound), "
-                                     "pipelined_waiting (a pipelined task: no devices until a later session allocates it; "
-                                     "Volcano binds only allocated tasks).",
-                                     {"event"})),
+      volcano_events_(reg.AddCounter(
+          "toposched_volcano_events_total",
+          "Volcano session events with an outcome of their own: deallocate_kept (a bound "
+          "pod evicted in a session keeps its devices), deallocate_released (never bound), "
+          "pipelined_waiting (a pipelined task: no devices until a later session allocates it; "
+          "Volcano binds only allocated tasks).",
+          {"event"})),
       volcano_missing_(reg.AddGauge(
           "toposched_volcano_allocate_missing",
           "Whether Volcano passed tasks through predicate for a minute without one allocate call (1: Volcano "
@@ -51,8 +53,8 @@ bool Binder::RefuseUnlessLeader(std::string& error) const {
   return true;
 }
 
-Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node, std::string_view verb,
-                               bool pipelined) {
+Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::string_view node,
+                               std::string_view verb, bool pipelined) {
   const framework::Framework& framework = evaluator_.framework();
   const std::string pod = PodLabel(entry->pod_namespace, entry->pod_name, entry->uid);
   bool confirmed = false;
@@ -70,7 +72,8 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     a.pool = entry->request.pool;
     a.kv_ipc = entry->request.kv_ipc;
     if (!entry->interested) return a;  // nothing of ours to allocate; the bind is recorded
-    if (auto v = entry->FindVerdict(Evaluator::VerdictKey(entry->request, record)); v && v->passes()) confirmed = true;
+    if (auto v = entry->FindVerdict(Evaluator::VerdictKey(entry->request, record)); v && v->passes())
+      confirmed = true;
     // Re-decide on the node as it is now, under its lock: the filter-time result may be stale.
     const framework::NodeInfo info = NodeInfoOf(record);
     framework::CycleState cycle = framework.NewCycle(entry->request);
@@ -80,7 +83,8 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
     if (!entry->packs_by_mix) cycle.set_packs_for_shape_mix(false);
     const framework::FilterResult filtered = framework.RunFilter(cycle, info);
     if (!filtered.ok()) {
-      return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString(), ErrorCode::kUnfit);
+      return Error("unfit: pod no longer fits node " + record.name + ": " + filtered.ToString(),
+                   ErrorCode::kUnfit);
     }
     const PlacementOutcome& outcome = cycle.Outcome(info);
     if (!outcome.ok()) return Error("unfit: " + outcome.detail, ErrorCode::kUnfit);
@@ -96,9 +100,12 @@ Binder::Outcome Binder::Commit(const std::shared_ptr<PodEntry>& entry, std::stri
   if (!bound.ok()) {
     const std::string& msg = bound.error().message();
     std::string metric = "error";
-    if (bound.error().code() == ErrorCode::kConflict) metric = "conflict";
-    else if (bound.error().code() == ErrorCode::kUnfit) metric = "unfit";
-    if (!(pipelined && metric == "unfit")) metrics::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
+    if (bound.error().code() == ErrorCode::kConflict)
+      metric = "conflict";
+    else if (bound.error().code() == ErrorCode::kUnfit)
+      metric = "unfit";
+    if (!(pipelined && metric == "unfit"))
+      metrics::Log(LogLevel::kWarn, {verb, pod, node}, "bind failed: " + msg);
     return {msg, metric, ""};
   }
   evaluator_.Forget(entry->uid);  // the reservation is consumed
@@ -153,8 +160,9 @@ std::string Binder::MoveIfNeverBound(std::string_view uid, std::string_view node
   // scheduler gave up on that node, a Volcano session allocated it and never bound it): the pod
   // is not running anywhere, so it moves.
   if (auto released = store_.Release(uid); !released.ok()) return released.error().message();
-  metrics::Log(LogLevel::kInfo, {verb, PodLabel(existing->pod_namespace, existing->pod_name, uid), existing->node},
-              "released an allocation that was never bound; allocating on " + std::string(node));
+  metrics::Log(LogLevel::kInfo,
+               {verb, PodLabel(existing->pod_namespace, existing->pod_name, uid), existing->node},
+               "released an allocation that was never bound; allocating on " + std::string(node));
   return "";
 }
 
@@ -178,8 +186,8 @@ std::string Binder::Bind(const BindingArgs& b) {
         return error;
       }
       binds_.With({"conflict"}).Inc();
-      return std::string(state::kConflictTag) + "pod " + std::string(b.pod_uid) + " is already bound to node " +
-             existing->node;
+      return std::string(state::kConflictTag) + "pod " + std::string(b.pod_uid) +
+             " is already bound to node " + existing->node;
     }
     if (hooks_ != nullptr) {
       // The API server has the pod: read its request from there.
@@ -193,7 +201,8 @@ std::string Binder::Bind(const BindingArgs& b) {
         reservations_.With({"refetched"}).Inc();
         entry = evaluator_.Remember(std::move(parsed).value(), b.pod_uid, "");
       } else {
-        metrics::Log(LogLevel::kWarn, {"bind", pod, b.node}, "cannot read the pod: " + json.error().message());
+        metrics::Log(LogLevel::kWarn, {"bind", pod, b.node},
+                     "cannot read the pod: " + json.error().message());
       }
     }
   }
@@ -243,8 +252,9 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     // the devices with a pod never bound. So it gets none now, and no error: an error would fail
     // Volcano's Statement.Pipeline, and with it the eviction a preemption needs.
     volcano_events_.With({"pipelined_waiting"}).Inc();
-    metrics::Log(LogLevel::kInfo, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},
-                "pipelined: devices are allocated when a later session allocates the task");
+    metrics::Log(LogLevel::kInfo,
+                 {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},
+                 "pipelined: devices are allocated when a later session allocates the task");
     return "";
   }
   if (std::string error = MoveIfNeverBound(task.uid, task.node_name, "volcano/allocate"); !error.empty()) {
@@ -263,12 +273,14 @@ std::string Binder::Allocate(const VolcanoTaskView& task) {
     // with it, so the preemption could never happen (framework/statement.go; seen with
     // vc-scheduler v1.13.3 in e2e TestVolcano/Preemption).
     volcano_events_.With({"pipelined_waiting"}).Inc();
-    metrics::Log(LogLevel::kInfo, {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},
-                "pipelined onto devices still held (" + out.error + "): allocated once they are free");
+    metrics::Log(LogLevel::kInfo,
+                 {"volcano/allocate", PodLabel(task.task_namespace, task.name, task.uid), task.node_name},
+                 "pipelined onto devices still held (" + out.error + "): allocated once they are free");
     return "";
   }
   if (out.error.empty() && out.metric == "bound" && hooks_ != nullptr) {
-    if (auto allocated = store_.FindPod(task.uid)) hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
+    if (auto allocated = store_.FindPod(task.uid))
+      hooks_->PodAllocated(*allocated, out.alignment, /*volcano=*/true);
   }
   binds_.With({out.metric}).Inc();
   return out.error;
@@ -284,7 +296,7 @@ std::string Binder::Deallocate(std::string_view task_uid) {
     // provably unbound: its devices stay until the pod is gone.
     volcano_events_.With({"deallocate_kept"}).Inc();
     metrics::Log(LogLevel::kInfo, {"volcano/deallocate", uid, existing->node},
-                "the pod is bound (or cannot be shown unbound): its devices stay until it is gone");
+                 "the pod is bound (or cannot be shown unbound): its devices stay until it is gone");
     return "";
   }
   Result<std::optional<state::PodAllocation>> released = store_.Release(uid);
@@ -298,16 +310,20 @@ std::string Binder::Deallocate(std::string_view task_uid) {
 
 void Binder::NoteVolcanoPass() {
   if (volcano_allocates_.load(std::memory_order_relaxed) > 0) return;
-  const std::int64_t now = std::max<std::int64_t>(evaluator_.now().time_since_epoch().count(), 1);  // 0 = none yet
+  const std::int64_t now =
+      std::max<std::int64_t>(evaluator_.now().time_since_epoch().count(), 1);  // 0 = none yet
   std::int64_t first = 0;
   if (volcano_first_pass_.compare_exchange_strong(first, now, std::memory_order_relaxed)) return;
-  if (now - first < std::chrono::duration_cast<PodCache::TimePoint::duration>(std::chrono::minutes(1)).count()) return;
+  if (now - first <
+      std::chrono::duration_cast<PodCache::TimePoint::duration>(std::chrono::minutes(1)).count())
+    return;
   if (volcano_allocate_missing_.exchange(true)) return;
   volcano_missing_.With({}).Set(1);
-  metrics::Log(LogLevel::kWarn, {"volcano/predicate", "", ""},
-              "Volcano passes GPU tasks through predicate but has not called allocate for a minute: Volcano "
-              "before v1.13 ignores extender.allocateFuncVerb, and its binds then leave toposched no record of "
-              "the devices (upgrade Volcano to v1.13 or newer; docs/install.md)");
+  metrics::Log(
+      LogLevel::kWarn, {"volcano/predicate", "", ""},
+      "Volcano passes GPU tasks through predicate but has not called allocate for a minute: Volcano "
+      "before v1.13 ignores extender.allocateFuncVerb, and its binds then leave toposched no record of "
+      "the devices (upgrade Volcano to v1.13 or newer; docs/install.md)");
 }
 
 void Binder::RefreshGauges() {

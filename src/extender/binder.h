@@ -15,9 +15,9 @@
 
 #include "evaluator.h"
 #include "toposched/extender/service.h"
-#include "toposched/wire/wire.h"
 #include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 

@@ -26,12 +26,15 @@ std::string UrlPath(const std::string& url) {
 }
 
 // Go's time.ParseDuration for the forms configs use ("5s", "500ms", "1m").
-bool IsGoDuration(const std::string& s) { return std::regex_match(s, std::regex(R"(([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)")); }
+bool IsGoDuration(const std::string& s) {
+  return std::regex_match(s, std::regex(R"(([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)"));
+}
 
 class Routes {
  public:
   Routes()
-      : framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry()).value()),
+      : framework_(framework::Framework::Create(plugins::DefaultSchedulerConfig(), plugins::BuiltinRegistry())
+                       .value()),
         store_(nullptr),
         service_(framework_, store_, metrics_, ExtenderOptions{}) {}
   // Served = anything but 404 for a POST of an empty object.
@@ -61,9 +64,9 @@ TEST(DeployConfig, KubeSchedulerExtenderEntryIsValidAndMatchesOurRoutes) {
   ASSERT_TRUE(extenders.IsSequence());
   ASSERT_EQ(extenders.size(), 2u);  // the devices' entry, and the CPU-only pods' (scoreCpuPods)
   const YAML::Node e = extenders[0];
-  const std::set<std::string> known = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "bindVerb",
-                                       "weight", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
-                                       "managedResources", "ignorable"};
+  const std::set<std::string> known = {
+      "urlPrefix",   "filterVerb", "preemptVerb", "prioritizeVerb",   "bindVerb",         "weight",
+      "enableHTTPS", "tlsConfig",  "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable"};
   for (const auto& kv : e) EXPECT_TRUE(known.count(kv.first.as<std::string>())) << kv.first.as<std::string>();
   const std::string prefix = UrlPath(e["urlPrefix"].as<std::string>());
   EXPECT_EQ(prefix, ExtenderOptions{}.kube_prefix);
@@ -82,7 +85,9 @@ TEST(DeployConfig, KubeSchedulerExtenderEntryIsValidAndMatchesOurRoutes) {
     // An extended resource name (IsExtendedResourceName in kubernetes pkg/apis/core/helper):
     // "prefix/name" with a DNS-subdomain prefix, a qualified name, and not kubernetes.io's.
     EXPECT_TRUE(std::regex_match(
-        name, std::regex(R"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")))
+        name,
+        std::regex(
+            R"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")))
         << name;
     EXPECT_EQ(name.find("kubernetes.io/"), std::string::npos) << name;
     EXPECT_TRUE(names.insert(name).second) << "duplicate " << name;
@@ -93,7 +98,8 @@ TEST(DeployConfig, KubeSchedulerExtenderEntryIsValidAndMatchesOurRoutes) {
   // The second entry: every pod reaches it (no managedResources), it only scores, and it may be
   // ignored (validateExtenders allows one binder; a prioritize error only drops its scores).
   const YAML::Node cpu = extenders[1];
-  for (const auto& kv : cpu) EXPECT_TRUE(known.count(kv.first.as<std::string>())) << kv.first.as<std::string>();
+  for (const auto& kv : cpu)
+    EXPECT_TRUE(known.count(kv.first.as<std::string>())) << kv.first.as<std::string>();
   EXPECT_EQ(UrlPath(cpu["urlPrefix"].as<std::string>()), prefix);
   ASSERT_TRUE(cpu["prioritizeVerb"]);
   EXPECT_EQ(cpu["prioritizeVerb"].as<std::string>(), "prioritize-cpu");
@@ -118,11 +124,11 @@ TEST(DeployConfig, VolcanoExtenderPluginArgumentsAreValidAndMatchOurRoutes) {
   ASSERT_TRUE(args.IsMap()) << "no extender plugin in any tier";
   // parseExtenderConfig's keys (volcano-sh/volcano pkg/scheduler/plugins/extender/extender.go).
   const std::set<std::string> known = {
-      "extender.urlPrefix", "extender.httpTimeout", "extender.onSessionOpenVerb", "extender.onSessionCloseVerb",
-      "extender.predicateVerb", "extender.prioritizeVerb", "extender.preemptableVerb", "extender.reclaimableVerb",
-      "extender.queueOverusedVerb", "extender.jobEnqueueableVerb",
-      "extender.jobReadyVerb", "extender.allocateFuncVerb", "extender.deallocateFuncVerb", "extender.ignorable",
-      "extender.managedResources"};
+      "extender.urlPrefix",          "extender.httpTimeout",     "extender.onSessionOpenVerb",
+      "extender.onSessionCloseVerb", "extender.predicateVerb",   "extender.prioritizeVerb",
+      "extender.preemptableVerb",    "extender.reclaimableVerb", "extender.queueOverusedVerb",
+      "extender.jobEnqueueableVerb", "extender.jobReadyVerb",    "extender.allocateFuncVerb",
+      "extender.deallocateFuncVerb", "extender.ignorable",       "extender.managedResources"};
   const std::string prefix = UrlPath(args["extender.urlPrefix"].as<std::string>());
   EXPECT_EQ(prefix, ExtenderOptions{}.volcano_prefix);
   Routes routes;

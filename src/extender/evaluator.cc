@@ -16,13 +16,20 @@
 
 namespace toposched::extender {
 
-bool Interested(const PlacementRequest& r) { return r.gpus > 0 || r.IsShared() || r.rdma_nics > 0; }
+bool Interested(const PlacementRequest& r) {
+  return r.gpus > 0 || r.IsShared() || r.rdma_nics > 0;
+}
 
-bool IsPoolPod(const PlacementRequest& r) { return r.role != PodRole::kNone && !r.pool.empty(); }
+bool IsPoolPod(const PlacementRequest& r) {
+  return r.role != PodRole::kNone && !r.pool.empty();
+}
 
-bool PacksCpu(const PlacementRequest& r) { return !Interested(r) && r.cpu_milli > 0; }
+bool PacksCpu(const PlacementRequest& r) {
+  return !Interested(r) && r.cpu_milli > 0;
+}
 
-double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int, kGpuVendors>& free_by_vendor) {
+double IdleGpuShare(const packing::NodeHardware& hardware,
+                    const std::array<int, kGpuVendors>& free_by_vendor) {
   int total = 0, free = 0;
   for (std::size_t v = 0; v < hardware.gpus.size(); ++v) {
     total += hardware.gpus[v];
@@ -37,8 +44,9 @@ int CpuPodScore(int band_score, double idle) {
   const auto penalty = static_cast<int>(std::lround(idle * framework::kMaxExtenderScore / 2));
   return std::max(1, band_score - penalty);
 }
-Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store, metrics::Registry& metrics,
-                     const ExtenderOptions& options, Clock clock, BindHooks* hooks)
+Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store,
+                     metrics::Registry& metrics, const ExtenderOptions& options, Clock clock,
+                     BindHooks* hooks)
     : framework_(framework),
       store_(store),
       hooks_(hooks),
@@ -65,18 +73,21 @@ packing::RemnantCounts CountRemnants(const state::Snapshot& snap, GpuVendor vend
   const auto briefs = snap.briefs();
   const auto nodes = snap.nodes();
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    framework::CountRemnantsOf(nodes[i]->topology.get(), nodes[i]->allocated, briefs[i].schedulable, vendor, counts);
+    framework::CountRemnantsOf(nodes[i]->topology.get(), nodes[i]->allocated, briefs[i].schedulable, vendor,
+                               counts);
   }
   return counts;
 }
 
 framework::RemnantTie RemnantTieFor(Evaluator& evaluator, const PlacementRequest& request,
                                     const state::Snapshot& snap) {
-  return framework::RemnantTie(evaluator.framework(), request,
-                               [&evaluator, &snap, vendor = request.vendor] { return evaluator.Remnants(snap, vendor); });
+  return framework::RemnantTie(evaluator.framework(), request, [&evaluator, &snap, vendor = request.vendor] {
+    return evaluator.Remnants(snap, vendor);
+  });
 }
 
-std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(PodEntry& entry, std::optional<framework::CycleState>& cycle,
+std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(PodEntry& entry,
+                                                        std::optional<framework::CycleState>& cycle,
                                                         const NodeQuery& query) {
   const state::NodeRecord& record = query.record;
   const std::int64_t cpu_free = query.cpu_free;
@@ -85,9 +96,9 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(PodEntry& entry, std::op
   const bool pool_scores = pool_pod && query.want == Want::kScores;
   const std::uint64_t class_verdict_key = VerdictKey(entry.request, record);
   const std::uint64_t verdict_key =
-      cpu_free >= 0
-          ? CpuVerdictKey(class_verdict_key, CpuClass(entry.cpu_thresholds, entry.request.cpu_milli, cpu_free))
-          : class_verdict_key;
+      cpu_free >= 0 ? CpuVerdictKey(class_verdict_key,
+                                    CpuClass(entry.cpu_thresholds, entry.request.cpu_milli, cpu_free))
+                    : class_verdict_key;
   std::shared_ptr<const ClassVerdict> base = entry.FindVerdict(verdict_key);
   if (base != nullptr && !(pool_scores && base->passes())) return base;
   if (!cycle) {
@@ -104,10 +115,11 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(PodEntry& entry, std::op
       std::shared_ptr<const std::map<std::string, pd::Location>> positions =
           query.positions != nullptr ? query.positions : store_.node_locations();
       const pd::NetworkConfig& network = framework_.config().network;
-      cycle->SetCluster(query.members != nullptr
-                            ? state::MakeClusterView(query.snap, network, entry.request.pool, query.members, positions,
-                                                     query.pool_version)
-                            : state::MakeClusterView(store_, query.snap, network, entry.request.pool, positions));
+      cycle->SetCluster(
+          query.members != nullptr
+              ? state::MakeClusterView(query.snap, network, entry.request.pool, query.members, positions,
+                                       query.pool_version)
+              : state::MakeClusterView(store_, query.snap, network, entry.request.pool, positions));
     }
   }
   // The node as the plugins see it, built when a plugin runs (a pool pod's pool part is mostly
@@ -131,8 +143,8 @@ std::shared_ptr<const ClassVerdict> Evaluator::Evaluate(PodEntry& entry, std::op
     const framework::FilterResult filtered = framework_.RunFilter(*cycle, info);
     v->code = filtered.code();
     if (filtered.ok()) {
-      const framework::NodeScore score =
-          framework_.RunScore(*cycle, info, pool_pod ? framework::ScoreSet::kNodeOnly : framework::ScoreSet::kAll);
+      const framework::NodeScore score = framework_.RunScore(
+          *cycle, info, pool_pod ? framework::ScoreSet::kNodeOnly : framework::ScoreSet::kAll);
       v->score100 = score.total;
       v->capacity = score.capacity;
       v->score_weighted = score.weighted;

@@ -23,9 +23,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <compare>
 #include <deque>
 #include <functional>
 #include <map>
@@ -45,13 +45,13 @@
 #include "pool_index.h"
 #include "toposched/common/flat_hash_index.h"
 #include "toposched/extender/service.h"
-#include "toposched/wire/wire.h"
 #include "toposched/framework/cluster_view.h"
 #include "toposched/framework/framework.h"
 #include "toposched/framework/ranking.h"
 #include "toposched/framework/shape_window.h"
 #include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 
@@ -67,7 +67,8 @@ bool IsPoolPod(const PlacementRequest& r);
 bool PacksCpu(const PlacementRequest& r);
 
 // The share of a node's GPUs that are free whole (0 on a node without GPUs).
-double IdleGpuShare(const packing::NodeHardware& hardware, const std::array<int, kGpuVendors>& free_by_vendor);
+double IdleGpuShare(const packing::NodeHardware& hardware,
+                    const std::array<int, kGpuVendors>& free_by_vendor);
 // The extender score (0-10) of a pod that asks no device (PodEntry::packs_cpu) on a node whose
 // band score (its CPU's expected fragmentation, framework::CapacityBand) is `band_score`, where
 // `idle` of the GPUs are free (IdleGpuShare; -1: a node toposched knows no devices on, which
@@ -93,7 +94,8 @@ class Evaluator {
   // A Volcano task's entry: from its Pod when it carries one, else from its Resreq.
   Result<std::shared_ptr<PodEntry>> EntryFor(const VolcanoTaskView& task);
   // Stores an entry for a request read elsewhere (a bind's pod fetched from the API server).
-  std::shared_ptr<PodEntry> Remember(PlacementRequest request, std::string_view uid, std::string_view resource_version);
+  std::shared_ptr<PodEntry> Remember(PlacementRequest request, std::string_view uid,
+                                     std::string_view resource_version);
   // The live entry for `uid` (any resourceVersion), or null.
   std::shared_ptr<PodEntry> Find(std::string_view uid);
   // The pod was bound: its reservation is consumed.
@@ -166,7 +168,8 @@ class Evaluator {
   // shared by all of them (VerdictTable), the last kMaxShapes requests kept.
   static constexpr std::size_t kMaxShapes = 32;
   std::shared_ptr<VerdictTable> VerdictsFor(const PlacementRequest& request,
-                                            const std::shared_ptr<const packing::ShapeMix>& mix, bool packs_by_mix);
+                                            const std::shared_ptr<const packing::ShapeMix>& mix,
+                                            bool packs_by_mix);
 
   // How many pods asking a device the window must hold before its mix is taken as the workload
   // (PodEntry::packs_by_mix), by default a fortieth of the window: a new leader's first few pods
@@ -234,7 +237,8 @@ class Evaluator {
   metrics::Counter* unknown_node_rejections_;
   struct SharedVerdicts {
     PlacementRequest request;  // the pod's namespace, name and UID cleared
-    std::shared_ptr<const packing::ShapeMix> mix;  // compared by identity (ShapeWindow keeps an unchanged mix)
+    std::shared_ptr<const packing::ShapeMix>
+        mix;  // compared by identity (ShapeWindow keeps an unchanged mix)
     bool packs_by_mix = false;
     std::shared_ptr<VerdictTable> table;
     std::uint64_t used = 0;  // the last lookup's stamp: the least recent goes first when full
@@ -257,7 +261,8 @@ framework::RemnantTie RemnantTieFor(Evaluator& evaluator, const PlacementRequest
 
 // The key PreferOneOfTheBest orders a reply's best nodes by (framework::TieKey): verdict `v`'s
 // capacity score and card (null: a node without a verdict), then `order_key`.
-inline framework::TieKey TieKeyOf(const ClassVerdict* v, std::uint64_t order_key, framework::RemnantTie& remnants) {
+inline framework::TieKey TieKeyOf(const ClassVerdict* v, std::uint64_t order_key,
+                                  framework::RemnantTie& remnants) {
   if (v == nullptr) return framework::TieKeyOf(-1, 0, order_key);
   return framework::TieKeyOf(v->capacity, remnants.Rank(v->share_left), order_key);
 }

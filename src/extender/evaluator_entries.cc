@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "evaluator.h"
-#include "volcano_request.h"
 #include "toposched/common/pod_label.h"
 #include "toposched/common/status.h"
 #include "toposched/metrics/logging.h"
+#include "volcano_request.h"
 
 namespace toposched::extender {
 
@@ -22,7 +22,8 @@ Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const PodRef& pod) {
   const auto now = clock_();
   if (auto hit = pods_.Find(pod.uid, pod.resource_version, now)) return hit;
   if (pod.raw.empty()) return Error("the request carries no Pod");
-  TOPOSCHED_ASSIGN_OR_RETURN_CTX(PlacementRequest parsed, ParsePodRequest(pod.raw, framework_.config().request),
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(PlacementRequest parsed,
+                                 ParsePodRequest(pod.raw, framework_.config().request),
                                  "Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
   return Store(std::move(parsed), pod.uid, pod.resource_version, now);
 }
@@ -43,14 +44,20 @@ std::shared_ptr<PodEntry> Evaluator::Remember(PlacementRequest request, std::str
   return Store(std::move(request), uid, resource_version, clock_());
 }
 
-std::shared_ptr<PodEntry> Evaluator::Find(std::string_view uid) { return pods_.Find(uid, "", clock_()); }
+std::shared_ptr<PodEntry> Evaluator::Find(std::string_view uid) {
+  return pods_.Find(uid, "", clock_());
+}
 
-void Evaluator::Forget(std::string_view uid) { pods_.Erase(uid); }
+void Evaluator::Forget(std::string_view uid) {
+  pods_.Erase(uid);
+}
 
-std::size_t Evaluator::cached_pods() const { return pods_.size(); }
+std::size_t Evaluator::cached_pods() const {
+  return pods_.size();
+}
 
-std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string_view uid, std::string_view rv,
-                                           PodCache::TimePoint now) {
+std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string_view uid,
+                                           std::string_view rv, PodCache::TimePoint now) {
   auto entry = std::make_shared<PodEntry>();
   entry->uid = std::string(uid.empty() ? std::string_view(request.pod_uid) : uid);
   entry->pod_namespace = request.pod_namespace;
@@ -59,9 +66,10 @@ std::shared_ptr<PodEntry> Evaluator::Store(PlacementRequest request, std::string
   entry->interested = Interested(request);
   entry->packs_cpu = PacksCpu(request);
   for (const std::string& warning : request.warnings) {
-    metrics::Log(LogLevel::kWarn, {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""},
-                warning);
-    if (hooks_ != nullptr) hooks_->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
+    metrics::Log(LogLevel::kWarn,
+                 {"request", PodLabel(request.pod_namespace, request.pod_name, entry->uid), ""}, warning);
+    if (hooks_ != nullptr)
+      hooks_->PodWarning(request.pod_namespace, request.pod_name, entry->uid, "IgnoredLabel", warning);
   }
   // The pods this extender is asked about are the workload it packs for (capacity first):
   // each pod's cycles use the mix as it stood when the pod was first seen. A pod that asks no
@@ -127,10 +135,10 @@ void Evaluator::SeedShapes() {
                "typical pods seeded from " + std::to_string(pods.size()) + " pods the cluster runs");
 }
 
-
 std::shared_ptr<const packing::ShapeMix> Evaluator::ShapeMixFor(std::string_view uid) {
   if (!uid.empty()) {
-    if (const std::shared_ptr<PodEntry> entry = Find(uid); entry != nullptr && entry->mix != nullptr) return entry->mix;
+    if (const std::shared_ptr<PodEntry> entry = Find(uid); entry != nullptr && entry->mix != nullptr)
+      return entry->mix;
   }
   return shapes_.Mix();
 }
@@ -143,7 +151,6 @@ bool Evaluator::PacksByMixFor(std::string_view uid) {
   }
   return shapes_.device_pods() >= min_pods_to_pack_by_mix();
 }
-
 
 void Evaluator::ObserveCpuPod(const PodEntry& e) {
   if (e.packs_cpu) shapes_.Observe(e.uid, packing::ShapeOf(e.request, e.request.cpu_milli));

@@ -18,8 +18,8 @@
 #include "adapters.h"
 #include "explain.h"
 #include "node_verdicts.h"
-#include "rare_class_rule.h"
 #include "plugins/registry.h"
+#include "rare_class_rule.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/metrics/logging.h"
@@ -67,7 +67,8 @@ class EvaluatorTest : public ::testing::Test {
   }
 
   // Every node's verdict in one call, by name.
-  std::map<std::string, const ClassVerdict*> Verdicts(PodEntry& entry, Want want, std::size_t* evaluated = nullptr) {
+  std::map<std::string, const ClassVerdict*> Verdicts(PodEntry& entry, Want want,
+                                                      std::size_t* evaluated = nullptr) {
     NodeVerdicts verdicts(evaluator_, entry, store_.snapshot(), want);
     std::map<std::string, const ClassVerdict*> out;
     for (const auto& record : verdicts.snapshot().nodes()) {
@@ -81,24 +82,24 @@ class EvaluatorTest : public ::testing::Test {
   void Bind(const PodSpec& spec, const std::string& node) {
     std::shared_ptr<PodEntry> entry = Entry(spec);
     ASSERT_NE(entry, nullptr);
-    Result<state::BindResult> bound = store_.Bind(node, entry->uid, [&](const state::NodeRecord& record)
-                                                                        -> Result<state::PodAllocation> {
-      framework::CycleState cycle = framework_.NewCycle(entry->request);
-      const framework::NodeInfo info = NodeInfoOf(record);
-      if (!framework_.RunFilter(cycle, info).ok()) return Error("unfit");
-      state::PodAllocation a;
-      a.uid = entry->uid;
-      a.pod_namespace = entry->pod_namespace;
-      a.pod_name = entry->pod_name;
-      a.node = record.name;
-      a.topology_generation = record.topology_generation;
-      a.role = entry->request.role;
-      a.pool = entry->request.pool;
-      const Placement placement = *cycle.Outcome(info).placement;
-      a.delta = framework::DeltaOf(*record.topology, entry->request, placement);
-      a.worst_class = placement.worst_class;
-      return a;
-    });
+    Result<state::BindResult> bound =
+        store_.Bind(node, entry->uid, [&](const state::NodeRecord& record) -> Result<state::PodAllocation> {
+          framework::CycleState cycle = framework_.NewCycle(entry->request);
+          const framework::NodeInfo info = NodeInfoOf(record);
+          if (!framework_.RunFilter(cycle, info).ok()) return Error("unfit");
+          state::PodAllocation a;
+          a.uid = entry->uid;
+          a.pod_namespace = entry->pod_namespace;
+          a.pod_name = entry->pod_name;
+          a.node = record.name;
+          a.topology_generation = record.topology_generation;
+          a.role = entry->request.role;
+          a.pool = entry->request.pool;
+          const Placement placement = *cycle.Outcome(info).placement;
+          a.delta = framework::DeltaOf(*record.topology, entry->request, placement);
+          a.worst_class = placement.worst_class;
+          return a;
+        });
     ASSERT_TRUE(bound.ok()) << bound.error().message();
   }
 
@@ -134,8 +135,8 @@ TEST_F(EvaluatorTest, ARareNodeClassIsKeptExceptWhereThePodsPoolRunsAsOfItsVersi
   ASSERT_NE(decode, nullptr);
   const auto hardware = [&](const std::string& node) { return store_.snapshot()->Find(node)->hardware; };
   auto rule = [&] {
-    return RareClassFor(framework_, decode->request, evaluator_.ShapeMixFor(decode->uid).get(), *store_.snapshot(),
-                        &store_);
+    return RareClassFor(framework_, decode->request, evaluator_.ShapeMixFor(decode->uid).get(),
+                        *store_.snapshot(), &store_);
   };
   {
     const framework::RareClass r = rule();
@@ -151,10 +152,12 @@ TEST_F(EvaluatorTest, ARareNodeClassIsKeptExceptWhereThePodsPoolRunsAsOfItsVersi
   EXPECT_FALSE(rule().Reserved(hardware("rare"), "rare")) << "the pool's new version runs on rare too";
   // The training pod and a pod without NICs are kept from nothing.
   std::shared_ptr<PodEntry> whole = Entry(training);
-  EXPECT_FALSE(RareClassFor(framework_, whole->request, whole->mix.get(), *store_.snapshot(), &store_).active());
+  EXPECT_FALSE(
+      RareClassFor(framework_, whole->request, whole->mix.get(), *store_.snapshot(), &store_).active());
   const PodSpec gpus_only{.name = "g", .uid = "uid-g", .gpus = 1};
   std::shared_ptr<PodEntry> plain = Entry(gpus_only);
-  EXPECT_FALSE(RareClassFor(framework_, plain->request, plain->mix.get(), *store_.snapshot(), &store_).active());
+  EXPECT_FALSE(
+      RareClassFor(framework_, plain->request, plain->mix.get(), *store_.snapshot(), &store_).active());
 }
 
 TEST_F(EvaluatorTest, NodesOfOneClassShareOneVerdictKeptAcrossCallsForThePod) {
@@ -229,14 +232,15 @@ TEST_F(EvaluatorTest, TheTypicalPodsStartFromThePodsTheStoreHoldsOnceSynced) {
   AddNode("a", Preset("hgx-h100-8gpu"));
   AddNode("b", Preset("hgx-h100-8gpu"));
   const auto bind = [&](const std::string& node, const std::string& uid, framework::AllocationDelta delta) {
-    const auto bound = store_.Bind(node, uid, [&](const state::NodeRecord& record) -> Result<state::PodAllocation> {
-      state::PodAllocation a;
-      a.uid = uid;
-      a.node = record.name;
-      a.topology_generation = record.topology_generation;
-      a.delta = std::move(delta);
-      return a;
-    });
+    const auto bound =
+        store_.Bind(node, uid, [&](const state::NodeRecord& record) -> Result<state::PodAllocation> {
+          state::PodAllocation a;
+          a.uid = uid;
+          a.node = record.name;
+          a.topology_generation = record.topology_generation;
+          a.delta = std::move(delta);
+          return a;
+        });
     ASSERT_TRUE(bound.ok()) << bound.error().message();
   };
   bind("a", "whole", framework::AllocationDelta{{0, 1, 2, 3, 4, 5, 6, 7}, {}, {0, 1, 2, 3, 4, 5, 6, 7}});
@@ -348,11 +352,12 @@ TEST_F(EvaluatorTest, NodesWhoseCpuBindsAlikeShareOneVerdict) {
     alone.packs_by_mix = entry->packs_by_mix;
     alone.cpu_thresholds = entry->cpu_thresholds;
     std::optional<framework::CycleState> cycle;
-    EXPECT_EQ(v->score100, evaluator_.Evaluate(alone, cycle,
-                                               {.record = *record,
-                                                .snap = snap,
-                                                .want = Want::kScores,
-                                                .cpu_free = record->cpu_free_milli()})
+    EXPECT_EQ(v->score100, evaluator_
+                               .Evaluate(alone, cycle,
+                                         {.record = *record,
+                                          .snap = snap,
+                                          .want = Want::kScores,
+                                          .cpu_free = record->cpu_free_milli()})
                                ->score100)
         << name;
   }
@@ -370,7 +375,8 @@ TEST_F(EvaluatorTest, PodsWithoutDevicesShareOneTableWhateverTheirCpu) {
   ASSERT_TRUE(small->packs_cpu && big->packs_cpu);
   EXPECT_EQ(small->verdicts(), big->verdicts());
   const std::shared_ptr<PodEntry> gpu1 = Entry(PodSpec{.name = "g1", .uid = "uid-g1", .gpus = 1, .cpu = "1"});
-  const std::shared_ptr<PodEntry> gpu80 = Entry(PodSpec{.name = "g80", .uid = "uid-g80", .gpus = 1, .cpu = "80"});
+  const std::shared_ptr<PodEntry> gpu80 =
+      Entry(PodSpec{.name = "g80", .uid = "uid-g80", .gpus = 1, .cpu = "80"});
   EXPECT_NE(gpu1->verdicts(), gpu80->verdicts());
   EXPECT_NE(gpu1->verdicts(), small->verdicts());
 }
@@ -553,9 +559,10 @@ TEST_F(EvaluatorTest, TheBinderChoosesAVgpusCardForTheTypicalPodsAsTheVerbsDid) 
 TEST(PreferOneOfTheBestTest, KeepsTheFirstOfTheStableOrderAndStepsTheOthersBack) {
   using Scores = std::vector<std::pair<std::string, int>>;
   const auto prefer = [](Scores scores) {
-    framework::PreferOneOfTheBest(std::span<std::pair<std::string, int>>(scores),
-                       [&](std::size_t k) { return NodeOrderKey(scores[k].first); },
-                       [](std::pair<std::string, int>& s) -> int& { return s.second; });
+    framework::PreferOneOfTheBest(
+        std::span<std::pair<std::string, int>>(scores),
+        [&](std::size_t k) { return NodeOrderKey(scores[k].first); },
+        [](std::pair<std::string, int>& s) -> int& { return s.second; });
     return std::map<std::string, int>(scores.begin(), scores.end());
   };
   std::string first = "a";
@@ -566,9 +573,12 @@ TEST(PreferOneOfTheBestTest, KeepsTheFirstOfTheStableOrderAndStepsTheOthersBack)
   for (const char* n : {"a", "b", "d"}) EXPECT_EQ(got[n], n == first ? 10 : 9) << n;
   EXPECT_EQ(got["c"], 9);
   EXPECT_EQ(got["e"], 0);
-  EXPECT_EQ(prefer({{"d", 10}, {"e", 0}, {"c", 9}, {"b", 10}, {"a", 10}}), got) << "the list's order does not matter";
-  EXPECT_EQ(prefer({{"a", 7}, {"b", 3}}), (std::map<std::string, int>{{"a", 7}, {"b", 3}})) << "a single best";
-  EXPECT_EQ(prefer({{"a", 1}, {"b", 1}}), (std::map<std::string, int>{{"a", 1}, {"b", 1}})) << "nothing below 1";
+  EXPECT_EQ(prefer({{"d", 10}, {"e", 0}, {"c", 9}, {"b", 10}, {"a", 10}}), got)
+      << "the list's order does not matter";
+  EXPECT_EQ(prefer({{"a", 7}, {"b", 3}}), (std::map<std::string, int>{{"a", 7}, {"b", 3}}))
+      << "a single best";
+  EXPECT_EQ(prefer({{"a", 1}, {"b", 1}}), (std::map<std::string, int>{{"a", 1}, {"b", 1}}))
+      << "nothing below 1";
   EXPECT_EQ(prefer({}), (std::map<std::string, int>{}));
   EXPECT_NE(NodeOrderKey("node-1"), NodeOrderKey("node-2"));
   EXPECT_EQ(NodeOrderKey(""), 14695981039346656037ull) << "FNV-1a: the same in every replica and release";
@@ -596,7 +606,8 @@ TEST_F(EvaluatorTest, PodsAskingCpuAloneJoinTheTypicalPodsWhereTheyCouldTakeAGpu
   const packing::Shape two{2, packing::kMilli, 4000, {}, 2};
   EXPECT_EQ(shapes(), (std::set<packing::Shape>{two}));
 
-  const nlohmann::json elsewhere = prioritize_cpu({.name = "web", .uid = "uid-web", .cpu = "8"}, {"cpu-node"});
+  const nlohmann::json elsewhere =
+      prioritize_cpu({.name = "web", .uid = "uid-web", .cpu = "8"}, {"cpu-node"});
   ASSERT_EQ(elsewhere.size(), 1u);
   EXPECT_EQ(elsewhere[0]["Score"], 10) << "toposched knows no GPUs there to strand";
   EXPECT_EQ(shapes(), (std::set<packing::Shape>{two})) << "only a CPU node was left to it";
@@ -612,10 +623,12 @@ TEST_F(EvaluatorTest, PodsAskingCpuAloneJoinTheTypicalPodsWhereTheyCouldTakeAGpu
   // The window rule counts only pods asking a device: one short of it, however many CPU-only
   // pods the window holds, the blind heuristics stay counted; the next GPU pod ends that.
   for (std::size_t k = 1; k + 1 < Evaluator::kMinPodsToPackByMix; ++k) {
-    ASSERT_NE(Entry({.name = "g" + std::to_string(k), .uid = "uid-g" + std::to_string(k), .gpus = 1}), nullptr);
+    ASSERT_NE(Entry({.name = "g" + std::to_string(k), .uid = "uid-g" + std::to_string(k), .gpus = 1}),
+              nullptr);
   }
   for (int k = 0; k < 100; ++k) {
-    const std::shared_ptr<PodEntry> cpu = Entry({.name = "c" + std::to_string(k), .uid = "uid-c" + std::to_string(k), .cpu = "2"});
+    const std::shared_ptr<PodEntry> cpu =
+        Entry({.name = "c" + std::to_string(k), .uid = "uid-c" + std::to_string(k), .cpu = "2"});
     ASSERT_NE(cpu, nullptr);
     evaluator_.ObserveCpuPod(*cpu);
   }
@@ -661,8 +674,8 @@ TEST_F(EvaluatorTest, APoolPodsVerdictsEqualTheNodeByNodeVerdictsInAnyOrder) {
     const std::string spine = i < 8 ? "s0" : (i < 14 ? "s1" : "s2");       // lx spans s1 and s2
     AddNode("n" + std::to_string(i), hgx, {{"toposched.io/leaf", leaf}, {"toposched.io/spine", spine}});
   }
-  Bind(PoolPod("prefill-0", "prefill"), "n0");  // leaf l0
-  Bind(PoolPod("prefill-1", "prefill"), "n8");  // leaf l2: alike l0, another spine
+  Bind(PoolPod("prefill-0", "prefill"), "n0");   // leaf l0
+  Bind(PoolPod("prefill-1", "prefill"), "n8");   // leaf l2: alike l0, another spine
   Bind(PoolPod("prefill-2", "prefill"), "n13");  // leaf lx, spine s1
   std::shared_ptr<PodEntry> decode = Entry(PoolPod("decode-0", "decode"));
   const auto snap = store_.snapshot();
@@ -670,7 +683,8 @@ TEST_F(EvaluatorTest, APoolPodsVerdictsEqualTheNodeByNodeVerdictsInAnyOrder) {
   std::optional<framework::CycleState> cycle;
   for (const auto& record : snap->nodes()) {
     alone[record->name] =
-        evaluator_.Evaluate(*decode, cycle, {.record = *record, .snap = snap, .want = Want::kScores})->score100;
+        evaluator_.Evaluate(*decode, cycle, {.record = *record, .snap = snap, .want = Want::kScores})
+            ->score100;
   }
   for (const bool reverse : {false, true}) {
     SCOPED_TRACE(reverse ? "reverse order" : "snapshot order");
@@ -704,8 +718,7 @@ TEST_F(EvaluatorTest, APoolsIndexFollowsThePoolThePositionsAndThePodItself) {
     for (std::size_t i = 0; i < snap->size(); ++i) {
       const state::NodeRecord& record = *snap->nodes()[i];
       const Evaluator::NodeQuery query{.record = record, .snap = snap, .want = Want::kScores};
-      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, query)->score100)
-          << record.name;
+      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, query)->score100) << record.name;
     }
   };
   Bind(PoolPod("prefill-0", "prefill"), "n0");
@@ -746,8 +759,7 @@ TEST_F(EvaluatorTest, APoolsIndexIsPatchedWithThePodsThatCameAndLeft) {
     for (std::size_t i = 0; i < snap->size(); ++i) {
       const state::NodeRecord& record = *snap->nodes()[i];
       const Evaluator::NodeQuery query{.record = record, .snap = snap, .want = Want::kScores};
-      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, query)->score100)
-          << record.name;
+      EXPECT_EQ(verdicts.At(i)->score100, evaluator_.Evaluate(pod, cycle, query)->score100) << record.name;
     }
   };
   Bind(PoolPod("prefill-1", "prefill"), "n5");
@@ -783,7 +795,8 @@ TEST_F(EvaluatorTest, APoolsIndexIsPatchedWithThePodsThatCameAndLeft) {
     EXPECT_EQ(held->node.Find(n2)->second, content);
     EXPECT_EQ(held->domain.size(), domain_tiers);
     const auto* left = next->node.Find(n2);
-    EXPECT_TRUE(left == nullptr || left->second != content) << "the next version subtracted the pod that left";
+    EXPECT_TRUE(left == nullptr || left->second != content)
+        << "the next version subtracted the pod that left";
     Bind(PoolPod("prefill-3", "prefill"), "n2");
   }
   expect_own_verdicts(*decode, true, "a pod left and came back while an index was held");

@@ -38,8 +38,8 @@ std::shared_ptr<VerdictTable> Evaluator::VerdictsFor(const PlacementRequest& req
     shared_.push_back(std::move(fresh));
     return shared_.back().table;
   }
-  SharedVerdicts& oldest =
-      *std::min_element(shared_.begin(), shared_.end(), [](const auto& a, const auto& b) { return a.used < b.used; });
+  SharedVerdicts& oldest = *std::min_element(shared_.begin(), shared_.end(),
+                                             [](const auto& a, const auto& b) { return a.used < b.used; });
   oldest = std::move(fresh);
   return oldest.table;
 }
@@ -69,7 +69,8 @@ std::vector<std::int64_t> Evaluator::CpuThresholds(const PlacementRequest& r, co
 std::int64_t Evaluator::CpuClass(const std::vector<std::int64_t>& thresholds, std::int64_t pod_cpu_milli,
                                  std::int64_t cpu_free_milli) {
   const auto fitting = [&](std::int64_t cpu) {
-    return static_cast<std::int64_t>(std::upper_bound(thresholds.begin(), thresholds.end(), cpu) - thresholds.begin());
+    return static_cast<std::int64_t>(std::upper_bound(thresholds.begin(), thresholds.end(), cpu) -
+                                     thresholds.begin());
   };
   const auto n = static_cast<std::int64_t>(thresholds.size()) + 1;
   return fitting(cpu_free_milli) * n + fitting(std::max<std::int64_t>(0, cpu_free_milli - pod_cpu_milli));

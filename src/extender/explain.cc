@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -29,7 +29,9 @@ std::string Plural(int n, std::string_view noun) {
   return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
 }
 
-std::string GpuNoun(const PlacementRequest& r) { return r.vendor == GpuVendor::kAmd ? "AMD GPU" : "GPU"; }
+std::string GpuNoun(const PlacementRequest& r) {
+  return r.vendor == GpuVendor::kAmd ? "AMD GPU" : "GPU";
+}
 
 std::string DescribeRequest(const PlacementRequest& r) {
   std::vector<std::string> parts;
@@ -70,7 +72,8 @@ std::vector<std::string> GpuNames(const NodeTopology& t, const std::vector<int>&
 std::vector<std::string> NicNames(const NodeTopology& t, const std::vector<int>& nics) {
   std::vector<std::string> out;
   for (int n : nics) {
-    if (n >= 0 && n < static_cast<int>(t.nics.size())) out.push_back(t.nics[static_cast<std::size_t>(n)].DisplayName());
+    if (n >= 0 && n < static_cast<int>(t.nics.size()))
+      out.push_back(t.nics[static_cast<std::size_t>(n)].DisplayName());
   }
   return out;
 }
@@ -149,9 +152,11 @@ std::string RefusalSummary(const PlacementRequest& r, const framework::NodeInfo&
 }
 
 std::string SummarizeRefusals(std::size_t total_nodes, std::size_t fitting_nodes,
-                              std::vector<std::pair<std::string, std::size_t>> reasons, std::size_t max_groups) {
-  std::sort(reasons.begin(), reasons.end(),
-            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+                              std::vector<std::pair<std::string, std::size_t>> reasons,
+                              std::size_t max_groups) {
+  std::sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
   std::string out = std::to_string(fitting_nodes) + "/" + std::to_string(total_nodes) + " nodes fit";
   std::size_t other = 0;
   for (std::size_t i = 0; i < reasons.size(); ++i) {
@@ -162,19 +167,27 @@ std::string SummarizeRefusals(std::size_t total_nodes, std::size_t fitting_nodes
     out += (i == 0 ? ": " : "; ") + std::to_string(reasons[i].second) +
            (reasons[i].second == 1 ? " node: " : " nodes: ") + reasons[i].first;
   }
-  if (other > 0) out += "; " + std::to_string(other) + (other == 1 ? " node: " : " nodes: ") + "other reasons";
+  if (other > 0)
+    out += "; " + std::to_string(other) + (other == 1 ? " node: " : " nodes: ") + "other reasons";
   return out;
 }
 
 std::string_view RankName(int rank) {
   switch (rank) {
-    case 0: return "NV";
-    case 1: return "PIX";
-    case 2: return "PXB";
-    case 3: return "PHB";
-    case 4: return "NODE";
-    case 5: return "SYS (same package)";
-    default: return "SYS";
+    case 0:
+      return "NV";
+    case 1:
+      return "PIX";
+    case 2:
+      return "PXB";
+    case 3:
+      return "PHB";
+    case 4:
+      return "NODE";
+    case 5:
+      return "SYS (same package)";
+    default:
+      return "SYS";
   }
 }
 
@@ -200,13 +213,16 @@ Explanation Explain(const ExplainInput& in) {
     if (const state::NodeRecord* r = snap.Find(e.bound->node); r != nullptr && r->topology != nullptr) {
       std::vector<int> gpus = e.bound->delta.exclusive_gpus;
       for (const auto& [g, usage] : e.bound->delta.shares) gpus.push_back(g);
-      const std::vector<std::string> g = GpuNames(*r->topology, gpus), n = NicNames(*r->topology, e.bound->delta.nics);
+      const std::vector<std::string> g = GpuNames(*r->topology, gpus),
+                                     n = NicNames(*r->topology, e.bound->delta.nics);
       if (!g.empty()) e.bound_devices = "GPUs " + Join(g);
-      if (!n.empty()) e.bound_devices += (e.bound_devices.empty() ? "" : "; ") + std::string("RDMA NICs ") + Join(n);
+      if (!n.empty())
+        e.bound_devices += (e.bound_devices.empty() ? "" : "; ") + std::string("RDMA NICs ") + Join(n);
     }
   }
   const framework::Framework& fw = *in.framework;
-  framework::CycleSetup setup{.mix = in.shape_mix, .packs_by_mix = in.packs_by_mix, .explain = true, .cluster = nullptr};
+  framework::CycleSetup setup{
+      .mix = in.shape_mix, .packs_by_mix = in.packs_by_mix, .explain = true, .cluster = nullptr};
   if (in.request.role != PodRole::kNone && !in.request.pool.empty() && in.store != nullptr) {
     setup.cluster = state::MakeClusterView(*in.store, in.snapshot, fw.config().network, in.request.pool,
                                            in.store->node_locations());
@@ -216,7 +232,8 @@ Explanation Explain(const ExplainInput& in) {
   const framework::RareClass rare = RareClassFor(fw, in.request, in.shape_mix.get(), snap, in.store);
   std::string kept_for;
   if (rare.active()) {
-    kept_for = std::to_string(rare.rare()->gpus) + " GPUs + " + std::to_string(rare.rare()->nics) + " RDMA NICs";
+    kept_for =
+        std::to_string(rare.rare()->gpus) + " GPUs + " + std::to_string(rare.rare()->nics) + " RDMA NICs";
   }
   std::vector<NodeExplanation> all;
   all.reserve(snap.size());
@@ -232,8 +249,8 @@ Explanation Explain(const ExplainInput& in) {
     std::string summary;
   };
   std::unordered_map<std::uint64_t, ClassResult> by_class;
-  const bool per_class = !(in.request.role != PodRole::kNone && !in.request.pool.empty()) &&
-                         !in.request.NamesGpuUuids();
+  const bool per_class =
+      !(in.request.role != PodRole::kNone && !in.request.pool.empty()) && !in.request.NamesGpuUuids();
   for (const auto& record : snap.nodes()) {
     NodeExplanation n;
     n.name = record->name;
@@ -258,8 +275,9 @@ Explanation Explain(const ExplainInput& in) {
     if (info.cpu_milli_free >= cpu_bound) info.cpu_milli_free = -1;  // counted as enough, as the verbs do
     const std::uint64_t key =
         info.cpu_milli_free >= 0
-            ? Evaluator::CpuVerdictKey(record->class_key,
-                                       Evaluator::CpuClass(cpu_thresholds, in.request.cpu_milli, info.cpu_milli_free))
+            ? Evaluator::CpuVerdictKey(
+                  record->class_key,
+                  Evaluator::CpuClass(cpu_thresholds, in.request.cpu_milli, info.cpu_milli_free))
             : record->class_key;
     if (e.packs_cpu) n.idle_gpus = IdleGpuShare(record->hardware, record->free_by_vendor);
     const bool cacheable = per_class && !own_node;
@@ -276,7 +294,8 @@ Explanation Explain(const ExplainInput& in) {
         fresh.summary = RefusalSummary(in.request, info, fresh.filtered, outcome);
       } else {
         fresh.score = fw.RunScore(cycle, info);
-        if (const PlacementOutcome& outcome = cycle.Outcome(info); outcome.ok()) fresh.placement = *outcome.placement;
+        if (const PlacementOutcome& outcome = cycle.Outcome(info); outcome.ok())
+          fresh.placement = *outcome.placement;
       }
       result = cacheable ? &(by_class[key] = std::move(fresh)) : &fresh;
     }
@@ -286,7 +305,8 @@ Explanation Explain(const ExplainInput& in) {
       n.plugin = r.filtered.plugin();
       n.reason = r.filtered.reason();
       n.summary = r.summary;
-      if (info.topology == nullptr && in.stale_nodes.contains(record->name)) n.summary = std::string(kSummaryStale);
+      if (info.topology == nullptr && in.stale_nodes.contains(record->name))
+        n.summary = std::string(kSummaryStale);
       n.explanation = framework::ExplainNode(record->name, r.filtered, nullptr);
       ++by_reason[n.summary];
       all.push_back(std::move(n));
@@ -351,8 +371,8 @@ Explanation Explain(const ExplainInput& in) {
       if (all[k].extender_score != before[k]) {
         const framework::TieKey mine = tie_key(all[k]), best = tie_key(all[kept]);
         const char* why = mine.capacity_behind != best.capacity_behind ? "a lower capacity score"
-                          : mine.remnants != best.remnants            ? "its card evens out the cluster's remnants less"
-                                                                      : "stable node order";
+                          : mine.remnants != best.remnants ? "its card evens out the cluster's remnants less"
+                                                           : "stable node order";
         all[k].explanation += std::string("; ties the best node's score, one step behind it (") + why +
                               ") -> extender score " + std::to_string(all[k].extender_score);
       }
@@ -386,8 +406,9 @@ Explanation Explain(const ExplainInput& in) {
   if (!all.empty() && all.front().fits && scored) e.best = all.front().name;
   e.reasons.assign(by_reason.begin(), by_reason.end());
   e.summary = SummarizeRefusals(e.total, e.fitting, e.reasons);
-  std::sort(e.reasons.begin(), e.reasons.end(),
-            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::sort(e.reasons.begin(), e.reasons.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
   if (all.size() > in.limit) {
     all.resize(in.limit);
     e.truncated = true;
@@ -397,13 +418,19 @@ Explanation Explain(const ExplainInput& in) {
 }
 
 std::string ToJson(const Explanation& e) {
-  json out = {{"pod", e.pod}, {"request", e.request}, {"interested", e.interested}, {"packsCpu", e.packs_cpu},
+  json out = {{"pod", e.pod},
+              {"request", e.request},
+              {"interested", e.interested},
+              {"packsCpu", e.packs_cpu},
               {"nodesTotal", e.total},
-              {"nodesFit", e.fitting}, {"summary", e.summary}, {"truncated", e.truncated}};
+              {"nodesFit", e.fitting},
+              {"summary", e.summary},
+              {"truncated", e.truncated}};
   out["best"] = e.best.empty() ? json(nullptr) : json(e.best);
   if (e.bound) {
     out["boundTo"] = {{"node", e.bound->node}, {"devices", e.bound_devices}};
-    if (!e.bound->delta.nics.empty()) out["boundTo"]["worstClass"] = std::string(ToString(e.bound->worst_class));
+    if (!e.bound->delta.nics.empty())
+      out["boundTo"]["worstClass"] = std::string(ToString(e.bound->worst_class));
   } else {
     out["boundTo"] = nullptr;
   }
@@ -448,7 +475,8 @@ std::string ToText(const Explanation& e) {
       out += n.name + "  fits  score " + std::to_string(n.score100) + " (extender " +
              std::to_string(n.extender_score) + "/10)";
       if (n.capacity >= 0) {
-        out += "  capacity " + std::to_string(n.capacity) + (n.in_band || n.reserved ? "" : " (outside the capacity band: ranked last)");
+        out += "  capacity " + std::to_string(n.capacity) +
+               (n.in_band || n.reserved ? "" : " (outside the capacity band: ranked last)");
       }
       if (n.reserved) out += "  kept for pods of " + n.kept_for + " (a rare node class: ranked last)";
       if (n.worst_class) out += "  worst GPU->NIC " + std::string(ToString(*n.worst_class));
@@ -480,7 +508,8 @@ std::vector<NodeRow> Rows(const state::Snapshot& snapshot, const std::set<std::s
   rows.reserve(snapshot.size());
   for (const auto& r : snapshot.nodes()) {
     NodeRow row{r.get(), CountDevices(*r), stale.contains(r->name), "", ""};
-    if (auto it = r->labels.find(std::string(kTopologyClassLabel)); it != r->labels.end()) row.topology_class = it->second;
+    if (auto it = r->labels.find(std::string(kTopologyClassLabel)); it != r->labels.end())
+      row.topology_class = it->second;
     if (row.stale && r->topology == nullptr) {
       row.state = "stale";
     } else if (r->topology == nullptr) {
@@ -494,13 +523,15 @@ std::vector<NodeRow> Rows(const state::Snapshot& snapshot, const std::set<std::s
     }
     rows.push_back(std::move(row));
   }
-  std::sort(rows.begin(), rows.end(), [](const NodeRow& a, const NodeRow& b) { return a.record->name < b.record->name; });
+  std::sort(rows.begin(), rows.end(),
+            [](const NodeRow& a, const NodeRow& b) { return a.record->name < b.record->name; });
   return rows;
 }
 
 }  // namespace
 
-std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes) {
+std::string NodesJson(const state::Snapshot& snapshot,
+                      const std::set<std::string, std::less<>>& stale_nodes) {
   json nodes = json::array();
   DeviceCounts total;
   for (const NodeRow& row : Rows(snapshot, stale_nodes)) {
@@ -510,42 +541,53 @@ std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::strin
     total.gpus_free += c.gpus_free;
     total.rdma += c.rdma;
     total.rdma_free += c.rdma_free;
-    nodes.push_back({{"name", r.name},
-                     {"state", row.state},
-                     {"topology", r.topology != nullptr},
-                     {"stale", row.stale},
-                     {"schedulable", r.schedulable},
-                     {"heldPods", r.held_pods},
-                     {"class", row.topology_class},
-                     {"source", r.topology != nullptr ? std::string(ToString(r.topology->source)) : std::string()},
-                     {"topologyGeneration", r.topology_generation},
-                     {"gpus", {{"total", c.gpus}, {"free", c.gpus_free}, {"shared", c.gpus_shared},
-                               {"unusable", c.gpus_unusable}, {"allocated", c.gpus - c.gpus_free - c.gpus_unusable}}},
-                     {"rdmaNics", {{"total", c.rdma}, {"free", c.rdma_free}, {"allocated", c.rdma - c.rdma_free}}},
-                     {"pods", r.pods.size()}});
+    nodes.push_back(
+        {{"name", r.name},
+         {"state", row.state},
+         {"topology", r.topology != nullptr},
+         {"stale", row.stale},
+         {"schedulable", r.schedulable},
+         {"heldPods", r.held_pods},
+         {"class", row.topology_class},
+         {"source", r.topology != nullptr ? std::string(ToString(r.topology->source)) : std::string()},
+         {"topologyGeneration", r.topology_generation},
+         {"gpus",
+          {{"total", c.gpus},
+           {"free", c.gpus_free},
+           {"shared", c.gpus_shared},
+           {"unusable", c.gpus_unusable},
+           {"allocated", c.gpus - c.gpus_free - c.gpus_unusable}}},
+         {"rdmaNics", {{"total", c.rdma}, {"free", c.rdma_free}, {"allocated", c.rdma - c.rdma_free}}},
+         {"pods", r.pods.size()}});
   }
   json out = {{"nodes", std::move(nodes)},
-              {"total", {{"nodes", snapshot.size()},
-                         {"gpus", total.gpus},
-                         {"gpusFree", total.gpus_free},
-                         {"rdmaNics", total.rdma},
-                         {"rdmaNicsFree", total.rdma_free},
-                         {"staleTopologies", stale_nodes.size()}}}};
+              {"total",
+               {{"nodes", snapshot.size()},
+                {"gpus", total.gpus},
+                {"gpusFree", total.gpus_free},
+                {"rdmaNics", total.rdma},
+                {"rdmaNicsFree", total.rdma_free},
+                {"staleTopologies", stale_nodes.size()}}}};
   return out.dump(2) + "\n";
 }
 
-std::string NodesText(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes) {
+std::string NodesText(const state::Snapshot& snapshot,
+                      const std::set<std::string, std::less<>>& stale_nodes) {
   const std::vector<NodeRow> rows = Rows(snapshot, stale_nodes);
   std::size_t name_width = 4;
   for (const NodeRow& row : rows) name_width = std::max(name_width, row.record->name.size());
   std::string out;
   char line[512];
-  auto cell = [](const std::string& s, std::size_t width) { return s + std::string(width + 2 - std::min(width, s.size()), ' '); };
-  out += cell("NODE", name_width) + cell("STATE", 15) + "GPUS(FREE/ALL)  SHARED  RDMA(FREE/ALL)  PODS  CLASS\n";
+  auto cell = [](const std::string& s, std::size_t width) {
+    return s + std::string(width + 2 - std::min(width, s.size()), ' ');
+  };
+  out +=
+      cell("NODE", name_width) + cell("STATE", 15) + "GPUS(FREE/ALL)  SHARED  RDMA(FREE/ALL)  PODS  CLASS\n";
   for (const NodeRow& row : rows) {
     const DeviceCounts& c = row.devices;
-    std::snprintf(line, sizeof line, "%-16s%-8d%-16s%-6zu", (std::to_string(c.gpus_free) + "/" + std::to_string(c.gpus)).c_str(),
-                  c.gpus_shared, (std::to_string(c.rdma_free) + "/" + std::to_string(c.rdma)).c_str(),
+    std::snprintf(line, sizeof line, "%-16s%-8d%-16s%-6zu",
+                  (std::to_string(c.gpus_free) + "/" + std::to_string(c.gpus)).c_str(), c.gpus_shared,
+                  (std::to_string(c.rdma_free) + "/" + std::to_string(c.rdma)).c_str(),
                   row.record->pods.size());
     out += cell(row.record->name, name_width) + cell(row.state, 15) + line + row.topology_class;
     while (!out.empty() && out.back() == ' ') out.pop_back();

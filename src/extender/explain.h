@@ -25,7 +25,8 @@ namespace toposched::extender {
 
 // The summary line's phrases for refusals that are not the engine's (kept short: they are
 // counted per node in an event message).
-inline constexpr std::string_view kSummaryNoTopology = "no NodeTopology (is the toposched agent running there?)";
+inline constexpr std::string_view kSummaryNoTopology =
+    "no NodeTopology (is the toposched agent running there?)";
 inline constexpr std::string_view kSummaryStale = "stale topology (the agent's heartbeat is too old)";
 inline constexpr std::string_view kSummaryCordoned = "cordoned";
 inline constexpr std::string_view kSummaryHeld =
@@ -47,7 +48,8 @@ std::string RefusalSummary(const PlacementRequest& request, const framework::Nod
 // counted by summary, most first (ties by text), at most `max_groups` groups and the rest as
 // "N nodes: other reasons". `reasons`: (summary, node count) pairs, in any order.
 std::string SummarizeRefusals(std::size_t total_nodes, std::size_t fitting_nodes,
-                              std::vector<std::pair<std::string, std::size_t>> reasons, std::size_t max_groups = 6);
+                              std::vector<std::pair<std::string, std::size_t>> reasons,
+                              std::size_t max_groups = 6);
 
 // The printed name of a LinkRank value (placement.h): PIX, PXB, PHB, NODE, SYS; rank 5 (another
 // NUMA node of the same package) prints "SYS (same package)".
@@ -97,14 +99,14 @@ struct NodeExplanation {
   // A single vGPU whose card capacity packing chooses: what is left on that card before it
   // (ClassVerdict::share_left, which orders the best nodes); -1 otherwise.
   int share_left = -1;
-  std::string alignment;  // AlignmentNote
+  std::string alignment;                // AlignmentNote
   std::vector<std::string> gpus, nics;  // "3 (0000:1b:00.0)", "mlx5_0"
-  std::string explanation;  // framework::ExplainNode
+  std::string explanation;              // framework::ExplainNode
 };
 
 struct Explanation {
   std::string pod;
-  std::string request;  // "4 GPUs, 2 RDMA NICs, alignment preferred"
+  std::string request;      // "4 GPUs, 2 RDMA NICs, alignment preferred"
   bool interested = false;  // asks for toposched's devices at all
   bool packs_cpu = false;   // asks CPU and no device: scored by prioritize-cpu (PodEntry::packs_cpu)
   std::optional<state::PodAllocation> bound;
@@ -113,7 +115,8 @@ struct Explanation {
   std::string best;  // the highest-scoring node that fits (name order breaks ties), "" when none
   std::string summary;
   std::vector<std::pair<std::string, std::size_t>> reasons;  // refusal summary -> nodes, most first
-  std::vector<NodeExplanation> nodes;  // fitting as prioritize ranks them, then refused by name; at most limit
+  std::vector<NodeExplanation>
+      nodes;  // fitting as prioritize ranks them, then refused by name; at most limit
   bool truncated = false;
 };
 

@@ -12,16 +12,16 @@
 #include "explain.h"
 #include "node_verdicts.h"
 #include "rare_class_rule.h"
-#include "verbs.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/metrics/logging.h"
+#include "verbs.h"
 
 namespace toposched::extender {
 namespace {
 
 using framework::Code;
-using server::HttpResponse;
 using metrics::LogLevel;
+using server::HttpResponse;
 
 // Per-thread reply buffers, kept between calls so that a call naming thousands of nodes
 // allocates nothing in steady state. Only views into the current request live here.
@@ -33,9 +33,9 @@ struct Scratch {
   std::vector<HostScore> scores;
   std::vector<const ClassVerdict*> verdicts;
   std::vector<std::uint32_t> passed_at;  // snapshot positions of `passed`
-  std::vector<std::string_view> names;    // the call's node names
-  std::vector<std::size_t> at;            // their snapshot positions
-  std::vector<char> reserved;             // prioritize: the node is kept for a rarer shape
+  std::vector<std::string_view> names;   // the call's node names
+  std::vector<std::size_t> at;           // their snapshot positions
+  std::vector<char> reserved;            // prioritize: the node is kept for a rarer shape
   // prioritize, a pod that asks no device (PodEntry::packs_cpu): each node's share of idle GPUs
   // (CpuPodScore); -1 where toposched knows no devices.
   std::vector<double> idle;
@@ -50,7 +50,8 @@ Scratch& ThreadScratch() {
 
 }  // namespace
 
-void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Want want, bool device_free_only) {
+void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Want want,
+                                   bool device_free_only) {
   const bool prioritize = want == Want::kScores;
   const Verb verb = device_free_only ? Verb::kPrioritizeCpu : prioritize ? Verb::kPrioritize : Verb::kFilter;
   Result<ExtenderArgsView> args = ThreadReader().ReadExtenderArgs(body);
@@ -62,7 +63,7 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
   Result<std::shared_ptr<PodEntry>> entry = evaluator_.EntryFor(a.pod);
   if (!entry.ok()) {
     metrics::Log(LogLevel::kWarn, {VerbName(verb), PodLabel(a.pod.pod_namespace, a.pod.name, a.pod.uid), ""},
-                entry.error().message());
+                 entry.error().message());
     if (prioritize) {
       // Prioritize has no error field; kube-scheduler ignores prioritize failures anyway.
       WriteError(resp, verb, 400, entry.error().message());
@@ -113,8 +114,10 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     idle.clear();
     framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
     // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
-    const framework::RareClass rare = RareClassFor(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
-    if (rare.active()) scratch.hosts_rare.fill({nullptr, false});  // another call's verdicts may share an address
+    const framework::RareClass rare =
+        RareClassFor(evaluator_.framework(), e.request, e.mix.get(), snap, &evaluator_.store());
+    if (rare.active())
+      scratch.hosts_rare.fill({nullptr, false});  // another call's verdicts may share an address
     // The nodes our filter passed, in its reply's order: one comparison per name instead of a
     // lookup (a hint advances only when it names the node, so extra or missing names cost one
     // lookup each).
@@ -126,7 +129,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (hints != nullptr && next_hint < hints->size()) hint = (*hints)[next_hint];
       const std::size_t i = snap.IndexOf(n.name, hint);
       if (i == hint && i != state::Snapshot::npos) ++next_hint;
-      order_keys.push_back(i == state::Snapshot::npos ? 0 : snap.briefs()[i].order_key);  // 0: hashed if needed
+      order_keys.push_back(i == state::Snapshot::npos ? 0
+                                                      : snap.briefs()[i].order_key);  // 0: hashed if needed
       // A pod that asks no device strands nothing on a node where toposched knows no devices
       // (no NodeTopology: a CPU node, or one whose agent has not published): the top score.
       if (packs_cpu && (i == state::Snapshot::npos || snap.nodes()[i]->topology == nullptr)) {
@@ -141,7 +145,8 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (rare.active() && v != nullptr) {
         // Whether the hardware could host the rare shape is the node's class's (its key covers
         // the topology), so it is asked once per verdict, not per node.
-        std::pair<const ClassVerdict*, bool>& hosts = scratch.hosts_rare[(reinterpret_cast<std::uintptr_t>(v) >> 4) % kHostsSlots];
+        std::pair<const ClassVerdict*, bool>& hosts =
+            scratch.hosts_rare[(reinterpret_cast<std::uintptr_t>(v) >> 4) % kHostsSlots];
         if (hosts.first != v) hosts = {v, rare.HostsRare(snap.briefs()[i].hardware)};
         reserved = hosts.second && !rare.RunsThePool(n.name);
       }
@@ -166,14 +171,15 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     framework::PreferOneOfTheBest(
         std::span<HostScore>(scores),
         [&](std::size_t k) {
-          return TieKeyOf(verdicts[k], order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host), remnants);
+          return TieKeyOf(verdicts[k], order_keys[k] != 0 ? order_keys[k] : NodeOrderKey(scores[k].host),
+                          remnants);
         },
         [](HostScore& h) -> std::int64_t& { return h.score; });
     WriteHostPriorityList(resp.body, scores);
     if (metrics::LogEnabled(LogLevel::kDebug)) {
       metrics::Log(LogLevel::kDebug, {"prioritize", pod, ""},
-                  "scored " + std::to_string(nodes.size()) + " nodes in " + std::to_string(verdict.evaluated()) +
-                      " classes");
+                   "scored " + std::to_string(nodes.size()) + " nodes in " +
+                       std::to_string(verdict.evaluated()) + " classes");
     }
     return;
   }
@@ -214,9 +220,15 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     }
     if (v->rejections != nullptr) v->rejections->Inc();
     switch (v->code) {
-      case Code::kUnschedulableAndUnresolvable: unresolvable.push_back({n.name, v->message}); break;
-      case Code::kError: error = v->message; [[fallthrough]];
-      default: failed.push_back({n.name, v->message}); break;
+      case Code::kUnschedulableAndUnresolvable:
+        unresolvable.push_back({n.name, v->message});
+        break;
+      case Code::kError:
+        error = v->message;
+        [[fallthrough]];
+      default:
+        failed.push_back({n.name, v->message});
+        break;
     }
   }
   if (!error.empty()) {
@@ -246,12 +258,13 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
       if (summary == kSummaryNoTopology && stale.contains(n.name)) summary = kSummaryStale;
       count(summary);
     }
-    hooks->PodUnschedulable(e.pod_namespace, e.pod_name, e.uid, SummarizeRefusals(nodes.size(), 0, std::move(reasons)));
+    hooks->PodUnschedulable(e.pod_namespace, e.pod_name, e.uid,
+                            SummarizeRefusals(nodes.size(), 0, std::move(reasons)));
   }
   if (metrics::LogEnabled(LogLevel::kDebug)) {
     metrics::Log(LogLevel::kDebug, {"filter", pod, ""},
-                std::to_string(passed.size()) + " of " + std::to_string(nodes.size()) + " nodes fit (" +
-                    std::to_string(verdict.evaluated()) + " node classes evaluated)");
+                 std::to_string(passed.size()) + " of " + std::to_string(nodes.size()) + " nodes fit (" +
+                     std::to_string(verdict.evaluated()) + " node classes evaluated)");
   }
 }
 

@@ -92,8 +92,9 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
             evaluator_.store().PoolMembers(entry.request.pool));
       }
       HashTables& tables = ThreadTables();
-      const PoolTables built = BuildPoolTables(*pool_members_, *snap_, tiers, entry.request.pod_uid, tables.node,
-                                               tables.domain, [](std::string_view d) { return d; });
+      const PoolTables built =
+          BuildPoolTables(*pool_members_, *snap_, tiers, entry.request.pod_uid, tables.node, tables.domain,
+                          [](std::string_view d) { return d; });
       by_hash_ = built.usable;
       other_members_ = built.count;
       node_by_hash_ = &tables.node;
@@ -110,7 +111,8 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
         bits.assign((snap_->size() + 63) / 64, 0);
         for (const framework::PoolMember& m : *pool_members_) {
           const std::size_t at = snap_->IndexOf(m.node);
-          if (at == state::Snapshot::npos || node_by_hash_->Find(snap_->briefs()[at].name_hash) == nullptr) continue;
+          if (at == state::Snapshot::npos || node_by_hash_->Find(snap_->briefs()[at].name_hash) == nullptr)
+            continue;
           bits[at / 64] |= std::uint64_t{1} << (at % 64);
         }
         pool_nodes_ = bits.data();
@@ -143,7 +145,8 @@ NodeVerdicts::NodeVerdicts(Evaluator& evaluator, PodEntry& entry, std::shared_pt
       const std::string_view d = record != nullptr ? DomainAt(*record, t) : std::string_view();
       if (d.empty()) continue;
       const std::string_view parent = t + 1 < tiers ? DomainAt(*record, t + 1) : std::string_view();
-      auto [it, inserted] = domain_content_[t].try_emplace(d, Content{0, parent, framework::PositionHash(parent), false, {}});
+      auto [it, inserted] =
+          domain_content_[t].try_emplace(d, Content{0, parent, framework::PositionHash(parent), false, {}});
       it->second.hash += h;
       if (!inserted && it->second.parent != parent) it->second.mixed = true;
     }
@@ -230,7 +233,8 @@ std::uint64_t NodeVerdicts::KeyOf(std::size_t i) {
     if (!d.empty()) {
       if (const auto it = domain_content_[t].find(d); it != domain_content_[t].end()) found = &it->second;
     }
-    if (found != nullptr && (found->mixed || found->parent != up)) return kOwnKey | i;  // tiers do not nest here
+    if (found != nullptr && (found->mixed || found->parent != up))
+      return kOwnKey | i;  // tiers do not nest here
     key = Mix64(key ^ (found == nullptr ? 0 : found->hash) ^ (t + 1));
     d = up;
   }
@@ -251,7 +255,8 @@ const ClassVerdict* NodeVerdicts::At(std::size_t i) {
   // bit set, so the mode tells them apart, not the bit.
   const bool own = per_node_ || (pool_scoring_ && (key & kOwnKey) != 0);
   if (const std::int64_t cpu = CpuFreeIfBinding(i); cpu >= 0 && !own) {
-    key = Evaluator::CpuVerdictKey(key, Evaluator::CpuClass(entry_.cpu_thresholds, entry_.request.cpu_milli, cpu)) &
+    key = Evaluator::CpuVerdictKey(
+              key, Evaluator::CpuClass(entry_.cpu_thresholds, entry_.request.cpu_milli, cpu)) &
           ~kOwnKey;
   }
   auto& direct = direct_[(key ^ (key >> 29) ^ (key >> 47)) & (kDirect - 1)];

@@ -13,7 +13,8 @@ std::shared_ptr<const ClassVerdict> VerdictTable::Find(std::uint64_t class_key) 
   return it == verdicts_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const ClassVerdict> VerdictTable::Store(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v) {
+std::shared_ptr<const ClassVerdict> VerdictTable::Store(std::uint64_t class_key,
+                                                        std::shared_ptr<const ClassVerdict> v) {
   std::lock_guard lock(mu_);
   if (max_ != 0 && verdicts_.size() >= max_ && !verdicts_.contains(class_key)) verdicts_.clear();
   return verdicts_.try_emplace(class_key, std::move(v)).first->second;
@@ -47,7 +48,8 @@ std::size_t PodEntry::verdict_count() const {
   return verdicts_->size();
 }
 
-std::shared_ptr<PodEntry> PodCache::Find(std::string_view uid, std::string_view resource_version, TimePoint now) {
+std::shared_ptr<PodEntry> PodCache::Find(std::string_view uid, std::string_view resource_version,
+                                         TimePoint now) {
   if (uid.empty()) return nullptr;
   std::lock_guard lock(mu_);
   auto it = entries_.find(std::string(uid));
@@ -85,7 +87,8 @@ void PodCache::EvictLocked(TimePoint now) {
   by_expiry.reserve(entries_.size());
   for (const auto& [uid, e] : entries_) by_expiry.emplace_back(e->expires_, uid);
   const std::size_t drop = std::max<std::size_t>(1, entries_.size() / 10);
-  std::nth_element(by_expiry.begin(), by_expiry.begin() + static_cast<std::ptrdiff_t>(drop - 1), by_expiry.end());
+  std::nth_element(by_expiry.begin(), by_expiry.begin() + static_cast<std::ptrdiff_t>(drop - 1),
+                   by_expiry.end());
   for (std::size_t i = 0; i < drop; ++i) entries_.erase(by_expiry[i].second);
 }
 

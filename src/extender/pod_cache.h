@@ -20,9 +20,9 @@
 
 #include "toposched/framework/framework.h"
 #include "toposched/framework/status.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/placement/packing.h"
 #include "toposched/placement/request.h"
-#include "toposched/metrics/metrics.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched::extender {
@@ -30,10 +30,10 @@ namespace toposched::extender {
 // One node class's filter and score for one pod.
 struct ClassVerdict {
   framework::Code code = framework::Code::kSuccess;
-  std::string message;      // the failing plugin's status, as the reply's FailedNodes text
-  std::string summary;      // RefusalSummary (explain.h): what a no-node summary counts nodes by
-  int score100 = 0;         // framework total, 0..100 (0 when filtered out)
-  int capacity = -1;        // the capacity plugin's score (NodeScore::capacity); -1: none
+  std::string message;  // the failing plugin's status, as the reply's FailedNodes text
+  std::string summary;  // RefusalSummary (explain.h): what a no-node summary counts nodes by
+  int score100 = 0;     // framework total, 0..100 (0 when filtered out)
+  int capacity = -1;    // the capacity plugin's score (NodeScore::capacity); -1: none
   // The sums behind score100 (NodeScore::weighted, weights). A pool pod's class verdict holds
   // its node-only part (ScoreSet::kNodeOnly), to which each node's cluster part is added.
   long long score_weighted = 0, score_weights = 0;
@@ -91,7 +91,8 @@ struct PodEntry {
 
   std::shared_ptr<const ClassVerdict> FindVerdict(std::uint64_t class_key) const;
   // Keeps the first verdict stored for a class (concurrent callers may compute one twice).
-  std::shared_ptr<const ClassVerdict> StoreVerdict(std::uint64_t class_key, std::shared_ptr<const ClassVerdict> v);
+  std::shared_ptr<const ClassVerdict> StoreVerdict(std::uint64_t class_key,
+                                                   std::shared_ptr<const ClassVerdict> v);
   std::size_t verdict_count() const;
   // The table the verdicts go to (one of its own until set: Evaluator::Store shares one among
   // the pods that ask the same).

@@ -20,7 +20,7 @@ TEST(PodCache, FindsByUidAndResourceVersionUntilTheTtl) {
   const TP t0{};
   cache.Put(Entry("a", "1"), t0);
   EXPECT_NE(cache.Find("a", "1", t0 + 50ms), nullptr);
-  EXPECT_NE(cache.Find("a", "", t0 + 60ms), nullptr);  // bind: any version
+  EXPECT_NE(cache.Find("a", "", t0 + 60ms), nullptr);   // bind: any version
   EXPECT_EQ(cache.Find("a", "2", t0 + 60ms), nullptr);  // the pod changed
   // Each hit extended the life: 60ms + 100ms.
   EXPECT_NE(cache.Find("a", "1", t0 + 150ms), nullptr);

@@ -18,9 +18,9 @@ std::uint64_t MemberHash(const framework::PoolMember& p) {
   const auto gpus = static_cast<std::uint64_t>(p.gpus);
   const auto nics = static_cast<std::uint64_t>(p.rdma_nics);
   return Mix64((static_cast<std::uint64_t>(p.role) + 1) | (gpus << 8) | (nics << 24) |
-               (static_cast<std::uint64_t>(p.worst_class) << 40) | (static_cast<std::uint64_t>(p.kv_ipc) << 48));
+               (static_cast<std::uint64_t>(p.worst_class) << 40) |
+               (static_cast<std::uint64_t>(p.kv_ipc) << 48));
 }
-
 
 // Adds `p`'s content to NodeVerdicts' by-hash tables (`sign` -1: subtracts it, for a pod that
 // left; its node and domains are found as they were when it was added, the positions being the
@@ -86,8 +86,9 @@ namespace {
 // `before` not in `after` (or different) into `removed`; both lists sorted by UID
 // (ClusterStore::VersionedPoolMembers). False when more than `limit` differ: a rebuild is then
 // as cheap.
-bool DiffMembers(const std::vector<framework::PoolMember>& before, const std::vector<framework::PoolMember>& after,
-                 std::size_t limit, std::vector<const framework::PoolMember*>& added,
+bool DiffMembers(const std::vector<framework::PoolMember>& before,
+                 const std::vector<framework::PoolMember>& after, std::size_t limit,
+                 std::vector<const framework::PoolMember*>& added,
                  std::vector<const framework::PoolMember*>& removed) {
   std::size_t i = 0, j = 0;
   while (i < before.size() || j < after.size()) {
@@ -117,8 +118,9 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
   std::lock_guard lock(pool_mu_);
   const auto it = pool_index_.find(pool);
   // The last index, when it was built for these positions: reused, or patched.
-  PoolIndex* last =
-      it != pool_index_.end() && it->second->runs == runs && it->second->tiers == tiers ? it->second.get() : nullptr;
+  PoolIndex* last = it != pool_index_.end() && it->second->runs == runs && it->second->tiers == tiers
+                        ? it->second.get()
+                        : nullptr;
   if (last != nullptr && last->version == store_.PoolVersion(pool)) return it->second;
   auto [version, members] = store_.VersionedPoolMembers(pool);
   auto index = std::make_shared<PoolIndex>();
@@ -126,16 +128,20 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
   index->runs = std::move(runs);
   index->tiers = tiers;
   index->members = std::move(members);
-  for (const framework::PoolMember& m : *index->members) index->uids.Insert(framework::PositionHash(m.uid), true);
+  for (const framework::PoolMember& m : *index->members)
+    index->uids.Insert(framework::PositionHash(m.uid), true);
   // A pool that changed by a few pods (a rollout binds its pods one by one): the last index's
   // tables less the pods that left, plus those that came.
   thread_local std::vector<const framework::PoolMember*> added, removed;
   added.clear();
   removed.clear();
-  const bool patch = last != nullptr && last->usable &&
-                     DiffMembers(*last->members, *index->members, index->members->size() / 4 + 1, added, removed);
+  const bool patch =
+      last != nullptr && last->usable &&
+      DiffMembers(*last->members, *index->members, index->members->size() / 4 + 1, added, removed);
   if (patch) index->names = last->names;  // appended to from here on, never changed
-  const auto keep = [&names = *index->names](std::string_view d) { return std::string_view(names.emplace_back(d)); };
+  const auto keep = [&names = *index->names](std::string_view d) {
+    return std::string_view(names.emplace_back(d));
+  };
   if (patch) {
     // The map holds the only reference (other calls take theirs under pool_mu_, held here): the
     // tables move into the new version instead of being copied; the old index is dropped below.
@@ -157,14 +163,17 @@ std::shared_ptr<const PoolIndex> Evaluator::PoolIndexFor(std::string_view pool, 
       if (!ApplyMember(*m, +1, snap, tiers, index->node, index->domain, keep)) index->usable = false;
     }
   } else {
-    const PoolTables built = BuildPoolTables(*index->members, snap, tiers, {}, index->node, index->domain, keep);
+    const PoolTables built =
+        BuildPoolTables(*index->members, snap, tiers, {}, index->node, index->domain, keep);
     index->count = built.count;
     index->usable = built.usable;
   }
   // An empty pool (all its pods gone) is not kept: a cluster that names pools per rollout would
   // otherwise keep one entry per pool it ever saw.
-  if (index->members->empty()) pool_index_.erase(std::string(pool));
-  else pool_index_.insert_or_assign(std::string(pool), index);
+  if (index->members->empty())
+    pool_index_.erase(std::string(pool));
+  else
+    pool_index_.insert_or_assign(std::string(pool), index);
   return index;
 }
 

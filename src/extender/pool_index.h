@@ -42,13 +42,13 @@ struct PoolIndex {
   std::shared_ptr<const state::Snapshot::PositionRuns> runs;  // kept: compared by identity
   std::size_t tiers = 0;
   std::shared_ptr<const std::vector<framework::PoolMember>> members;  // by UID
-  FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;  // name hash -> (name, content)
-  std::vector<FlatHashIndex<PoolContent>> domain;                  // per tier: domain hash -> content
+  FlatHashIndex<std::pair<std::string_view, std::uint64_t>> node;     // name hash -> (name, content)
+  std::vector<FlatHashIndex<PoolContent>> domain;                     // per tier: domain hash -> content
   // What PoolContent::domain and `node` view: append-only, shared by the patched successors.
   std::shared_ptr<std::deque<std::string>> names = std::make_shared<std::deque<std::string>>();
   FlatHashIndex<bool> uids;  // PositionHash of each member's UID
   int count = 0;
-  bool usable = true;   // no two names, nor two domains of a tier, share a hash
+  bool usable = true;    // no two names, nor two domains of a tier, share a hash
   bool patched = false;  // built from the last index and the members that differ (for tests)
 };
 

@@ -19,17 +19,17 @@
 #include "binder.h"
 #include "evaluator.h"
 #include "explain.h"
-#include "verbs.h"
 #include "toposched/common/text.h"
-#include "toposched/wire/wire.h"
 #include "toposched/metrics/logging.h"
+#include "toposched/wire/wire.h"
+#include "verbs.h"
 
 namespace toposched::extender {
 namespace {
 
+using metrics::LogLevel;
 using server::HttpRequest;
 using server::HttpResponse;
-using metrics::LogLevel;
 
 bool IsJsonContentType(std::string_view ct) {
   const std::size_t semi = ct.find(';');
@@ -188,21 +188,36 @@ struct ExtenderService::Impl {
         resp.content_type = "text/plain; version=0.0.4; charset=utf-8";
         resp.body = registry.Render();
         return;
-      case Verb::kExplain: return Explain(req, resp);
-      case Verb::kNodes: return Nodes(req, resp);
-      case Verb::kFilter: return kube.FilterOrPrioritize(req.body, resp, Want::kFilter);
-      case Verb::kPrioritize: return kube.FilterOrPrioritize(req.body, resp, Want::kScores);
-      case Verb::kBind: return kube.Bind(req.body, resp);
-      case Verb::kPreempt: return kube.Preempt(req.body, resp);
-      case Verb::kPrioritizeCpu: return kube.FilterOrPrioritize(req.body, resp, Want::kScores, true);
-      case Verb::kVPredicate: return volcano.Predicate(req.body, resp);
-      case Verb::kVPrioritize: return volcano.Prioritize(req.body, resp);
-      case Verb::kVAllocate: return volcano.Allocate(req.body, resp);
-      case Verb::kVDeallocate: return volcano.Deallocate(req.body, resp);
-      case Verb::kVPreemptable: return volcano.Evictable(req.body, resp, verb);
-      case Verb::kVReclaimable: return volcano.Evictable(req.body, resp, verb);
-      case Verb::kVSessionOpen: return volcano.SessionOpen(req.body, resp);
-      case Verb::kVSessionClose: return volcano.SessionClose(resp);
+      case Verb::kExplain:
+        return Explain(req, resp);
+      case Verb::kNodes:
+        return Nodes(req, resp);
+      case Verb::kFilter:
+        return kube.FilterOrPrioritize(req.body, resp, Want::kFilter);
+      case Verb::kPrioritize:
+        return kube.FilterOrPrioritize(req.body, resp, Want::kScores);
+      case Verb::kBind:
+        return kube.Bind(req.body, resp);
+      case Verb::kPreempt:
+        return kube.Preempt(req.body, resp);
+      case Verb::kPrioritizeCpu:
+        return kube.FilterOrPrioritize(req.body, resp, Want::kScores, true);
+      case Verb::kVPredicate:
+        return volcano.Predicate(req.body, resp);
+      case Verb::kVPrioritize:
+        return volcano.Prioritize(req.body, resp);
+      case Verb::kVAllocate:
+        return volcano.Allocate(req.body, resp);
+      case Verb::kVDeallocate:
+        return volcano.Deallocate(req.body, resp);
+      case Verb::kVPreemptable:
+        return volcano.Evictable(req.body, resp, verb);
+      case Verb::kVReclaimable:
+        return volcano.Evictable(req.body, resp, verb);
+      case Verb::kVSessionOpen:
+        return volcano.SessionOpen(req.body, resp);
+      case Verb::kVSessionClose:
+        return volcano.SessionClose(resp);
     }
   }
 
@@ -219,8 +234,8 @@ struct ExtenderService::Impl {
   // ---- explain and nodes (read-only, any replica) ----
 
   // A query's parameters, percent-decoded. Only `allowed` keys; each at most once.
-  static Result<std::map<std::string, std::string>> ReadQuery(std::string_view target,
-                                                              std::initializer_list<std::string_view> allowed) {
+  static Result<std::map<std::string, std::string>> ReadQuery(
+      std::string_view target, std::initializer_list<std::string_view> allowed) {
     std::map<std::string, std::string> out;
     const std::size_t q = target.find('?');
     if (q == std::string_view::npos) return out;
@@ -250,7 +265,8 @@ struct ExtenderService::Impl {
       if (pair.empty()) continue;
       const std::size_t eq = pair.find('=');
       const std::optional<std::string> key = decode(pair.substr(0, eq));
-      const std::optional<std::string> value = decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+      const std::optional<std::string> value =
+          decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
       if (!key || !value) return Error("bad percent-encoding in the query");
       if (std::find(allowed.begin(), allowed.end(), *key) == allowed.end()) {
         std::string known;
@@ -297,7 +313,8 @@ struct ExtenderService::Impl {
     std::size_t limit = options.max_explain_nodes;
     if (auto it = query->find("limit"); it != query->end()) {
       const std::string& v = it->second;
-      if (v.empty() || v.size() > 6 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      if (v.empty() || v.size() > 6 ||
+          !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
           std::stoul(v) == 0) {
         return PlainError(resp, 400, "limit must be a whole number from 1 to 999999, not \"" + v + "\"");
       }
@@ -305,21 +322,25 @@ struct ExtenderService::Impl {
     }
     std::string pod_json;
     if (req.method == "POST") {
-      if (query->contains("pod")) return PlainError(resp, 400, "POST the Pod or name it with ?pod=, not both");
+      if (query->contains("pod"))
+        return PlainError(resp, 400, "POST the Pod or name it with ?pod=, not both");
       pod_json = std::string(req.body);
     } else {
       const auto it = query->find("pod");
-      if (it == query->end()) return PlainError(resp, 400, "name the pod: ?pod=NAMESPACE/NAME (or POST the Pod JSON)");
+      if (it == query->end())
+        return PlainError(resp, 400, "name the pod: ?pod=NAMESPACE/NAME (or POST the Pod JSON)");
       const std::string& ref = it->second;
       const std::size_t slash = ref.find('/');
       const std::string ns = slash == std::string::npos ? std::string() : ref.substr(0, slash);
       const std::string name = slash == std::string::npos ? ref : ref.substr(slash + 1);
       if (!ValidName(ns) || !ValidName(name) || ns.size() > 63) {
-        return PlainError(resp, 400, "pod must be NAMESPACE/NAME (lower-case DNS names), not \"" + ref + "\"");
+        return PlainError(resp, 400,
+                          "pod must be NAMESPACE/NAME (lower-case DNS names), not \"" + ref + "\"");
       }
       if (hooks == nullptr) {
-        return PlainError(resp, 404, "this extender has no API server to look pods up in (it runs on a cluster "
-                                     "directory): POST the Pod JSON to /explain instead");
+        return PlainError(resp, 404,
+                          "this extender has no API server to look pods up in (it runs on a cluster "
+                          "directory): POST the Pod JSON to /explain instead");
       }
       Result<std::string> pod = hooks->LookupPod(ns, name);
       if (!pod.ok()) {
@@ -376,7 +397,6 @@ struct ExtenderService::Impl {
     }
   }
 
-
   state::ClusterStore& store;
   BindHooks* const hooks;
   metrics::Registry& registry;
@@ -420,8 +440,12 @@ bool ExtenderService::WaitsOnApi(std::string_view target) const {
   return verb == Verb::kBind || verb == Verb::kExplain;
 }
 
-void ExtenderService::SetScrapeHook(std::function<void()> hook) { impl_->scrape_hook = std::move(hook); }
+void ExtenderService::SetScrapeHook(std::function<void()> hook) {
+  impl_->scrape_hook = std::move(hook);
+}
 
-std::size_t ExtenderService::cached_pods() const { return impl_->evaluator.cached_pods(); }
+std::size_t ExtenderService::cached_pods() const {
+  return impl_->evaluator.cached_pods();
+}
 
 }  // namespace toposched::extender

@@ -12,9 +12,9 @@
 #include <memory>
 #include <random>
 #include <set>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,10 +25,10 @@
 #include "testing/http_client.h"
 #include "testing/k8s_payloads.h"
 #include "toposched/framework/allocation.h"
-#include "toposched/placement/request.h"
-#include "toposched/server/http_server.h"
 #include "toposched/metrics/logging.h"
 #include "toposched/metrics/metrics.h"
+#include "toposched/placement/request.h"
+#include "toposched/server/http_server.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
 
@@ -54,8 +54,8 @@ using Nodes = std::vector<std::pair<std::string, std::string>>;
 // A cluster, the framework, the service and the server, torn down in reverse order.
 class Harness {
  public:
-  explicit Harness(const std::vector<std::pair<std::string, std::string>>& nodes, ExtenderOptions options = {},
-                   state::Persistence* persistence = nullptr,
+  explicit Harness(const std::vector<std::pair<std::string, std::string>>& nodes,
+                   ExtenderOptions options = {}, state::Persistence* persistence = nullptr,
                    const framework::SchedulerConfig& config = plugins::DefaultSchedulerConfig())
       : registry_(plugins::BuiltinRegistry()),
         framework_(framework::Framework::Create(config, registry_).value()),
@@ -109,7 +109,8 @@ json PostJson(HttpClient& c, const std::string& path, const std::string& body, i
 int GpusHeld(const state::ClusterStore& store, const std::string& node) {
   const state::NodeRecord* rec = store.snapshot()->Find(node);
   int n = 0;
-  for (std::size_t i = 0; i < rec->allocated.gpu_exclusive.size(); ++i) n += rec->allocated.gpu_exclusive[i] ? 1 : 0;
+  for (std::size_t i = 0; i < rec->allocated.gpu_exclusive.size(); ++i)
+    n += rec->allocated.gpu_exclusive[i] ? 1 : 0;
   return n;
 }
 
@@ -175,7 +176,8 @@ TEST(ExtenderFilter, EveryOrderOfNamesIsAnsweredRight) {
 TEST(ExtenderFilter, NodesModeEchoesTheFullNodeObjectsThatPass) {
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"pcie-c", "pcie-4gpu"}});
   HttpClient c(h.port());
-  const json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"hgx-a", "pcie-c"}, false));
+  const json r =
+      PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"hgx-a", "pcie-c"}, false));
   EXPECT_TRUE(r["NodeNames"].is_null());
   ASSERT_EQ(r["Nodes"]["items"].size(), 1u);
   EXPECT_EQ(r["Nodes"]["items"][0], testing::MakeNode("hgx-a"));  // echoed whole
@@ -196,7 +198,8 @@ TEST(ExtenderFilter, EmptyAndNullNodeListsAnswerEmpty) {
   HttpClient c(h.port());
   json r = PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {}));
   EXPECT_EQ(r["NodeNames"], json::array());
-  r = PostJson(c, "/scheduler/filter", json{{"Pod", MakePod(kTraining8)}, {"Nodes", nullptr}, {"NodeNames", nullptr}}.dump());
+  r = PostJson(c, "/scheduler/filter",
+               json{{"Pod", MakePod(kTraining8)}, {"Nodes", nullptr}, {"NodeNames", nullptr}}.dump());
   EXPECT_EQ(r["Error"], "");
   EXPECT_TRUE(r["FailedNodes"].empty());
 }
@@ -259,7 +262,9 @@ TEST(ExtenderPrioritize, BareArrayOfHostScoresZeroToTenBetterAlignmentFirst) {
 // behind. The next pod goes where the first went.
 TEST(ExtenderPrioritize, OneNodeOfTheBestKeepsTheTopScoreWhateverTheListsOrder) {
   const std::vector<std::string> names{"gpu-a", "gpu-b", "gpu-c", "gpu-d"};
-  Harness h(Nodes{{"gpu-a", "hgx-h100-8gpu"}, {"gpu-b", "hgx-h100-8gpu"}, {"gpu-c", "hgx-h100-8gpu"},
+  Harness h(Nodes{{"gpu-a", "hgx-h100-8gpu"},
+                  {"gpu-b", "hgx-h100-8gpu"},
+                  {"gpu-c", "hgx-h100-8gpu"},
                   {"gpu-d", "hgx-h100-8gpu"}});
   HttpClient c(h.port());
   std::string first = names[0];
@@ -268,7 +273,8 @@ TEST(ExtenderPrioritize, OneNodeOfTheBestKeepsTheTopScoreWhateverTheListsOrder) 
   }
   const auto scores = [&](const PodSpec& p, std::vector<std::string> order) {
     std::map<std::string, int> out;
-    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p), order))) out[hp["Host"]] = hp["Score"];
+    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p), order)))
+      out[hp["Host"]] = hp["Score"];
     return out;
   };
   const PodSpec p1{.name = "p1", .uid = "uid-p1", .gpus = 1};
@@ -277,12 +283,14 @@ TEST(ExtenderPrioritize, OneNodeOfTheBestKeepsTheTopScoreWhateverTheListsOrder) 
   EXPECT_EQ(scores(p1, {names.rbegin(), names.rend()}), s) << "the list's order does not matter";
   const json e = PostJson(c, "/explain", MakePod(p1).dump());
   EXPECT_EQ(e["best"], first) << e.dump(2);
-  for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], s[n["name"].get<std::string>()]) << e.dump(2);
+  for (const json& n : e["nodes"])
+    EXPECT_EQ(n["extenderScore"], s[n["name"].get<std::string>()]) << e.dump(2);
   // Volcano's prioritize too: the others half a total point behind.
   json nodes = json::array();
   for (const std::string& n : names) nodes.push_back(testing::MakeVolcanoNode(n));
   const PodSpec v1{.name = "v1", .uid = "uid-v1", .gpus = 1};
-  const json v = PostJson(c, "/volcano/prioritize", json{{"task", testing::MakeTask(v1)}, {"nodes", nodes}}.dump());
+  const json v =
+      PostJson(c, "/volcano/prioritize", json{{"task", testing::MakeTask(v1)}, {"nodes", nodes}}.dump());
   const double top = v["nodeScore"][first].get<double>();
   for (const std::string& n : names) {
     if (n == first) continue;
@@ -309,10 +317,12 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
     const PodSpec p4{.name = "p4", .uid = "uid-p4", .gpus = 4, .rdma = 4};
     PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p4), {"hgx-b"}));
     EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p4, "hgx-b"))["Error"], "");
-    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"hgx-a", "hgx-b"}));  // seen, not bound
+    PostJson(c, "/scheduler/filter",
+             ExtenderArgs(MakePod(kTraining8), {"hgx-a", "hgx-b"}));  // seen, not bound
     const PodSpec p1{.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1};
     std::map<std::string, int> score;
-    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p1), {"hgx-a", "hgx-b"}))) {
+    for (const json& hp :
+         PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(p1), {"hgx-a", "hgx-b"}))) {
       score[hp["Host"]] = hp["Score"];
     }
     return score;
@@ -331,16 +341,20 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
     EXPECT_EQ(score["hgx-b"], 10);
     EXPECT_EQ(score["hgx-a"], 9);
     HttpClient c(plain.port());
-    const json e = PostJson(c, "/explain", MakePod({.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1}).dump());
+    const json e =
+        PostJson(c, "/explain", MakePod({.name = "p1", .uid = "uid-p1", .gpus = 1, .rdma = 1}).dump());
     ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
-    EXPECT_EQ(e["nodes"][0]["score"], e["nodes"][1]["score"]) << "without ExpectedFragmentation the empty node is as good";
+    EXPECT_EQ(e["nodes"][0]["score"], e["nodes"][1]["score"])
+        << "without ExpectedFragmentation the empty node is as good";
     EXPECT_EQ(e["best"], "hgx-b") << e.dump(2);
-    for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], score[n["name"].get<std::string>()]) << e.dump(2);
+    for (const json& n : e["nodes"])
+      EXPECT_EQ(n["extenderScore"], score[n["name"].get<std::string>()]) << e.dump(2);
   }
   {
     Harness defaults(nodes);
     std::map<std::string, int> score = prioritize(defaults);
-    EXPECT_GT(score["hgx-b"], score["hgx-a"]) << "at its default weight ExpectedFragmentation prefers the used node";
+    EXPECT_GT(score["hgx-b"], score["hgx-a"])
+        << "at its default weight ExpectedFragmentation prefers the used node";
   }
   config.capacity.plugin = "ExpectedFragmentation";
   Harness h(nodes, {}, nullptr, config);
@@ -375,7 +389,8 @@ TEST(ExtenderPrioritize, CapacityFirstKeepsAWholeNodeForTheLargeShapesItHasSeen)
 TEST(ExtenderPrioritize, APodWithoutDevicesScoresWhereItsCpuStrandsTheFewestGpus) {
   Harness h(Nodes{{"full", "hgx-h100-8gpu"}, {"free", "hgx-h100-8gpu"}});
   const auto topology = h.store().snapshot()->Find("full")->topology;
-  for (const char* n : {"full", "free"}) ASSERT_TRUE(h.store().UpsertNode({n, topology, {}, true, 128000}).ok());
+  for (const char* n : {"full", "free"})
+    ASSERT_TRUE(h.store().UpsertNode({n, topology, {}, true, 128000}).ok());
   HttpClient c(h.port());
   const PodSpec one{.name = "one", .uid = "uid-one", .gpus = 1, .cpu = "64"};
   PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(one), {"full", "free"}));  // seen, not bound
@@ -404,7 +419,8 @@ TEST(ExtenderPrioritize, APodWithoutDevicesScoresWhereItsCpuStrandsTheFewestGpus
   EXPECT_EQ(e["packsCpu"], true) << e.dump(2);
   EXPECT_EQ(e["best"], "full") << e.dump(2);
   ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
-  for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], s[n["name"].get<std::string>()]) << e.dump(2);
+  for (const json& n : e["nodes"])
+    EXPECT_EQ(n["extenderScore"], s[n["name"].get<std::string>()]) << e.dump(2);
   EXPECT_EQ(e["nodes"][0]["name"], "full");
   EXPECT_EQ(e["nodes"][1]["idleGpuShare"], 1.0);
   EXPECT_EQ(scores("/scheduler/prioritize", big), s) << "both entries score such a pod alike";
@@ -443,7 +459,8 @@ TEST(ExtenderExplain, NodesOfOneClassWhoseCpuBindsAreExplainedWithTheirOwnCpu) {
   EXPECT_LT(score["a"], score["b"]) << "a's 28 free cores strand GPUs for the 16-core shape";
   const json e = PostJson(c, "/explain", MakePod(one).dump());
   ASSERT_EQ(e["nodes"].size(), 2u) << e.dump(2);
-  for (const json& n : e["nodes"]) EXPECT_EQ(n["extenderScore"], score[n["name"].get<std::string>()]) << e.dump(2);
+  for (const json& n : e["nodes"])
+    EXPECT_EQ(n["extenderScore"], score[n["name"].get<std::string>()]) << e.dump(2);
   EXPECT_EQ(e["best"], "b");
 }
 
@@ -458,9 +475,11 @@ TEST(ExtenderPrioritize, ARareNodeClassScoresZeroWhileAnotherNodeFits) {
   auto scores = [&](Harness& h, const PodSpec& pod) {
     EXPECT_TRUE(h.store().UpsertNode({"common", common, {}, true}).ok());
     HttpClient c(h.port());
-    PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), {"rare", "common"}));  // seen, not bound
+    PostJson(c, "/scheduler/filter",
+             ExtenderArgs(MakePod(kTraining8), {"rare", "common"}));  // seen, not bound
     std::map<std::string, int> score;
-    for (const json& hp : PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), {"rare", "common"}))) {
+    for (const json& hp :
+         PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), {"rare", "common"}))) {
       score[hp["Host"]] = hp["Score"];
     }
     return score;
@@ -483,10 +502,11 @@ TEST(ExtenderPrioritize, ARareNodeClassScoresZeroWhileAnotherNodeFits) {
     std::map<std::string, int> training = scores(h, kTraining8);
     EXPECT_GE(training["rare"], 1);
     // Volcano's prioritize ranks the same way.
-    const json v = PostJson(c, "/volcano/prioritize",
-                            json{{"task", testing::MakeTask(p1)},
-                                 {"nodes", {testing::MakeVolcanoNode("rare"), testing::MakeVolcanoNode("common")}}}
-                                .dump());
+    const json v =
+        PostJson(c, "/volcano/prioritize",
+                 json{{"task", testing::MakeTask(p1)},
+                      {"nodes", {testing::MakeVolcanoNode("rare"), testing::MakeVolcanoNode("common")}}}
+                     .dump());
     EXPECT_EQ(v["nodeScore"]["rare"].get<double>(), 0.0) << v.dump();
     EXPECT_GT(v["nodeScore"]["common"].get<double>(), 0.0) << v.dump();
   }
@@ -495,15 +515,24 @@ TEST(ExtenderPrioritize, ARareNodeClassScoresZeroWhileAnotherNodeFits) {
     // the pool's first pod lands there, "rare" is kept from it like from any pod.
     Harness h(Nodes{{"rare", "hgx-h100-8gpu"}});
     HttpClient c(h.port());
-    const PodSpec decode{.name = "dc", .uid = "uid-dc", .gpus = 1, .rdma = 1,
+    const PodSpec decode{.name = "dc",
+                         .uid = "uid-dc",
+                         .gpus = 1,
+                         .rdma = 1,
                          .labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}}};
-    const PodSpec elsewhere{.name = "pf0", .uid = "uid-pf0", .gpus = 2, .rdma = 2,
+    const PodSpec elsewhere{.name = "pf0",
+                            .uid = "uid-pf0",
+                            .gpus = 2,
+                            .rdma = 2,
                             .labels = {{"llm-d.ai/role", "prefill"}, {"toposched.io/pool", "chat"}}};
     EXPECT_TRUE(h.store().UpsertNode({"common", common, {}, true}).ok());
     PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(elsewhere), {"common"}));
     EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(elsewhere, "common"))["Error"], "");
     EXPECT_EQ(scores(h, decode)["rare"], 0) << "the pool runs on common only";
-    const PodSpec prefill{.name = "pf", .uid = "uid-pf", .gpus = 2, .rdma = 2,
+    const PodSpec prefill{.name = "pf",
+                          .uid = "uid-pf",
+                          .gpus = 2,
+                          .rdma = 2,
                           .labels = {{"llm-d.ai/role", "prefill"}, {"toposched.io/pool", "chat"}}};
     PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(prefill), {"rare"}));
     EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(prefill, "rare"))["Error"], "");
@@ -523,7 +552,8 @@ TEST(ExtenderPrioritize, ARareNodeClassScoresZeroWhileAnotherNodeFits) {
 // framework call (filter, then every Score plugin over the store's cluster view of `pool`)
 // gives it; returns the distinct scores seen, so a caller can insist the nodes differ.
 std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, const PodSpec& pod,
-                                                  const std::vector<std::string>& names, const std::string& pool) {
+                                                  const std::vector<std::string>& names,
+                                                  const std::string& pool) {
   const json r = PostJson(c, "/scheduler/prioritize", ExtenderArgs(MakePod(pod), names));
   EXPECT_TRUE(r.is_array());
   std::map<std::string, int> got;
@@ -540,8 +570,8 @@ std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, con
     const state::NodeRecord& record = *snap->Find(name);
     framework::CycleState cycle = fw.NewCycle(*request);
     cycle.SetCluster(state::MakeClusterView(h.store(), snap, fw.config().network, pool));
-    const framework::NodeInfo info{record.name, record.topology, record.fingerprint, record.allocated, record.labels,
-                                   record.schedulable};
+    const framework::NodeInfo info{record.name,      record.topology, record.fingerprint,
+                                   record.allocated, record.labels,   record.schedulable};
     if (!fw.RunFilter(cycle, info).ok()) continue;
     fits[name] = fw.RunScore(cycle, info);
     band.Offer(fits[name]);
@@ -556,7 +586,8 @@ std::set<int> ExpectPrioritizeEqualsTheFrameworks(Harness& h, HttpClient& c, con
       std::span<std::pair<std::string, int>>(want),
       [&](std::size_t k) {
         const auto it = fits.find(want[k].first);
-        return framework::TieKeyOf(it == fits.end() ? -1 : it->second.capacity, 0, NodeOrderKey(want[k].first));
+        return framework::TieKeyOf(it == fits.end() ? -1 : it->second.capacity, 0,
+                                   NodeOrderKey(want[k].first));
       },
       [](std::pair<std::string, int>& w) -> int& { return w.second; });
   for (const auto& [name, score] : want) {
@@ -637,12 +668,19 @@ TEST(ExtenderPrioritize, PoolPodScoresGroupedByContentEqualTheFrameworksOnEveryN
     // l0, l3 and l7 (l3's and l7's contents equal: without the nesting rule n14 in l3 and n28 in
     // l7 would share a key, though the prefill in l3 sits in spine s0 and n14 in s1), two decodes
     // on n20 (l5).
-    for (const auto& [name, role, node] : std::vector<std::tuple<std::string, const char*, std::string>>{
-             {"d0", "decode", "n1"}, {"d1", "decode", "n9"}, {"d2", "decode", "n17"}, {"d3", "decode", "n25"},
-             {"p0", "prefill", "n2"}, {"p1", "prefill", "n13"}, {"p2", "prefill", "n29"},
-             {"d4", "decode", "n20"}, {"d5", "decode", "n20"}}) {
+    for (const auto& [name, role, node] :
+         std::vector<std::tuple<std::string, const char*, std::string>>{{"d0", "decode", "n1"},
+                                                                        {"d1", "decode", "n9"},
+                                                                        {"d2", "decode", "n17"},
+                                                                        {"d3", "decode", "n25"},
+                                                                        {"p0", "prefill", "n2"},
+                                                                        {"p1", "prefill", "n13"},
+                                                                        {"p2", "prefill", "n29"},
+                                                                        {"d4", "decode", "n20"},
+                                                                        {"d5", "decode", "n20"}}) {
       PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(pool_pod(name, role)), names));
-      ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(pool_pod(name, role), node))["Error"], "");
+      ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(pool_pod(name, role), node))["Error"],
+                "");
     }
     for (const char* role : {"decode", "prefill"}) {
       SCOPED_TRACE(role);
@@ -683,12 +721,15 @@ TEST(ExtenderFilter, NodesOfOneTypeShareAClassButAPodNamingUuidsIsDecidedPerNode
     return out;
   };
   EXPECT_EQ(passed(shared_pod("any", {})), (std::set<std::string>{"a", "b"}));
-  EXPECT_EQ(passed(shared_pod("on-b", {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}})), (std::set<std::string>{"b"}));
-  EXPECT_EQ(passed(shared_pod("not-a", {{"nvidia.com/nouse-gpuuuid", "GPU-aaaa-0,GPU-aaaa-1,GPU-aaaa-2,GPU-aaaa-3"}})),
+  EXPECT_EQ(passed(shared_pod("on-b", {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}})),
+            (std::set<std::string>{"b"}));
+  EXPECT_EQ(passed(shared_pod("not-a",
+                              {{"nvidia.com/nouse-gpuuuid", "GPU-aaaa-0,GPU-aaaa-1,GPU-aaaa-2,GPU-aaaa-3"}})),
             (std::set<std::string>{"b"}));
   // Its bind takes the named GPU.
   ASSERT_EQ(PostJson(c, "/scheduler/bind",
-                     testing::BindingArgs(shared_pod("on-b", {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}}), "b"))["Error"],
+                     testing::BindingArgs(shared_pod("on-b", {{"nvidia.com/use-gpuuuid", "GPU-bbbb-2"}}),
+                                          "b"))["Error"],
             "");
   const auto bound = h.store().FindPod("uid-on-b");
   ASSERT_TRUE(bound.has_value());
@@ -760,18 +801,18 @@ TEST(ExtenderPreempt, KeepsNodesWhereTheVictimsFreeEnoughDevices) {
   const PodSpec big{.name = "big", .uid = "uid-big", .gpus = 8};
   const PodSpec s1{.name = "s1", .uid = "uid-s1", .gpus = 4};
   const PodSpec s2{.name = "s2", .uid = "uid-s2", .gpus = 4};
-  for (const auto& [p, n] : std::vector<std::pair<PodSpec, std::string>>{{big, "hgx-a"}, {s1, "hgx-b"}, {s2, "hgx-b"}}) {
+  for (const auto& [p, n] :
+       std::vector<std::pair<PodSpec, std::string>>{{big, "hgx-a"}, {s1, "hgx-b"}, {s2, "hgx-b"}}) {
     PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(p), {n}));
     ASSERT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, n))["Error"], "");
   }
   const PodSpec want{.name = "want", .uid = "uid-want", .gpus = 8};
-  const json args = {
-      {"Pod", MakePod(want)},
-      {"NodeNameToVictims", nullptr},
-      {"NodeNameToMetaVictims",
-       {{"hgx-a", {{"Pods", {{{"UID", "uid-big"}}}}, {"NumPDBViolations", 0}}},
-        // Evicting only one 4-GPU pod leaves 4: not enough for 8.
-        {"hgx-b", {{"Pods", {{{"UID", "uid-s1"}}}}, {"NumPDBViolations", 1}}}}}};
+  const json args = {{"Pod", MakePod(want)},
+                     {"NodeNameToVictims", nullptr},
+                     {"NodeNameToMetaVictims",
+                      {{"hgx-a", {{"Pods", {{{"UID", "uid-big"}}}}, {"NumPDBViolations", 0}}},
+                       // Evicting only one 4-GPU pod leaves 4: not enough for 8.
+                       {"hgx-b", {{"Pods", {{{"UID", "uid-s1"}}}}, {"NumPDBViolations", 1}}}}}};
   const json r = PostJson(c, "/scheduler/preempt", args.dump());
   ASSERT_TRUE(r["NodeNameToMetaVictims"].contains("hgx-a")) << r.dump();
   EXPECT_EQ(r["NodeNameToMetaVictims"]["hgx-a"]["Pods"], json({{{"UID", "uid-big"}}}));
@@ -817,7 +858,8 @@ TEST(ExtenderVolcano, TasksWithoutAPodAreReadFromMilliUnitResreq) {
   HttpClient c(h.port());
   json task = testing::MakeTask(PodSpec{.name = "np", .uid = "uid-np", .gpus = 8});
   task["Pod"] = nullptr;  // 8000 milli-GPUs = 8 GPUs: more than the node has
-  const json r = PostJson(c, "/volcano/predicate", json{{"task", task}, {"node", testing::MakeVolcanoNode("pcie-c")}}.dump());
+  const json r = PostJson(c, "/volcano/predicate",
+                          json{{"task", task}, {"node", testing::MakeVolcanoNode("pcie-c")}}.dump());
   EXPECT_EQ(r["code"], 3) << r.dump();
 }
 
@@ -829,7 +871,9 @@ TEST(ExtenderVolcano, APipelinedTaskWaitsForItsVictimsWithoutFailingTheStatement
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
   HttpClient c(h.port());
   const PodSpec victim{.name = "low", .uid = "uid-low", .gpus = 8};
-  ASSERT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"], "");
+  ASSERT_EQ(PostJson(c, "/volcano/allocate",
+                     json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"],
+            "");
   const PodSpec preemptor{.name = "hi", .uid = "uid-hi", .gpus = 4};
   json task = testing::MakeTask(preemptor, "hgx-a");
   task["Status"] = 4;  // api.Pipelined
@@ -841,7 +885,9 @@ TEST(ExtenderVolcano, APipelinedTaskWaitsForItsVictimsWithoutFailingTheStatement
   EXPECT_NE(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
   // The victim goes; pipelined again onto the free devices, still nothing (a statement that
   // pipelined it may be committed with no deallocate to follow); the next session allocates it.
-  ASSERT_EQ(PostJson(c, "/volcano/deallocate", json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"], "");
+  ASSERT_EQ(PostJson(c, "/volcano/deallocate",
+                     json{{"task", testing::MakeTask(victim, "hgx-a")}}.dump())["errorMessage"],
+            "");
   task["Status"] = 4;
   EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", task}}.dump())["errorMessage"], "");
   EXPECT_FALSE(h.store().FindPod("uid-hi").has_value());
@@ -859,11 +905,15 @@ TEST(ExtenderVolcano, ATaskThatHoldsDevicesOnANodeFitsThereOnThem) {
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
   HttpClient c(h.port());
   const PodSpec p{.name = "lost", .uid = "uid-lost", .gpus = 8};
-  ASSERT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump())["errorMessage"], "");
+  ASSERT_EQ(
+      PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump())["errorMessage"],
+      "");
   json r = PostJson(c, "/volcano/predicate",
                     json{{"task", testing::MakeTask(p)}, {"node", testing::MakeVolcanoNode("hgx-a")}}.dump());
   EXPECT_EQ(r, json({{"status", ""}, {"code", 0}}));
-  EXPECT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump())["errorMessage"], "");
+  EXPECT_EQ(
+      PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(p, "hgx-a")}}.dump())["errorMessage"],
+      "");
   EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);
   const PodSpec q{.name = "q", .uid = "uid-q", .gpus = 1};
   r = PostJson(c, "/volcano/predicate",
@@ -887,7 +937,8 @@ TEST(ExtenderFilter, APodThatHoldsDevicesOnANodePassesThereOnly) {
   EXPECT_EQ(PostJson(c, "/scheduler/bind", testing::BindingArgs(p, "hgx-a"))["Error"], "");
   EXPECT_EQ(GpusHeld(h.store(), "hgx-a"), 8);
   const PodSpec q{.name = "q", .uid = "uid-q", .gpus = 1};
-  EXPECT_TRUE(PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(q), {"hgx-a", "hgx-b"}))["NodeNames"].empty());
+  EXPECT_TRUE(
+      PostJson(c, "/scheduler/filter", ExtenderArgs(MakePod(q), {"hgx-a", "hgx-b"}))["NodeNames"].empty());
 }
 
 TEST(ExtenderVolcano, PreemptableAndReclaimableAlwaysAbstain) {
@@ -896,13 +947,16 @@ TEST(ExtenderVolcano, PreemptableAndReclaimableAlwaysAbstain) {
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
   HttpClient c(h.port());
   const PodSpec holder{.name = "holder", .uid = "uid-holder", .gpus = 8};
-  ASSERT_EQ(PostJson(c, "/volcano/allocate", json{{"task", testing::MakeTask(holder, "hgx-a")}}.dump())["errorMessage"], "");
+  ASSERT_EQ(PostJson(c, "/volcano/allocate",
+                     json{{"task", testing::MakeTask(holder, "hgx-a")}}.dump())["errorMessage"],
+            "");
   const PodSpec cpu_only{.name = "cpu", .uid = "uid-cpu"};
   const PodSpec evictor{.name = "hi", .uid = "uid-hi", .gpus = 4};
   const json evictees = {testing::MakeTask(holder, "hgx-a"), testing::MakeTask(cpu_only, "hgx-a")};
   for (const char* verb : {"/volcano/preemptable", "/volcano/reclaimable"}) {
     for (const PodSpec& who : {evictor, cpu_only}) {
-      const json r = PostJson(c, verb, json{{"evictor", testing::MakeTask(who)}, {"evictees", evictees}}.dump());
+      const json r =
+          PostJson(c, verb, json{{"evictor", testing::MakeTask(who)}, {"evictees", evictees}}.dump());
       EXPECT_EQ(r["status"], 0) << verb << " " << who.name;
       EXPECT_TRUE(r["victims"].empty()) << verb << " " << who.name;
     }
@@ -914,12 +968,10 @@ TEST(ExtenderVolcano, PreemptableAndReclaimableAlwaysAbstain) {
 TEST(ExtenderVolcano, SessionOpenAndCloseAnswerEmptyObjects) {
   Harness h(Nodes{{"hgx-a", "hgx-h100-8gpu"}});
   HttpClient c(h.port());
-  const json open = {{"Jobs", json::object()},
-                     {"Nodes", {{"hgx-a", testing::MakeVolcanoNode("hgx-a")}}},
-                     {"Queues", json::object()},
-                     {"NamespaceInfo", json::object()},
-                     {"RevocableNodes", json::object()},
-                     {"NodeList", nullptr}};
+  const json open = {
+      {"Jobs", json::object()},           {"Nodes", {{"hgx-a", testing::MakeVolcanoNode("hgx-a")}}},
+      {"Queues", json::object()},         {"NamespaceInfo", json::object()},
+      {"RevocableNodes", json::object()}, {"NodeList", nullptr}};
   EXPECT_EQ(PostJson(c, "/volcano/onSessionOpen", open.dump()), json::object());
   EXPECT_EQ(PostJson(c, "/volcano/onSessionClose", "{}"), json::object());
 }
@@ -931,9 +983,11 @@ TEST(ExtenderWire, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
     std::string name, path, body, want;
   } cases[] = {
       {"not json", "/scheduler/filter", "{\"Pod\": ", "not JSON"},
-      {"wrong type", "/scheduler/filter", json{{"Pod", MakePod(kTraining8)}, {"NodeNames", {"a", 7}}}.dump(), "NodeNames[1]"},
+      {"wrong type", "/scheduler/filter", json{{"Pod", MakePod(kTraining8)}, {"NodeNames", {"a", 7}}}.dump(),
+       "NodeNames[1]"},
       {"missing pod", "/scheduler/filter", json{{"NodeNames", {"a"}}}.dump(), "Pod"},
-      {"bind missing uid", "/scheduler/bind", json{{"PodName", "x"}, {"PodNamespace", "d"}, {"Node", "n"}}.dump(), "PodUID"},
+      {"bind missing uid", "/scheduler/bind",
+       json{{"PodName", "x"}, {"PodNamespace", "d"}, {"Node", "n"}}.dump(), "PodUID"},
       {"array at top", "/scheduler/prioritize", "[1,2]", ""},
       {"volcano garbage", "/volcano/predicate", "\x01\x02", ""},
   };
@@ -977,13 +1031,13 @@ TEST(ExtenderOps, HealthReadinessAndMetrics) {
   ASSERT_EQ(m->status, 200);
   EXPECT_EQ(m->content_type.rfind("text/plain; version=0.0.4", 0), 0u) << m->content_type;
   const std::string& t = m->body;
-  for (const char* want : {"toposched_requests_total{verb=\"filter\",code=\"200\"} 1",
-                           "toposched_requests_total{verb=\"bind\",code=\"200\"} 1",
-                           "toposched_request_duration_seconds_count{verb=\"filter\"} 1",
-                           "toposched_placements_total{worst_class=\"PIX\"} 1",
-                           "toposched_binds_total{outcome=\"bound\"} 1",
-                           "toposched_reservations_total{outcome=\"confirmed\"} 1",
-                           "toposched_state_nodes 2", "toposched_state_pods 1"}) {
+  for (const char* want :
+       {"toposched_requests_total{verb=\"filter\",code=\"200\"} 1",
+        "toposched_requests_total{verb=\"bind\",code=\"200\"} 1",
+        "toposched_request_duration_seconds_count{verb=\"filter\"} 1",
+        "toposched_placements_total{worst_class=\"PIX\"} 1", "toposched_binds_total{outcome=\"bound\"} 1",
+        "toposched_reservations_total{outcome=\"confirmed\"} 1", "toposched_state_nodes 2",
+        "toposched_state_pods 1"}) {
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
   }
   EXPECT_NE(t.find("toposched_filter_rejections_total{reason=\"DeviceFit/UnschedulableAndUnresolvable\"} 1"),
@@ -1074,7 +1128,8 @@ TEST(ExtenderConcurrency, ConcurrentBindsNeverOversubscribe) {
       const std::optional<state::PodAllocation> a = h.store().FindPod(uid);
       ASSERT_TRUE(a.has_value()) << uid;
       EXPECT_EQ(acked_pods.count(uid), 1u) << uid << " bound but never acknowledged";
-      for (int g : a->delta.exclusive_gpus) EXPECT_EQ((++gpu_holders[{rec->name, g}]), 1) << rec->name << " GPU " << g;
+      for (int g : a->delta.exclusive_gpus)
+        EXPECT_EQ((++gpu_holders[{rec->name, g}]), 1) << rec->name << " GPU " << g;
       for (int n : a->delta.nics) EXPECT_EQ((++nic_holders[{rec->name, n}]), 1) << rec->name << " NIC " << n;
     }
   }
@@ -1094,9 +1149,11 @@ struct InProcess {
       : registry(plugins::BuiltinRegistry()),
         fw(framework::Framework::Create(plugins::DefaultSchedulerConfig(), registry).value()),
         store(nullptr, StoreOptionsFor(fw.config())) {
-    for (const auto& [name, preset] : nodes) EXPECT_TRUE(store.UpsertNode({name, Preset(preset), {}, true}).ok());
+    for (const auto& [name, preset] : nodes)
+      EXPECT_TRUE(store.UpsertNode({name, Preset(preset), {}, true}).ok());
     store.SetSynced(true);
-    service = std::make_unique<ExtenderService>(fw, store, metrics, std::move(options), [this] { return now; }, hooks);
+    service = std::make_unique<ExtenderService>(
+        fw, store, metrics, std::move(options), [this] { return now; }, hooks);
   }
   server::HttpResponse Call(std::string_view method, std::string_view target, std::string_view body,
                             bool verified = false) {
@@ -1121,11 +1178,13 @@ TEST(ExtenderVolcano, PredicatesWithoutAllocateForAMinuteSayVolcanoIsTooOld) {
   auto call = [&](const std::string& target, const std::string& body) {
     return h.Call(target == "/metrics" ? "GET" : "POST", target, body).body;
   };
-  const std::string predicate =
-      json{{"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1})},
-           {"node", testing::MakeVolcanoNode("hgx-a")}}
-          .dump();
-  auto missing = [&] { return call("/metrics", "").find("\ntoposched_volcano_allocate_missing 1\n") != std::string::npos; };
+  const std::string predicate = json{
+      {"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1})},
+      {"node", testing::MakeVolcanoNode(
+                   "hgx-a")}}.dump();
+  auto missing = [&] {
+    return call("/metrics", "").find("\ntoposched_volcano_allocate_missing 1\n") != std::string::npos;
+  };
   call("/volcano/predicate", predicate);
   now += std::chrono::seconds(30);
   call("/volcano/predicate", predicate);
@@ -1133,7 +1192,8 @@ TEST(ExtenderVolcano, PredicatesWithoutAllocateForAMinuteSayVolcanoIsTooOld) {
   now += std::chrono::seconds(31);
   call("/volcano/predicate", predicate);
   EXPECT_TRUE(missing());
-  call("/volcano/allocate", json{{"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1}, "hgx-a")}}.dump());
+  call("/volcano/allocate",
+       json{{"task", testing::MakeTask(PodSpec{.name = "v", .uid = "uid-v", .gpus = 1}, "hgx-a")}}.dump());
   EXPECT_FALSE(missing());
 }
 
@@ -1148,10 +1208,12 @@ TEST(ExtenderSecurity, VerbsNeedAVerifiedClientCertificateWhenRequired) {
   };
   const std::string bind =
       json{{"PodName", "p"}, {"PodNamespace", "default"}, {"PodUID", "uid-p"}, {"Node", "hgx-a"}}.dump();
-  const std::string filter = ExtenderArgs(MakePod(PodSpec{.name = "p", .uid = "uid-p", .gpus = 1}), {"hgx-a"});
+  const std::string filter =
+      ExtenderArgs(MakePod(PodSpec{.name = "p", .uid = "uid-p", .gpus = 1}), {"hgx-a"});
   for (const char* target : {"/scheduler/bind", "/scheduler/filter", "/volcano/allocate"}) {
     SCOPED_TRACE(target);
-    const server::HttpResponse refused = call("POST", target, target[1] == 's' && target[11] == 'f' ? filter : bind, false);
+    const server::HttpResponse refused =
+        call("POST", target, target[1] == 's' && target[11] == 'f' ? filter : bind, false);
     EXPECT_EQ(refused.status, 403);
     EXPECT_NE(refused.body.find("client certificate"), std::string::npos) << refused.body;
   }
@@ -1173,7 +1235,8 @@ class RecordingHooks : public BindHooks {
   }
   Status CompleteBind(const state::PodAllocation&) override { return Status::Ok(); }
   bool MayRebind(const state::PodAllocation&) override { return true; }
-  void PodUnschedulable(std::string_view ns, std::string_view name, std::string_view, std::string_view summary) override {
+  void PodUnschedulable(std::string_view ns, std::string_view name, std::string_view,
+                        std::string_view summary) override {
     unschedulable.emplace_back(std::string(ns) + "/" + std::string(name), std::string(summary));
   }
   void PodAllocated(const state::PodAllocation& a, std::string_view alignment, bool volcano) override {
@@ -1182,7 +1245,8 @@ class RecordingHooks : public BindHooks {
   Result<std::string> LookupPod(std::string_view ns, std::string_view name) override {
     const auto it = pods.find(std::string(ns) + "/" + std::string(name));
     if (it == pods.end()) {
-      return Error(std::string(kPodNotFoundTag) + std::string(ns) + "/" + std::string(name), ErrorCode::kNotFound);
+      return Error(std::string(kPodNotFoundTag) + std::string(ns) + "/" + std::string(name),
+                   ErrorCode::kNotFound);
     }
     return it->second;
   }
@@ -1200,16 +1264,22 @@ class RecordingHooks : public BindHooks {
 
 // A cluster where an 8-GPU, 8-NIC pod fits nowhere, each node for its own reason.
 struct NoFitCluster {
-  NoFitCluster() : h(ExtenderOptions{}, &hooks, Nodes{{"hgx-a", "hgx-h100-8gpu"}, {"hgx-b", "hgx-h100-8gpu"},
-                                                       {"pcie-1", "pcie-4gpu"}, {"pcie-2", "pcie-4gpu"},
-                                                       {"pcie-3", "pcie-4gpu"}}) {
+  NoFitCluster()
+      : h(ExtenderOptions{}, &hooks,
+          Nodes{{"hgx-a", "hgx-h100-8gpu"},
+                {"hgx-b", "hgx-h100-8gpu"},
+                {"pcie-1", "pcie-4gpu"},
+                {"pcie-2", "pcie-4gpu"},
+                {"pcie-3", "pcie-4gpu"}}) {
     EXPECT_TRUE(h.store.UpsertNode({"hgx-b", Preset("hgx-h100-8gpu"), {}, /*schedulable=*/false}).ok());
     EXPECT_TRUE(h.store.UpsertNode({"stale-c", nullptr, {}, true}).ok());  // topology withdrawn: stale
     hooks.stale.insert("stale-c");
     // hgx-a: 2 GPUs taken, 6 left.
     const PodSpec small{.name = "small", .uid = "uid-small", .gpus = 2, .rdma = 2};
     EXPECT_EQ(h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(small), {"hgx-a"})).status, 200);
-    EXPECT_EQ(json::parse(h.Call("POST", "/scheduler/bind", testing::BindingArgs(small, "hgx-a")).body)["Error"], "");
+    EXPECT_EQ(
+        json::parse(h.Call("POST", "/scheduler/bind", testing::BindingArgs(small, "hgx-a")).body)["Error"],
+        "");
   }
   RecordingHooks hooks;
   InProcess h;
@@ -1218,16 +1288,18 @@ struct NoFitCluster {
 
 TEST(ExtenderEvents, AFilterThatLeavesNoNodeTellsThePodTheReasonsByCount) {
   NoFitCluster c;
-  const server::HttpResponse r = c.h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), c.names));
+  const server::HttpResponse r =
+      c.h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(kTraining8), c.names));
   ASSERT_EQ(r.status, 200);
   EXPECT_TRUE(json::parse(r.body)["NodeNames"].empty()) << r.body;
   ASSERT_EQ(c.hooks.unschedulable.size(), 1u);
   EXPECT_EQ(c.hooks.unschedulable[0].first, "default/train");
   // Most nodes first, ties by text; "ghost" has no record at all, stale-c's topology is withdrawn.
-  EXPECT_EQ(c.hooks.unschedulable[0].second,
-            "0/7 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: cordoned; "
-            "1 node: fewer than 8 free GPUs; 1 node: no NodeTopology (is the toposched agent running there?); "
-            "1 node: stale topology (the agent's heartbeat is too old)");
+  EXPECT_EQ(
+      c.hooks.unschedulable[0].second,
+      "0/7 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: cordoned; "
+      "1 node: fewer than 8 free GPUs; 1 node: no NodeTopology (is the toposched agent running there?); "
+      "1 node: stale topology (the agent's heartbeat is too old)");
   // A call where one node fits tells nothing.
   const PodSpec four{.name = "four", .uid = "uid-four", .gpus = 4, .rdma = 4};
   c.h.Call("POST", "/scheduler/filter", ExtenderArgs(MakePod(four), c.names));
@@ -1256,7 +1328,7 @@ TEST(ExtenderEvents, AlignmentNoteComparesTheWorstPairWithTheEmptyNodesBest) {
   Placement p;
   EXPECT_EQ(AlignmentNote(p), "") << "no GPU->NIC pairs: nothing to say";
   p.pairs.push_back({0, 0, LinkClass::kPHB});
-  p.cost.worst_gpu_nic = 3;  // PHB
+  p.cost.worst_gpu_nic = 3;   // PHB
   p.best_possible_worst = 1;  // PIX with every device free
   EXPECT_EQ(AlignmentNote(p), "the node allows PIX; its free devices did not");
   p.best_possible_worst = 3;
@@ -1265,7 +1337,8 @@ TEST(ExtenderEvents, AlignmentNoteComparesTheWorstPairWithTheEmptyNodesBest) {
 
 TEST(ExtenderEvents, SummaryKeepsTheLargestGroupsAndCountsTheRest) {
   std::vector<std::pair<std::string, std::size_t>> reasons;
-  for (int i = 0; i < 8; ++i) reasons.emplace_back("reason " + std::to_string(i), static_cast<std::size_t>(i + 1));
+  for (int i = 0; i < 8; ++i)
+    reasons.emplace_back("reason " + std::to_string(i), static_cast<std::size_t>(i + 1));
   // 36 nodes refused: groups of 8..1; the two smallest (2 + 1 nodes) become "other reasons".
   EXPECT_EQ(SummarizeRefusals(40, 4, reasons),
             "4/40 nodes fit: 8 nodes: reason 7; 7 nodes: reason 6; 6 nodes: reason 5; 5 nodes: reason 4; "
@@ -1300,10 +1373,12 @@ TEST(ExtenderExplain, ByNameAnswersPerNodeReasonsAndScoresFromTheStore) {
   EXPECT_EQ(by_name["hgx-b"]["summary"], "cordoned");
   EXPECT_EQ(by_name["stale-c"]["summary"], "stale topology (the agent's heartbeat is too old)");
   EXPECT_EQ(by_name["stale-c"]["plugin"], "DeviceFit");
-  EXPECT_EQ(e["summary"],
-            "1/6 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: cordoned; 1 node: "
-            "stale topology (the agent's heartbeat is too old)");
-  EXPECT_EQ(e["reasons"][0], json({{"reason", "fewer GPUs or RDMA NICs in all than the pod asks"}, {"nodes", 3}}));
+  EXPECT_EQ(
+      e["summary"],
+      "1/6 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: cordoned; 1 node: "
+      "stale topology (the agent's heartbeat is too old)");
+  EXPECT_EQ(e["reasons"][0],
+            json({{"reason", "fewer GPUs or RDMA NICs in all than the pod asks"}, {"nodes", 3}}));
   // Explaining changes nothing: no reservation, no allocation.
   EXPECT_EQ(c.h.service->cached_pods(), 0u);
   EXPECT_EQ(c.h.store.pod_count(), 1u);
@@ -1331,7 +1406,8 @@ TEST(ExtenderExplain, APostedPodAndABoundPodWhoseOwnDevicesCountFree) {
   // The unschedulable pod: nothing fits, and the summary is the one its event carries.
   r = c.h.Call("POST", "/explain?format=text", MakePod(kTraining8).dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_NE(r.body.find("0/6 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; "), std::string::npos)
+  EXPECT_NE(r.body.find("0/6 nodes fit: 3 nodes: fewer GPUs or RDMA NICs in all than the pod asks; "),
+            std::string::npos)
       << r.body;
   EXPECT_EQ(r.body.find("Best node now"), std::string::npos) << r.body;
 }
@@ -1341,7 +1417,9 @@ TEST(ExtenderExplain, BadRequestsGetClearErrors) {
   InProcess h(ExtenderOptions{.require_client_certificate = true}, &hooks);
   const auto call = [&](const char* method, const std::string& target, const std::string& body = "",
                         bool verified = false) { return h.Call(method, target, body, verified); };
-  const auto error_of = [](const server::HttpResponse& r) { return json::parse(r.body)["Error"].get<std::string>(); };
+  const auto error_of = [](const server::HttpResponse& r) {
+    return json::parse(r.body)["Error"].get<std::string>();
+  };
   EXPECT_EQ(call("GET", "/explain").status, 400);
   EXPECT_NE(error_of(call("GET", "/explain")).find("?pod=NAMESPACE/NAME"), std::string::npos);
   EXPECT_EQ(call("GET", "/explain?pod=Default/../x").status, 400);
@@ -1405,7 +1483,8 @@ TEST(ExtenderNodes, FreeAndAllocatedDevicesStaleAndClassPerNode) {
   std::map<std::string, json> by_name;
   for (const json& n : j["nodes"]) by_name[n["name"]] = n;
   ASSERT_EQ(by_name.size(), 6u);
-  EXPECT_EQ(by_name["hgx-a"]["gpus"], json({{"total", 8}, {"free", 6}, {"shared", 0}, {"unusable", 0}, {"allocated", 2}}));
+  EXPECT_EQ(by_name["hgx-a"]["gpus"],
+            json({{"total", 8}, {"free", 6}, {"shared", 0}, {"unusable", 0}, {"allocated", 2}}));
   EXPECT_EQ(by_name["hgx-a"]["rdmaNics"]["free"], by_name["hgx-a"]["rdmaNics"]["total"].get<int>() - 2);
   EXPECT_EQ(by_name["hgx-a"]["pods"], 1);
   EXPECT_EQ(by_name["hgx-a"]["state"], "ok");

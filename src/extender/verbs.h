@@ -8,47 +8,83 @@
 
 #include "toposched/common/pod_label.h"
 #include "toposched/common/status.h"
-#include "toposched/wire/wire.h"
-#include "toposched/server/http_server.h"
 #include "toposched/metrics/logging.h"
+#include "toposched/server/http_server.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 
 enum class Verb {
-  kFilter, kPrioritize, kBind, kPreempt, kPrioritizeCpu,
-  kVPredicate, kVPrioritize, kVAllocate, kVDeallocate, kVPreemptable, kVReclaimable,
-  kVSessionOpen, kVSessionClose,
-  kHealthz, kReadyz, kMetrics, kExplain, kNodes,
+  kFilter,
+  kPrioritize,
+  kBind,
+  kPreempt,
+  kPrioritizeCpu,
+  kVPredicate,
+  kVPrioritize,
+  kVAllocate,
+  kVDeallocate,
+  kVPreemptable,
+  kVReclaimable,
+  kVSessionOpen,
+  kVSessionClose,
+  kHealthz,
+  kReadyz,
+  kMetrics,
+  kExplain,
+  kNodes,
 };
 inline constexpr int kVerbCount = static_cast<int>(Verb::kNodes) + 1;
 
 constexpr std::string_view VerbName(Verb v) {
   switch (v) {
-    case Verb::kFilter: return "filter";
-    case Verb::kPrioritize: return "prioritize";
-    case Verb::kBind: return "bind";
-    case Verb::kPreempt: return "preempt";
-    case Verb::kPrioritizeCpu: return "prioritize-cpu";
-    case Verb::kVPredicate: return "volcano/predicate";
-    case Verb::kVPrioritize: return "volcano/prioritize";
-    case Verb::kVAllocate: return "volcano/allocate";
-    case Verb::kVDeallocate: return "volcano/deallocate";
-    case Verb::kVPreemptable: return "volcano/preemptable";
-    case Verb::kVReclaimable: return "volcano/reclaimable";
-    case Verb::kVSessionOpen: return "volcano/onSessionOpen";
-    case Verb::kVSessionClose: return "volcano/onSessionClose";
-    case Verb::kHealthz: return "healthz";
-    case Verb::kReadyz: return "readyz";
-    case Verb::kMetrics: return "metrics";
-    case Verb::kExplain: return "explain";
-    case Verb::kNodes: return "nodes";
+    case Verb::kFilter:
+      return "filter";
+    case Verb::kPrioritize:
+      return "prioritize";
+    case Verb::kBind:
+      return "bind";
+    case Verb::kPreempt:
+      return "preempt";
+    case Verb::kPrioritizeCpu:
+      return "prioritize-cpu";
+    case Verb::kVPredicate:
+      return "volcano/predicate";
+    case Verb::kVPrioritize:
+      return "volcano/prioritize";
+    case Verb::kVAllocate:
+      return "volcano/allocate";
+    case Verb::kVDeallocate:
+      return "volcano/deallocate";
+    case Verb::kVPreemptable:
+      return "volcano/preemptable";
+    case Verb::kVReclaimable:
+      return "volcano/reclaimable";
+    case Verb::kVSessionOpen:
+      return "volcano/onSessionOpen";
+    case Verb::kVSessionClose:
+      return "volcano/onSessionClose";
+    case Verb::kHealthz:
+      return "healthz";
+    case Verb::kReadyz:
+      return "readyz";
+    case Verb::kMetrics:
+      return "metrics";
+    case Verb::kExplain:
+      return "explain";
+    case Verb::kNodes:
+      return "nodes";
   }
   return "unknown";
 }
 
-constexpr bool IsVolcano(Verb v) { return v >= Verb::kVPredicate && v <= Verb::kVSessionClose; }
+constexpr bool IsVolcano(Verb v) {
+  return v >= Verb::kVPredicate && v <= Verb::kVSessionClose;
+}
 // Read-only routes (GET, HEAD); /explain takes a POSTed Pod too.
-constexpr bool IsGet(Verb v) { return v >= Verb::kHealthz; }
+constexpr bool IsGet(Verb v) {
+  return v >= Verb::kHealthz;
+}
 
 using ::toposched::PodLabel;  // common/pod_label.h
 

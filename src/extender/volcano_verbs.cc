@@ -7,15 +7,15 @@
 
 #include "adapters.h"
 #include "rare_class_rule.h"
-#include "verbs.h"
 #include "toposched/metrics/logging.h"
+#include "verbs.h"
 
 namespace toposched::extender {
 namespace {
 
 using framework::Code;
-using server::HttpResponse;
 using metrics::LogLevel;
+using server::HttpResponse;
 
 // Volcano's abstain vote (pkg/scheduler/plugins/util/util.go) and predicate status codes
 // (pkg/scheduler/api/types.go).
@@ -86,7 +86,8 @@ void VolcanoVerbs::Prioritize(std::string_view body, HttpResponse& resp) {
   verdicts.reserve(args->node_names.size());
   framework::CapacityBand band(evaluator_.framework().CapacityBandWidth());
   // A rare node class last: the nodes kept for a rarer shape score 0 while another node fits.
-  const framework::RareClass rare = RareClassFor(evaluator_.framework(), e.request, e.mix.get(), *snap, &evaluator_.store());
+  const framework::RareClass rare =
+      RareClassFor(evaluator_.framework(), e.request, e.mix.get(), *snap, &evaluator_.store());
   std::vector<char> reserved;
   reserved.reserve(args->node_names.size());
   for (std::string_view n : args->node_names) {
@@ -141,8 +142,8 @@ void VolcanoVerbs::Evictable(std::string_view body, HttpResponse& resp, Verb ver
   // when the earlier ones named none, as the priority plugin does for a preemptor of equal or
   // lower priority. An extender in a later tier that permits victims then makes Volcano evict
   // pods its own policy just refused to (docs/extender.md, "What each verb does", names the
-  // Volcano release and e2e test that show it). toposched has no say on who may be evicted: the victims' devices
-  // are freed when the pods are gone, and allocate gives them out only then.
+  // Volcano release and e2e test that show it). toposched has no say on who may be evicted: the victims'
+  // devices are freed when the pods are gone, and allocate gives them out only then.
   WriteVolcanoEvictResult(resp.body, kVoteAbstain, {});
 }
 
@@ -151,12 +152,14 @@ void VolcanoVerbs::SessionOpen(std::string_view body, HttpResponse& resp) {
   if (!args.ok()) return BadRequest(resp, Verb::kVSessionOpen, args.error());
   if (metrics::LogEnabled(LogLevel::kDebug)) {
     metrics::Log(LogLevel::kDebug, {"volcano/onSessionOpen", "", ""},
-                "session: " + std::to_string(args->jobs) + " jobs, " + std::to_string(args->nodes) + " nodes, " +
-                    std::to_string(args->queues) + " queues");
+                 "session: " + std::to_string(args->jobs) + " jobs, " + std::to_string(args->nodes) +
+                     " nodes, " + std::to_string(args->queues) + " queues");
   }
   resp.body = "{}";
 }
 
-void VolcanoVerbs::SessionClose(HttpResponse& resp) { resp.body = "{}"; }
+void VolcanoVerbs::SessionClose(HttpResponse& resp) {
+  resp.body = "{}";
+}
 
 }  // namespace toposched::extender

@@ -23,7 +23,6 @@ FreeDevices FreeDevicesOf(const NodeTopology* topology, const NodeAllocation& al
   return free;
 }
 
-
 namespace {
 
 NodeSummary SummaryOf(std::string_view name, const StaticClusterView::Node& n) {
@@ -45,10 +44,11 @@ void StaticClusterView::SetNode(const std::string& name, const std::map<std::str
   SetNodeLocation(name, pd::LocateByLabels(network_, name, labels), free_gpus, free_rdma_nics, schedulable);
 }
 
-void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location, VendorCounts free_gpus,
-                                        int free_rdma_nics, bool schedulable) {
+void StaticClusterView::SetNodeLocation(const std::string& name, pd::Location location,
+                                        VendorCounts free_gpus, int free_rdma_nics, bool schedulable) {
   location.node = name;
-  auto [it, inserted] = nodes_.insert_or_assign(name, Node{std::move(location), free_gpus, free_rdma_nics, schedulable});
+  auto [it, inserted] =
+      nodes_.insert_or_assign(name, Node{std::move(location), free_gpus, free_rdma_nics, schedulable});
   (void)it;
   if (inserted) order_.push_back(name);
 }
@@ -71,7 +71,8 @@ void StaticClusterView::AddMember(const std::string& pool, PoolMember member) {
 void StaticClusterView::RemoveMember(std::string_view uid) {
   for (auto it = pools_.begin(); it != pools_.end(); ++it) {
     std::vector<PoolMember>& members = it->second;
-    const auto m = std::find_if(members.begin(), members.end(), [&](const PoolMember& p) { return p.uid == uid; });
+    const auto m =
+        std::find_if(members.begin(), members.end(), [&](const PoolMember& p) { return p.uid == uid; });
     if (m == members.end()) continue;
     members.erase(m);
     if (members.empty()) pools_.erase(it);
@@ -100,7 +101,8 @@ void StaticClusterView::ForEachNode(const std::function<void(const NodeSummary&)
   }
 }
 
-bool StaticClusterView::WithNode(std::string_view node, const std::function<void(const NodeSummary&)>& fn) const {
+bool StaticClusterView::WithNode(std::string_view node,
+                                 const std::function<void(const NodeSummary&)>& fn) const {
   const auto it = nodes_.find(node);
   if (it == nodes_.end()) return false;
   fn(SummaryOf(it->first, it->second));
@@ -117,7 +119,9 @@ bool ClusterView::WithNode(std::string_view node, const std::function<void(const
   return found;
 }
 
-PoolToken ClusterView::PoolVersion(std::string_view) const { return {}; }
+PoolToken ClusterView::PoolVersion(std::string_view) const {
+  return {};
+}
 
 void ClusterView::ForEachNodeByPosition(const std::function<bool(const NodeSummary&)>& fn) const {
   ForEachNode([&](const NodeSummary& n) { fn(n); });

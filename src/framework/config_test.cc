@@ -182,16 +182,15 @@ TEST(ConfigTest, CapacitySection) {
     const char* yaml;
     const char* error;
   };
-  for (const Case& bad : {Case{"capacity: {plugin: Gone}", "capacity.plugin"},
-                          Case{"capacity: {plugin: Fit}", "Fit has no Score"},
-                          Case{"capacity: {band: 101}", "capacity.band"},
-                          Case{"capacity: {band: -1}", "capacity.band"},
-                          Case{"capacity: {width: 3}", "unknown key"},
-                          Case{"capacity: {rareClassLast: sometimes}", "capacity.rareClassLast"},
-                          Case{"capacity: {evenRemnants: 2}", "capacity.evenRemnants"},
-                          Case{"capacity: {minTypicalPods: 0}", "capacity.minTypicalPods"},
-                          Case{"capacity: {minTypicalPods: 2001}", "capacity.minTypicalPods"},
-                          Case{"capacity: {minTypicalPods: many}", "capacity.minTypicalPods"}}) {
+  for (const Case& bad :
+       {Case{"capacity: {plugin: Gone}", "capacity.plugin"},
+        Case{"capacity: {plugin: Fit}", "Fit has no Score"}, Case{"capacity: {band: 101}", "capacity.band"},
+        Case{"capacity: {band: -1}", "capacity.band"}, Case{"capacity: {width: 3}", "unknown key"},
+        Case{"capacity: {rareClassLast: sometimes}", "capacity.rareClassLast"},
+        Case{"capacity: {evenRemnants: 2}", "capacity.evenRemnants"},
+        Case{"capacity: {minTypicalPods: 0}", "capacity.minTypicalPods"},
+        Case{"capacity: {minTypicalPods: 2001}", "capacity.minTypicalPods"},
+        Case{"capacity: {minTypicalPods: many}", "capacity.minTypicalPods"}}) {
     SCOPED_TRACE(bad.yaml);
     c = LoadSchedulerConfigYaml(bad.yaml, registry);
     ASSERT_FALSE(c.ok());

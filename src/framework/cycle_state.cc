@@ -21,7 +21,8 @@ const PlacementOutcome& CycleState::Outcome(const NodeInfo& node) {
   if (node.outcome_key != 0) {
     // The topology pointer may differ within a key (each node's own, with its GPU UUIDs): the
     // key says the hardware is the same; the allocation is checked (a Reserve changes it).
-    if (const auto at = by_key_.find(node.outcome_key); at != by_key_.end() && at->second.allocated == node.allocated) {
+    if (const auto at = by_key_.find(node.outcome_key);
+        at != by_key_.end() && at->second.allocated == node.allocated) {
       return at->second.outcome;
     }
   }
@@ -49,13 +50,15 @@ void CycleState::SetShapeMix(std::shared_ptr<const packing::ShapeMix> mix) {
 }
 
 bool CycleState::packs_by_mix_without_nics() const {
-  if (!packs_for_shape_mix_ || request_.rdma_nics > 0 || mix_ == nullptr || mix_->shapes.empty()) return false;
-  return std::none_of(mix_->shapes.begin(), mix_->shapes.end(), [](const auto& s) { return s.shape.nics > 0; });
+  if (!packs_for_shape_mix_ || request_.rdma_nics > 0 || mix_ == nullptr || mix_->shapes.empty())
+    return false;
+  return std::none_of(mix_->shapes.begin(), mix_->shapes.end(),
+                      [](const auto& s) { return s.shape.nics > 0; });
 }
 
 SharePacking CycleState::share_packing() const {
-  if (!request_.IsShared() || request_.shared.count != 1 || request_.shared.gpu_policy != PackPolicy::kDefault ||
-      !packs_by_mix_without_nics()) {
+  if (!request_.IsShared() || request_.shared.count != 1 ||
+      request_.shared.gpu_policy != PackPolicy::kDefault || !packs_by_mix_without_nics()) {
     return {};
   }
   // Hashed once per cycle, and only for a cycle that gives it (most cycles place whole GPUs).

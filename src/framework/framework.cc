@@ -160,7 +160,8 @@ NodeScore Framework::RunScore(CycleState& state, const NodeInfo& node, ScoreSet 
     ScoreResult r = e.plugin->Score(state, node);
     // A score off the scale is a plugin bug; clamp it so one plugin cannot outvote the others.
     const int clamped = std::clamp(r.score, kMinScore, kMaxScore);
-    if (clamped != r.score && state.explain()) r.explanation += " (clamped from " + std::to_string(r.score) + ")";
+    if (clamped != r.score && state.explain())
+      r.explanation += " (clamped from " + std::to_string(r.score) + ")";
     if (is_capacity) {
       out.capacity = clamped;
       if (state.explain()) out.capacity_explanation = r.explanation;
@@ -193,9 +194,13 @@ int Framework::CapacityBandWidth() const {
   return impl_->capacity == nullptr ? -1 : impl_->config.capacity.band;
 }
 
-bool Framework::RareClassLast() const { return impl_->config.capacity.rare_class_last; }
+bool Framework::RareClassLast() const {
+  return impl_->config.capacity.rare_class_last;
+}
 
-bool Framework::EvenRemnants() const { return impl_->config.capacity.even_remnants; }
+bool Framework::EvenRemnants() const {
+  return impl_->config.capacity.even_remnants;
+}
 
 std::string_view Framework::CapacityPluginName() const {
   return impl_->capacity == nullptr ? std::string_view() : impl_->capacity->Name();

@@ -141,7 +141,8 @@ TEST(FrameworkTest, TheCapacityPluginRanksAtWeightZeroAndWhenNotListed) {
   s = f->RunScore(explained, node);
   EXPECT_EQ(s.capacity, 51);
   EXPECT_EQ(s.total, 100);
-  EXPECT_NE(ExplainScore(s).find("capacity 51 (ranks first): S51 says 51"), std::string::npos) << ExplainScore(s);
+  EXPECT_NE(ExplainScore(s).find("capacity 51 (ranks first): S51 says 51"), std::string::npos)
+      << ExplainScore(s);
   // Off: no capacity score.
   config.capacity.plugin.clear();
   f = Framework::Create(config, fx.registry);
@@ -206,7 +207,7 @@ TEST(FrameworkTest, ScoreIsTheRoundedWeightedAverage) {
       {"weight zero is left out", {{"S100", 0, {}}, {"S60", 1, {}}}, 60},  // 60 / 1
       {"all weights zero", {{"S100", 0, {}}}, 0},
       {"no scorers", {}, 0},
-      {"off-scale score is clamped", {{"S150", 1, {}}, {"S50", 1, {}}}, 75},  // (100 + 50) / 2
+      {"off-scale score is clamped", {{"S150", 1, {}}, {"S50", 1, {}}}, 75},              // (100 + 50) / 2
       {"a part that does not apply is left out", {{"N100", 5, {}}, {"S60", 1, {}}}, 60},  // 60 / 1
       {"only parts that do not apply", {{"N100", 5, {}}}, 0},
   };
@@ -254,7 +255,8 @@ TEST(FrameworkTest, ScoreSetsSplitThePluginsAndTheirSumsAddUpToTheWhole) {
     const NodeScore node_only = f.RunScore(state, node, ScoreSet::kNodeOnly);
     const NodeScore cluster = f.RunScore(state, node, ScoreSet::kClusterOnly);
     EXPECT_EQ(all.total, c.total);
-    EXPECT_EQ(WeightedTotal(node_only.weighted + cluster.weighted, node_only.weights + cluster.weights), c.total);
+    EXPECT_EQ(WeightedTotal(node_only.weighted + cluster.weighted, node_only.weights + cluster.weights),
+              c.total);
     const auto names = [](const NodeScore& s) {
       std::vector<std::string> out;
       for (const ScorePart& p : s.parts) out.push_back(p.plugin);

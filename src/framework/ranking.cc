@@ -18,7 +18,8 @@ int CapacityBand::TopInBand(const Tier& tier) const {
   if (tier.top_in_band != -2) return tier.top_in_band;
   int top = tier.top_total[0];  // nodes without a capacity score are always in the band
   const int lowest = band_ < 0 ? 0 : std::max(0, tier.best - band_);
-  for (int c = lowest; c <= kMaxScore; ++c) top = std::max(top, tier.top_total[static_cast<std::size_t>(c + 1)]);
+  for (int c = lowest; c <= kMaxScore; ++c)
+    top = std::max(top, tier.top_total[static_cast<std::size_t>(c + 1)]);
   tier.top_in_band = top;
   return top;
 }
@@ -51,8 +52,9 @@ int CapacityBand::ExtenderScore(int total, int capacity, bool reserved) const {
   // The best in-band total gets 10 and each total point below it one less, down to 1.
   return std::clamp(kMaxExtenderScore - (top - clamped), 1, kMaxExtenderScore);
 }
-RareClass::RareClass(const Framework& framework, const PlacementRequest& request, const packing::ShapeMix* mix,
-                     const packing::HardwareCensus& census, const PoolNodes& pool_nodes)
+RareClass::RareClass(const Framework& framework, const PlacementRequest& request,
+                     const packing::ShapeMix* mix, const packing::HardwareCensus& census,
+                     const PoolNodes& pool_nodes)
     : vendor_(request.vendor) {
   if (!framework.RareClassLast() || mix == nullptr || request.rdma_nics <= 0) return;
   rare_ = packing::RareShape(*mix, packing::ShapeOf(request), request.vendor, census);
@@ -88,7 +90,8 @@ long RemnantTie::Rank(int share_left) {
 }
 
 int ShareLeft(const CycleState& cycle, const NodeInfo& node, const Placement& placement) {
-  if (placement.gpus.size() != 1 || cycle.share_packing().mix == nullptr || node.topology == nullptr) return -1;
+  if (placement.gpus.size() != 1 || cycle.share_packing().mix == nullptr || node.topology == nullptr)
+    return -1;
   return packing::MilliLeft(*node.topology, node.allocated, placement.gpus[0]);
 }
 

@@ -32,7 +32,8 @@ NodeScore Score(int total, int capacity, bool reserved = false) {
 // A framework with a filter and a reserve plugin (Create needs both) and `capacity`'s rules.
 Framework MakeFramework(CapacityConfig capacity) {
   Registry registry;
-  EXPECT_TRUE(registry.Register("Ok", FakeFactory<FakeFilter>(std::string("Ok"), PluginStatus::Success())).ok());
+  EXPECT_TRUE(
+      registry.Register("Ok", FakeFactory<FakeFilter>(std::string("Ok"), PluginStatus::Success())).ok());
   EXPECT_TRUE(registry
                   .Register("R1", FakeFactory<FakeReserve>(std::string("R1"), PluginStatus::Success(),
                                                            std::make_shared<std::vector<std::string>>()))
@@ -127,7 +128,8 @@ TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
   EXPECT_FALSE(band.In(kept));
   EXPECT_TRUE(band.In(other));
   EXPECT_TRUE(band.In(weaker));
-  EXPECT_TRUE(band.Ahead(other, kept)) << "a kept node ranks after every node that is not, whatever its scores";
+  EXPECT_TRUE(band.Ahead(other, kept))
+      << "a kept node ranks after every node that is not, whatever its scores";
   EXPECT_TRUE(band.Ahead(weaker, kept));
   EXPECT_FALSE(band.Ahead(kept, weaker));
   EXPECT_EQ(band.ExtenderScore(kept), 0);
@@ -153,7 +155,6 @@ TEST(CapacityBandTest, NodesKeptForARarerShapeRankLastWhileAnotherFits) {
   EXPECT_EQ(off.ExtenderScore(kept), 0);
   EXPECT_EQ(off.ExtenderScore(other), 10);
 }
-
 
 // Rules 1-5 in their order. Band 5 over capacities {80, 78, 60}: 60 is out of the band.
 TEST(RankBestFirstTest, RareClassThenBandThenTotalThenCapacityThenRemnantsThenStableOrder) {
@@ -235,9 +236,10 @@ TEST(RankBestFirstTest, TheFirstNodeIsTheOneTheWireScoresHighest) {
     const int n = 1 + static_cast<int>(rng() % 8);
     for (int k = 0; k < n; ++k) {
       // Few distinct values, so ties are common.
-      RankedNode node{Score(60 + static_cast<int>(rng() % 4), 70 + static_cast<int>(rng() % 8) * 2, rng() % 5 == 0),
-                      rng() % 4, static_cast<int>(rng() % 3) == 0 ? -1 : 300 + 100 * static_cast<int>(rng() % 8),
-                      static_cast<std::size_t>(k)};
+      RankedNode node{
+          Score(60 + static_cast<int>(rng() % 4), 70 + static_cast<int>(rng() % 8) * 2, rng() % 5 == 0),
+          rng() % 4, static_cast<int>(rng() % 3) == 0 ? -1 : 300 + 100 * static_cast<int>(rng() % 8),
+          static_cast<std::size_t>(k)};
       band.Offer(node.score);
       nodes.push_back(node);
     }
@@ -250,8 +252,7 @@ TEST(RankBestFirstTest, TheFirstNodeIsTheOneTheWireScoresHighest) {
     const auto key = [&](std::size_t k) {
       return TieKeyOf(nodes[k].score.capacity, remnants.Rank(nodes[k].share_left), nodes[k].order_key);
     };
-    const std::size_t kube = PreferOneOfTheBest(
-        std::span<int>(wire), key, [](int& s) -> int& { return s; });
+    const std::size_t kube = PreferOneOfTheBest(std::span<int>(wire), key, [](int& s) -> int& { return s; });
     const std::size_t vc = PreferOneOfTheBest(
         std::span<double>(volcano), key, [](double& s) -> double& { return s; }, 5.0);
     std::vector<RankedNode> ranked = nodes;

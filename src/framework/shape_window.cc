@@ -67,6 +67,8 @@ std::size_t ShapeWindow::device_pods() const {
   return device_pods_;
 }
 
-bool ShapeWindow::AsksDevice(const packing::Shape& shape) { return shape.gpus > 0 || shape.milli > 0 || shape.nics > 0; }
+bool ShapeWindow::AsksDevice(const packing::Shape& shape) {
+  return shape.gpus > 0 || shape.milli > 0 || shape.nics > 0;
+}
 
 }  // namespace toposched::framework

@@ -74,7 +74,8 @@ TEST(ShapeWindowTest, ObserveAllCountsEachPodOnce) {
   ASSERT_NE(window.Mix(), nullptr);
   EXPECT_EQ(window.Mix()->shapes.size(), 2u);
   // Six pods for three places: the first, third and fifth (all 4-GPU), the older pods leaving.
-  window.ObserveAll({{"p0", Gpus(4)}, {"p1", Gpus(8)}, {"p2", Gpus(4)}, {"p3", Gpus(8)}, {"p4", Gpus(4)}, {"p5", Gpus(8)}});
+  window.ObserveAll(
+      {{"p0", Gpus(4)}, {"p1", Gpus(8)}, {"p2", Gpus(4)}, {"p3", Gpus(8)}, {"p4", Gpus(4)}, {"p5", Gpus(8)}});
   EXPECT_EQ(window.pods(), 3u);
   ASSERT_EQ(window.Mix()->shapes.size(), 1u);
   EXPECT_EQ(window.Mix()->shapes[0].shape, Gpus(4));

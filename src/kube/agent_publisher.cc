@@ -19,8 +19,8 @@ namespace toposched::kube {
 
 namespace {
 
-using nlohmann::json;
 using metrics::LogLevel;
+using nlohmann::json;
 
 constexpr std::string_view kVerb = "agent";
 
@@ -45,10 +45,14 @@ std::int64_t GenerationOf(const json& object) {
 
 std::string_view ToString(PublishOutcome outcome) {
   switch (outcome) {
-    case PublishOutcome::kCreated: return "created";
-    case PublishOutcome::kUpdated: return "updated";
-    case PublishOutcome::kHeartbeat: return "heartbeat";
-    case PublishOutcome::kUnchanged: return "unchanged";
+    case PublishOutcome::kCreated:
+      return "created";
+    case PublishOutcome::kUpdated:
+      return "updated";
+    case PublishOutcome::kHeartbeat:
+      return "heartbeat";
+    case PublishOutcome::kUnchanged:
+      return "unchanged";
   }
   return "unknown";
 }
@@ -73,7 +77,8 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
   Result<json> node = api_.Get(NodePath(name));
   if (!node.ok()) {
     if (IsNotFound(node.error())) {
-      return Error("node " + name + " does not exist: the agent needs the Kubernetes node name (--node-name or "
+      return Error("node " + name +
+                   " does not exist: the agent needs the Kubernetes node name (--node-name or "
                    "the NODE_NAME environment variable from the downward API's spec.nodeName)");
     }
     return node.error();
@@ -118,8 +123,7 @@ Result<PublishOutcome> AgentPublisher::PublishOnce() {
 
   // The object's labels (topology class) follow the topology.
   const json wanted_labels = ObjectAt(wanted, "/metadata/labels");
-  if (ObjectAt(*existing, "/metadata/labels") != wanted_labels &&
-      !wanted_labels.empty()) {
+  if (ObjectAt(*existing, "/metadata/labels") != wanted_labels && !wanted_labels.empty()) {
     TOPOSCHED_ASSIGN_OR_RETURN_CTX(
         std::ignore, api_.Patch(path, PatchType::kMerge, json{{"metadata", {{"labels", wanted_labels}}}}),
         "labelling " + path);
@@ -156,15 +160,16 @@ void AgentPublisher::Run(std::stop_token stop) {
     std::chrono::milliseconds wait = options_.interval;
     if (r.ok()) {
       backoff.Reset();
-      const LogLevel level =
-          *r == PublishOutcome::kCreated || *r == PublishOutcome::kUpdated ? LogLevel::kInfo : LogLevel::kDebug;
+      const LogLevel level = *r == PublishOutcome::kCreated || *r == PublishOutcome::kUpdated
+                                 ? LogLevel::kInfo
+                                 : LogLevel::kDebug;
       if (metrics::LogEnabled(level)) {
         metrics::Log(level, {kVerb, "", options_.node_name}, "NodeTopology " + std::string(ToString(*r)));
       }
     } else {
       wait = std::max(std::chrono::milliseconds(100), backoff.Next());
       metrics::Log(LogLevel::kWarn, {kVerb, "", options_.node_name},
-                  "publishing failed (retrying): " + r.error().message());
+                   "publishing failed (retrying): " + r.error().message());
     }
     options_.sleep(wait, stop);
   }

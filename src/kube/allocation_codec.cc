@@ -14,12 +14,12 @@
 #include <set>
 #include <utility>
 
+#include "objects_internal.h"
 #include "toposched/common/text.h"
 #include "toposched/kube/time.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/json_codec.h"
-#include "objects_internal.h"
 
 namespace toposched::kube {
 
@@ -256,7 +256,8 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
           return Expected(Child(p, "pciBusId"), "a PCI bus id like 0000:4e:00.0", e["pciBusId"]);
         for (std::size_t g = 0; g < t.gpus.size(); ++g) {
           if (t.gpus[g].pci_bus_id == normalized) {
-            if (found >= 0) return Error(Child(p, "pciBusId") + ": several GPUs of the node are at " + Quote(normalized));
+            if (found >= 0)
+              return Error(Child(p, "pciBusId") + ": several GPUs of the node are at " + Quote(normalized));
             found = static_cast<int>(g);
           }
         }
@@ -265,8 +266,8 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
         // field, which only a matching UUID can show. Without one, the fields just disagree.
         const std::string& at_bus = t.gpus[static_cast<std::size_t>(found)].uuid;
         if (has_index && index != found && (uuid.empty() || uuid != at_bus)) {
-          return Error(p + ": index " + std::to_string(index) + " but the GPU at " + Quote(normalized) + " is GPU " +
-                       std::to_string(found) + " (the record names two different GPUs)");
+          return Error(p + ": index " + std::to_string(index) + " but the GPU at " + Quote(normalized) +
+                       " is GPU " + std::to_string(found) + " (the record names two different GPUs)");
         }
       } else if (has_index) {
         if (!ValidGpu(t, index)) {
@@ -286,8 +287,8 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
         // The node no longer knows this UUID (or never trusted it): another GPU must not carry it.
         for (const Gpu& other : t.gpus) {
           if (other.uuid == uuid) {
-            return Error(Child(p, "uuid") + ": " + Quote(uuid) + " is the node's GPU " + std::to_string(other.index) +
-                         ", not GPU " + std::to_string(found));
+            return Error(Child(p, "uuid") + ": " + Quote(uuid) + " is the node's GPU " +
+                         std::to_string(other.index) + ", not GPU " + std::to_string(found));
           }
         }
       }
@@ -338,8 +339,9 @@ Status DecodeAllocationDoc(const json& doc, const NodeTopology& t, framework::Al
         if (found < 0) return Error(Child(p, "name") + ": node has no NIC " + Quote(name));
         const Nic& nic = t.nics[static_cast<std::size_t>(found)];
         if (!normalized.empty() && !nic.pci_bus_id.empty() && nic.pci_bus_id != normalized) {
-          return Error(Child(p, "pciBusId") + ": " + Quote(normalized) + " but the node's NIC " + Quote(name) +
-                       " is at " + Quote(nic.pci_bus_id) + " (the record names two different NICs)");
+          return Error(Child(p, "pciBusId") + ": " + Quote(normalized) + " but the node's NIC " +
+                       Quote(name) + " is at " + Quote(nic.pci_bus_id) +
+                       " (the record names two different NICs)");
         }
       } else if (!normalized.empty()) {
         std::string candidates;
@@ -417,41 +419,42 @@ framework::AllocationDelta DevicesNamedBy(std::string_view allocation_json, std:
     }
   };
   if (!allocation_json.empty()) try {
-    Result<json> doc = ParseBoundedJson(allocation_json, kMaxAllocationDepth);
-    if (doc.ok() && doc->is_object()) {
-      const auto g_it = doc->find("gpus");
-      if (g_it != doc->end() && g_it->is_array()) {
-        for (const json& e : *g_it) {
-          if (!e.is_object()) continue;
-          if (const auto i = e.find("index"); i != e.end() && i->is_number_integer()) {
-            const std::int64_t index = i->get<std::int64_t>();
-            if (index >= 0 && index < static_cast<std::int64_t>(t.gpus.size())) gpus.insert(static_cast<int>(index));
+      Result<json> doc = ParseBoundedJson(allocation_json, kMaxAllocationDepth);
+      if (doc.ok() && doc->is_object()) {
+        const auto g_it = doc->find("gpus");
+        if (g_it != doc->end() && g_it->is_array()) {
+          for (const json& e : *g_it) {
+            if (!e.is_object()) continue;
+            if (const auto i = e.find("index"); i != e.end() && i->is_number_integer()) {
+              const std::int64_t index = i->get<std::int64_t>();
+              if (index >= 0 && index < static_cast<std::int64_t>(t.gpus.size()))
+                gpus.insert(static_cast<int>(index));
+            }
+            const std::string bus_id = NormalizePciBusId(string_at(e, "pciBusId"));
+            for (std::size_t g = 0; g < t.gpus.size() && !bus_id.empty(); ++g) {
+              if (t.gpus[g].pci_bus_id == bus_id) gpus.insert(static_cast<int>(g));
+            }
+            add_gpu_uuid(string_at(e, "uuid"));
           }
-          const std::string bus_id = NormalizePciBusId(string_at(e, "pciBusId"));
-          for (std::size_t g = 0; g < t.gpus.size() && !bus_id.empty(); ++g) {
-            if (t.gpus[g].pci_bus_id == bus_id) gpus.insert(static_cast<int>(g));
-          }
-          add_gpu_uuid(string_at(e, "uuid"));
         }
-      }
-      const auto n_it = doc->find("nics");
-      if (n_it != doc->end() && n_it->is_array()) {
-        for (const json& e : *n_it) {
-          if (!e.is_object()) continue;
-          const std::string name = string_at(e, "name");
-          const std::string bus_id = NormalizePciBusId(string_at(e, "pciBusId"));
-          for (std::size_t n = 0; n < t.nics.size(); ++n) {
-            const Nic& nic = t.nics[n];
-            if ((!name.empty() && nic.name == name) || (!bus_id.empty() && nic.pci_bus_id == bus_id)) {
-              nics.insert(static_cast<int>(n));
+        const auto n_it = doc->find("nics");
+        if (n_it != doc->end() && n_it->is_array()) {
+          for (const json& e : *n_it) {
+            if (!e.is_object()) continue;
+            const std::string name = string_at(e, "name");
+            const std::string bus_id = NormalizePciBusId(string_at(e, "pciBusId"));
+            for (std::size_t n = 0; n < t.nics.size(); ++n) {
+              const Nic& nic = t.nics[n];
+              if ((!name.empty() && nic.name == name) || (!bus_id.empty() && nic.pci_bus_id == bus_id)) {
+                nics.insert(static_cast<int>(n));
+              }
             }
           }
         }
       }
+    } catch (const std::exception&) {
+      // What was collected before the failure is still held; the caller holds the node anyway.
     }
-  } catch (const std::exception&) {
-    // What was collected before the failure is still held; the caller holds the node anyway.
-  }
   if (!hami_devices.empty()) {
     // Record by record, so that one bad record does not hide the UUIDs of the others.
     for (std::string_view container : Split(hami_devices.substr(0, kMaxAnnotationBytes), ';')) {

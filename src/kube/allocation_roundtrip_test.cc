@@ -47,7 +47,8 @@ struct Checker {
     // fail-closed reader: it must never name fewer than the record holds).
     const framework::AllocationDelta named = DevicesNamedBy(encoded.allocation, "", t);
     for (int g : delta.exclusive_gpus) ASSERT_TRUE(std::ranges::count(named.exclusive_gpus, g)) << what;
-    for (const auto& [g, usage] : delta.shares) ASSERT_TRUE(std::ranges::count(named.exclusive_gpus, g)) << what;
+    for (const auto& [g, usage] : delta.shares)
+      ASSERT_TRUE(std::ranges::count(named.exclusive_gpus, g)) << what;
     for (int n : delta.nics) ASSERT_TRUE(std::ranges::count(named.nics, n)) << what;
     if (encoded.hami_devices.empty()) return;
     Result<HamiPodDevices> hami = DecodeHamiDevices(encoded.hami_devices);
@@ -78,18 +79,21 @@ void CheckTopology(const NodeTopology& t, Checker& c) {
     if (t.nics[static_cast<std::size_t>(n)].rdma) rdma.push_back(n);
   }
   for (int g = 0; g < ng; ++g) c.Check(Devices({g}, {}), "GPU " + std::to_string(g));
-  for (int n = 0; n < nn; ++n) c.Check(Devices({}, {n}), "NIC " + t.nics[static_cast<std::size_t>(n)].DisplayName());
+  for (int n = 0; n < nn; ++n)
+    c.Check(Devices({}, {n}), "NIC " + t.nics[static_cast<std::size_t>(n)].DisplayName());
   for (int a = 0; a < nn; ++a) {
     for (int b = 0; b < nn; ++b) {
       if (a != b) c.Check(Devices({}, {a, b}), "NICs " + std::to_string(a) + "," + std::to_string(b));
     }
   }
   for (int a = 0; a < ng; ++a) {
-    for (int b = a + 1; b < ng; ++b) c.Check(Devices({b, a}, {}), "GPUs " + std::to_string(b) + "," + std::to_string(a));
+    for (int b = a + 1; b < ng; ++b)
+      c.Check(Devices({b, a}, {}), "GPUs " + std::to_string(b) + "," + std::to_string(a));
   }
   // The engine's choices for every whole-GPU shape, filling a node until nothing more fits.
   for (int want_gpus = 1; want_gpus <= std::min(ng, 8); want_gpus *= 2) {
-    for (int want_nics = 0; want_nics <= std::min<int>(static_cast<int>(rdma.size()), want_gpus); ++want_nics) {
+    for (int want_nics = 0; want_nics <= std::min<int>(static_cast<int>(rdma.size()), want_gpus);
+         ++want_nics) {
       NodeAllocation allocated;
       PlacementRequest r;
       r.gpus = want_gpus;
@@ -98,8 +102,8 @@ void CheckTopology(const NodeTopology& t, Checker& c) {
         const PlacementOutcome o = PlaceOnNode(t, allocated, r);
         if (!o.ok()) break;
         const framework::AllocationDelta d = framework::DeltaOf(t, r, *o.placement);
-        c.Check(d, "engine " + std::to_string(want_gpus) + " GPUs " + std::to_string(want_nics) + " NICs round " +
-                       std::to_string(round));
+        c.Check(d, "engine " + std::to_string(want_gpus) + " GPUs " + std::to_string(want_nics) +
+                       " NICs round " + std::to_string(round));
         ASSERT_TRUE(framework::ApplyDelta(t, d, allocated).ok());
       }
     }
@@ -110,12 +114,16 @@ void CheckTopology(const NodeTopology& t, Checker& c) {
     framework::AllocationDelta d;
     for (int g = 0; g < ng; ++g) {
       switch (rng() % 4) {
-        case 0: d.exclusive_gpus.push_back(g); break;
-        case 1:
-          d.shares.emplace_back(g, GpuShareUsage{1 + static_cast<int>(rng() % 3), static_cast<std::int64_t>(rng() % 40000),
-                                                 static_cast<std::int64_t>(rng() % 101) * 100});
+        case 0:
+          d.exclusive_gpus.push_back(g);
           break;
-        default: break;
+        case 1:
+          d.shares.emplace_back(
+              g, GpuShareUsage{1 + static_cast<int>(rng() % 3), static_cast<std::int64_t>(rng() % 40000),
+                               static_cast<std::int64_t>(rng() % 101) * 100});
+          break;
+        default:
+          break;
       }
     }
     for (int n = 0; n < nn; ++n) {

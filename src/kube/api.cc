@@ -16,32 +16,58 @@ constexpr std::size_t kBodyExcerptBytes = 200;
 
 std::string_view ReasonPhrase(int code) {
   switch (code) {
-    case 300: return "Multiple Choices";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 307: return "Temporary Redirect";
-    case 308: return "Permanent Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 412: return "Precondition Failed";
-    case 413: return "Request Entity Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: break;
+    case 300:
+      return "Multiple Choices";
+    case 301:
+      return "Moved Permanently";
+    case 302:
+      return "Found";
+    case 304:
+      return "Not Modified";
+    case 307:
+      return "Temporary Redirect";
+    case 308:
+      return "Permanent Redirect";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 406:
+      return "Not Acceptable";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 412:
+      return "Precondition Failed";
+    case 413:
+      return "Request Entity Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      break;
   }
   if (code >= 400 && code < 500) return "Client Error";
   if (code >= 500 && code < 600) return "Server Error";
@@ -49,8 +75,8 @@ std::string_view ReasonPhrase(int code) {
 }
 
 bool IsUnreserved(unsigned char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_' || c == '~';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+         c == '_' || c == '~';
 }
 
 std::string PercentEncode(std::string_view text, std::string_view also_safe) {
@@ -125,13 +151,19 @@ std::string RequestContext(std::string_view method, std::string_view path) {
 // What an API server status means to a caller.
 ErrorCode CodeOfStatus(int status) {
   switch (status) {
-    case 404: return ErrorCode::kNotFound;
-    case 409: return ErrorCode::kConflict;
-    case 410: return ErrorCode::kGone;
+    case 404:
+      return ErrorCode::kNotFound;
+    case 409:
+      return ErrorCode::kConflict;
+    case 410:
+      return ErrorCode::kGone;
     case 400:
-    case 422: return ErrorCode::kInvalid;
-    case 429: return ErrorCode::kUnavailable;
-    default: return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kUnknown;
+    case 422:
+      return ErrorCode::kInvalid;
+    case 429:
+      return ErrorCode::kUnavailable;
+    default:
+      return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kUnknown;
   }
 }
 
@@ -185,7 +217,9 @@ std::uint64_t RandomSeed() {
 
 }  // namespace
 
-int ApiCode(const Error& error) { return error.http_status(); }
+int ApiCode(const Error& error) {
+  return error.http_status();
+}
 
 Backoff::Backoff(std::chrono::milliseconds base, std::chrono::milliseconds max, std::uint64_t seed)
     : base_(std::max(base, std::chrono::milliseconds(0))),
@@ -201,7 +235,9 @@ std::chrono::milliseconds Backoff::Next() {
   return std::chrono::milliseconds(uniform(rng_));
 }
 
-void Backoff::Reset() { attempt_ = 0; }
+void Backoff::Reset() {
+  attempt_ = 0;
+}
 
 Api::Api(Transport& transport, ApiOptions options)
     : transport_(transport),
@@ -229,8 +265,8 @@ Result<Response> Api::Send(const Request& request, bool retry) {
       const auto delay = asked ? std::min(*asked, options_.max_retry_after) : backoff.Next();
       if (metrics::LogEnabled(metrics::LogLevel::kDebug)) {
         metrics::Log(metrics::LogLevel::kDebug, {"kube/api", "-", "-"},
-                    "retrying in " + std::to_string(delay.count()) + "ms" + (asked ? " (Retry-After)" : "") +
-                        " after: " + last->message());
+                     "retrying in " + std::to_string(delay.count()) + "ms" + (asked ? " (Retry-After)" : "") +
+                         " after: " + last->message());
       }
       options_.sleep(delay);
     }
@@ -244,7 +280,8 @@ Result<Response> Api::Send(const Request& request, bool retry) {
     if (status >= 200 && status < 300) return std::move(response).value();
     Error error = StatusError(status, response->body, sent.method, sent.path);
     if (status != 429 && status < 500) return error;
-    if (response->retry_after) asked = std::chrono::duration_cast<std::chrono::milliseconds>(*response->retry_after);
+    if (response->retry_after)
+      asked = std::chrono::duration_cast<std::chrono::milliseconds>(*response->retry_after);
     last = std::move(error);
   }
   return *last;
@@ -353,8 +390,8 @@ Result<std::string> Api::Watch(const std::string& collection_path, const WatchOp
     } else if (type == "BOOKMARK") {
       event_type = WatchEventType::kBookmark;
     } else {
-      failure = Error("watch: unknown event type \"" + Excerpt(type) + "\"" +
-                      RequestContext("GET", request.path));
+      failure =
+          Error("watch: unknown event type \"" + Excerpt(type) + "\"" + RequestContext("GET", request.path));
       return false;
     }
     std::string rv = MetadataString(*object, "resourceVersion");
@@ -365,7 +402,8 @@ Result<std::string> Api::Watch(const std::string& collection_path, const WatchOp
   auto response = transport_.Stream(request, on_line, stop);
   if (failure) return *failure;
   if (!response) return TransportError(response.error(), request.method, request.path);
-  if (response->status != 200) return StatusError(response->status, response->body, request.method, request.path);
+  if (response->status != 200)
+    return StatusError(response->status, response->body, request.method, request.path);
   return last_rv;
 }
 
@@ -472,7 +510,9 @@ Status Api::CreateBinding(const std::string& pod_namespace, const std::string& p
   return response.error();
 }
 
-std::string CorePath(std::string_view resource) { return "/api/v1/" + std::string(resource); }
+std::string CorePath(std::string_view resource) {
+  return "/api/v1/" + std::string(resource);
+}
 
 std::string NamespacedPath(std::string_view ns, std::string_view resource) {
   return "/api/v1/namespaces/" + EscapePathSegment(ns) + "/" + std::string(resource);
@@ -482,7 +522,9 @@ std::string PodPath(std::string_view ns, std::string_view name) {
   return NamespacedPath(ns, "pods") + "/" + EscapePathSegment(name);
 }
 
-std::string NodePath(std::string_view name) { return "/api/v1/nodes/" + EscapePathSegment(name); }
+std::string NodePath(std::string_view name) {
+  return "/api/v1/nodes/" + EscapePathSegment(name);
+}
 
 std::string NodeTopologyPath(std::string_view name) {
   return std::string(kNodeTopologyCollection) + "/" + EscapePathSegment(name);
@@ -496,8 +538,12 @@ std::string LeasePath(std::string_view ns, std::string_view name) {
   return LeaseCollection(ns) + "/" + EscapePathSegment(name);
 }
 
-std::string EventCollection(std::string_view ns) { return NamespacedPath(ns, "events"); }
+std::string EventCollection(std::string_view ns) {
+  return NamespacedPath(ns, "events");
+}
 
-std::string EscapeQueryValue(std::string_view value) { return PercentEncode(value, ""); }
+std::string EscapeQueryValue(std::string_view value) {
+  return PercentEncode(value, "");
+}
 
 }  // namespace toposched::kube

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace toposched::kube {
@@ -118,8 +118,8 @@ class ScriptedTransport : public Transport {
 };
 
 json StatusBody(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-          {"message", message}, {"reason", reason}, {"code", code}};
+  return {{"kind", "Status"},   {"apiVersion", "v1"}, {"status", "Failure"},
+          {"message", message}, {"reason", reason},   {"code", code}};
 }
 
 json Pod(const std::string& name, const std::string& rv, const std::string& node = "",
@@ -166,7 +166,8 @@ TEST(ApiCodeTest, ReadsTheStatusTheErrorCarriesNeverItsMessage) {
   // A text that reads like a status is not one.
   for (const char* message : {"409 Conflict: the object has been modified (PUT /x)", "404", "410 Gone"}) {
     EXPECT_EQ(ApiCode(Error(message)), 0) << message;
-    EXPECT_FALSE(IsConflict(Error(message)) || IsNotFound(Error(message)) || IsGone(Error(message))) << message;
+    EXPECT_FALSE(IsConflict(Error(message)) || IsNotFound(Error(message)) || IsGone(Error(message)))
+        << message;
   }
   // The code and status survive added context.
   const Error wrapped = Error("409 Conflict: x", ErrorCode::kConflict, 409).WithContext("bind p");
@@ -176,8 +177,9 @@ TEST(ApiCodeTest, ReadsTheStatusTheErrorCarriesNeverItsMessage) {
 
 TEST(ApiErrorTest, StatusBodyGivesTheServersMessage) {
   Harness h;
-  h.transport.RespondJson(409, StatusBody(409, "Conflict",
-                                          "Operation cannot be fulfilled on pods \"p\": the object has been modified"));
+  h.transport.RespondJson(
+      409, StatusBody(409, "Conflict",
+                      "Operation cannot be fulfilled on pods \"p\": the object has been modified"));
   auto got = h.api->Get(PodPath("ns", "p"));
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.error().message(),
@@ -267,7 +269,8 @@ TEST(ApiRetryTest, RetryAfterReplacesTheBackoff) {
 
 TEST(ApiRetryTest, GivesUpAfterMaxAttempts) {
   Harness h(3);
-  for (int i = 0; i < 3; ++i) h.transport.RespondJson(503, StatusBody(503, "ServiceUnavailable", "etcd down"));
+  for (int i = 0; i < 3; ++i)
+    h.transport.RespondJson(503, StatusBody(503, "ServiceUnavailable", "etcd down"));
   auto got = h.api->Get("/x");
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.error().message(), "503 Service Unavailable: etcd down (GET /x)");
@@ -315,7 +318,8 @@ TEST(ApiRetryTest, ReplaceRetriesOnlyWhenConditional) {
 TEST(ApiRetryTest, CreateRetriedThenAlreadyExistsIsReturned) {
   Harness h;
   h.transport.Fail("timeout");  // the first POST may have landed
-  h.transport.RespondJson(409, StatusBody(409, "AlreadyExists", "leases.coordination.k8s.io \"l\" already exists"));
+  h.transport.RespondJson(
+      409, StatusBody(409, "AlreadyExists", "leases.coordination.k8s.io \"l\" already exists"));
   auto created = h.api->Create(LeaseCollection("ns"), {{"metadata", {{"name", "l"}}}});
   ASSERT_FALSE(created.ok());
   EXPECT_TRUE(IsConflict(created.error()));
@@ -347,7 +351,8 @@ TEST(ApiRequestTest, PatchTypesAndDelete) {
   Harness h;
   h.transport.Respond(500, "");
   h.transport.RespondJson(200, Pod("p", "4"));
-  EXPECT_TRUE(h.api->Patch(PodPath("ns", "p"), PatchType::kMerge, {{"metadata", {{"labels", {{"a", "b"}}}}}}).ok());
+  EXPECT_TRUE(
+      h.api->Patch(PodPath("ns", "p"), PatchType::kMerge, {{"metadata", {{"labels", {{"a", "b"}}}}}}).ok());
   EXPECT_EQ(h.transport.requests().size(), 2u);
   EXPECT_EQ(h.transport.requests()[1].method, "PATCH");
 }
@@ -424,7 +429,8 @@ TEST(ApiListTest, CollectsAllPagesAndEscapesTheQuery) {
 
 TEST(ApiListTest, UnpagedAndEmpty) {
   Harness h;
-  h.transport.RespondJson(200, {{"kind", "NodeList"}, {"metadata", {{"resourceVersion", "9"}}}, {"items", nullptr}});
+  h.transport.RespondJson(
+      200, {{"kind", "NodeList"}, {"metadata", {{"resourceVersion", "9"}}}, {"items", nullptr}});
   ListOptions options;
   options.limit = 0;
   auto list = h.api->List(CorePath("nodes"), options);
@@ -439,11 +445,12 @@ TEST(ApiListTest, UnpagedAndEmpty) {
 
 TEST(ApiListTest, ExpiredContinueRestartsOnce) {
   Harness h;
-  const json page1 = {{"metadata", {{"resourceVersion", "5"}, {"continue", "c1"}}}, {"items", {Pod("old", "1")}}};
+  const json page1 = {{"metadata", {{"resourceVersion", "5"}, {"continue", "c1"}}},
+                      {"items", {Pod("old", "1")}}};
   h.transport.RespondJson(200, page1);
   h.transport.RespondJson(410, StatusBody(410, "Expired", "The provided continue parameter is too old"));
-  h.transport.RespondJson(200, {{"metadata", {{"resourceVersion", "20"}, {"continue", "c2"}}},
-                                {"items", {Pod("a", "11")}}});
+  h.transport.RespondJson(
+      200, {{"metadata", {{"resourceVersion", "20"}, {"continue", "c2"}}}, {"items", {Pod("a", "11")}}});
   h.transport.RespondJson(200, {{"metadata", {{"resourceVersion", "20"}}}, {"items", {Pod("b", "12")}}});
   auto list = h.api->List(CorePath("pods"));
   ASSERT_TRUE(list.ok()) << list.error().message();
@@ -477,23 +484,28 @@ json Bookmark(const std::string& rv) {
 
 TEST(ApiWatchTest, DeliversEventsInOrderAndTracksTheResourceVersion) {
   Harness h;
-  h.transport.AddStream(StreamScript::Lines({Line("ADDED", Pod("a", "11")), Line("MODIFIED", Pod("a", "12")),
-                                   Line("BOOKMARK", Bookmark("13")), Line("DELETED", Pod("b", "14")),
-                                   Line("BOOKMARK", Bookmark("15"))}));
+  h.transport.AddStream(StreamScript::Lines(
+      {Line("ADDED", Pod("a", "11")), Line("MODIFIED", Pod("a", "12")), Line("BOOKMARK", Bookmark("13")),
+       Line("DELETED", Pod("b", "14")), Line("BOOKMARK", Bookmark("15"))}));
   WatchOptions options;
   options.resource_version = "10";
   options.label_selector = "app=web";
   options.idle_timeout = milliseconds(4321);
   std::vector<std::pair<WatchEventType, std::string>> seen;
-  auto rv = h.api->Watch(CorePath("pods"), options, [&](WatchEvent&& e) {
-    seen.emplace_back(e.type, e.object["metadata"]["resourceVersion"].get<std::string>());
-    return true;
-  }, {});
+  auto rv =
+      h.api->Watch(CorePath("pods"), options,
+                   [&](WatchEvent&& e) {
+                     seen.emplace_back(e.type, e.object["metadata"]["resourceVersion"].get<std::string>());
+                     return true;
+                   },
+                   {});
   ASSERT_TRUE(rv.ok()) << rv.error().message();
   EXPECT_EQ(*rv, "15");
-  const std::vector<std::pair<WatchEventType, std::string>> want = {
-      {WatchEventType::kAdded, "11"}, {WatchEventType::kModified, "12"}, {WatchEventType::kBookmark, "13"},
-      {WatchEventType::kDeleted, "14"}, {WatchEventType::kBookmark, "15"}};
+  const std::vector<std::pair<WatchEventType, std::string>> want = {{WatchEventType::kAdded, "11"},
+                                                                    {WatchEventType::kModified, "12"},
+                                                                    {WatchEventType::kBookmark, "13"},
+                                                                    {WatchEventType::kDeleted, "14"},
+                                                                    {WatchEventType::kBookmark, "15"}};
   EXPECT_EQ(seen, want);
   const auto requests = h.transport.requests();
   ASSERT_EQ(requests.size(), 1u);
@@ -518,15 +530,17 @@ TEST(ApiWatchTest, ErrorEvents) {
   };
   for (const auto& c : cases) {
     Harness h;
-    h.transport.AddStream(StreamScript::Lines({Line("ADDED", Pod("a", "11")), Line("ERROR", c.status),
-                                     Line("ADDED", Pod("z", "99"))}));
+    h.transport.AddStream(StreamScript::Lines(
+        {Line("ADDED", Pod("a", "11")), Line("ERROR", c.status), Line("ADDED", Pod("z", "99"))}));
     int events = 0;
     WatchOptions options;
     options.resource_version = "10";
-    auto rv = h.api->Watch(CorePath("pods"), options, [&](WatchEvent&&) {
-      ++events;
-      return true;
-    }, {});
+    auto rv = h.api->Watch(CorePath("pods"), options,
+                           [&](WatchEvent&&) {
+                             ++events;
+                             return true;
+                           },
+                           {});
     ASSERT_FALSE(rv.ok()) << c.name;
     EXPECT_EQ(ApiCode(rv.error()), c.code) << c.name;
     EXPECT_EQ(rv.error().message().rfind(c.prefix, 0), 0u) << c.name << ": " << rv.error().message();
@@ -535,18 +549,21 @@ TEST(ApiWatchTest, ErrorEvents) {
 }
 
 TEST(ApiWatchTest, MalformedLinesAreErrors) {
-  const std::string lines[] = {"{not json", "[1,2]", R"({"type":"ADDED"})", R"({"type":"ADDED","object":3})",
-                               R"({"object":{}})", R"({"type":"RENAMED","object":{}})"};
+  const std::string lines[] = {"{not json",           "[1,2]",
+                               R"({"type":"ADDED"})", R"({"type":"ADDED","object":3})",
+                               R"({"object":{}})",    R"({"type":"RENAMED","object":{}})"};
   for (const auto& bad : lines) {
     Harness h;
     h.transport.AddStream(StreamScript::Lines({bad, Line("ADDED", Pod("a", "11"))}));
     int events = 0;
     WatchOptions options;
     options.resource_version = "10";
-    auto rv = h.api->Watch(CorePath("pods"), options, [&](WatchEvent&&) {
-      ++events;
-      return true;
-    }, {});
+    auto rv = h.api->Watch(CorePath("pods"), options,
+                           [&](WatchEvent&&) {
+                             ++events;
+                             return true;
+                           },
+                           {});
     ASSERT_FALSE(rv.ok()) << bad;
     EXPECT_EQ(ApiCode(rv.error()), 0) << bad;
     EXPECT_EQ(rv.error().message().rfind("watch: ", 0), 0u) << rv.error().message();
@@ -574,8 +591,8 @@ TEST(ApiWatchTest, StatusAndTransportFailures) {
 
 TEST(ApiWatchTest, EndsWhenTheHandlerDeclinesOrOnStop) {
   Harness h;
-  h.transport.AddStream(StreamScript::Lines({Line("ADDED", Pod("a", "11")), Line("ADDED", Pod("b", "12")),
-                                   Line("ADDED", Pod("c", "13"))}));
+  h.transport.AddStream(StreamScript::Lines(
+      {Line("ADDED", Pod("a", "11")), Line("ADDED", Pod("b", "12")), Line("ADDED", Pod("c", "13"))}));
   WatchOptions options;
   options.resource_version = "10";
   int events = 0;
@@ -590,8 +607,8 @@ TEST(ApiWatchTest, EndsWhenTheHandlerDeclinesOrOnStop) {
   std::atomic<int> delivered{0};
   Result<std::string> result = Error("not run");
   std::thread watcher([&] {
-    result = h.api->Watch(CorePath("pods"), options, [&](WatchEvent&&) { return ++delivered, true; },
-                          stop.get_token());
+    result = h.api->Watch(
+        CorePath("pods"), options, [&](WatchEvent&&) { return ++delivered, true; }, stop.get_token());
   });
   while (delivered.load() == 0) std::this_thread::sleep_for(milliseconds(1));
   stop.request_stop();
@@ -648,7 +665,8 @@ TEST(ApiUpdateTest, NothingToChangeOrMutateErrorWritesNothing) {
   EXPECT_EQ(h.transport.requests().size(), 1u);
 
   h.transport.RespondJson(200, Pod("p", "1"));
-  auto refused = h.api->Update(PodPath("ns", "p"), [](json&) -> Result<bool> { return Error("bad annotation"); });
+  auto refused =
+      h.api->Update(PodPath("ns", "p"), [](json&) -> Result<bool> { return Error("bad annotation"); });
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().message(), "bad annotation");
   EXPECT_EQ(h.transport.requests().size(), 2u);

@@ -94,8 +94,8 @@ TEST_F(InClusterConfigTest, BracketsAnIpv6Host) {
 
 TEST_F(InClusterConfigTest, NamespaceDefaultsWhenTheFileIsAbsent) {
   fs::remove(dir_.path() / "namespace");
-  auto config = InClusterConfig(FakeEnv({{"KUBERNETES_SERVICE_HOST", "h"}, {"KUBERNETES_SERVICE_PORT", "1"}}),
-                                SaDir());
+  auto config =
+      InClusterConfig(FakeEnv({{"KUBERNETES_SERVICE_HOST", "h"}, {"KUBERNETES_SERVICE_PORT", "1"}}), SaDir());
   ASSERT_TRUE(config.ok()) << config.error().message();
   EXPECT_EQ(config->namespace_name, "default");
 }

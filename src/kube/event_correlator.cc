@@ -29,12 +29,14 @@ bool EventCorrelator::Observe(const Occurrence& o, TimePoint now) {
   const std::string bucket_key = o.pod_uid + '\n' + o.type;
   auto bucket = buckets_.find(bucket_key);
   if (bucket == buckets_.end()) {
-    if (!buckets_.empty()) DropOldest(buckets_, options_.max_events - 1, [](const Bucket& b) { return b.updated; });
+    if (!buckets_.empty())
+      DropOldest(buckets_, options_.max_events - 1, [](const Bucket& b) { return b.updated; });
     bucket = buckets_.emplace(bucket_key, Bucket{static_cast<double>(options_.spam_burst), now}).first;
   } else {
     const double refill = std::chrono::duration<double>(now - bucket->second.updated).count() /
                           std::chrono::duration<double>(options_.spam_refill).count();
-    bucket->second.tokens = std::min<double>(options_.spam_burst, bucket->second.tokens + std::max(0.0, refill));
+    bucket->second.tokens =
+        std::min<double>(options_.spam_burst, bucket->second.tokens + std::max(0.0, refill));
   }
   bucket->second.updated = now;
   if (bucket->second.tokens < 1) {
@@ -68,9 +70,10 @@ bool EventCorrelator::Observe(const Occurrence& o, TimePoint now) {
     e.id = next_id_++;
     // client-go names an event <object name>.<hex nanoseconds of its first occurrence>.
     char stamp[32];
-    std::snprintf(stamp, sizeof stamp, "%llx",
-                  static_cast<unsigned long long>(
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() + e.id));
+    std::snprintf(
+        stamp, sizeof stamp, "%llx",
+        static_cast<unsigned long long>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() + e.id));
     e.name = o.pod_name + "." + stamp;
     e.pod_namespace = o.pod_namespace;
     e.pod_name = o.pod_name;
@@ -91,10 +94,11 @@ std::vector<EventCorrelator::Write> EventCorrelator::Due() const {
   std::vector<Write> out;
   for (const auto& [key, e] : events_) {
     if (e.count == e.written) continue;
-    out.push_back({e.id, !e.created, e.name, e.pod_namespace, e.pod_name, e.pod_uid, e.reason, e.message, e.type,
-                   e.count, e.first, e.last});
+    out.push_back({e.id, !e.created, e.name, e.pod_namespace, e.pod_name, e.pod_uid, e.reason, e.message,
+                   e.type, e.count, e.first, e.last});
   }
-  std::stable_sort(out.begin(), out.end(), [](const Write& a, const Write& b) { return a.create > b.create; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Write& a, const Write& b) { return a.create > b.create; });
   return out;
 }
 

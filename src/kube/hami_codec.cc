@@ -13,12 +13,12 @@
 #include <set>
 #include <utility>
 
+#include "objects_internal.h"
 #include "toposched/common/text.h"
 #include "toposched/kube/time.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/json_codec.h"
-#include "objects_internal.h"
 
 namespace toposched::kube {
 
@@ -133,12 +133,14 @@ Result<framework::AllocationDelta> DeltaFromHami(const HamiPodDevices& devices, 
         }
       }
       if (found < 0) {
-        return Error(where + ": node " + Quote(topology.node_name) + " has no GPU with UUID " + Quote(dev.uuid));
+        return Error(where + ": node " + Quote(topology.node_name) + " has no GPU with UUID " +
+                     Quote(dev.uuid));
       }
       const GpuVendor at = topology.gpus[static_cast<std::size_t>(found)].vendor;
       if (at != vendor) {
-        return Error(where + ": " + Quote(dev.uuid) + " is the node's GPU " + std::to_string(found) + ", an " +
-                     Upper(ToString(at)) + " GPU, in HAMi's " + Upper(ToString(vendor)) + " record");
+        return Error(where + ": " + Quote(dev.uuid) + " is the node's GPU " + std::to_string(found) +
+                     ", an " + Upper(ToString(at)) + " GPU, in HAMi's " + Upper(ToString(vendor)) +
+                     " record");
       }
       auto it = std::find_if(uses.begin(), uses.end(), [&](const Use& u) { return u.gpu == found; });
       if (it == uses.end()) it = uses.insert(uses.end(), Use{found, 0, 0, 0});
@@ -182,7 +184,9 @@ namespace {
 
 // HAMi's records separate fields with ',', devices with ':' and containers with ';': a name
 // holding one would corrupt the record it is written into.
-bool HasRecordSeparator(std::string_view s) { return s.find_first_of(",:;") != std::string_view::npos; }
+bool HasRecordSeparator(std::string_view s) {
+  return s.find_first_of(",:;") != std::string_view::npos;
+}
 
 // AMD's custominfo: the card's PCI address, and cuPerWGP read as HAMi's cuPerWGP reads it (a
 // JSON number that is a whole number from 2 to 2^31-1, else 1).
@@ -319,7 +323,8 @@ int ApplyHamiRegister(const std::vector<HamiRegisteredGpu>& gpus, NodeTopology& 
     Gpu& g = topology.gpus[static_cast<std::size_t>(r.index)];
     if (g.uuid.empty()) g.uuid = r.uuid;
     // HAMi's per-card figure is exact: it fills an unknown size and replaces an estimate.
-    if ((g.memory_mib == 0 || IsMemoryEstimate(g)) && r.devmem_mib > 0) g.memory_mib = static_cast<std::uint64_t>(r.devmem_mib);
+    if ((g.memory_mib == 0 || IsMemoryEstimate(g)) && r.devmem_mib > 0)
+      g.memory_mib = static_cast<std::uint64_t>(r.devmem_mib);
     // HAMi skips such cards itself: an unhealthy one (health is omitempty: absent is false), and
     // one in MIG mode, which HAMi serves only through its MIG allocations (not written here).
     if (!r.health) {

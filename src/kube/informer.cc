@@ -45,8 +45,7 @@ Informer::Informer(Api& api, InformerOptions options, InformerHandler handler)
 }
 
 void Informer::Run(std::stop_token stop) {
-  const std::string verb =
-      "informer/" + (options_.name.empty() ? options_.collection_path : options_.name);
+  const std::string verb = "informer/" + (options_.name.empty() ? options_.collection_path : options_.name);
   const metrics::LogFields fields{verb, "-", "-"};
   Backoff backoff(options_.backoff_base, options_.backoff_max, options_.jitter_seed);
   std::mt19937_64 rng(options_.jitter_seed != 0 ? options_.jitter_seed + 1 : std::random_device{}());
@@ -66,7 +65,7 @@ void Informer::Run(std::stop_token stop) {
     }
     const auto delay = backoff.Next();
     metrics::Log(LogLevel::kWarn, fields,
-                what + " (retry in " + std::to_string(delay.count()) + "ms): " + error.message());
+                 what + " (retry in " + std::to_string(delay.count()) + "ms): " + error.message());
     options_.sleep(delay, stop);
   };
 
@@ -94,8 +93,8 @@ void Informer::Run(std::stop_token stop) {
       }
       sync_cv_.notify_all();
       metrics::Log(LogLevel::kInfo, fields,
-                  std::string(first ? "synced: " : "relisted: ") + std::to_string(count) +
-                      " objects at resourceVersion " + rv);
+                   std::string(first ? "synced: " : "relisted: ") + std::to_string(count) +
+                       " objects at resourceVersion " + rv);
       backoff.Reset();
       need_list = false;
       failures_at_rv = 0;
@@ -163,7 +162,7 @@ void Informer::Run(std::stop_token stop) {
         ++counters_.gone;
       }
       metrics::Log(LogLevel::kInfo, fields,
-                  "resourceVersion " + rv + " expired, relisting: " + result.error().message());
+                   "resourceVersion " + rv + " expired, relisting: " + result.error().message());
       need_list = true;
       continue;
     }

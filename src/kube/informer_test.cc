@@ -96,7 +96,9 @@ std::string Event(const std::string& type, const json& object) {
   return json{{"type", type}, {"object", object}}.dump();
 }
 
-std::string Bookmark(const std::string& rv) { return Event("BOOKMARK", {{"metadata", {{"resourceVersion", rv}}}}); }
+std::string Bookmark(const std::string& rv) {
+  return Event("BOOKMARK", {{"metadata", {{"resourceVersion", rv}}}});
+}
 
 std::string Gone() {
   return Event("ERROR", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"}, {"message", "too old"}});
@@ -183,7 +185,8 @@ class Harness {
 
  private:
   static std::string Describe(const json& o) {
-    return o["metadata"]["name"].get<std::string>() + "@" + o["metadata"]["resourceVersion"].get<std::string>();
+    return o["metadata"]["name"].get<std::string>() + "@" +
+           o["metadata"]["resourceVersion"].get<std::string>();
   }
   void Record(std::string call) {
     const std::lock_guard lock(mu_);

@@ -14,7 +14,8 @@ inline const nlohmann::json* FieldAt(const nlohmann::json& doc, std::string_view
   std::size_t pos = 1;  // pointers here are "/a/b", keys without '~' or '/'
   while (pos <= pointer.size() && pos > 0) {
     const std::size_t next = pointer.find('/', pos);
-    const std::string key(pointer.substr(pos, next == std::string_view::npos ? std::string_view::npos : next - pos));
+    const std::string key(
+        pointer.substr(pos, next == std::string_view::npos ? std::string_view::npos : next - pos));
     if (!at->is_object()) return nullptr;
     const auto it = at->find(key);
     if (it == at->end()) return nullptr;

@@ -21,8 +21,8 @@ namespace toposched::kube {
 
 namespace {
 
-using nlohmann::json;
 using metrics::LogLevel;
+using nlohmann::json;
 using SystemClock = std::chrono::system_clock;
 using detail::kVerb;
 using detail::PodLabel;
@@ -54,7 +54,8 @@ std::string KubeSource::Impl::DescribeDevices(const state::PodAllocation& a) con
     if (gpus[i] < 0 || gpus[i] >= static_cast<int>(t.gpus.size())) continue;
     const Gpu& g = t.gpus[static_cast<std::size_t>(gpus[i])];
     out += (out.empty() ? "GPUs " : ", ") + std::to_string(g.index) + " (" + g.pci_bus_id +
-           (g.uuid.empty() ? "" : ", " + g.uuid) + (i >= a.delta.exclusive_gpus.size() ? ", shared" : "") + ")";
+           (g.uuid.empty() ? "" : ", " + g.uuid) + (i >= a.delta.exclusive_gpus.size() ? ", shared" : "") +
+           ")";
   }
   std::string nics;
   for (int n : a.delta.nics) {
@@ -63,7 +64,8 @@ std::string KubeSource::Impl::DescribeDevices(const state::PodAllocation& a) con
   }
   if (!nics.empty()) out += (out.empty() ? "" : "; ") + std::string("RDMA NICs ") + nics;
   if (out.empty()) return {};
-  if (!gpus.empty() && !a.delta.nics.empty()) out += "; worst GPU->NIC link " + std::string(ToString(a.worst_class));
+  if (!gpus.empty() && !a.delta.nics.empty())
+    out += "; worst GPU->NIC link " + std::string(ToString(a.worst_class));
   return out;
 }
 
@@ -108,7 +110,7 @@ void KubeSource::Impl::PostCorrelatedEvents() {
     pod_events.With({w.reason, r.ok() ? (w.create ? "created" : "patched") : "failed"}).Inc();
     if (!r.ok()) {
       metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(w.pod_namespace, w.pod_name), ""},
-                  "cannot write the " + w.reason + " event: " + r.error().message());
+                   "cannot write the " + w.reason + " event: " + r.error().message());
     }
     std::lock_guard lock(correlator_mu);
     correlator.Written(w, r.ok());
@@ -148,10 +150,11 @@ void KubeSource::Impl::PostHoldEvents() {
     for (auto& [uid, h] : held) {
       if (h.reported) continue;
       h.reported = true;
-      events.push_back({h.pod.pod_namespace, h.pod.pod_name, uid, h.node, "AllocationUnreadable",
-                        h.reason + ". Its devices stay held and node " + h.node +
-                            " takes no new device placements until this pod is deleted or the annotation fixed.",
-                        "Warning"});
+      events.push_back(
+          {h.pod.pod_namespace, h.pod.pod_name, uid, h.node, "AllocationUnreadable",
+           h.reason + ". Its devices stay held and node " + h.node +
+               " takes no new device placements until this pod is deleted or the annotation fixed.",
+           "Warning"});
     }
   }
   PostEvents(events);
@@ -164,26 +167,28 @@ void KubeSource::Impl::PostEvents(const std::vector<PodEvent>& events) {
   if (events.empty() || !MayChangeState()) return;
   const auto now = SystemClock::now();
   for (const PodEvent& e : events) {
-    const json event = EventObject(e.pod_name + "." + std::to_string(now.time_since_epoch().count()),
-                                   e.pod_namespace, e.pod_name, e.uid, e.reason, e.message, e.type, now, now, 1);
+    const json event =
+        EventObject(e.pod_name + "." + std::to_string(now.time_since_epoch().count()), e.pod_namespace,
+                    e.pod_name, e.uid, e.reason, e.message, e.type, now, now, 1);
     Result<json> r = api.Create(EventCollection(e.pod_namespace), event);
     pod_events.With({e.reason, r.ok() ? "created" : "failed"}).Inc();
     if (!r.ok()) {
       metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(e.pod_namespace, e.pod_name), e.node},
-                  "cannot write the " + e.reason + " event: " + r.error().message());
+                   "cannot write the " + e.reason + " event: " + r.error().message());
     }
   }
 }
 
-void KubeSource::PodWarning(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
-                            std::string_view reason, std::string_view message) {
-  impl_->QueueEvent({std::string(pod_namespace), std::string(pod_name), std::string(pod_uid), "", std::string(reason),
-                     std::string(message), "Warning"});
+void KubeSource::PodWarning(std::string_view pod_namespace, std::string_view pod_name,
+                            std::string_view pod_uid, std::string_view reason, std::string_view message) {
+  impl_->QueueEvent({std::string(pod_namespace), std::string(pod_name), std::string(pod_uid), "",
+                     std::string(reason), std::string(message), "Warning"});
 }
 
-void KubeSource::PodUnschedulable(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
-                                  std::string_view summary) {
-  if (pod_name.empty()) return;  // a pod without a name (a Volcano task without its Pod): nothing to attach to
+void KubeSource::PodUnschedulable(std::string_view pod_namespace, std::string_view pod_name,
+                                  std::string_view pod_uid, std::string_view summary) {
+  if (pod_name.empty())
+    return;  // a pod without a name (a Volcano task without its Pod): nothing to attach to
   Impl& d = *impl_;
   bool kept = false;
   {
@@ -195,7 +200,8 @@ void KubeSource::PodUnschedulable(std::string_view pod_namespace, std::string_vi
   if (!kept) d.pod_events.With({"FailedScheduling", "rate_limited"}).Inc();
 }
 
-void KubeSource::PodAllocated(const state::PodAllocation& allocation, std::string_view alignment, bool volcano) {
+void KubeSource::PodAllocated(const state::PodAllocation& allocation, std::string_view alignment,
+                              bool volcano) {
   Impl& d = *impl_;
   {
     std::lock_guard lock(d.correlator_mu);
@@ -208,7 +214,8 @@ void KubeSource::PodAllocated(const state::PodAllocation& allocation, std::strin
   if (!alignment.empty() && devices.find("worst GPU->NIC link") != std::string::npos) {
     devices += " (" + std::string(alignment) + ")";
   }
-  d.QueueEvent({allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node, "DevicesAllocated",
+  d.QueueEvent({allocation.pod_namespace, allocation.pod_name, allocation.uid, allocation.node,
+                "DevicesAllocated",
                 (volcano ? "Allocated on node " + allocation.node + " for Volcano's bind: "
                          : "Bound to node " + allocation.node + ": ") +
                     devices,

@@ -24,8 +24,8 @@ namespace toposched::kube {
 
 namespace {
 
-using metrics::LogLevel;
 using detail::kVerb;
+using metrics::LogLevel;
 
 }  // namespace
 
@@ -58,8 +58,12 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
   const NodeView& node = node_it->second;
   const auto topo_it = topologies.find(name);
   const bool withdrawn = stale.contains(name) && options.stale_policy == StaleTopologyPolicy::kClosed;
-  NodeInputs inputs{node.labels, node.unschedulable, node.hami_register, node.hami_amd_register,
-                    topo_it == topologies.end() ? std::string() : topo_it->second.resource_version, withdrawn,
+  NodeInputs inputs{node.labels,
+                    node.unschedulable,
+                    node.hami_register,
+                    node.hami_amd_register,
+                    topo_it == topologies.end() ? std::string() : topo_it->second.resource_version,
+                    withdrawn,
                     node.allocatable_cpu_milli};
   const auto applied = applied_inputs.find(name);
   if (applied != applied_inputs.end() && applied->second == inputs) return;
@@ -80,7 +84,7 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
         spec.topology = std::move(copy);
       } else {
         metrics::Log(LogLevel::kWarn, {kVerb, "", name},
-                    std::string(kHamiNodeRegister) + " ignored: " + registered.error().message());
+                     std::string(kHamiNodeRegister) + " ignored: " + registered.error().message());
       }
     }
     // HAMi's AMD device plugin hands out only the cards it registered, by the registered id:
@@ -93,7 +97,7 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
         ApplyHamiAmdRegister(*registered, *copy);
       } else {
         metrics::Log(LogLevel::kWarn, {kVerb, "", name},
-                    "AMD GPUs held out of placement: " + registered.error().message());
+                     "AMD GPUs held out of placement: " + registered.error().message());
         MarkAmdGpusUnregistered(
             *copy, "HAMi's AMD registration cannot be read (" + registered.error().message() + ")");
       }
@@ -106,14 +110,17 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
       const std::string& text = gfd->second;
       std::uint64_t mib = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mib);
-      const bool parsed = ec == std::errc() && end == text.data() + text.size() && mib > 0 && mib < (1u << 24);
-      const bool known = std::all_of(spec.topology->gpus.begin(), spec.topology->gpus.end(), [](const Gpu& g) {
-        return g.vendor != GpuVendor::kNvidia || (g.memory_mib > 0 && !IsMemoryEstimate(g));
-      });
+      const bool parsed =
+          ec == std::errc() && end == text.data() + text.size() && mib > 0 && mib < (1u << 24);
+      const bool known =
+          std::all_of(spec.topology->gpus.begin(), spec.topology->gpus.end(), [](const Gpu& g) {
+            return g.vendor != GpuVendor::kNvidia || (g.memory_mib > 0 && !IsMemoryEstimate(g));
+          });
       if (parsed && !known) {
         auto copy = std::make_shared<NodeTopology>(*spec.topology);
         for (Gpu& g : copy->gpus) {
-          if (g.vendor == GpuVendor::kNvidia && (g.memory_mib == 0 || IsMemoryEstimate(g))) g.memory_mib = mib;
+          if (g.vendor == GpuVendor::kNvidia && (g.memory_mib == 0 || IsMemoryEstimate(g)))
+            g.memory_mib = mib;
         }
         spec.topology = std::move(copy);
       }
@@ -138,8 +145,10 @@ void KubeSource::Impl::RefreshNode(const std::string& name) {
 // toposched.io/shares-enforced=true. Elsewhere the stock device plugin would hand a shared pod
 // the whole card while toposched counted a slice of it, so such cards take whole-card requests
 // only.
-void KubeSource::Impl::MarkUnenforcedShares(const NodeView& node, std::shared_ptr<const NodeTopology>& topology) {
-  if (const auto it = node.labels.find(std::string(kSharesEnforcedLabel)); it != node.labels.end() && it->second == "true") {
+void KubeSource::Impl::MarkUnenforcedShares(const NodeView& node,
+                                            std::shared_ptr<const NodeTopology>& topology) {
+  if (const auto it = node.labels.find(std::string(kSharesEnforcedLabel));
+      it != node.labels.end() && it->second == "true") {
     return;
   }
   auto unenforced = [&](const Gpu& g) {
@@ -149,9 +158,10 @@ void KubeSource::Impl::MarkUnenforcedShares(const NodeView& node, std::shared_pt
   auto copy = std::make_shared<NodeTopology>(*topology);
   for (Gpu& g : copy->gpus) {
     if (unenforced(g)) {
-      g.shares_unenforced = "no HAMi registration (" +
-                            std::string(g.vendor == GpuVendor::kAmd ? kHamiAmdNodeRegister : kHamiNodeRegister) +
-                            ") and no " + std::string(kSharesEnforcedLabel) + "=true label";
+      g.shares_unenforced =
+          "no HAMi registration (" +
+          std::string(g.vendor == GpuVendor::kAmd ? kHamiAmdNodeRegister : kHamiNodeRegister) + ") and no " +
+          std::string(kSharesEnforcedLabel) + "=true label";
     }
   }
   topology = std::move(copy);
@@ -192,7 +202,7 @@ void KubeSource::Impl::ApplyTopology(const json& object) {
   if (!topo.ok()) {
     // A bad object must not take the node's previous topology with it: keep what we had.
     metrics::Log(LogLevel::kWarn, {kVerb, "", StringAt(object, "/metadata/name")},
-                "NodeTopology ignored: " + topo.error().message());
+                 "NodeTopology ignored: " + topo.error().message());
     return;
   }
   const std::string name = topo->name;
@@ -231,10 +241,10 @@ bool KubeSource::Impl::UpdateStale(const std::string& name, SystemClock::time_po
   if (is_stale) {
     stale.insert(name);
     metrics::Log(LogLevel::kWarn, {kVerb, "", name},
-                std::string("NodeTopology heartbeat older than the stale age: ") +
-                    (options.stale_policy == StaleTopologyPolicy::kClosed
-                         ? "no new GPU pods on this node until its agent reports again"
-                         : "still placing on its last topology (stale policy open)"));
+                 std::string("NodeTopology heartbeat older than the stale age: ") +
+                     (options.stale_policy == StaleTopologyPolicy::kClosed
+                          ? "no new GPU pods on this node until its agent reports again"
+                          : "still placing on its last topology (stale policy open)"));
   } else {
     stale.erase(name);
     metrics::Log(LogLevel::kInfo, {kVerb, "", name}, "NodeTopology fresh again");
@@ -269,14 +279,15 @@ void KubeSource::Impl::ResolveHyperNodes() {
   for (const std::string& w : warnings) metrics::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""}, w);
   if (!resolved.ok()) {
     metrics::Log(LogLevel::kWarn, {"informer/hypernodes", "", ""},
-                "HyperNodes not applied, node positions unchanged: " + resolved.error().message());
+                 "HyperNodes not applied, node positions unchanged: " + resolved.error().message());
     return;
   }
   const std::size_t placed = resolved->size();
   if (const auto current = store.node_locations(); current != nullptr && *current == *resolved) return;
-  store.SetNodeLocations(std::make_shared<const std::map<std::string, pd::Location>>(std::move(resolved).value()));
+  store.SetNodeLocations(
+      std::make_shared<const std::map<std::string, pd::Location>>(std::move(resolved).value()));
   metrics::Log(LogLevel::kInfo, {"informer/hypernodes", "", ""},
-              std::to_string(hypernodes.size()) + " HyperNodes place " + std::to_string(placed) + " nodes");
+               std::to_string(hypernodes.size()) + " HyperNodes place " + std::to_string(placed) + " nodes");
 }
 
 }  // namespace toposched::kube

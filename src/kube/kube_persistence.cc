@@ -18,8 +18,8 @@ namespace toposched::kube {
 
 namespace {
 
-using nlohmann::json;
 using metrics::LogLevel;
+using nlohmann::json;
 using SystemClock = std::chrono::system_clock;
 using SteadyClock = std::chrono::steady_clock;
 using detail::kVerb;
@@ -27,9 +27,18 @@ using detail::PodLabel;
 
 // Every annotation a bind writes, so that an undo removes exactly these.
 constexpr std::string_view kBindAnnotations[] = {
-    kAllocationAnnotation, kVisibleGpusAnnotation, kNcclIbHcaAnnotation, kBindTimeAnnotation,
-    kHamiDevicesToAllocate, kHamiDevicesAllocated, kHamiAmdDevicesToAllocate, kHamiAmdDevicesAllocated,
-    kHamiVgpuNode, kHamiVgpuTime, kHamiBindPhase, kHamiBindTime,
+    kAllocationAnnotation,
+    kVisibleGpusAnnotation,
+    kNcclIbHcaAnnotation,
+    kBindTimeAnnotation,
+    kHamiDevicesToAllocate,
+    kHamiDevicesAllocated,
+    kHamiAmdDevicesToAllocate,
+    kHamiAmdDevicesAllocated,
+    kHamiVgpuNode,
+    kHamiVgpuTime,
+    kHamiBindPhase,
+    kHamiBindTime,
 };
 
 // A merge patch that removes every annotation a bind writes.
@@ -90,7 +99,8 @@ Status KubeSource::Impl::LockNode(const std::string& node, const std::string& ns
     json& annotations = object["metadata"]["annotations"];
     if (annotations.is_null()) annotations = json::object();
     if (annotations.contains(kHamiNodeLock) && annotations[std::string(kHamiNodeLock)].is_string()) {
-      Result<HamiNodeLock> other = DecodeHamiNodeLock(annotations[std::string(kHamiNodeLock)].get<std::string>());
+      Result<HamiNodeLock> other =
+          DecodeHamiNodeLock(annotations[std::string(kHamiNodeLock)].get<std::string>());
       if (other.ok() && !(other->pod_namespace == ns && other->pod_name == name) &&
           SystemClock::now() - other->time < kHamiNodeLockExpiry) {
         const std::string dangling = DanglingLock(node, *other);
@@ -114,19 +124,23 @@ Status KubeSource::Impl::LockNode(const std::string& node, const std::string& ns
 void KubeSource::Impl::UnlockNode(const std::string& node, const std::string& ns, const std::string& name) {
   Result<json> r = api.Update(NodePath(node), [&](json& object) -> Result<bool> {
     json* annotations = object.contains("metadata") ? &object["metadata"]["annotations"] : nullptr;
-    if (annotations == nullptr || !annotations->is_object() || !annotations->contains(kHamiNodeLock)) return false;
-    Result<HamiNodeLock> ours = DecodeHamiNodeLock((*annotations)[std::string(kHamiNodeLock)].get<std::string>());
+    if (annotations == nullptr || !annotations->is_object() || !annotations->contains(kHamiNodeLock))
+      return false;
+    Result<HamiNodeLock> ours =
+        DecodeHamiNodeLock((*annotations)[std::string(kHamiNodeLock)].get<std::string>());
     if (!ours.ok() || ours->pod_namespace != ns || ours->pod_name != name) return false;  // not ours
     annotations->erase(std::string(kHamiNodeLock));
     return true;
   });
   if (!r.ok() && !IsNotFound(r.error())) {
-    metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node}, "cannot release the node lock: " + r.error().message());
+    metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(ns, name), node},
+                 "cannot release the node lock: " + r.error().message());
   }
 }
 
 KubeSource::Impl::PreparedBind KubeSource::Impl::Prepare(const state::PodAllocation& allocation,
-                                                        const NodeTopology& t, SystemClock::time_point now) const {
+                                                         const NodeTopology& t,
+                                                         SystemClock::time_point now) const {
   PreparedBind p;
   // A pod without devices of ours carries no annotations; its bind is just the Binding. Nor
   // does a pod counted for another scheduler or held for an unreadable record: its record (or
@@ -189,10 +203,11 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
   if (p.annotations.empty()) return Status::Ok();
   std::lock_guard write(d.PodWriteMutex(allocation.uid));
   if (p.lock) {
-    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok())
+      return s;
   }
-  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
-                                     json{{"metadata", {{"annotations", p.annotations}}}});
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name),
+                                     PatchType::kMerge, json{{"metadata", {{"annotations", p.annotations}}}});
   if (!patched.ok()) {
     d.annotation_writes.With({"error"}).Inc();
     if (p.lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
@@ -201,7 +216,8 @@ Status KubeSource::RecordBind(const state::PodAllocation& allocation, const stat
   if (StringAt(*patched, "/metadata/uid") != allocation.uid) {
     // Same name, another pod (deleted and recreated meanwhile): take nothing of it.
     d.annotation_writes.With({"error"}).Inc();
-    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge, UndoBindAnnotations());
+    (void)d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge,
+                      UndoBindAnnotations());
     if (p.lock) d.UnlockNode(allocation.node, allocation.pod_namespace, allocation.pod_name);
     return Error("pod " + PodLabel(allocation.pod_namespace, allocation.pod_name) + " now has UID " +
                  StringAt(*patched, "/metadata/uid") + ", not " + allocation.uid);
@@ -221,8 +237,8 @@ Status KubeSource::RecordRelease(const state::PodAllocation& allocation) {
     written = d.prepared.erase(allocation.uid) == 0;
   }
   if (!HasDevices(allocation.delta) || !written) return Status::Ok();
-  Result<json> patched =
-      d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name), PatchType::kMerge, UndoBindAnnotations());
+  Result<json> patched = d.api.Patch(PodPath(allocation.pod_namespace, allocation.pod_name),
+                                     PatchType::kMerge, UndoBindAnnotations());
   if (!patched.ok() && !IsNotFound(patched.error())) {
     d.annotation_writes.With({"error"}).Inc();
     return patched.error().WithContext("cannot remove the allocation annotations");
@@ -250,7 +266,8 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(Impl::PreparedBind prepared, d.PreparedFor(allocation),
                                  "cannot write pod " + pod + "'s allocation");
   if (prepared.lock) {
-    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok()) return s;
+    if (Status s = d.LockNode(allocation.node, allocation.pod_namespace, allocation.pod_name); !s.ok())
+      return s;
   }
   Status s = d.api.CreateBinding(allocation.pod_namespace, allocation.pod_name, allocation.uid,
                                  allocation.node, prepared.annotations);
@@ -266,7 +283,8 @@ Status KubeSource::CompleteBind(const state::PodAllocation& allocation) {
       s = Error(s.error().message(), ErrorCode::kUnknown);  // not made: definite
     } else {
       outcome = "unknown";
-      s = Error(s.error().message() + "; and whether it was made cannot be read back (" + read.error().message() +
+      s = Error(s.error().message() + "; and whether it was made cannot be read back (" +
+                    read.error().message() +
                     "): the devices stay held until the pod is seen bound, gone or unbound",
                 extender::kBindOutcomeUnknown);
     }
@@ -296,13 +314,13 @@ bool KubeSource::MayRebind(const state::PodAllocation& previous) {
   Impl& d = *impl_;
   {
     std::lock_guard lock(d.mu);
-    if (auto it = d.pods.find(previous.uid); it != d.pods.end() && !it->second.node_name.empty()) return false;
+    if (auto it = d.pods.find(previous.uid); it != d.pods.end() && !it->second.node_name.empty())
+      return false;
   }
   // Ask the API server: the informer may be behind, and a wrong "yes" would move a running pod.
   Result<json> pod = d.api.Get(PodPath(previous.pod_namespace, previous.pod_name));
   if (!pod.ok()) return false;
-  return StringAt(*pod, "/metadata/uid") == previous.uid &&
-         StringAt(*pod, "/spec/nodeName").empty();
+  return StringAt(*pod, "/metadata/uid") == previous.uid && StringAt(*pod, "/spec/nodeName").empty();
 }
 
 }  // namespace toposched::kube

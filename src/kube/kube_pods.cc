@@ -26,8 +26,8 @@ namespace toposched::kube {
 
 namespace {
 
-using nlohmann::json;
 using metrics::LogLevel;
+using nlohmann::json;
 using SystemClock = std::chrono::system_clock;
 using detail::kVerb;
 using detail::PodLabel;
@@ -39,12 +39,15 @@ std::string AllocationNode(const PodView& pod) {
   if (auto it = pod.annotations.find(std::string(kAllocationAnnotation)); it != pod.annotations.end()) {
     try {
       const json doc = json::parse(it->second);
-      if (doc.is_object() && doc.contains("node") && doc["node"].is_string()) return doc["node"].get<std::string>();
+      if (doc.is_object() && doc.contains("node") && doc["node"].is_string())
+        return doc["node"].get<std::string>();
     } catch (const json::exception&) {
     }
   }
-  if (auto it = pod.annotations.find(std::string(kHamiVgpuNode)); it != pod.annotations.end()) return it->second;
-  if (auto it = pod.annotations.find(std::string(kVolcanoVgpuNode)); it != pod.annotations.end()) return it->second;
+  if (auto it = pod.annotations.find(std::string(kHamiVgpuNode)); it != pod.annotations.end())
+    return it->second;
+  if (auto it = pod.annotations.find(std::string(kVolcanoVgpuNode)); it != pod.annotations.end())
+    return it->second;
   return "";
 }
 
@@ -86,8 +89,9 @@ void KubeSource::Impl::ApplyPod(const PodView& pod, std::vector<PodEvent>& event
         char text[32];
         std::snprintf(text, sizeof text, "%.1f", seconds);
         if (options.normal_events) {
-          events.push_back({pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, "ReadyAfterBind",
-                            "Ready " + std::string(text) + " s after toposched bound it to node " + pod.node_name});
+          events.push_back(
+              {pod.pod_namespace, pod.pod_name, pod.uid, pod.node_name, "ReadyAfterBind",
+               "Ready " + std::string(text) + " s after toposched bound it to node " + pod.node_name});
         }
       }
     }
@@ -182,7 +186,8 @@ void KubeSource::Impl::RestorePod(const PodView& pod) {
   if (const auto role = pod.labels.find(std::string(kRoleLabel)); role != pod.labels.end()) {
     allocation.role = ParseLlmdRole(role->second).value_or(PodRole::kNone);
   }
-  if (const auto pool = pod.labels.find(options.pool_label); pool != pod.labels.end()) allocation.pool = pool->second;
+  if (const auto pool = pod.labels.find(options.pool_label); pool != pod.labels.end())
+    allocation.pool = pool->second;
   if (const auto ipc = pod.annotations.find(std::string(kKvIpcAnnotation)); ipc != pod.annotations.end()) {
     allocation.kv_ipc = AnnotationIsTrue(ipc->second);
   }
@@ -194,8 +199,9 @@ void KubeSource::Impl::RestorePod(const PodView& pod) {
     if (bound && bound->hold.empty() && bound->node == node) {
       // Bound by this replica while the informer read the pod: the store's allocation is what
       // was decided and written; it stays.
-      metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
-                  "allocation annotation differs from the bound allocation, which stays: " + s.error().message());
+      metrics::Log(
+          LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+          "allocation annotation differs from the bound allocation, which stays: " + s.error().message());
       return;
     }
     HoldPod(pod, std::move(allocation), "its allocation cannot be restored: " + s.error().message());
@@ -203,7 +209,7 @@ void KubeSource::Impl::RestorePod(const PodView& pod) {
   }
   if (was_held != held.end()) {
     metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
-                "allocation readable again: restored, node hold lifted for this pod");
+                 "allocation readable again: restored, node hold lifted for this pod");
     held.erase(was_held);
     UpdateHeldGauges();
   }
@@ -277,8 +283,8 @@ void KubeSource::Impl::RestoreForeign(const PodView& pod) {
       foreign[pod.uid] = pod;
       foreign_gauge.With({}).Set(static_cast<double>(foreign.size()));
       metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), pod.node_name},
-                  "pod of another scheduler counted: " + std::to_string(nvidia + amd) + " GPUs, " +
-                      std::to_string(rdma) + " RDMA NICs (which ones the kubelet chose is not known)");
+                   "pod of another scheduler counted: " + std::to_string(nvidia + amd) + " GPUs, " +
+                       std::to_string(rdma) + " RDMA NICs (which ones the kubelet chose is not known)");
       return;
     }
   }
@@ -287,7 +293,8 @@ void KubeSource::Impl::RestoreForeign(const PodView& pod) {
   unknown.pod_namespace = pod.pod_namespace;
   unknown.pod_name = pod.pod_name;
   unknown.node = pod.node_name;
-  HoldPod(pod, std::move(unknown), "pod placed by another scheduler could not be counted on node " + pod.node_name);
+  HoldPod(pod, std::move(unknown),
+          "pod placed by another scheduler could not be counted on node " + pod.node_name);
 }
 
 // A record of ours (or HAMi's) names devices that stand-ins of other schedulers' pods were
@@ -339,13 +346,16 @@ void KubeSource::Impl::ReleaseLongUnbound() {
   }
   for (const state::PodAllocation& a : expired) {
     Result<json> pod = api.Get(PodPath(a.pod_namespace, a.pod_name));
-    if (!pod.ok() || StringAt(*pod, "/metadata/uid") != a.uid || !StringAt(*pod, "/spec/nodeName").empty()) continue;
+    if (!pod.ok() || StringAt(*pod, "/metadata/uid") != a.uid || !StringAt(*pod, "/spec/nodeName").empty())
+      continue;
     Result<std::optional<state::PodAllocation>> released = store.Release(a.uid);  // undoes the annotations
     if (!released.ok() || !released->has_value()) continue;
-    metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
-                "released: allocated but never bound for " +
-                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.unbound_allocation_ttl).count()) +
-                    " s (a tentative allocation nobody completed)");
+    metrics::Log(
+        LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
+        "released: allocated but never bound for " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::seconds>(options.unbound_allocation_ttl).count()) +
+            " s (a tentative allocation nobody completed)");
     std::lock_guard lock(mu);
     unbound_since.erase(a.uid);
   }
@@ -360,7 +370,7 @@ void KubeSource::Impl::HoldPod(const PodView& pod, state::PodAllocation allocati
     // Only an unknown node refuses a hold: retried when the node comes (it holds nothing now).
     pending[pod.uid] = pod;
     metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
-                "allocation cannot be held yet: " + s.error().message());
+                 "allocation cannot be held yet: " + s.error().message());
     return;
   }
   HeldPod& h = held[pod.uid];
@@ -371,8 +381,8 @@ void KubeSource::Impl::HoldPod(const PodView& pod, state::PodAllocation allocati
     h.reason = reason;
     h.reported = false;
     metrics::Log(LogLevel::kWarn, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
-                reason + "; its devices stay held and node " + node +
-                    " takes no new device placements until the pod is deleted or the annotation fixed");
+                 reason + "; its devices stay held and node " + node +
+                     " takes no new device placements until the pod is deleted or the annotation fixed");
   }
   UpdateHeldGauges();
 }
@@ -413,7 +423,7 @@ void KubeSource::Impl::ReleaseGone(const std::string& uid, std::string_view why)
   if (released.ok() && released->has_value()) {
     const state::PodAllocation& a = **released;
     metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(a.pod_namespace, a.pod_name), a.node},
-                "released (" + std::string(why) + ")");
+                 "released (" + std::string(why) + ")");
   }
   std::lock_guard lock(bind_mu);
   recent_binds.erase(uid);
@@ -486,8 +496,8 @@ void KubeSource::Impl::ConfirmGone(const std::string& uid) {
   std::optional<state::PodAllocation> a = store.FindPod(uid);
   if (!a) return;
   Result<json> pod = api.Get(PodPath(a->pod_namespace, a->pod_name));
-  const bool gone = (!pod.ok() && IsNotFound(pod.error())) ||
-                    (pod.ok() && StringAt(*pod, "/metadata/uid") != uid);
+  const bool gone =
+      (!pod.ok() && IsNotFound(pod.error())) || (pod.ok() && StringAt(*pod, "/metadata/uid") != uid);
   if (!gone) return;
   std::lock_guard lock(mu);
   pods.erase(uid);

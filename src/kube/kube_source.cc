@@ -27,8 +27,8 @@ namespace toposched::kube {
 
 namespace {
 
-using nlohmann::json;
 using metrics::LogLevel;
+using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 using detail::kVerb;
 
@@ -41,7 +41,7 @@ std::function<void(Arg)> Guarded(std::string_view resource, Fn fn) {
       fn(std::forward<Arg>(arg));
     } catch (const std::exception& e) {
       metrics::Log(LogLevel::kError, {kVerb, "", ""},
-                  std::string(resource) + " event not applied (internal error): " + e.what());
+                   std::string(resource) + " event not applied (internal error): " + e.what());
     }
   };
 }
@@ -61,28 +61,29 @@ KubeSource::Impl::Impl(Api& a, state::ClusterStore& s, metrics::Registry& reg, K
           "toposched_kube_restore_errors_total",
           "Pod allocations read from the API server that the state could not take (device gone, over "
           "capacity: two pods claim one device, bad annotation).")),
-      bindings(reg.AddCounter("toposched_kube_bindings_total",
-                              "Bindings made by bind: created, failed (not made), unknown (whether it was made could not be read "
-                              "back: the devices stay held).",
-                              {"outcome"})),
-      annotation_writes(reg.AddCounter(
-          "toposched_kube_annotation_writes_total",
-          "Pod annotation writes: binding (written by the Binding that bound the pod), bind (a patch: Volcano's "
-          "allocate), undo (removed after a release), error.",
+      bindings(reg.AddCounter(
+          "toposched_kube_bindings_total",
+          "Bindings made by bind: created, failed (not made), unknown (whether it was made could not be read "
+          "back: the devices stay held).",
           {"outcome"})),
+      annotation_writes(reg.AddCounter("toposched_kube_annotation_writes_total",
+                                       "Pod annotation writes: binding (written by the Binding that bound "
+                                       "the pod), bind (a patch: Volcano's "
+                                       "allocate), undo (removed after a release), error.",
+                                       {"outcome"})),
       bind_to_ready(reg.AddHistogram(
           "toposched_bind_to_ready_seconds",
-          "Time from toposched's bind of a pod to the pod's Ready condition (capacity counts from then).",
-          {}, {1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600})),
+          "Time from toposched's bind of a pod to the pod's Ready condition (capacity counts from then).", {},
+          {1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600})),
       held_pods_gauge(reg.AddGauge(
           "toposched_kube_held_allocations",
           "Pods whose allocation could not be read back (unknown device, fields that disagree, devices "
           "another pod holds): their nodes take no new device placements until each is deleted or fixed.")),
       held_nodes_gauge(reg.AddGauge("toposched_kube_held_nodes",
                                     "Nodes kept out of new device placements by a held allocation.")),
-      foreign_gauge(reg.AddGauge(
-          "toposched_kube_foreign_pods",
-          "Bound pods of other schedulers that hold GPUs or RDMA NICs on toposched's nodes, counted by rule.")),
+      foreign_gauge(reg.AddGauge("toposched_kube_foreign_pods",
+                                 "Bound pods of other schedulers that hold GPUs or RDMA NICs on toposched's "
+                                 "nodes, counted by rule.")),
       stale_gauge(reg.AddGauge("toposched_kube_stale_topologies",
                                "NodeTopology objects whose agent heartbeat is older than the stale age.")),
       informer_lists(reg.AddCounter("toposched_kube_informer_lists_total",
@@ -92,8 +93,8 @@ KubeSource::Impl::Impl(Api& a, state::ClusterStore& s, metrics::Registry& reg, K
       informer_errors(reg.AddCounter("toposched_kube_informer_errors_total",
                                      "Failed lists and watches (each followed by a backoff) per informer.",
                                      {"resource"})),
-      informer_events(reg.AddCounter("toposched_kube_informer_events_total", "Watch events applied per informer.",
-                                     {"resource"})),
+      informer_events(reg.AddCounter("toposched_kube_informer_events_total",
+                                     "Watch events applied per informer.", {"resource"})),
       pod_events(reg.AddCounter(
           "toposched_pod_events_total",
           "Events written on pods, by reason and result: created, patched (a repeat: count raised), failed, "
@@ -103,8 +104,8 @@ KubeSource::Impl::Impl(Api& a, state::ClusterStore& s, metrics::Registry& reg, K
   // Series without labels exist (at 0) from the start, as Prometheus' own clients expose them:
   // rate(), increase() and alerts on them need a sample before the first change.
   restore_errors.With({});
-  for (metrics::Family<metrics::Gauge>* g : {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge,
-                                           &foreign_gauge, &stale_gauge}) {
+  for (metrics::Family<metrics::Gauge>* g :
+       {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge, &foreign_gauge, &stale_gauge}) {
     g->With({}).Set(0);
   }
 }
@@ -147,7 +148,7 @@ void KubeSource::Impl::Resync(std::stop_token stop) {
     Result<ObjectList> all = api.List(CorePath("pods"), list);
     if (!all.ok()) {
       metrics::Log(LogLevel::kWarn, {kVerb, "", ""},
-                  "leader resync failed, retrying: " + all.error().message());
+                   "leader resync failed, retrying: " + all.error().message());
       std::unique_lock lock(leader_mu);
       resync_requested = true;
       leader_cv.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
@@ -156,7 +157,8 @@ void KubeSource::Impl::Resync(std::stop_token stop) {
     ReplacePods(std::move(all->items));
     if (leader == nullptr || leader->leading()) {
       leader_ready.store(true, std::memory_order_release);
-      metrics::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: state resynced from the API server, serving binds");
+      metrics::Log(LogLevel::kInfo, {kVerb, "", ""},
+                   "leader: state resynced from the API server, serving binds");
       PostHoldEvents();
       if (LabelsLeader()) LabelSelf(stop);
     }
@@ -177,8 +179,8 @@ void KubeSource::Impl::LabelSelf(std::stop_token stop) {
     if (s.ok()) {
       labelled.store(true, std::memory_order_release);
       metrics::Log(LogLevel::kInfo, {kVerb, "", ""},
-                  "leader: labelled pod " + options.self_namespace + "/" + options.self_name + " " +
-                      options.leader_label + "=true; the Service routes here");
+                   "leader: labelled pod " + options.self_namespace + "/" + options.self_name + " " +
+                       options.leader_label + "=true; the Service routes here");
       return;
     }
     metrics::Log(LogLevel::kWarn, {kVerb, "", ""}, "leader label not set, retrying: " + s.error().message());
@@ -195,7 +197,8 @@ Status KubeSource::Impl::LabelSelfOnce() {
   for (const json& pod : labelled_pods.items) {
     const std::string name = StringAt(pod, "/metadata/name");
     if (name.empty() || name == options.self_name) continue;
-    Result<json> patched = api.Patch(PodPath(options.self_namespace, name), PatchType::kMerge, LeaderLabelPatch(false));
+    Result<json> patched =
+        api.Patch(PodPath(options.self_namespace, name), PatchType::kMerge, LeaderLabelPatch(false));
     if (!patched.ok() && !IsNotFound(patched.error())) return patched.error();
     metrics::Log(LogLevel::kInfo, {kVerb, "", ""}, "leader: took the stale leader label off pod " + name);
   }
@@ -207,17 +210,19 @@ Status KubeSource::Impl::LabelSelfOnce() {
 // Best effort: the next leader takes a stale label off anyway.
 void KubeSource::Impl::UnlabelSelf() {
   if (!labelled.exchange(false)) return;
-  Result<json> patched =
-      api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge, LeaderLabelPatch(false));
+  Result<json> patched = api.Patch(PodPath(options.self_namespace, options.self_name), PatchType::kMerge,
+                                   LeaderLabelPatch(false));
   if (!patched.ok()) {
-    metrics::Log(LogLevel::kWarn, {kVerb, "", ""},
-                "could not take the leader label off this pod (the next leader will): " + patched.error().message());
+    metrics::Log(
+        LogLevel::kWarn, {kVerb, "", ""},
+        "could not take the leader label off this pod (the next leader will): " + patched.error().message());
   }
 }
 
 void KubeSource::Impl::RefreshMetrics() {
-  const std::pair<const char*, Informer*> informers[] = {
-      {"nodes", node_informer.get()}, {"nodetopologies", topology_informer.get()}, {"pods", pod_informer.get()}};
+  const std::pair<const char*, Informer*> informers[] = {{"nodes", node_informer.get()},
+                                                         {"nodetopologies", topology_informer.get()},
+                                                         {"pods", pod_informer.get()}};
   for (const auto& [name, informer] : informers) {
     if (informer == nullptr) continue;
     const InformerCounters c = informer->counters();
@@ -240,21 +245,24 @@ InformerOptions KubeSource::Impl::InformerFor(std::string path, std::string name
   return o;
 }
 
-KubeSource::KubeSource(Api& api, state::ClusterStore& store, metrics::Registry& metrics, KubeSourceOptions options,
-                       LeaderElector* leader)
+KubeSource::KubeSource(Api& api, state::ClusterStore& store, metrics::Registry& metrics,
+                       KubeSourceOptions options, LeaderElector* leader)
     : impl_(std::make_unique<Impl>(api, store, metrics, std::move(options), leader)) {
   Impl& d = *impl_;
   using Objects = std::vector<json>&&;
   d.node_informer = std::make_unique<Informer>(
       api, d.InformerFor(CorePath("nodes"), "nodes"),
-      InformerHandler{Guarded<Objects>("Node", [&d](Objects o) { d.ReplaceNamed(d.nodes, std::move(o), &Impl::ApplyNode); }),
-                      Guarded<const json&>("Node", [&d](const json& o) { d.Locked(&Impl::ApplyNode, o); }),
-                      Guarded<const json&>("Node", [&d](const json& o) { d.ForgetNamed(d.nodes, o); })});
+      InformerHandler{
+          Guarded<Objects>("Node",
+                           [&d](Objects o) { d.ReplaceNamed(d.nodes, std::move(o), &Impl::ApplyNode); }),
+          Guarded<const json&>("Node", [&d](const json& o) { d.Locked(&Impl::ApplyNode, o); }),
+          Guarded<const json&>("Node", [&d](const json& o) { d.ForgetNamed(d.nodes, o); })});
   d.topology_informer = std::make_unique<Informer>(
       api, d.InformerFor(std::string(kNodeTopologyCollection), "nodetopologies"),
       InformerHandler{
-          Guarded<Objects>("NodeTopology",
-                           [&d](Objects o) { d.ReplaceNamed(d.topologies, std::move(o), &Impl::ApplyTopology); }),
+          Guarded<Objects>(
+              "NodeTopology",
+              [&d](Objects o) { d.ReplaceNamed(d.topologies, std::move(o), &Impl::ApplyTopology); }),
           Guarded<const json&>("NodeTopology", [&d](const json& o) { d.Locked(&Impl::ApplyTopology, o); }),
           Guarded<const json&>("NodeTopology", [&d](const json& o) { d.ForgetNamed(d.topologies, o); })});
   d.pod_informer = std::make_unique<Informer>(
@@ -290,7 +298,9 @@ KubeSource::KubeSource(Api& api, state::ClusterStore& store, metrics::Registry& 
   }
 }
 
-KubeSource::~KubeSource() { Stop(); }
+KubeSource::~KubeSource() {
+  Stop();
+}
 
 void KubeSource::Start() {
   Impl& d = *impl_;
@@ -365,9 +375,9 @@ void KubeSource::OnLeadership(bool leading) {
   d.leader_ready.store(false, std::memory_order_release);
   d.leader_gauge.With({}).Set(leading ? 1.0 : 0.0);
   metrics::Log(LogLevel::kInfo, {kVerb, "", ""},
-              leading ? "became the leader: resyncing pods before serving binds"
-                      : (d.LabelsLeader() ? "not the leader: binds are refused, the leader label comes off"
-                                          : "not the leader: binds are refused, /readyz reports not ready"));
+               leading ? "became the leader: resyncing pods before serving binds"
+                       : (d.LabelsLeader() ? "not the leader: binds are refused, the leader label comes off"
+                                           : "not the leader: binds are refused, /readyz reports not ready"));
   if (!leading) {
     if (d.LabelsLeader()) {
       {
@@ -385,16 +395,20 @@ void KubeSource::OnLeadership(bool leading) {
   d.leader_cv.notify_all();
 }
 
-void KubeSource::RefreshMetrics() { impl_->RefreshMetrics(); }
+void KubeSource::RefreshMetrics() {
+  impl_->RefreshMetrics();
+}
 
 Result<std::string> KubeSource::LookupPod(std::string_view pod_namespace, std::string_view pod_name) {
   Result<json> pod = impl_->api.Get(PodPath(pod_namespace, pod_name));
   if (!pod.ok()) {
     if (IsNotFound(pod.error())) {
-      return Error(std::string(extender::kPodNotFoundTag) + std::string(pod_namespace) + "/" + std::string(pod_name),
-                   ErrorCode::kNotFound);
+      return Error(
+          std::string(extender::kPodNotFoundTag) + std::string(pod_namespace) + "/" + std::string(pod_name),
+          ErrorCode::kNotFound);
     }
-    return pod.error().WithContext("cannot read pod " + std::string(pod_namespace) + "/" + std::string(pod_name));
+    return pod.error().WithContext("cannot read pod " + std::string(pod_namespace) + "/" +
+                                   std::string(pod_name));
   }
   return pod->dump();
 }
@@ -404,14 +418,17 @@ std::set<std::string, std::less<>> KubeSource::StaleTopologies() const {
   return impl_->stale_copy;
 }
 
-bool KubeSource::MayChangeState() const { return impl_->MayChangeState(); }
+bool KubeSource::MayChangeState() const {
+  return impl_->MayChangeState();
+}
 
 bool KubeSource::Ready(std::string* why) const {
   const Impl& d = *impl_;
   if (!d.Synced()) {
     if (why != nullptr) {
-      *why = "not synced with the API server yet (nodes " + std::string(d.node_informer->synced() ? "ok" : "pending") +
-             ", nodetopologies " + (d.topology_informer->synced() ? "ok" : "pending") + ", pods " +
+      *why = "not synced with the API server yet (nodes " +
+             std::string(d.node_informer->synced() ? "ok" : "pending") + ", nodetopologies " +
+             (d.topology_informer->synced() ? "ok" : "pending") + ", pods " +
              (d.pods_applied.load() ? "ok" : "pending") + ")";
     }
     return false;
@@ -434,8 +451,8 @@ Result<std::string> KubeSource::FetchPod(std::string_view pod_namespace, std::st
   TOPOSCHED_ASSIGN_OR_RETURN(json pod, impl_->api.Get(PodPath(pod_namespace, pod_name)));
   const std::string uid = StringAt(pod, "/metadata/uid");
   if (uid != pod_uid) {
-    return Error("pod " + std::string(pod_namespace) + "/" + std::string(pod_name) + " has UID " + uid + ", not " +
-                 std::string(pod_uid));
+    return Error("pod " + std::string(pod_namespace) + "/" + std::string(pod_name) + " has UID " + uid +
+                 ", not " + std::string(pod_uid));
   }
   return pod.dump();
 }

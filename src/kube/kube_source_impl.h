@@ -43,8 +43,8 @@ struct NodeInputs {
   bool unschedulable = false;
   std::string hami_register;
   std::string hami_amd_register;
-  std::string topology_version;  // NodeTopology resourceVersion ("" = none)
-  bool withdrawn = false;        // stale under the closed policy
+  std::string topology_version;             // NodeTopology resourceVersion ("" = none)
+  bool withdrawn = false;                   // stale under the closed policy
   std::int64_t cpu_allocatable_milli = -1;  // NodeView::allocatable_cpu_milli
   bool operator==(const NodeInputs&) const = default;
 };
@@ -107,7 +107,7 @@ struct KubeSource::Impl {
     std::string pod_namespace, pod_name, node_name;
     bool ready = false;
   };
-  std::unordered_map<std::string, PodState> pods;  // every pod the informer knows, by UID
+  std::unordered_map<std::string, PodState> pods;       // every pod the informer knows, by UID
   std::map<std::string, PodView, std::less<>> pending;  // annotated pods whose node is not known yet
   // A core/v1 Event to write on a pod (PostEvents).
   struct PodEvent {
@@ -186,8 +186,8 @@ struct KubeSource::Impl {
   std::mutex leader_mu;
   std::condition_variable_any leader_cv;
   bool resync_requested = false;
-  bool unlabel_requested = false;       // leadership lost: take our leader label off (under leader_mu)
-  std::atomic<bool> labelled{false};    // our pod carries the leader label (as far as we know)
+  bool unlabel_requested = false;     // leadership lost: take our leader label off (under leader_mu)
+  std::atomic<bool> labelled{false};  // our pod carries the leader label (as far as we know)
 
   // ---------------------------------------------------------------------------------------
   // Nodes and topologies (kube_nodes.cc; the relist templates stay here).

@@ -10,8 +10,8 @@
 namespace toposched::kube {
 namespace {
 
-using nlohmann::json;
 using metrics::LogLevel;
+using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 void SleepUnlessStopped(std::chrono::milliseconds duration, std::stop_token stop) {
@@ -49,9 +49,9 @@ Observed ObservedOf(const json& lease) {
 }
 
 enum class Attempt {
-  kHeld,          // we hold the Lease now (acquired or renewed)
-  kHeldByOther,   // someone else holds it and has renewed it recently
-  kFailed,        // an error (transport, API, lost a race with 409)
+  kHeld,         // we hold the Lease now (acquired or renewed)
+  kHeldByOther,  // someone else holds it and has renewed it recently
+  kFailed,       // an error (transport, API, lost a race with 409)
 };
 
 }  // namespace
@@ -70,22 +70,22 @@ void LeaderElector::Run(std::stop_token stop) {
   }
   const std::string lease_path = LeasePath(options_.lease_namespace, options_.lease_name);
   const std::string lease_collection = LeaseCollection(options_.lease_namespace);
-  const auto duration_seconds = static_cast<std::int64_t>(
-      std::max<std::int64_t>(1, (options_.lease_duration.count() + 999) / 1000));
+  const auto duration_seconds =
+      static_cast<std::int64_t>(std::max<std::int64_t>(1, (options_.lease_duration.count() + 999) / 1000));
   std::mt19937_64 rng(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device{}());
   std::uniform_real_distribution<double> jitter(0.0, 0.2);
 
   Observed observed;
   bool have_observed = false;
   Clock::time_point observed_at{};  // our clock when `observed` last changed
-  json last_written;                 // the Lease as our last successful write left it
-  bool last_failed = false;          // log the first of a run of failures only
+  json last_written;                // the Lease as our last successful write left it
+  bool last_failed = false;         // log the first of a run of failures only
 
   const auto set_holder = [&](const std::string& holder) {
     const std::lock_guard lock(mu_);
     if (holder_ != holder && !leading() && holder != options_.identity) {
       metrics::Log(LogLevel::kInfo, fields,
-                  holder.empty() ? std::string("the lease is free") : "the leader is " + holder);
+                   holder.empty() ? std::string("the lease is free") : "the leader is " + holder);
     }
     holder_ = holder;
   };
@@ -203,8 +203,8 @@ void LeaderElector::Run(std::stop_token stop) {
         set_leading(true);
         options_.sleep(options_.retry_period, stop);
       } else {
-        const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-            options_.retry_period * (1.0 + jitter(rng)));
+        const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(options_.retry_period *
+                                                                                (1.0 + jitter(rng)));
         options_.sleep(wait, stop);
       }
       continue;

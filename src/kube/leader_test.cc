@@ -63,9 +63,7 @@ class VirtualTime {
     std::unique_lock lock(mu_);
     limit_ = until;
     Schedule();
-    cv_.wait(lock, [&] {
-      return running_ == 0 && (sleepers_.empty() || sleepers_.begin()->first > limit_);
-    });
+    cv_.wait(lock, [&] { return running_ == 0 && (sleepers_.empty() || sleepers_.begin()->first > limit_); });
     now_ = std::max(now_, until);
   }
 
@@ -302,7 +300,9 @@ TEST(LeaderTest, CreatesAMissingLeaseAndKeepsRenewingIt) {
 TEST(LeaderTest, FollowsWhileTheHolderRenewsThenTakesOverAfterTheLeaseDuration) {
   Simulation sim({"a"});
   int renewal = 0;
-  const auto renew = [&] { sim.store.WriteAs("other", "2026-12-02T16:35:" + std::to_string(10 + renewal++) + ".000000Z"); };
+  const auto renew = [&] {
+    sim.store.WriteAs("other", "2026-12-02T16:35:" + std::to_string(10 + renewal++) + ".000000Z");
+  };
   renew();
   sim.Start();
   for (int i = 0; i < 12; ++i) {  // "other" renews every 5 s for a minute

@@ -15,6 +15,7 @@
 #include <utility>
 #include <variant>
 
+#include "objects_internal.h"
 #include "toposched/common/quantity.h"
 #include "toposched/common/text.h"
 #include "toposched/kube/time.h"
@@ -22,7 +23,6 @@
 #include "toposched/placement/pod_cpu.h"
 #include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/json_codec.h"
-#include "objects_internal.h"
 
 namespace toposched::kube {
 

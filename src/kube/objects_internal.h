@@ -135,7 +135,8 @@ inline json_read::Presence Common(Presence p) {
   return p == Presence::kRequired ? json_read::Presence::kRequired : json_read::Presence::kOptional;
 }
 
-inline Result<const json*> Member(const json& o, std::string_view key, const std::string& path, Presence presence) {
+inline Result<const json*> Member(const json& o, std::string_view key, const std::string& path,
+                                  Presence presence) {
   return json_read::Member(o, key, path, Common(presence), json_read::Null::kAbsent);
 }
 inline Status ReadString(const json& o, std::string_view key, const std::string& path, Presence presence,

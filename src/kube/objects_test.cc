@@ -2,8 +2,8 @@
 // device lists, registration and node lock (exact strings from shared/reference/protocols.md
 // §3), the Node/Pod views and the NodeTopology object.
 
-#include "toposched/topology/gpu_memory.h"
 #include "toposched/kube/objects.h"
+#include "toposched/topology/gpu_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -63,20 +63,28 @@ NodeTopology AmdBoard() {
 // HAMi's AMD registration of every card of `t` with ids "<prefix><index>", as the AMD device
 // plugin writes it: "index" is the DRM card number (here index + 1, as on a node whose card0 is
 // the BMC's VGA), the PCI address in custominfo.pciBDF.
-std::string AmdRegisterJson(const NodeTopology& t, const std::string& prefix, std::int64_t devmem, int devcore,
-                            const std::string& type) {
+std::string AmdRegisterJson(const NodeTopology& t, const std::string& prefix, std::int64_t devmem,
+                            int devcore, const std::string& type) {
   json reg = json::array();
   for (const Gpu& g : t.gpus) {
-    reg.push_back({{"id", prefix + std::to_string(g.index)}, {"index", g.index + 1}, {"count", 10},
-                   {"devmem", devmem}, {"devcore", devcore}, {"type", type}, {"health", true},
-                   {"devicevendor", "amd"}, {"custominfo", {{"pciBDF", g.pci_bus_id}}}});
+    reg.push_back({{"id", prefix + std::to_string(g.index)},
+                   {"index", g.index + 1},
+                   {"count", 10},
+                   {"devmem", devmem},
+                   {"devcore", devcore},
+                   {"type", type},
+                   {"health", true},
+                   {"devicevendor", "amd"},
+                   {"custominfo", {{"pciBDF", g.pci_bus_id}}}});
   }
   return reg.dump();
 }
 
-NodeTopology RegisteredAmdBoard(const std::string& prefix, std::int64_t devmem, int devcore, const std::string& type) {
+NodeTopology RegisteredAmdBoard(const std::string& prefix, std::int64_t devmem, int devcore,
+                                const std::string& type) {
   NodeTopology t = AmdBoard();
-  Result<std::vector<HamiRegisteredGpu>> reg = ParseHamiAmdRegister(AmdRegisterJson(t, prefix, devmem, devcore, type));
+  Result<std::vector<HamiRegisteredGpu>> reg =
+      ParseHamiAmdRegister(AmdRegisterJson(t, prefix, devmem, devcore, type));
   EXPECT_TRUE(reg.ok()) << reg.error().message();
   EXPECT_EQ(ApplyHamiAmdRegister(*reg, t), 8);
   return t;
@@ -243,7 +251,8 @@ TEST(EncodeAllocation, WorstGpuNicClassComesBack) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     LinkClass worst = LinkClass::kSelf;
-    Result<framework::AllocationDelta> d = DecodeAllocation(EncodeAllocation(c.allocation, t, "x").allocation, t, &worst);
+    Result<framework::AllocationDelta> d =
+        DecodeAllocation(EncodeAllocation(c.allocation, t, "x").allocation, t, &worst);
     ASSERT_TRUE(d.ok()) << d.error().message();
     EXPECT_EQ(worst, c.want);
   }
@@ -362,7 +371,8 @@ TEST(EncodeAllocation, AmdRecordsTable) {
        "MI300X,196288,304:;",
        GpuVendor::kAmd},
       // A share: its memory and the compute units HAMi gives 50 % of 304 CUs: 152.
-      {"share", mi300x, Alloc({}, {}, {{6, {1, 65536, 5000}}}), "amd-6,AMD Instinct MI300X,65536,152:;", GpuVendor::kAmd},
+      {"share", mi300x, Alloc({}, {}, {{6, {1, 65536, 5000}}}), "amd-6,AMD Instinct MI300X,65536,152:;",
+       GpuVendor::kAmd},
       // No registered type: HAMi's scheduler writes the request's type, "AMD".
       {"no registered type", empty_type, Alloc({0}, {}), "amd-0,AMD,8192,64:;", GpuVendor::kAmd},
       // Cards HAMi's AMD device plugin did not register (no registration at all): no record.
@@ -471,16 +481,18 @@ TEST(EncodeAllocation, NcclIbHcaTable) {
 TEST(DecodeAllocation, AStaleIndexIsAcceptedOnlyWhenTheUuidConfirmsTheBusId) {
   const NodeTopology t = Hgx();
   // The written index (7) is stale (a re-discovery renumbered); bus id and UUID name GPU 2.
-  const std::string confirmed = R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id +
-                                R"(","uuid":"GPU-2"}]})";
+  const std::string confirmed =
+      R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id + R"(","uuid":"GPU-2"}]})";
   Result<framework::AllocationDelta> d = DecodeAllocation(confirmed, t);
   ASSERT_TRUE(d.ok()) << d.error().message();
   EXPECT_EQ(d->exclusive_gpus, std::vector<int>{2});
   // Without a UUID nothing says which field is stale: an error, not a guess.
-  const std::string bare = R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}]})";
+  const std::string bare =
+      R"({"version":1,"gpus":[{"index":7,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}]})";
   d = DecodeAllocation(bare, t);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.error().message().find("gpus[0]: index 7 but the GPU at"), std::string::npos) << d.error().message();
+  EXPECT_NE(d.error().message().find("gpus[0]: index 7 but the GPU at"), std::string::npos)
+      << d.error().message();
   EXPECT_NE(d.error().message().find("names two different GPUs"), std::string::npos);
 }
 
@@ -499,10 +511,8 @@ TEST(DecodeAllocation, DualPortNicsAreReadBackByName) {
     std::vector<int> gpus, nics;
   };
   const std::vector<Case> cases = {
-      {"both ports", {0}, {0, 1}},
-      {"the second port alone", {0}, {1}},
-      {"the first port alone", {1}, {0}},
-      {"ports in reverse order", {0, 1}, {1, 0}},
+      {"both ports", {0}, {0, 1}},          {"the second port alone", {0}, {1}},
+      {"the first port alone", {1}, {0}},   {"ports in reverse order", {0, 1}, {1, 0}},
       {"a port of another card", {5}, {5}},
   };
   for (const Case& c : cases) {
@@ -560,14 +570,21 @@ TEST(DevicesNamedBy, EveryCandidateOfAnUnreadableRecord) {
       {"nothing parsable", "{", "", {}, {}},
       // Index 1 and the bus id of GPU 2 disagree: both are held; the shared bus id holds both ports.
       {"disagreeing fields hold both",
-       R"({"version":1,"gpus":[{"index":1,"pciBusId":")" + t.gpus[2].pci_bus_id + R"("}],"nics":[{"pciBusId":")" +
-           t.nics[0].pci_bus_id + R"("}]})",
+       R"({"version":1,"gpus":[{"index":1,"pciBusId":")" + t.gpus[2].pci_bus_id +
+           R"("}],"nics":[{"pciBusId":")" + t.nics[0].pci_bus_id + R"("}]})",
        "",
        {1, 2},
        {0, 1}},
       {"a future version still names its devices",
-       R"({"version":9,"gpus":[{"uuid":"GPU-6"}],"nics":[{"name":"mlx5_7"},{"name":"nope"}]})", "", {6}, {7}},
-      {"HAMi records one by one", "", "GPU-3,NVIDIA,100,10:garbage:GPU-9,NVIDIA,1,1:;GPU-5,NVIDIA,1,1:;", {3, 5}, {}},
+       R"({"version":9,"gpus":[{"uuid":"GPU-6"}],"nics":[{"name":"mlx5_7"},{"name":"nope"}]})",
+       "",
+       {6},
+       {7}},
+      {"HAMi records one by one",
+       "",
+       "GPU-3,NVIDIA,100,10:garbage:GPU-9,NVIDIA,1,1:;GPU-5,NVIDIA,1,1:;",
+       {3, 5},
+       {}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -652,7 +669,8 @@ TEST(DecodeAllocation, ErrorsTable) {
        "gpus[0].pciBusId: expected a PCI bus id"},
       {"index out of range", R"({"version":1,"gpus":[{"index":1},{"index":8}]})",
        "gpus[1].index: node has no GPU 8"},
-      {"negative index", R"({"version":1,"gpus":[{"index":-1}]})", "gpus[0].index: expected a non-negative integer"},
+      {"negative index", R"({"version":1,"gpus":[{"index":-1}]})",
+       "gpus[0].index: expected a non-negative integer"},
       {"neither bus id nor index", R"({"version":1,"gpus":[{"uuid":"GPU-0"}]})",
        "gpus[0]: needs pciBusId or index"},
       {"uuid of another card", uuid_mismatch, R"(gpus[0].uuid: "GPU-0" but the node's GPU 1 is "GPU-1")"},
@@ -665,8 +683,7 @@ TEST(DecodeAllocation, ErrorsTable) {
        R"(nics[0].name: node has no NIC "mlx5_9")"},
       {"unknown nic bus id", R"({"version":1,"nics":[{"pciBusId":"0000:99:00.0"}]})",
        R"(nics[0].pciBusId: node has no NIC at "0000:99:00.0")"},
-      {"name and bus id of two nics",
-       R"({"version":1,"nics":[{"name":"mlx5_0","pciBusId":"0000:99:00.0"}]})",
+      {"name and bus id of two nics", R"({"version":1,"nics":[{"name":"mlx5_0","pciBusId":"0000:99:00.0"}]})",
        R"(nics[0].pciBusId: "0000:99:00.0" but the node's NIC "mlx5_0" is at)"},
       {"nic twice", R"({"version":1,"nics":[{"name":"mlx5_0"},{"name":"mlx5_0"}]})",
        "nics[1]: NIC \"mlx5_0\" is listed twice"},
@@ -822,8 +839,8 @@ TEST(DeltaFromHami, InvertsEncodeAllocation) {
 
 HamiRegisteredGpu Reg(std::string uuid, int index, int count, std::int64_t mem, int core, std::string type,
                       int numa, bool health, std::string mode) {
-  return HamiRegisteredGpu{std::move(uuid), index, count, mem, core, std::move(type), numa, health,
-                           std::move(mode),  "",    1};
+  return HamiRegisteredGpu{std::move(uuid), index,           count, mem, core, std::move(type), numa,
+                           health,          std::move(mode), "",    1};
 }
 
 TEST(ParseHamiRegister, FormatsTable) {
@@ -951,7 +968,8 @@ TEST(ApplyHamiRegister, UnhealthyAndMigCardsAreUnusable) {
   PlacementOutcome o = PlaceOnNode(t, {}, all);
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.failure, FitFailure::kNotEnoughGpus);
-  EXPECT_NE(o.detail.find("2 unusable: HAMi's device plugin reports the card unhealthy"), std::string::npos) << o.detail;
+  EXPECT_NE(o.detail.find("2 unusable: HAMi's device plugin reports the card unhealthy"), std::string::npos)
+      << o.detail;
   PlacementRequest six;
   six.gpus = 6;
   o = PlaceOnNode(t, {}, six);
@@ -993,16 +1011,21 @@ TEST(ParseHamiAmdRegister, FormatsTable) {
        R"([{"id":"8eff74b5-0000-1000-801b-b56457addd1b","index":0,"count":10,"devmem":196288,"devcore":304,)"
        R"("type":"AMD Instinct MI300X VF","numa":0,"health":true,"devicevendor":"amd",)"
        R"("custominfo":{"pciBDF":"0000:83:00.0","computeQueues":24}}])",
-       {amd(Reg("8eff74b5-0000-1000-801b-b56457addd1b", 0, 10, 196288, 304, "AMD Instinct MI300X VF", 0, true, ""),
+       {amd(Reg("8eff74b5-0000-1000-801b-b56457addd1b", 0, 10, 196288, 304, "AMD Instinct MI300X VF", 0, true,
+                ""),
             "0000:83:00.0", 1)}},
       // cuPerWGP as HAMi reads it (device.go cuPerWGP): a whole number above 1, else 1.
-      {"rdna wgp size", R"([{"id":"a","custominfo":{"pciBDF":"0000:03:00.0","cuPerWGP":2}}])",
+      {"rdna wgp size",
+       R"([{"id":"a","custominfo":{"pciBDF":"0000:03:00.0","cuPerWGP":2}}])",
        {amd(Reg("a", 0, 0, 0, 0, "", 0, false, ""), "0000:03:00.0", 2)}},
-      {"fractional wgp size is ignored", R"([{"id":"a","custominfo":{"cuPerWGP":2.5}}])",
+      {"fractional wgp size is ignored",
+       R"([{"id":"a","custominfo":{"cuPerWGP":2.5}}])",
        {Reg("a", 0, 0, 0, 0, "", 0, false, "")}},
-      {"wgp size not a number is ignored", R"([{"id":"a","custominfo":{"cuPerWGP":"2"}}])",
+      {"wgp size not a number is ignored",
+       R"([{"id":"a","custominfo":{"cuPerWGP":"2"}}])",
        {Reg("a", 0, 0, 0, 0, "", 0, false, "")}},
-      {"bus id normalized", R"([{"id":"a","custominfo":{"pciBDF":"83:00.0"}}])",
+      {"bus id normalized",
+       R"([{"id":"a","custominfo":{"pciBDF":"83:00.0"}}])",
        {amd(Reg("a", 0, 0, 0, 0, "", 0, false, ""), "0000:83:00.0", 1)}},
       {"empty array", "[]", {}},
       {"absent", "", {}},
@@ -1026,8 +1049,10 @@ TEST(ParseHamiAmdRegister, ErrorsTable) {
       {"no id", R"([{"devmem":1}])", "[0].id: a GPU UUID is required"},
       {"devcore negative", R"([{"id":"a","devcore":-1}])", "[0].devcore: expected a non-negative integer"},
       {"custominfo not an object", R"([{"id":"a","custominfo":[]}])", "[0].custominfo: expected an object"},
-      {"bad bus id", R"([{"id":"a","custominfo":{"pciBDF":"card0"}}])", "[0].custominfo.pciBDF: expected a PCI address"},
-      {"bus id not a string", R"([{"id":"a","custominfo":{"pciBDF":5}}])", "[0].custominfo.pciBDF: expected a string"},
+      {"bad bus id", R"([{"id":"a","custominfo":{"pciBDF":"card0"}}])",
+       "[0].custominfo.pciBDF: expected a PCI address"},
+      {"bus id not a string", R"([{"id":"a","custominfo":{"pciBDF":5}}])",
+       "[0].custominfo.pciBDF: expected a string"},
       // Written verbatim into HAMi's records, where they would split a record.
       {"id with a separator", R"([{"id":"a:b"}])", "[0].id: expected an id without"},
       {"type with a separator", R"([{"id":"a","type":"MI300X, VF"}])", "[0].type: expected a type without"},
@@ -1050,10 +1075,10 @@ TEST(ApplyHamiAmdRegister, MatchesByPciAddressAndHoldsWhatHamiCannotServe) {
   t.gpus[5].uuid = "amd-uuid-5";  // discovery knew this one's UUID
   json reg = json::parse(AmdRegisterJson(t, "amd-", 196288, 304, "AMD Instinct MI300X"));
   // The registration's "index" is the DRM card number (index + 1 here): never used to match.
-  reg[1]["health"] = false;   // unhealthy
-  reg[2].erase("health");     // omitempty: absent is false, as HAMi reads it
-  reg[3]["devcore"] = 0;      // no compute units: HAMi places nothing on it
-  reg.erase(4);               // card 4 not registered (entries shift: reg[4] is now card 5)
+  reg[1]["health"] = false;  // unhealthy
+  reg[2].erase("health");    // omitempty: absent is false, as HAMi reads it
+  reg[3]["devcore"] = 0;     // no compute units: HAMi places nothing on it
+  reg.erase(4);              // card 4 not registered (entries shift: reg[4] is now card 5)
   reg[4]["custominfo"].erase("pciBDF");
   reg[4]["id"] = "amd-uuid-5";  // matched by the UUID discovery gave it
   reg.push_back(reg[5]);        // card 6 named twice, under two ids
@@ -1115,11 +1140,16 @@ TEST(DeltaFromHami, AmdRecordsInComputeUnits) {
     framework::AllocationDelta expected;
   };
   const std::vector<Case> cases = {
-      {"whole cards", "amd-0,AMD Instinct MI300X,196288,304:amd-1,AMD Instinct MI300X,196288,304:;", {{0, 1}, {}, {}}},
+      {"whole cards",
+       "amd-0,AMD Instinct MI300X,196288,304:amd-1,AMD Instinct MI300X,196288,304:;",
+       {{0, 1}, {}, {}}},
       // 152 of 304 CUs = 50 %; 100 CUs = 32.89 % -> 32.90 % (rounded up: never less than held).
-      {"slices", "amd-2,AMD,65536,152:;amd-3,AMD,1024,100:;",
+      {"slices",
+       "amd-2,AMD,65536,152:;amd-3,AMD,1024,100:;",
        {{}, {{2, {1, 65536, 5000}}, {3, {1, 1024, 3290}}}, {}}},
-      {"two slices of one card add up", "amd-4,AMD,1000,152:;amd-4,AMD,1000,152:;", {{}, {{4, {2, 2000, 10000}}}, {}}},
+      {"two slices of one card add up",
+       "amd-4,AMD,1000,152:;amd-4,AMD,1000,152:;",
+       {{}, {{4, {2, 2000, 10000}}}, {}}},
       // All CUs but not all memory: a share of the whole compute.
       {"all cus, part of the memory", "amd-5,AMD,1024,304:;", {{}, {{5, {1, 1024, 10000}}}, {}}},
       // The device plugin's own whole-GPU form (no slice asked): every CU, no memory limit.
@@ -1143,7 +1173,8 @@ TEST(DeltaFromHami, AmdRecordsInComputeUnits) {
   ASSERT_FALSE(nvidia_in_amd.ok());
   EXPECT_NE(nvidia_in_amd.error().message().find("an NVIDIA GPU, in HAMi's AMD record"), std::string::npos)
       << nvidia_in_amd.error().message();
-  Result<framework::AllocationDelta> unknown = DeltaFromHami(*DecodeHamiDevices("amd-99,AMD,1,1:;"), t, GpuVendor::kAmd);
+  Result<framework::AllocationDelta> unknown =
+      DeltaFromHami(*DecodeHamiDevices("amd-99,AMD,1,1:;"), t, GpuVendor::kAmd);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message().find("has no GPU with UUID \"amd-99\""), std::string::npos)
       << unknown.error().message();
@@ -1153,7 +1184,8 @@ TEST(DeltaFromHami, AmdRecordsInComputeUnits) {
 // internal/pkg/utils/utils_test.go @10c66d9a03b4 TestPodDevicesRoundTrip) decode and re-encode
 // to themselves; toposched's AMD records read back as the allocation they were written for.
 TEST(HamiAmdRecords, RoundTrip) {
-  for (const std::string text : {";", ";;", "uuid-a,AMDGPU,4096,25:;", ";uuid-a,AMDGPU,4096,25:uuid-b,AMDGPU,1,2:;;"}) {
+  for (const std::string text :
+       {";", ";;", "uuid-a,AMDGPU,4096,25:;", ";uuid-a,AMDGPU,4096,25:uuid-b,AMDGPU,1,2:;;"}) {
     SCOPED_TRACE(text);
     Result<HamiPodDevices> devices = DecodeHamiDevices(text);
     ASSERT_TRUE(devices.ok()) << devices.error().message();
@@ -1293,7 +1325,8 @@ TEST(ReadPod, ExtendedResourcesAsTheKubeletCountsThem) {
   ASSERT_TRUE(v.ok()) << v.error().message();
   // GPUs: app 1 + 1 = 2 < init 3 -> 3; rdma: app 2 > init 1 -> 2; limits win over requests;
   // native resources and non-integer quantities are not device counts.
-  EXPECT_EQ(v->extended_resources, (std::map<std::string, std::int64_t>{{"nvidia.com/gpu", 3}, {"rdma/ib", 2}}));
+  EXPECT_EQ(v->extended_resources,
+            (std::map<std::string, std::int64_t>{{"nvidia.com/gpu", 3}, {"rdma/ib", 2}}));
 }
 
 // The CPU kube-scheduler counts for the pod (PodCpuRequestMilli's rule, tested with it); a
@@ -1360,8 +1393,9 @@ TEST(ReadPod, ErrorsTable) {
 TEST(ReadNode, Fields) {
   json node = testing::MakeNode("gpu-a1");
   node["metadata"]["resourceVersion"] = "77";
-  node["metadata"]["annotations"] = {
-      {std::string(kHamiNodeRegister), "[]"}, {std::string(kHamiAmdNodeRegister), R"([{"id":"a"}])"}, {"other", "x"}};
+  node["metadata"]["annotations"] = {{std::string(kHamiNodeRegister), "[]"},
+                                     {std::string(kHamiAmdNodeRegister), R"([{"id":"a"}])"},
+                                     {"other", "x"}};
   node["spec"]["unschedulable"] = true;
   Result<NodeView> n = ReadNode(node);
   ASSERT_TRUE(n.ok()) << n.error().message();
@@ -1535,7 +1569,8 @@ TEST(ReadNodeTopology, ErrorsTable) {
   const std::vector<Case> cases = {
       {"wrong kind", "/kind", "Node", "NodeTopology: kind: expected \"NodeTopology\""},
       {"no name", "/metadata/name", nullptr, "metadata.name: required"},
-      {"generation a string", "/status/generation", "3", "status.generation: expected a non-negative integer"},
+      {"generation a string", "/status/generation", "3",
+       "status.generation: expected a non-negative integer"},
       {"bad heartbeat", "/status/heartbeatTime", "noon", "status.heartbeatTime"},
       {"bad gpu bus id", "/status/gpus/0/pciBusId", "zz", "status.gpus[0].pciBusId"},
       {"status not an object", "/status", 7, "status: expected an object"},

@@ -38,7 +38,6 @@
 
 namespace toposched::kube {
 
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -254,8 +253,7 @@ std::string CurrentExceptionText() {
 // which it already expects: the request is cancelled next.
 void Abandon(ByteBuffer& body) noexcept {
   try {
-    body.close(std::ios_base::out, std::make_exception_ptr(std::runtime_error("response abandoned")))
-        .wait();
+    body.close(std::ios_base::out, std::make_exception_ptr(std::runtime_error("response abandoned"))).wait();
   } catch (...) {
   }
 }

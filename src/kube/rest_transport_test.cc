@@ -37,7 +37,6 @@
 
 namespace toposched::kube {
 
-
 namespace {
 
 namespace net = boost::asio;

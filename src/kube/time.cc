@@ -9,8 +9,7 @@ namespace toposched::kube {
 namespace {
 
 std::string FormatSeconds(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(
-      std::chrono::floor<std::chrono::seconds>(t));
+  const std::time_t secs = std::chrono::system_clock::to_time_t(std::chrono::floor<std::chrono::seconds>(t));
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[64];  // room for any int the compiler assumes tm fields may hold
@@ -41,7 +40,9 @@ bool Digits(std::string_view s, std::size_t pos, std::size_t n, int& out) {
 
 }  // namespace
 
-std::string FormatTime(std::chrono::system_clock::time_point t) { return FormatSeconds(t) + "Z"; }
+std::string FormatTime(std::chrono::system_clock::time_point t) {
+  return FormatSeconds(t) + "Z";
+}
 
 std::string FormatMicroTime(std::chrono::system_clock::time_point t) {
   const auto since = t.time_since_epoch();
@@ -80,8 +81,8 @@ Result<std::chrono::system_clock::time_point> ParseTime(std::string_view s) {
     ++pos;
   } else if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) {
     int oh, om;
-    if (!Digits(s, pos + 1, 2, oh) || pos + 3 >= s.size() || s[pos + 3] != ':' || !Digits(s, pos + 4, 2, om) ||
-        oh > 23 || om > 59) {
+    if (!Digits(s, pos + 1, 2, oh) || pos + 3 >= s.size() || s[pos + 3] != ':' ||
+        !Digits(s, pos + 4, 2, om) || oh > 23 || om > 59) {
       return bad();
     }
     offset_seconds = (oh * 3600LL + om * 60LL) * (s[pos] == '+' ? 1 : -1);

@@ -30,9 +30,9 @@ TEST(KubeTime, ParsesWhatItFormatsAndOffsets) {
 }
 
 TEST(KubeTime, RejectsMalformed) {
-  for (const char* bad : {"", "2026-12-02", "2026-12-02 16:35:41Z", "2026-13-02T16:35:41Z",
-                          "2026-12-02T16:35:41", "2026-12-02T16:35:41.Z", "2026-12-02T16:35:41Zjunk",
-                          "2026-12-02T16:35:41+0200"}) {
+  for (const char* bad :
+       {"", "2026-12-02", "2026-12-02 16:35:41Z", "2026-13-02T16:35:41Z", "2026-12-02T16:35:41",
+        "2026-12-02T16:35:41.Z", "2026-12-02T16:35:41Zjunk", "2026-12-02T16:35:41+0200"}) {
     EXPECT_FALSE(ParseTime(bad).ok()) << bad;
   }
 }

@@ -234,7 +234,8 @@ std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel
       out += key;
       out += "\":";
       // One U+FFFD per maximal ill-formed subpart (SanitizeUtf8), then the common writer.
-      toposched::AppendJsonString(out, SanitizeUtf8(value.empty() && dash_if_empty ? std::string_view("-") : value));
+      toposched::AppendJsonString(
+          out, SanitizeUtf8(value.empty() && dash_if_empty ? std::string_view("-") : value));
     };
     field("ts", timestamp, false);
     field("level", LevelName(level), false);

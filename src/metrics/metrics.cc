@@ -55,12 +55,11 @@ std::string FormatBound(double v);
 void ValidateBounds(const std::vector<double>& bounds) {
   for (std::size_t i = 0; i < bounds.size(); ++i) {
     if (!std::isfinite(bounds[i])) {
-      Misuse("histogram bucket bound " + FormatValue(bounds[i]) +
-                                  ": must be finite (+Inf is implicit)");
+      Misuse("histogram bucket bound " + FormatValue(bounds[i]) + ": must be finite (+Inf is implicit)");
     }
     if (i > 0 && !(bounds[i - 1] < bounds[i])) {
-      Misuse("histogram bucket bounds must be strictly ascending: " +
-                                  FormatBound(bounds[i - 1]) + " then " + FormatBound(bounds[i]));
+      Misuse("histogram bucket bounds must be strictly ascending: " + FormatBound(bounds[i - 1]) + " then " +
+             FormatBound(bounds[i]));
     }
   }
 }
@@ -74,7 +73,7 @@ void ValidateFamily(const std::string& name, const std::vector<std::string>& lab
   for (const std::string& label : label_names) {
     if (!IsValidLabelName(label)) {
       Misuse("metric " + name + ": label name " + Quoted(label) +
-                                  ": must match [a-zA-Z_][a-zA-Z0-9_]* and not start with __");
+             ": must match [a-zA-Z_][a-zA-Z0-9_]* and not start with __");
     }
     if (histogram && label == "le") {
       Misuse("metric " + name + ": label name \"le\" is reserved for histogram buckets");
@@ -289,8 +288,8 @@ Metric& Family<Metric>::With(std::initializer_list<std::string_view> label_value
 template <typename Metric>
 Metric& Family<Metric>::With(const std::vector<std::string>& label_values) {
   if (label_values.size() != label_names_.size()) {
-    Misuse("metric " + name_ + ": " + std::to_string(label_values.size()) +
-                                " label values for " + std::to_string(label_names_.size()) + " label names");
+    Misuse("metric " + name_ + ": " + std::to_string(label_values.size()) + " label values for " +
+           std::to_string(label_names_.size()) + " label names");
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = series_.find(label_values);
@@ -328,8 +327,7 @@ void CheckUnique(const std::vector<std::unique_ptr<F>>& families, bool families_
   for (const auto& family : families) {
     for (const std::string& taken : ExposedNames(family->name(), families_are_histograms)) {
       if (std::find(new_names.begin(), new_names.end(), taken) != new_names.end()) {
-        Misuse("metric name " + Quoted(new_names.front()) +
-                                    " collides with registered " + Quoted(taken));
+        Misuse("metric name " + Quoted(new_names.front()) + " collides with registered " + Quoted(taken));
       }
     }
   }

@@ -61,7 +61,8 @@ TEST(RegistryRender, SmallRegistryExactText) {
 // Advance raises it to the total and never lowers it.
 TEST(RegistryRender, AdvanceCopiesATotalAsACounter) {
   Registry r;
-  Counter& accepted = r.AddCounter("toposched_http_connections_accepted_total", "HTTP connections accepted.").With({});
+  Counter& accepted =
+      r.AddCounter("toposched_http_connections_accepted_total", "HTTP connections accepted.").With({});
   accepted.Advance(5);
   EXPECT_EQ(accepted.value(), 5u);
   accepted.Advance(3);  // an older copy read late: ignored

@@ -45,7 +45,6 @@ using advise_internal::Pct;
 using advise_internal::Ratio;
 using advise_internal::Rps;
 
-
 std::string FormatAdviceTable(const AdviseInput& in, const Advice& advice) {
   std::ostringstream s;
   s << "model:    " << in.model.name << Fmt(" (%.1fB params, ", in.model.params_billion)
@@ -232,6 +231,5 @@ std::string RenderTransferSvg(const AdviseInput& in) {
   s << "</svg>\n";
   return s.str();
 }
-
 
 }  // namespace toposched::pd

@@ -10,7 +10,6 @@
 
 namespace toposched::pd {
 
-
 const std::vector<GpuProfile>& GpuPresets() {
   // Dense BF16 tensor TFLOPS and HBM bandwidth from NVIDIA's datasheets (docs/advise.md lists
   // each); MFU and MBU are the same assumptions for every GPU.

@@ -98,7 +98,8 @@ Status ParseLabelSelector(const json& v, const std::string& path, NodeSelector& 
       if (!e.is_object()) return Expected(epath, "an object {key, operator, values}", e);
       LabelRequirement req;
       TOPOSCHED_ASSIGN_OR_RETURN(req.key, NonEmptyString(e.value("key", json()), epath + ".key"));
-      TOPOSCHED_ASSIGN_OR_RETURN(const std::string op, NonEmptyString(e.value("operator", json()), epath + ".operator"));
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::string op,
+                                 NonEmptyString(e.value("operator", json()), epath + ".operator"));
       if (op == "In") {
         req.op = LabelRequirement::Op::kIn;
       } else if (op == "NotIn") {
@@ -154,7 +155,8 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
   if (!body.is_object()) return Expected(spath + "." + kind, "an object", body);
   NodeSelector ns;
   if (kind == "exactMatch") {
-    TOPOSCHED_ASSIGN_OR_RETURN(std::string name, NonEmptyString(body.value("name", json()), spath + ".exactMatch.name"));
+    TOPOSCHED_ASSIGN_OR_RETURN(std::string name,
+                               NonEmptyString(body.value("name", json()), spath + ".exactMatch.name"));
     if (type == "HyperNode") {
       hn.child_hyper_nodes.push_back(std::move(name));
       return Status::Ok();
@@ -163,7 +165,8 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
     ns.name = std::move(name);
   } else if (kind == "regexMatch") {
     const std::string ppath = spath + ".regexMatch.pattern";
-    TOPOSCHED_ASSIGN_OR_RETURN(const std::string pattern, NonEmptyString(body.value("pattern", json()), ppath));
+    TOPOSCHED_ASSIGN_OR_RETURN(const std::string pattern,
+                               NonEmptyString(body.value("pattern", json()), ppath));
     if (pattern.size() > kMaxPatternLength) {
       return Error(ppath + ": " + std::to_string(pattern.size()) + " characters is over the limit of " +
                    std::to_string(kMaxPatternLength));
@@ -172,7 +175,8 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
     options.set_log_errors(false);
     auto regex = std::make_shared<const re2::RE2>(pattern, options);
     if (!regex->ok()) {
-      return Error(ppath + ": " + Quote(pattern) + " is not a valid regular expression (" + regex->error() + ")");
+      return Error(ppath + ": " + Quote(pattern) + " is not a valid regular expression (" + regex->error() +
+                   ")");
     }
     ns.regex = std::move(regex);
     ns.kind = NodeSelector::Kind::kRegex;
@@ -184,7 +188,8 @@ Status ParseMember(const json& m, const std::string& path, HyperNode& hn) {
   return Status::Ok();
 }
 
-Result<HyperNode> ParseHyperNode(const json& item, const std::string& path, std::vector<std::string>* warnings) {
+Result<HyperNode> ParseHyperNode(const json& item, const std::string& path,
+                                 std::vector<std::string>* warnings) {
   if (!item.is_object()) return Expected(path, "a HyperNode object", item);
   if (const auto it = item.find("kind"); it != item.end() && *it != "HyperNode") {
     return Expected(path + ".kind", "\"HyperNode\"", *it);
@@ -197,7 +202,8 @@ Result<HyperNode> ParseHyperNode(const json& item, const std::string& path, std:
   HyperNode hn;
   const json metadata = item.value("metadata", json::object());
   if (!metadata.is_object()) return Expected(path + ".metadata", "an object", metadata);
-  TOPOSCHED_ASSIGN_OR_RETURN(hn.name, NonEmptyString(metadata.value("name", json()), path + ".metadata.name"));
+  TOPOSCHED_ASSIGN_OR_RETURN(hn.name,
+                             NonEmptyString(metadata.value("name", json()), path + ".metadata.name"));
   const std::string where = "HyperNode " + Quote(hn.name);
   const auto spec_it = item.find("spec");
   if (spec_it == item.end() || !spec_it->is_object()) {
@@ -208,7 +214,8 @@ Result<HyperNode> ParseHyperNode(const json& item, const std::string& path, std:
   constexpr int kMaxTier = 1000;
   if (tier.is_null()) {
     hn.tier = 0;
-  } else if (tier.is_number_integer() && tier.get<std::int64_t>() >= 0 && tier.get<std::int64_t>() <= kMaxTier) {
+  } else if (tier.is_number_integer() && tier.get<std::int64_t>() >= 0 &&
+             tier.get<std::int64_t>() <= kMaxTier) {
     hn.tier = tier.get<int>();
   } else if (tier.is_string() && !tier.get_ref<const std::string&>().empty() &&
              tier.get_ref<const std::string&>().size() <= 4 &&

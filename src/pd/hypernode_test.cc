@@ -235,10 +235,12 @@ TEST(HyperNodeTest, ABadMemberIsSkippedWithAWarningNotTheWholeSet) {
   json no_selector = {{"type", "Node"}};
   json two_selectors = {{"type", "Node"},
                         {"selector", {{"exactMatch", {{"name", "n1"}}}, {"regexMatch", {{"pattern", "n"}}}}}};
-  json bad_op = {{"type", "Node"},
-                 {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "Gt"}}}}}}}}};
-  json in_without_values = {{"type", "Node"},
-                            {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "In"}}}}}}}}};
+  json bad_op = {
+      {"type", "Node"},
+      {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "Gt"}}}}}}}}};
+  json in_without_values = {
+      {"type", "Node"},
+      {"selector", {{"labelMatch", {{"matchExpressions", {{{"key", "k"}, {"operator", "In"}}}}}}}}};
   json misspelt = Labels({{"rack", "r3"}});
   misspelt["selector"]["labelMatch"] = {{"matchLabelz", {{"rack", "r3"}}}};
   struct Case {
@@ -259,20 +261,23 @@ TEST(HyperNodeTest, ABadMemberIsSkippedWithAWarningNotTheWholeSet) {
        {{"type", "HyperNode"}, {"selector", {{"regexMatch", {{"pattern", "leaf-.*"}}}}}},
        at + ".selector.regexMatch: a HyperNode member is selected by exactMatch only" + skipped},
       {"bad label operator", bad_op,
-       at + ".selector.labelMatch.matchExpressions[0].operator: \"Gt\" is not In, NotIn, Exists or DoesNotExist" +
+       at +
+           ".selector.labelMatch.matchExpressions[0].operator: \"Gt\" is not In, NotIn, Exists or "
+           "DoesNotExist" +
            skipped},
       {"In without values", in_without_values,
        at + ".selector.labelMatch.matchExpressions[0].values: In needs values" + skipped},
       {"unknown labelMatch key", misspelt,
        at + ".selector.labelMatch.matchLabelz: unknown key (known: matchLabels, matchExpressions)" + skipped},
       {"bad regex", Regex("n["),
-       at + ".selector.regexMatch.pattern: \"n[\" is not a valid regular expression (missing ]: [)" + skipped},
+       at + ".selector.regexMatch.pattern: \"n[\" is not a valid regular expression (missing ]: [)" +
+           skipped},
   };
   for (const Case& tc : cases) {
     SCOPED_TRACE(tc.name);
     std::vector<std::string> warnings;
-    Result<std::map<std::string, Location>> got =
-        ResolveHyperNodes(ThreeTiers(), List({Hn("leaf-a", 1, {tc.member, Exact("Node", "n1")})}), kNodes, &warnings);
+    Result<std::map<std::string, Location>> got = ResolveHyperNodes(
+        ThreeTiers(), List({Hn("leaf-a", 1, {tc.member, Exact("Node", "n1")})}), kNodes, &warnings);
     ASSERT_TRUE(got.ok()) << got.error().message();
     ASSERT_TRUE(got->contains("n1"));
     EXPECT_EQ(got->at("n1").domains[0], "leaf-a");
@@ -312,7 +317,8 @@ TEST(HyperNodeTest, AnAbsentTierIsZero) {
   json no_tier = Hn("group", 1, {Exact("Node", "n2")});
   no_tier["spec"].erase("tier");
   json spine = Hn("spine-1", 2, {Exact("HyperNode", "leaf-a"), Exact("HyperNode", "group")});
-  Result<std::map<std::string, Location>> got = ResolveHyperNodes(ThreeTiers(), List({leaf, no_tier, spine}), kNodes);
+  Result<std::map<std::string, Location>> got =
+      ResolveHyperNodes(ThreeTiers(), List({leaf, no_tier, spine}), kNodes);
   ASSERT_TRUE(got.ok()) << got.error().message();
   EXPECT_EQ(got->at("n2").domains[0], "");
   EXPECT_EQ(got->at("n2").domains[1], "spine-1");

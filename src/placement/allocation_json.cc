@@ -44,7 +44,8 @@ Result<int> FindNic(const json& ref, const NodeTopology& t, const std::string& p
 // An optional integer member in [0, max]; 0 when absent.
 Result<std::int64_t> NonNegative(const json& o, const char* key, std::int64_t max, const std::string& path) {
   std::int64_t v = 0;
-  TOPOSCHED_RETURN_IF_ERROR(json_read::ReadInt(o, key, path, json_read::Presence::kOptional, std::int64_t{0}, max, &v));
+  TOPOSCHED_RETURN_IF_ERROR(
+      json_read::ReadInt(o, key, path, json_read::Presence::kOptional, std::int64_t{0}, max, &v));
   return v;
 }
 
@@ -73,7 +74,8 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
   TOPOSCHED_ASSIGN_OR_RETURN(const json* exclusive, array("exclusiveGpus"));
   if (exclusive != nullptr) {
     for (std::size_t i = 0; i < exclusive->size(); ++i) {
-      TOPOSCHED_ASSIGN_OR_RETURN(const int g, FindGpu((*exclusive)[i], t, "exclusiveGpus[" + std::to_string(i) + "]"));
+      TOPOSCHED_ASSIGN_OR_RETURN(const int g,
+                                 FindGpu((*exclusive)[i], t, "exclusiveGpus[" + std::to_string(i) + "]"));
       a.gpu_exclusive[static_cast<std::size_t>(g)] = true;
     }
   }
@@ -91,16 +93,19 @@ Result<NodeAllocation> Decode(std::string_view text, const NodeTopology& t) {
       const json& e = (*shared)[i];
       if (!e.is_object()) return Error(path + ": expected an object");
       TOPOSCHED_RETURN_IF_ERROR(CheckKeys(e, {"gpu", "shares", "memoryMiB", "coresPercent"}, path));
-      TOPOSCHED_ASSIGN_OR_RETURN(const json* gpu, json_read::Member(e, "gpu", path, json_read::Presence::kRequired));
+      TOPOSCHED_ASSIGN_OR_RETURN(const json* gpu,
+                                 json_read::Member(e, "gpu", path, json_read::Presence::kRequired));
       TOPOSCHED_ASSIGN_OR_RETURN(const int g, FindGpu(*gpu, t, path + ".gpu"));
       TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t shares, NonNegative(e, "shares", 1000, path));
-      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t memory, NonNegative(e, "memoryMiB", std::int64_t{1} << 40, path));
+      TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t memory,
+                                 NonNegative(e, "memoryMiB", std::int64_t{1} << 40, path));
       TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t cores, NonNegative(e, "coresPercent", 100, path));
       GpuShareUsage& u = a.gpu_shares[static_cast<std::size_t>(g)];
       u.shares += static_cast<int>(shares == 0 ? 1 : shares);
       u.memory_mib += memory;
       u.cores += cores * (kFullGpuCores / 100);
-      if (u.cores > kFullGpuCores) return Error(path + ": GPU" + std::to_string(g) + " shares add up to more than 100% of its cores");
+      if (u.cores > kFullGpuCores)
+        return Error(path + ": GPU" + std::to_string(g) + " shares add up to more than 100% of its cores");
       const std::uint64_t capacity = t.gpus[static_cast<std::size_t>(g)].memory_mib;
       if (capacity != 0 && static_cast<std::uint64_t>(u.memory_mib) > capacity) {
         return Error(path + ": GPU" + std::to_string(g) + " shares use " + std::to_string(u.memory_mib) +

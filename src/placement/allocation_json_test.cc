@@ -19,7 +19,8 @@ NodeTopology Hgx() {
 TEST(AllocationJsonTest, ReadsIndicesBusIdsNamesAndShares) {
   const NodeTopology t = Hgx();
   const std::string doc = R"({"exclusiveGpus": [0, ")" + t.gpus[5].pci_bus_id + R"("],
-    "usedNics": ["mlx5_3", ")" + t.nics[6].pci_bus_id + R"("],
+    "usedNics": ["mlx5_3", ")" +
+                          t.nics[6].pci_bus_id + R"("],
     "sharedGpus": [{"gpu": 2, "shares": 2, "memoryMiB": 16000, "coresPercent": 60},
                    {"gpu": 2, "memoryMiB": 1000, "coresPercent": 10}]})";
   auto a = DecodeAllocationJson(doc, t);
@@ -56,8 +57,10 @@ TEST(AllocationJsonTest, RejectsWhatWouldSilentlyMeanFree) {
       {R"({"usedNics": [3]})", "expected a NIC name"},
       {R"({"sharedGpus": [{"shares": 1}]})", "sharedGpus[0].gpu: required"},
       {R"({"sharedGpus": [{"gpu": 1, "memory": 5}]})", "unknown key \"memory\""},
-      {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 101}]})", "coresPercent: expected an integer in [0, 100]"},
-      {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 60}, {"gpu": 1, "coresPercent": 50}]})", "more than 100%"},
+      {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 101}]})",
+       "coresPercent: expected an integer in [0, 100]"},
+      {R"({"sharedGpus": [{"gpu": 1, "coresPercent": 60}, {"gpu": 1, "coresPercent": 50}]})",
+       "more than 100%"},
       {R"({"sharedGpus": [{"gpu": 1, "memoryMiB": 90000}]})", "more than its 81559 MiB"},
       {R"({"exclusiveGpus": [1], "sharedGpus": [{"gpu": 1}]})", "exclusive and shared"},
   };

@@ -12,7 +12,9 @@
 namespace toposched {
 namespace {
 
-std::size_t Idx(int i) { return static_cast<std::size_t>(i); }
+std::size_t Idx(int i) {
+  return static_cast<std::size_t>(i);
+}
 
 }  // namespace
 
@@ -28,7 +30,9 @@ GpuShareUsage GpuShares(const NodeAllocation& a, int gpu) {
   return gpu >= 0 && Idx(gpu) < a.gpu_shares.size() ? a.gpu_shares[Idx(gpu)] : GpuShareUsage{};
 }
 
-bool GpuFree(const NodeAllocation& a, int gpu) { return !GpuExclusive(a, gpu) && GpuShares(a, gpu).shares <= 0; }
+bool GpuFree(const NodeAllocation& a, int gpu) {
+  return !GpuExclusive(a, gpu) && GpuShares(a, gpu).shares <= 0;
+}
 
 bool RdmaNicFree(const NodeTopology& t, const NodeAllocation& a, int nic) {
   return nic >= 0 && Idx(nic) < t.nics.size() && t.nics[Idx(nic)].rdma && !NicUsed(a, nic);
@@ -62,7 +66,8 @@ std::int64_t ShareUsageScore(const NodeTopology& t, const NodeAllocation& a, con
   score += std::clamp<std::int64_t>(used.cores + r.shared.cores, 0, kFullGpuCores) * kWhole / kFullGpuCores;
   if (g.memory_mib > 0) {
     const std::int64_t mem = used.memory_mib + ShareMemoryMib(g, r.shared);
-    score += std::clamp<std::int64_t>(mem, 0, g.memory_mib) * kWhole / static_cast<std::int64_t>(g.memory_mib);
+    score +=
+        std::clamp<std::int64_t>(mem, 0, g.memory_mib) * kWhole / static_cast<std::int64_t>(g.memory_mib);
   }
   return score;
 }
@@ -92,7 +97,8 @@ ShareVerdict JudgeSharedGpu(const NodeTopology& t, const NodeAllocation& a, cons
   // A card whose memory no source gives: a vGPU that asks memory takes it alone, and nothing
   // joins a vGPU that asked memory there (HAMi enforces each pod's own limit; only the sum is
   // unknown). So such cards are shared by count, never over-committed by more than one pod.
-  if (g.memory_mib == 0 && (!need ? used.shares > 0 : used.memory_mib > 0)) return ShareVerdict::kMemoryUnknown;
+  if (g.memory_mib == 0 && (!need ? used.shares > 0 : used.memory_mib > 0))
+    return ShareVerdict::kMemoryUnknown;
   if (need && *need > 0 && static_cast<std::int64_t>(g.memory_mib) - used.memory_mib < *need) {
     return ShareVerdict::kMemory;
   }

@@ -21,11 +21,11 @@ inline constexpr int kNoEdge = 100;
 
 // "Free" and "fits" are the device rules' (device_rules.h), shared with every other caller.
 using ::toposched::GpuExclusive;
+using ::toposched::GpuFree;
 using ::toposched::GpuShares;
 using ::toposched::NicUsed;
-using ::toposched::ShareVerdict;
-using ::toposched::GpuFree;
 using ::toposched::RdmaNicFree;
+using ::toposched::ShareVerdict;
 
 LinkClass GpuNicClass(const NodeTopology& t, int gpu, int nic);  // SYS when the matrix lacks the cell
 int GpuNicRank(const NodeTopology& t, int gpu, int nic);
@@ -97,8 +97,8 @@ class ShareFragmentation {
 // active; opens an intact switch group; policy key; index).
 struct ShareKey {
   std::int64_t fragmentation = 0;  // ShareFragmentation::After, 0 when inactive
-  int opens_group = 0;          // 0: its group is already broken (or it has none); 1: intact
-  std::int64_t policy_key = 0;  // binpack: -ShareUsageScore (fullest card first); spread: +it
+  int opens_group = 0;             // 0: its group is already broken (or it has none); 1: intact
+  std::int64_t policy_key = 0;     // binpack: -ShareUsageScore (fullest card first); spread: +it
   int gpu = 0;
   auto operator<=>(const ShareKey&) const = default;
 };

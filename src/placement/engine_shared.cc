@@ -377,8 +377,8 @@ PlacementOutcome AlignmentFailure(const NodeTopology& t, const PlacementRequest&
   return o;
 }
 
-ShareFragmentation::ShareFragmentation(const NodeTopology& t, const NodeAllocation& a, const PlacementRequest& r,
-                                       const SharePacking& share_packing)
+ShareFragmentation::ShareFragmentation(const NodeTopology& t, const NodeAllocation& a,
+                                       const PlacementRequest& r, const SharePacking& share_packing)
     : active_(share_packing.mix != nullptr && !share_packing.mix->shapes.empty() && r.IsShared() &&
               r.shared.count == 1 && r.shared.gpu_policy == PackPolicy::kDefault),
       mix_(share_packing.mix),
@@ -457,7 +457,8 @@ PlacementOutcome SharedFailure(const NodeTopology& t, const NodeAllocation& a, c
       {ShareVerdict::kShareLimit, "at the vGPU limit"},
       {ShareVerdict::kFiltered, "excluded by the type/UUID filters"},
       {ShareVerdict::kMemoryUnknown, "of unknown memory size and already shared"},
-      {ShareVerdict::kUnusable, "unusable (per HAMi's registration: unhealthy, in MIG mode, or not registered)"},
+      {ShareVerdict::kUnusable,
+       "unusable (per HAMi's registration: unhealthy, in MIG mode, or not registered)"},
       {ShareVerdict::kUnenforced,
        "whole only (no device plugin enforces shares on this node: no HAMi registration, no "
        "toposched.io/shares-enforced=true label)"},
@@ -500,7 +501,8 @@ Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const S
     const int group = groups.of_gpu[Idx(gpu)];
     std::vector<std::string> parts;
     if (packs) {
-      parts.push_back("strands least of the typical pods' GPU (" + std::to_string((frag->After(gpu) + 500'000) / 1'000'000) +
+      parts.push_back("strands least of the typical pods' GPU (" +
+                      std::to_string((frag->After(gpu) + 500'000) / 1'000'000) +
                       " milli-GPU of the node after; capacity first)");
     }
     if (group < 0) {
@@ -511,8 +513,8 @@ Placement DescribeShared(const NodeTopology& t, const NodeAllocation& a, const S
       parts.push_back("switch group " + GroupId(t, groups, group) + " already in use (fragmentation rule)");
     }
     parts.push_back(std::string(ToString(policy)) + ": " + std::to_string(used.memory_mib) + " of " +
-                    std::to_string(g.memory_mib) + " MiB and " + std::to_string(used.cores * 100 / kFullGpuCores) +
-                    "% of compute already used");
+                    std::to_string(g.memory_mib) + " MiB and " +
+                    std::to_string(used.cores * 100 / kFullGpuCores) + "% of compute already used");
     parts.push_back("vGPU " + std::to_string(used.shares + 1) + " of at most " +
                     std::to_string(o.max_shares_per_gpu));
     p.reasons.push_back(GpuLabel(t, gpu) + ": " + Join(parts));

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "brute_force.h"
 #include "testing/shared_topologies.h"
 #include "toposched/agent/discovery.h"
-#include "brute_force.h"
 #include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/synthetic.h"
@@ -410,7 +410,13 @@ TEST(PlacementEngineTest, SharedRequests) {
       {"numa-bind", Alloc({0, 1, 2}, {}), bound, {}, {4, 5}, -1, -1},
       // 50% needs 40779 MiB (HAMi rounds down): GPU0 has 40778 free after 40781 used, GPU1 has
       // 40779 free.
-      {"memory percent rounds down, as HAMi", Alloc({}, {}, {{0, 40781}, {1, 40780}}), percent, {}, {1}, -3, 0},
+      {"memory percent rounds down, as HAMi",
+       Alloc({}, {}, {{0, 40781}, {1, 40780}}),
+       percent,
+       {},
+       {1},
+       -3,
+       0},
       {"type filter", {}, h100, {}, {0}, -3, -1},
       // GPU0 has 5000 of 10000 cores used: 6000 more do not fit; GPU1 (same broken S0) takes it.
       {"cores", busy_cores, cores, {}, {1}, -3, 0},
@@ -464,8 +470,9 @@ TEST(PlacementEngineTest, OneVgpuTakesTheCardThatStrandsLeastForTheTypicalPods) 
   const PlacementOutcome said = PlaceOnNode(hgx, used, half, {}, packs);
   ASSERT_TRUE(said.ok());
   ASSERT_EQ(said.placement->reasons.size(), 1u);
-  EXPECT_NE(said.placement->reasons[0].find("strands least of the typical pods' GPU (0 milli-GPU of the node after; "
-                                            "capacity first)"),
+  EXPECT_NE(said.placement->reasons[0].find(
+                "strands least of the typical pods' GPU (0 milli-GPU of the node after; "
+                "capacity first)"),
             std::string::npos)
       << said.placement->reasons[0];
   EXPECT_NE(said.placement->reasons[0].find("binpack: 0 of 81559 MiB and 0% of compute"), std::string::npos)
@@ -563,7 +570,8 @@ TEST(PlacementEngineTest, UnknownMemoryTakesAMemoryRequestOnlyAlone) {
   computing.gpu_shares.assign(t.gpus.size(), GpuShareUsage{.shares = 1, .memory_mib = 0, .cores = 2500});
   const PlacementOutcome refused = PlaceOnNode(t, computing, Shared(1, 1000));
   EXPECT_EQ(refused.failure, FitFailure::kNotEnoughShareCapacity);
-  EXPECT_NE(refused.detail.find("4 of unknown memory size and already shared"), std::string::npos) << refused.detail;
+  EXPECT_NE(refused.detail.find("4 of unknown memory size and already shared"), std::string::npos)
+      << refused.detail;
   EXPECT_TRUE(PlaceOnNode(t, computing, compute).ok());
 
   // Every card holds a vGPU that asked memory: nothing joins, not even compute only.

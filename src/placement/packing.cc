@@ -105,7 +105,8 @@ Shape ShapeOf(const PlacementRequest& request, std::int64_t cpu_milli) {
   if (request.IsShared()) {
     s.gpus = request.shared.count;
     if (request.shared.cores > 0) {
-      s.milli = static_cast<int>(std::clamp<std::int64_t>(request.shared.cores * kMilli / kFullGpuCores, 1, kMilli));
+      s.milli = static_cast<int>(
+          std::clamp<std::int64_t>(request.shared.cores * kMilli / kFullGpuCores, 1, kMilli));
     } else if (request.shared.memory_mib == 0 && request.shared.memory_percent > 0) {
       s.milli = std::clamp(request.shared.memory_percent * kMilli / 100, 1, kMilli);
     } else {
@@ -123,7 +124,8 @@ NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated,
                   std::int64_t cpu_left) {
   NodeState n;
   n.cpu_left = cpu_left;
-  for (int i = 0; i < static_cast<int>(topology.nics.size()); ++i) n.nics_left += RdmaNicFree(topology, allocated, i) ? 1 : 0;
+  for (int i = 0; i < static_cast<int>(topology.nics.size()); ++i)
+    n.nics_left += RdmaNicFree(topology, allocated, i) ? 1 : 0;
   for (const Gpu& gpu : topology.gpus) {
     if (gpu.vendor != vendor) continue;
     if (n.model.empty()) n.model = gpu.model;
@@ -144,7 +146,8 @@ NodeState StateOf(const NodeTopology& topology, const NodeAllocation& allocated,
     // Shares without a compute limit and without a known memory fraction may use the whole card.
     if (used.cores == 0 && !memory_known) taken = kMilli;
     if (memory_known) {
-      const std::int64_t mem = std::min<std::int64_t>(used.memory_mib, static_cast<std::int64_t>(gpu.memory_mib));
+      const std::int64_t mem =
+          std::min<std::int64_t>(used.memory_mib, static_cast<std::int64_t>(gpu.memory_mib));
       taken = std::max<std::int64_t>(taken, (mem * kMilli + static_cast<std::int64_t>(gpu.memory_mib) - 1) /
                                                 static_cast<std::int64_t>(gpu.memory_mib));
     }
@@ -249,7 +252,9 @@ void RemnantCounts::Add(const NodeTopology& topology, const NodeAllocation& allo
   Add(StateOf(topology, allocated, vendor));
 }
 
-int RemnantCounts::Count(int left) const { return left > 0 && left < kMilli ? count_[Idx(left)] : 0; }
+int RemnantCounts::Count(int left) const {
+  return left > 0 && left < kMilli ? count_[Idx(left)] : 0;
+}
 
 long RemnantCounts::SumOfSquaresDelta(int left, int milli) const {
   long delta = 0;

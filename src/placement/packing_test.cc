@@ -49,7 +49,8 @@ TEST(PackingTest, TypicalShapesBreakCountTiesAsTheFgdSimulator) {
   // toposched's demand mix keeps the smaller shape among equal counts: the demand pass keeps the
   // whole GPU (1000 of 2200 milli at 40 %), the pods pass one of the two 2-pod shares: the one
   // of 300 CPU milli, where FGD's order keeps the one of 500.
-  const std::vector<Shape> mixed = {Share(300, 500), Share(300, 300), Share(300, 500), Share(300, 300), Whole(1)};
+  const std::vector<Shape> mixed = {Share(300, 500), Share(300, 300), Share(300, 500), Share(300, 300),
+                                    Whole(1)};
   const ShapeMix demand = TypicalShapes(mixed, 0.4, Coverage::kPodsAndGpuDemand);
   ASSERT_EQ(demand.shapes.size(), 2u);
   EXPECT_EQ(demand.shapes[0].shape, Share(300, 300));
@@ -176,9 +177,9 @@ TEST(PackingTest, StateOfReadsAllocations) {
   a.gpu_exclusive.assign(8, false);
   a.gpu_shares.assign(8, GpuShareUsage{});
   a.gpu_exclusive[0] = true;
-  a.gpu_shares[1] = GpuShareUsage{2, 0, 5000};        // half the SMs
-  a.gpu_shares[2] = GpuShareUsage{1, 40779, 2000};    // half the memory, 20 % of the SMs
-  a.gpu_shares[3] = GpuShareUsage{1, 0, 0};           // no limits: the whole card
+  a.gpu_shares[1] = GpuShareUsage{2, 0, 5000};      // half the SMs
+  a.gpu_shares[2] = GpuShareUsage{1, 40779, 2000};  // half the memory, 20 % of the SMs
+  a.gpu_shares[3] = GpuShareUsage{1, 0, 0};         // no limits: the whole card
   const NodeState s = StateOf(*t, a, GpuVendor::kNvidia, 12000);
   ASSERT_EQ(s.milli_left.size(), 8u);
   EXPECT_EQ(s.milli_left[0], 0);

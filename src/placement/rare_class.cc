@@ -35,7 +35,8 @@ int Hosts(const HardwareCensus& census, GpuVendor vendor, const Shape& shape) {
 
 }  // namespace
 
-std::optional<Shape> RareShape(const ShapeMix& mix, const Shape& pod, GpuVendor vendor, const HardwareCensus& census) {
+std::optional<Shape> RareShape(const ShapeMix& mix, const Shape& pod, GpuVendor vendor,
+                               const HardwareCensus& census) {
   if (pod.nics <= 0) return std::nullopt;
   const Shape* rare = nullptr;
   int rare_hosts = 0;

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -111,7 +111,8 @@ Result<Quantity> ReadQuantity(const json& v, const std::string& path) {
   if (v.is_number_float()) {
     const double d = v.get<double>();
     if (d < 0) return Error(path + ": " + v.dump() + " is negative");
-    if (!std::isfinite(d) || d != std::floor(d)) return Error(path + ": " + v.dump() + " is not a whole number");
+    if (!std::isfinite(d) || d != std::floor(d))
+      return Error(path + ": " + v.dump() + " is not a whole number");
     if (d > static_cast<double>(kSaturated)) return Error(path + ": " + v.dump() + " is too large");
     return Quantity{static_cast<std::int64_t>(d), false};
   }
@@ -122,7 +123,8 @@ Result<Quantity> ReadQuantity(const json& v, const std::string& path) {
 Result<std::int64_t> ReadMilliQuantity(const json& v, const std::string& path) {
   if (v.is_string()) {
     auto parsed = ParseMilliQuantity(v.get_ref<const std::string&>());
-    if (auto* reason = std::get_if<std::string>(&parsed)) return Error(path + ": " + Describe(v) + " " + *reason);
+    if (auto* reason = std::get_if<std::string>(&parsed))
+      return Error(path + ": " + Describe(v) + " " + *reason);
     return std::get<std::int64_t>(parsed);
   }
   if (v.is_number()) {
@@ -144,8 +146,10 @@ const json* Find(const json& object, std::string_view key) {
 }
 
 // Optional members of a Pod (written by Go: a JSON null is absent), common/json_read.h's readers.
-Status ReadOptionalString(const json& object, std::string_view key, const std::string& path, std::string* out) {
-  return json_read::ReadString(object, key, path, json_read::Presence::kOptional, out, json_read::Null::kAbsent);
+Status ReadOptionalString(const json& object, std::string_view key, const std::string& path,
+                          std::string* out) {
+  return json_read::ReadString(object, key, path, json_read::Presence::kOptional, out,
+                               json_read::Null::kAbsent);
 }
 Result<const json*> ReadOptionalObject(const json& object, std::string_view key, const std::string& path) {
   return json_read::ReadObject(object, key, path, json_read::Presence::kOptional, json_read::Null::kAbsent);
@@ -222,7 +226,8 @@ Result<ContainerAsk> ReadContainer(const json& c, const std::string& path, const
   // Requests first, so that a limit fills in only what the requests leave out.
   for (std::string_view list : {"requests", "limits"}) {
     const std::string list_path = path + ".resources." + std::string(list);
-    TOPOSCHED_ASSIGN_OR_RETURN(const json* entries, ReadOptionalObject(*resources, list, path + ".resources"));
+    TOPOSCHED_ASSIGN_OR_RETURN(const json* entries,
+                               ReadOptionalObject(*resources, list, path + ".resources"));
     if (entries == nullptr) continue;
     for (const auto& [name, value] : entries->items()) {
       if (!IsReadResource(name, config) || ask.amounts.contains(name)) continue;
@@ -255,8 +260,8 @@ std::int64_t AmountOf(const ContainerAsk& c, std::string_view name) {
 // E.g. app 2 + sidecar 1, then init 3 after that sidecar: max(2 + 1, 3 + 1) = 4.
 template <typename Amount>
 std::int64_t EffectiveAmount(const std::vector<ContainerAsk>& containers, Amount amount) {
-  std::int64_t running = 0;       // app containers and all sidecars
-  std::int64_t sidecars = 0;      // sidecars declared so far, in init order
+  std::int64_t running = 0;   // app containers and all sidecars
+  std::int64_t sidecars = 0;  // sidecars declared so far, in init order
   std::int64_t init_peak = 0;
   for (const ContainerAsk& c : containers) {
     const std::int64_t v = amount(c);
@@ -277,7 +282,9 @@ std::int64_t EffectiveRequest(const std::vector<ContainerAsk>& containers, std::
   return EffectiveAmount(containers, [name](const ContainerAsk& c) { return AmountOf(c, name); });
 }
 
-bool Names(const ContainerAsk& c, std::string_view name) { return c.amounts.contains(name); }
+bool Names(const ContainerAsk& c, std::string_view name) {
+  return c.amounts.contains(name);
+}
 
 // Whether a container's vGPUs are shared (HAMi): a memory limit, a memory share below 100%, or
 // a compute share strictly between 0 and 100%. gpucores 100 alone is HAMi's "exclusive card",
@@ -332,8 +339,8 @@ Status ReadContainerList(const json& spec, std::string_view key, bool init, cons
     if (!init) ask.restartable_init = false;  // restartPolicy means "sidecar" only on init containers
     // Validate per-vGPU amounts where they are written, so the error names the container.
     const std::string resources_path = item_path + ".resources";
-    if (const std::int64_t p = AmountOf(ask, kGpuMemPercent); ask.amounts.contains(kGpuMemPercent) &&
-                                                                (p < 1 || p > 100)) {
+    if (const std::int64_t p = AmountOf(ask, kGpuMemPercent);
+        ask.amounts.contains(kGpuMemPercent) && (p < 1 || p > 100)) {
       return Error(resources_path + ": " + std::string(kGpuMemPercent) + " is " + std::to_string(p) +
                    "; a percentage of the card's memory is 1 to 100");
     }
@@ -352,8 +359,8 @@ Status ReadContainerList(const json& spec, std::string_view key, bool init, cons
     if (!ask.amounts.contains(kNvidiaGpu) && !ask.amounts.contains(kAmdGpu) &&
         (ask.amounts.contains(kGpuMem) || ask.amounts.contains(kGpuMemPercent) ||
          ask.amounts.contains(kGpuCores))) {
-      return Error(resources_path + ": asks " + std::string(kGpuMem) + ", " + std::string(kGpuMemPercent) + " or " +
-                   std::string(kGpuCores) + " without " + std::string(kNvidiaGpu) +
+      return Error(resources_path + ": asks " + std::string(kGpuMem) + ", " + std::string(kGpuMemPercent) +
+                   " or " + std::string(kGpuCores) + " without " + std::string(kNvidiaGpu) +
                    ": the kubelet would never call HAMi's device plugin for it, so the share would not be "
                    "enforced (HAMi's webhook adds the count only to pods of HAMi's scheduler); add " +
                    std::string(kNvidiaGpu) + ": 1 (vGPUs of this size) to the container's limits");
@@ -385,7 +392,8 @@ Status ReadGpuPolicy(std::string_view value, SharedGpuRequest* shared) {
     } else if (token == "numa") {
       shared->numa_bind = true;
     } else if (token != "topology-aware" && token != "mutex") {
-      return Error(where + Quote(raw) + " is not a GPU policy; use binpack, spread, topology-aware, "
+      return Error(where + Quote(raw) +
+                   " is not a GPU policy; use binpack, spread, topology-aware, "
                    "mutex or numa, or a comma chain such as \"binpack,numa\"");
     }
     if (p && policy && *p != *policy) {
@@ -449,7 +457,8 @@ Result<bool> ReadBoolAnnotation(std::string_view key, std::string_view value) {
   const std::string token = AsciiLower(TrimSpace(value));
   if (token == "true") return true;
   if (token == "false") return false;
-  return Error("annotation " + std::string(key) + ": " + Quote(value) + " is not a boolean; use true or false");
+  return Error("annotation " + std::string(key) + ": " + Quote(value) +
+               " is not a boolean; use true or false");
 }
 
 // "P:D", two integers 1..kMaxPdRatioPart: the pool's Prefill:Decode instance ratio.
@@ -496,10 +505,11 @@ Status SetRole(std::string_view value, MetadataOut out) {
   if (const std::optional<PodRole> r = ParseLlmdRole(value)) {
     out.req->role = *r;
   } else {
-    out.req->warnings.push_back("label " + std::string(kRoleLabel) + ": " + Quote(value) +
-                                " is not a role llm-d knows (prefill, decode, prefill-decode, encode, "
-                                "encode-prefill, encode-prefill-decode; both is deprecated): ignored, the pod is "
-                                "placed as no Prefill/Decode role");
+    out.req->warnings.push_back(
+        "label " + std::string(kRoleLabel) + ": " + Quote(value) +
+        " is not a role llm-d knows (prefill, decode, prefill-decode, encode, "
+        "encode-prefill, encode-prefill-decode; both is deprecated): ignored, the pod is "
+        "placed as no Prefill/Decode role");
   }
   return Status::Ok();
 }
@@ -529,7 +539,8 @@ constexpr MetadataField kAnnotationFields[] = {
        out.rdma_annotation->emplace_back(v);
        return Status::Ok();
      }},
-    {kGpuPolicyAnnotation, [](std::string_view v, MetadataOut out) { return ReadGpuPolicy(v, &out.req->shared); }},
+    {kGpuPolicyAnnotation,
+     [](std::string_view v, MetadataOut out) { return ReadGpuPolicy(v, &out.req->shared); }},
     {kNodePolicyAnnotation,
      [](std::string_view v, MetadataOut out) -> Status {
        TOPOSCHED_ASSIGN_OR_RETURN(out.req->node_policy, ReadNodePolicy(v));
@@ -548,7 +559,8 @@ constexpr MetadataField kAnnotationFields[] = {
      }},
     {kPromptTokensAnnotation,
      [](std::string_view v, MetadataOut out) -> Status {
-       TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t n, ReadIntAnnotation(kPromptTokensAnnotation, v, 1, kMaxPromptTokens));
+       TOPOSCHED_ASSIGN_OR_RETURN(const std::int64_t n,
+                                  ReadIntAnnotation(kPromptTokensAnnotation, v, 1, kMaxPromptTokens));
        out.req->prompt_tokens = static_cast<int>(n);
        return Status::Ok();
      }},
@@ -568,7 +580,8 @@ constexpr MetadataField kAnnotationFields[] = {
 
 // Applies each field of `fields` present in `map` (labels or annotations; null when absent).
 // `kind` ("label", "annotation") names the entry in errors.
-Status ReadFields(const json* map, std::string_view kind, std::span<const MetadataField> fields, MetadataOut out) {
+Status ReadFields(const json* map, std::string_view kind, std::span<const MetadataField> fields,
+                  MetadataOut out) {
   for (const MetadataField& field : fields) {
     TOPOSCHED_ASSIGN_OR_RETURN(const std::optional<std::string> value, ReadStringEntry(map, field.key, kind));
     if (value) TOPOSCHED_RETURN_IF_ERROR(field.set(*value, out));
@@ -629,8 +642,9 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
     return Names(c, kGpuMem) || Names(c, kGpuMemPercent) || Names(c, kGpuCores);
   });
   if (amd > 0 && names_hami) {
-    return Error("the pod asks amd.com/gpu together with HAMi's nvidia.com/gpumem, "
-                 "gpumem-percentage or gpucores, which share NVIDIA GPUs only; drop one");
+    return Error(
+        "the pod asks amd.com/gpu together with HAMi's nvidia.com/gpumem, "
+        "gpumem-percentage or gpucores, which share NVIDIA GPUs only; drop one");
   }
   if (nvidia > 0 && amd > 0) {
     return Error("the pod asks both nvidia.com/gpu (" + std::to_string(nvidia) + ") and amd.com/gpu (" +
@@ -665,7 +679,8 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   // shared-device RDMA plugins (rdma/hca_shared_devices_a) grant every HCA for a count of 1, so
   // the resource count need not be the NIC count; the annotation is the pod's explicit word.
   if (!rdma_annotation.empty()) {
-    TOPOSCHED_ASSIGN_OR_RETURN(req.rdma_nics, ReadCountAnnotation(kRdmaNicsAnnotation, rdma_annotation.front()));
+    TOPOSCHED_ASSIGN_OR_RETURN(req.rdma_nics,
+                               ReadCountAnnotation(kRdmaNicsAnnotation, rdma_annotation.front()));
   } else {
     std::set<std::string, std::less<>> names;
     for (const ContainerAsk& c : containers) {
@@ -676,8 +691,10 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
     std::int64_t nics = 0;
     for (const std::string& name : names) nics = SaturatingAdd(nics, EffectiveRequest(containers, name));
     if (nics > kMaxDevices) {
-      return Error("the pod asks " + std::to_string(nics) + " RDMA NICs (resources matching the configured "
-                   "RDMA names); one node has at most " + std::to_string(kMaxDevices) +
+      return Error("the pod asks " + std::to_string(nics) +
+                   " RDMA NICs (resources matching the configured "
+                   "RDMA names); one node has at most " +
+                   std::to_string(kMaxDevices) +
                    ". If the resource counts shared-device grants, set the annotation " +
                    std::string(kRdmaNicsAnnotation) + " to the number of NICs");
     }
@@ -703,7 +720,6 @@ Result<PlacementRequest> Parse(std::string_view text, const RequestConfig& confi
   }
   return ReadPod(doc, config);
 }
-
 
 }  // namespace
 

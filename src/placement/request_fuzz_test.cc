@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "request_keep.h"
 #include "testing/fuzz_driver.h"
 #include "testing/shared_topologies.h"
-#include "request_keep.h"
 #include "toposched/placement/request.h"
 
 namespace toposched {
@@ -63,7 +63,9 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
     seeds.push_back(testing::ReadFile(dir + f));
   }
   const std::vector<std::string> answered = {
-      seeds[0], seeds[1], seeds[2],
+      seeds[0],
+      seeds[1],
+      seeds[2],
       R"({"kind":"Pod","metadata":{"name":"p","namespace":null,"uid":"u","labels":{"a":"1","a":"2","b":null},
         "annotations":null,"managedFields":[{"x":{"y":[1,2,{"z":3}]}}]},"status":{"phase":"Running"},
         "spec":{"nodeName":"n","containers":[{"name":"c","image":"i","resources":{"limits":{"nvidia.com/gpu":2,
@@ -75,9 +77,15 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
       R"({"spec":{"overhead":null}})",
   };
   const std::vector<std::string> declined = {
-      R"([1,2])", R"("pod")", R"({"kind":{"a":1}})", R"({"metadata":{"name":5}})",
-      R"({"metadata":{"labels":{"a":true}}})", R"({"metadata":[]})", R"({"spec":{"containers":{}}})",
-      R"({"spec":{"containers":["c"]}})", R"({"spec":{"containers":[{"resources":{"limits":{"g":[1]}}}]}})",
+      R"([1,2])",
+      R"("pod")",
+      R"({"kind":{"a":1}})",
+      R"({"metadata":{"name":5}})",
+      R"({"metadata":{"labels":{"a":true}}})",
+      R"({"metadata":[]})",
+      R"({"spec":{"containers":{}}})",
+      R"({"spec":{"containers":["c"]}})",
+      R"({"spec":{"containers":[{"resources":{"limits":{"g":[1]}}}]}})",
       R"({"spec":{"containers":[{"resources":{"limits":{"g":1e400}}}]}})",
       R"({"spec":{"containers":[{"resources":{"limits":{"g":18446744073709551616}}}]}})",
       R"({"metadata":{"name":"p"}} trailing)",

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <simdjson.h>
+#include <nlohmann/json.hpp>
 
 namespace toposched {
 namespace {
@@ -97,7 +97,9 @@ class KeepFilter {
 
 namespace request_keep {
 
-json ByFilter(std::string_view text) { return json::parse(text.begin(), text.end(), KeepFilter()); }
+json ByFilter(std::string_view text) {
+  return json::parse(text.begin(), text.end(), KeepFilter());
+}
 
 namespace {
 
@@ -105,8 +107,12 @@ namespace dom = simdjson::dom;
 
 // The element as an object (array), held in a local: a range-for over get_object()'s result
 // would iterate a temporary that is gone.
-bool AsObject(dom::element v, dom::object& out) { return v.get(out) == simdjson::SUCCESS; }
-bool AsArray(dom::element v, dom::array& out) { return v.get(out) == simdjson::SUCCESS; }
+bool AsObject(dom::element v, dom::object& out) {
+  return v.get(out) == simdjson::SUCCESS;
+}
+bool AsArray(dom::element v, dom::array& out) {
+  return v.get(out) == simdjson::SUCCESS;
+}
 
 // A kept leaf: a string or null (names, labels, annotations), or for a resource quantity also
 // a number, typed as nlohmann types it (a non-negative integer unsigned). False: another type.
@@ -207,7 +213,8 @@ std::optional<json> BySimdjson(std::string_view text) {
     if (key == "kind") return KeepLeaf(value, false, pod["kind"]);
     if (key == "metadata") {
       return KeepObject(value, true, pod["metadata"], [](std::string_view k, dom::element m, json& metadata) {
-        if (k == "name" || k == "namespace" || k == "uid") return KeepLeaf(m, false, metadata[std::string(k)]);
+        if (k == "name" || k == "namespace" || k == "uid")
+          return KeepLeaf(m, false, metadata[std::string(k)]);
         if (k == "labels" || k == "annotations") return KeepMap(m, false, metadata[std::string(k)]);
         return true;
       });

@@ -38,19 +38,26 @@ std::optional<PodRole> ParseLlmdRole(std::string_view value) {
 
 std::string_view ToString(PodRole r) {
   switch (r) {
-    case PodRole::kNone: return "none";
-    case PodRole::kPrefill: return "prefill";
-    case PodRole::kDecode: return "decode";
-    case PodRole::kBoth: return "both";
+    case PodRole::kNone:
+      return "none";
+    case PodRole::kPrefill:
+      return "prefill";
+    case PodRole::kDecode:
+      return "decode";
+    case PodRole::kBoth:
+      return "both";
   }
   return "none";
 }
 
 std::string_view ToString(PackPolicy p) {
   switch (p) {
-    case PackPolicy::kDefault: return "default";
-    case PackPolicy::kBinpack: return "binpack";
-    case PackPolicy::kSpread: return "spread";
+    case PackPolicy::kDefault:
+      return "default";
+    case PackPolicy::kBinpack:
+      return "binpack";
+    case PackPolicy::kSpread:
+      return "spread";
   }
   return "default";
 }
@@ -83,6 +90,8 @@ std::string PlacementRequest::ShapeKey() const {
   return key;
 }
 
-bool AnnotationIsTrue(std::string_view value) { return AsciiLower(TrimSpace(value)) == "true"; }
+bool AnnotationIsTrue(std::string_view value) {
+  return AsciiLower(TrimSpace(value)) == "true";
+}
 
 }  // namespace toposched

@@ -61,10 +61,13 @@ json Pod(PodSpec p) {
 }
 
 // One container with these limits.
-json PodWithLimits(json limits) { return Pod({.containers = json::array({Container(std::move(limits))})}); }
+json PodWithLimits(json limits) {
+  return Pod({.containers = json::array({Container(std::move(limits))})});
+}
 
 json PodWithAnnotations(json annotations, json limits = {{"nvidia.com/gpu", "1"}}) {
-  return Pod({.containers = json::array({Container(std::move(limits))}), .annotations = std::move(annotations)});
+  return Pod(
+      {.containers = json::array({Container(std::move(limits))}), .annotations = std::move(annotations)});
 }
 
 // The request every builder pod starts from (metadata p/ns), changed by `edit`.
@@ -182,7 +185,8 @@ TEST(PodRequestContainers, DevicesPerContainerInitFirst) {
   const Case cases[] = {
       {"OneContainer", R"({"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"4"}}}]})", {4}},
       {"SidecarWithoutGpus",
-       R"({"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"2"}}},{"name":"log"}]})", {2, 0}},
+       R"({"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"2"}}},{"name":"log"}]})",
+       {2, 0}},
       {"InitContainerFirst",
        R"({"initContainers":[{"name":"i","resources":{"limits":{"nvidia.com/gpu":"1"}}}],
            "containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"2"}}},
@@ -237,8 +241,8 @@ std::vector<ParseCase> ParseCases() {
       });
   // Requests take precedence; a limit fills in only resources the requests leave out.
   add("RequestsThenLimits",
-      Pod({.containers = json::array({Container({{"nvidia.com/gpu", "3"}, {"rdma/ib", "2"}},
-                                                {{"nvidia.com/gpu", "3"}})})}),
+      Pod({.containers = json::array(
+               {Container({{"nvidia.com/gpu", "3"}, {"rdma/ib", "2"}}, {{"nvidia.com/gpu", "3"}})})}),
       [](PlacementRequest& r) {
         r.gpus = 3;
         r.rdma_nics = 2;
@@ -247,8 +251,10 @@ std::vector<ParseCase> ParseCases() {
     r.gpus = 4;
     r.rdma_nics = 2;
   });
-  add("WholeMilliQuantity", PodWithLimits({{"nvidia.com/gpu", "2000m"}}), [](PlacementRequest& r) { r.gpus = 2; });
-  add("ExponentQuantity", PodWithLimits({{"nvidia.com/gpu", "1e1"}}), [](PlacementRequest& r) { r.gpus = 10; });
+  add("WholeMilliQuantity", PodWithLimits({{"nvidia.com/gpu", "2000m"}}),
+      [](PlacementRequest& r) { r.gpus = 2; });
+  add("ExponentQuantity", PodWithLimits({{"nvidia.com/gpu", "1e1"}}),
+      [](PlacementRequest& r) { r.gpus = 10; });
   add("ZeroGpus", PodWithLimits({{"nvidia.com/gpu", "0"}}), [](PlacementRequest&) {});
   add("AmdGpu", PodWithLimits({{"amd.com/gpu", "4"}, {"rdma/roce", "4"}}), [](PlacementRequest& r) {
     r.gpus = 4;
@@ -270,7 +276,8 @@ std::vector<ParseCase> ParseCases() {
   // --- Container arithmetic (kube-scheduler's effective request).
   // Two app containers: 2 + 3 = 5.
   add("AppContainersAdd",
-      Pod({.containers = json::array({Container({{"nvidia.com/gpu", "2"}}), Container({{"nvidia.com/gpu", "3"}})})}),
+      Pod({.containers =
+               json::array({Container({{"nvidia.com/gpu", "2"}}), Container({{"nvidia.com/gpu", "3"}})})}),
       [](PlacementRequest& r) { r.gpus = 5; });
   // App 2, init 4: the init container runs alone, max(2, 4) = 4.
   add("InitLargerThanApp",
@@ -285,23 +292,27 @@ std::vector<ParseCase> ParseCases() {
   // App 2, sidecar 1 declared before init 3: max(2 + 1, 3 + 1) = 4.
   add("SidecarBeforeInit",
       Pod({.containers = json::array({Container({{"nvidia.com/gpu", "2"}})}),
-           .init_containers = json::array({Sidecar({{"nvidia.com/gpu", "1"}}), Container({{"nvidia.com/gpu", "3"}})})}),
+           .init_containers =
+               json::array({Sidecar({{"nvidia.com/gpu", "1"}}), Container({{"nvidia.com/gpu", "3"}})})}),
       [](PlacementRequest& r) { r.gpus = 4; });
   // App 2, init 3 then sidecar 1: the init runs before the sidecar starts, max(2 + 1, 3) = 3.
   add("SidecarAfterInit",
       Pod({.containers = json::array({Container({{"nvidia.com/gpu", "2"}})}),
-           .init_containers = json::array({Container({{"nvidia.com/gpu", "3"}}), Sidecar({{"nvidia.com/gpu", "1"}})})}),
+           .init_containers =
+               json::array({Container({{"nvidia.com/gpu", "3"}}), Sidecar({{"nvidia.com/gpu", "1"}})})}),
       [](PlacementRequest& r) { r.gpus = 3; });
   // Two sidecars (1, 2) then init 1, app 0: max(0 + 1 + 2, 1 + 1 + 2) = 4.
   add("TwoSidecarsBeforeInit",
       Pod({.containers = json::array({Container(nullptr)}),
-           .init_containers = json::array({Sidecar({{"nvidia.com/gpu", "1"}}), Sidecar({{"nvidia.com/gpu", "2"}}),
-                                           Container({{"nvidia.com/gpu", "1"}})})}),
+           .init_containers =
+               json::array({Sidecar({{"nvidia.com/gpu", "1"}}), Sidecar({{"nvidia.com/gpu", "2"}}),
+                            Container({{"nvidia.com/gpu", "1"}})})}),
       [](PlacementRequest& r) { r.gpus = 4; });
   // restartPolicy on an app container does not make it a sidecar: 2 + 2 = 4 either way, and an
   // init container after it still sees no sidecars: max(4, 3) = 4.
   add("RestartPolicyOnAppContainer",
-      Pod({.containers = json::array({Sidecar({{"nvidia.com/gpu", "2"}}), Container({{"nvidia.com/gpu", "2"}})}),
+      Pod({.containers =
+               json::array({Sidecar({{"nvidia.com/gpu", "2"}}), Container({{"nvidia.com/gpu", "2"}})}),
            .init_containers = json::array({Container({{"nvidia.com/gpu", "3"}})})}),
       [](PlacementRequest& r) { r.gpus = 4; });
   // RDMA is computed per resource name, then summed. rdma/a: app 1 + sidecar 1 = 2 vs init
@@ -318,14 +329,16 @@ std::vector<ParseCase> ParseCases() {
   {
     RequestConfig config;
     config.rdma_resources = {"mellanox.com/rdma_shared", "rdma/"};
-    add("RdmaExactAndPrefixNames",
+    add(
+        "RdmaExactAndPrefixNames",
         PodWithLimits({{"mellanox.com/rdma_shared", "1"}, {"mellanox.com/other", "5"}, {"rdma/ib", "2"}}),
         [](PlacementRequest& r) { r.rdma_nics = 3; }, config);
   }
   {
     RequestConfig config;
     config.rdma_resources = {"nvidia.com/"};  // a pattern that also matches GPU names
-    add("GpuNamesAreNeverNics", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/hca", "1"}}),
+    add(
+        "GpuNamesAreNeverNics", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/hca", "1"}}),
         [](PlacementRequest& r) {
           r.gpus = 2;
           r.rdma_nics = 1;
@@ -333,7 +346,8 @@ std::vector<ParseCase> ParseCases() {
         config);
   }
   add("RdmaAnnotationOverridesResource",
-      PodWithAnnotations({{"toposched.io/rdma-nics", "4"}}, {{"nvidia.com/gpu", "4"}, {"rdma/hca_shared_devices_a", "1"}}),
+      PodWithAnnotations({{"toposched.io/rdma-nics", "4"}},
+                         {{"nvidia.com/gpu", "4"}, {"rdma/hca_shared_devices_a", "1"}}),
       [](PlacementRequest& r) {
         r.gpus = 4;
         r.rdma_nics = 4;
@@ -350,49 +364,57 @@ std::vector<ParseCase> ParseCases() {
       });
 
   // --- HAMi shared GPUs.
-  add("GpumemAndCores", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}, {"nvidia.com/gpucores", "30"}}),
+  add("GpumemAndCores",
+      PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}, {"nvidia.com/gpucores", "30"}}),
       [](PlacementRequest& r) {
         r.shared.count = 1;
         r.shared.memory_mib = 8000;
         r.shared.cores = 3000;
       });
-  add("GpumemGi", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "8Gi"}}), [](PlacementRequest& r) {
-    r.shared.count = 2;
-    r.shared.memory_mib = 8192;
-  });
-  add("GpumemMi", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000Mi"}}), [](PlacementRequest& r) {
-    r.shared.count = 1;
-    r.shared.memory_mib = 3000;
-  });
+  add("GpumemGi", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "8Gi"}}),
+      [](PlacementRequest& r) {
+        r.shared.count = 2;
+        r.shared.memory_mib = 8192;
+      });
+  add("GpumemMi", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000Mi"}}),
+      [](PlacementRequest& r) {
+        r.shared.count = 1;
+        r.shared.memory_mib = 3000;
+      });
   // The API server writes 16000 back as "16k"; HAMi reads it as 16000 MiB.
-  add("GpumemCanonicalK", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "16k"}}), [](PlacementRequest& r) {
-    r.shared.count = 1;
-    r.shared.memory_mib = 16000;
-  });
-  add("GpumemJsonNumber", PodWithLimits({{"nvidia.com/gpu", 1}, {"nvidia.com/gpumem", 4096}}), [](PlacementRequest& r) {
-    r.shared.count = 1;
-    r.shared.memory_mib = 4096;
-  });
+  add("GpumemCanonicalK", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "16k"}}),
+      [](PlacementRequest& r) {
+        r.shared.count = 1;
+        r.shared.memory_mib = 16000;
+      });
+  add("GpumemJsonNumber", PodWithLimits({{"nvidia.com/gpu", 1}, {"nvidia.com/gpumem", 4096}}),
+      [](PlacementRequest& r) {
+        r.shared.count = 1;
+        r.shared.memory_mib = 4096;
+      });
   add("Percentage", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem-percentage", "25"}}),
       [](PlacementRequest& r) {
         r.shared.count = 2;
         r.shared.memory_percent = 25;
       });
   add("GpumemWinsOverPercentage",
-      PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}, {"nvidia.com/gpumem-percentage", "50"}}),
+      PodWithLimits(
+          {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}, {"nvidia.com/gpumem-percentage", "50"}}),
       [](PlacementRequest& r) {
         r.shared.count = 1;
         r.shared.memory_mib = 8000;
       });
   // Cores without memory: HAMi's default memory is the whole card.
-  add("CoresOnly", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}}), [](PlacementRequest& r) {
-    r.shared.count = 1;
-    r.shared.memory_percent = 100;
-    r.shared.cores = 3000;
-  });
+  add("CoresOnly", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}}),
+      [](PlacementRequest& r) {
+        r.shared.count = 1;
+        r.shared.memory_percent = 100;
+        r.shared.cores = 3000;
+      });
   add("Cores100AloneIsWholeGpu", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "100"}}),
       [](PlacementRequest& r) { r.gpus = 1; });
-  add("Percentage100AloneIsWholeGpu", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem-percentage", "100"}}),
+  add("Percentage100AloneIsWholeGpu",
+      PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem-percentage", "100"}}),
       [](PlacementRequest& r) { r.gpus = 2; });
   add("Cores0AloneIsWholeGpu", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}}),
       [](PlacementRequest& r) { r.gpus = 1; });
@@ -423,9 +445,11 @@ std::vector<ParseCase> ParseCases() {
       });
   // 30% in one container makes the pod shared although the other asks 100%: 100% per vGPU.
   add("SharedPercentagesTakeLargest",
-      Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "30"},
+      Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"},
+                                                 {"nvidia.com/gpumem-percentage", "30"},
                                                  {"nvidia.com/gpucores", "20"}}),
-                                      Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "100"},
+                                      Container({{"nvidia.com/gpu", "1"},
+                                                 {"nvidia.com/gpumem-percentage", "100"},
                                                  {"nvidia.com/gpucores", "50"}})})}),
       [](PlacementRequest& r) {
         r.shared.count = 2;
@@ -435,12 +459,14 @@ std::vector<ParseCase> ParseCases() {
   // The init container's vGPU (8000 MiB) runs alone: max(1, 1) = 1 vGPU of 8000 MiB.
   add("SharedInitContainer",
       Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "2000"}})}),
-           .init_containers = json::array({Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}})})}),
+           .init_containers =
+               json::array({Container({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8000"}})})}),
       [](PlacementRequest& r) {
         r.shared.count = 1;
         r.shared.memory_mib = 8000;
       });
-  add("SharedWithNics", PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "10000"}, {"rdma/ib", "1"}}),
+  add("SharedWithNics",
+      PodWithLimits({{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "10000"}, {"rdma/ib", "1"}}),
       [](PlacementRequest& r) {
         r.shared.count = 2;
         r.shared.memory_mib = 10000;
@@ -448,39 +474,45 @@ std::vector<ParseCase> ParseCases() {
       });
 
   // --- Annotations.
-  add("AlignmentPix", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "PIX"}}), [](PlacementRequest& r) {
-    r.gpus = 1;
-    r.max_gpu_nic_class = LinkClass::kPIX;
-  });
-  add("AlignmentLowerCase", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "node"}}), [](PlacementRequest& r) {
-    r.gpus = 1;
-    r.max_gpu_nic_class = LinkClass::kNODE;
-  });
-  add("AlignmentSys", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "SYS"}}), [](PlacementRequest& r) {
-    r.gpus = 1;
-    r.max_gpu_nic_class = LinkClass::kSYS;
-  });
+  add("AlignmentPix", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "PIX"}}),
+      [](PlacementRequest& r) {
+        r.gpus = 1;
+        r.max_gpu_nic_class = LinkClass::kPIX;
+      });
+  add("AlignmentLowerCase", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "node"}}),
+      [](PlacementRequest& r) {
+        r.gpus = 1;
+        r.max_gpu_nic_class = LinkClass::kNODE;
+      });
+  add("AlignmentSys", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "SYS"}}),
+      [](PlacementRequest& r) {
+        r.gpus = 1;
+        r.max_gpu_nic_class = LinkClass::kSYS;
+      });
   add("GpuPolicyBinpackNuma", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "binpack, numa"}}),
       [](PlacementRequest& r) {
         r.gpus = 1;
         r.shared.gpu_policy = PackPolicy::kBinpack;
         r.shared.numa_bind = true;
       });
-  add("GpuPolicySpread", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "spread"}}), [](PlacementRequest& r) {
-    r.gpus = 1;
-    r.shared.gpu_policy = PackPolicy::kSpread;
-  });
-  add("GpuPolicyTopologyAwareIsDefault", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "topology-aware"}}),
+  add("GpuPolicySpread", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "spread"}}),
+      [](PlacementRequest& r) {
+        r.gpus = 1;
+        r.shared.gpu_policy = PackPolicy::kSpread;
+      });
+  add("GpuPolicyTopologyAwareIsDefault",
+      PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "topology-aware"}}),
       [](PlacementRequest& r) { r.gpus = 1; });
   add("GpuPolicyMutexThenSpread", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "mutex,spread"}}),
       [](PlacementRequest& r) {
         r.gpus = 1;
         r.shared.gpu_policy = PackPolicy::kSpread;
       });
-  add("NodePolicySpread", PodWithAnnotations({{"hami.io/node-scheduler-policy", "spread"}}), [](PlacementRequest& r) {
-    r.gpus = 1;
-    r.node_policy = PackPolicy::kSpread;
-  });
+  add("NodePolicySpread", PodWithAnnotations({{"hami.io/node-scheduler-policy", "spread"}}),
+      [](PlacementRequest& r) {
+        r.gpus = 1;
+        r.node_policy = PackPolicy::kSpread;
+      });
   add("CardFilters",
       PodWithAnnotations({{"nvidia.com/use-gputype", " A100, H100 ,,"},
                           {"nvidia.com/nouse-gputype", "T4"},
@@ -498,7 +530,8 @@ std::vector<ParseCase> ParseCases() {
     r.gpus = 1;
     r.shared.numa_bind = true;
   });
-  add("NumaBindFalse", PodWithAnnotations({{"nvidia.com/numa-bind", "false"}}), [](PlacementRequest& r) { r.gpus = 1; });
+  add("NumaBindFalse", PodWithAnnotations({{"nvidia.com/numa-bind", "false"}}),
+      [](PlacementRequest& r) { r.gpus = 1; });
   // Prefill/Decode pool annotations (not part of the shape).
   add("PdAnnotations",
       PodWithAnnotations({{"toposched.io/pd-ratio", " 1:3 "},
@@ -528,7 +561,8 @@ std::vector<ParseCase> ParseCases() {
     std::string name = std::string("Role_") + value;
     std::replace(name.begin(), name.end(), '-', '_');
     add(name,
-        Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}})}), .labels = {{"llm-d.ai/role", value}}}),
+        Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}})}),
+             .labels = {{"llm-d.ai/role", value}}}),
         [role = role](PlacementRequest& r) {
           r.gpus = 1;
           r.role = role;
@@ -544,7 +578,8 @@ std::vector<ParseCase> ParseCases() {
   {
     RequestConfig config;
     config.pool_label = "example.com/gpu-pool";
-    add("ConfiguredPoolLabel",
+    add(
+        "ConfiguredPoolLabel",
         Pod({.containers = json::array({Container({{"nvidia.com/gpu", "1"}})}),
              .labels = {{"toposched.io/pool", "ignored"}, {"example.com/gpu-pool", "b"}}}),
         [](PlacementRequest& r) {
@@ -602,57 +637,69 @@ std::vector<ErrorCase> ErrorCases() {
 
   add("NegativeGpu", PodWithLimits({{"nvidia.com/gpu", "-1"}}), "nvidia.com/gpu: \"-1\" is negative");
   add("NegativeGpuNumber", PodWithLimits({{"nvidia.com/gpu", -2}}), "nvidia.com/gpu: -2 is negative");
-  add("MilliGpu", PodWithLimits({{"nvidia.com/gpu", "500m"}}), "nvidia.com/gpu: \"500m\" is not a whole number");
-  add("FractionalGpu", PodWithLimits({{"nvidia.com/gpu", "1.5"}}), "nvidia.com/gpu: \"1.5\" is not a whole number");
-  add("FractionalGpuNumber", PodWithLimits({{"nvidia.com/gpu", 0.5}}), "nvidia.com/gpu: 0.5 is not a whole number");
+  add("MilliGpu", PodWithLimits({{"nvidia.com/gpu", "500m"}}),
+      "nvidia.com/gpu: \"500m\" is not a whole number");
+  add("FractionalGpu", PodWithLimits({{"nvidia.com/gpu", "1.5"}}),
+      "nvidia.com/gpu: \"1.5\" is not a whole number");
+  add("FractionalGpuNumber", PodWithLimits({{"nvidia.com/gpu", 0.5}}),
+      "nvidia.com/gpu: 0.5 is not a whole number");
   add("GarbageQuantity", PodWithLimits({{"nvidia.com/gpu", "two"}}), "\"two\" is not a Kubernetes quantity");
   add("BadSuffix", PodWithLimits({{"nvidia.com/gpu", "1Xi"}}), "is not a Kubernetes quantity");
   add("HugeQuantity", PodWithLimits({{"nvidia.com/gpu", "99999999999999999999"}}), "is too large");
   add("QuantityWrongType", PodWithLimits({{"nvidia.com/gpu", true}}), "nvidia.com/gpu: expected a quantity");
   add("TooManyGpus", PodWithLimits({{"nvidia.com/gpu", "65"}}), "one node has at most 64");
   add("TooManyGpusSummed",
-      Pod({.containers = json::array({Container({{"nvidia.com/gpu", "40"}}), Container({{"nvidia.com/gpu", "40"}})})}),
+      Pod({.containers =
+               json::array({Container({{"nvidia.com/gpu", "40"}}), Container({{"nvidia.com/gpu", "40"}})})}),
       "asks 80 nvidia.com/gpu");
   add("TooManyNics", PodWithLimits({{"rdma/ib", "65"}}), "65 RDMA NICs");
-  add("BothVendors", PodWithLimits({{"nvidia.com/gpu", "1"}, {"amd.com/gpu", "1"}}), "a pod asks GPUs of one vendor");
-  add("AmdWithGpumem", PodWithLimits({{"amd.com/gpu", "1"}, {"nvidia.com/gpumem", "1000"}}), "NVIDIA GPUs only");
+  add("BothVendors", PodWithLimits({{"nvidia.com/gpu", "1"}, {"amd.com/gpu", "1"}}),
+      "a pod asks GPUs of one vendor");
+  add("AmdWithGpumem", PodWithLimits({{"amd.com/gpu", "1"}, {"nvidia.com/gpumem", "1000"}}),
+      "NVIDIA GPUs only");
 
   add("Percent150", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "150"}}),
       "nvidia.com/gpumem-percentage is 150");
-  add("Percent0", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "0"}}), "1 to 100");
-  add("Cores150", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}}), "nvidia.com/gpucores is 150");
-  add("GpumemDecimalGiga", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8G"}}), "more than any GPU has");
+  add("Percent0", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "0"}}),
+      "1 to 100");
+  add("Cores150", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}}),
+      "nvidia.com/gpucores is 150");
+  add("GpumemDecimalGiga", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8G"}}),
+      "more than any GPU has");
   add("GpumemNotWholeMib", PodWithLimits({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1500Ki"}}),
       "\"1500Ki\" is not a whole number of MiB");
 
   add("ContainersNotArray", json{{"kind", "Pod"}, {"spec", {{"containers", {{"name", "c"}}}}}},
       "spec.containers: expected an array, got an object");
-  add("InitContainersNotArray", json{{"spec", {{"initContainers", "none"}}}}, "spec.initContainers: expected an array");
+  add("InitContainersNotArray", json{{"spec", {{"initContainers", "none"}}}},
+      "spec.initContainers: expected an array");
   add("ContainerNotObject", json{{"spec", {{"containers", {5}}}}}, "spec.containers[0]: expected an object");
-  add("ResourcesWrongType",
-      json{{"spec", {{"containers", {{{"name", "c"}, {"resources", "lots"}}}}}}},
+  add("ResourcesWrongType", json{{"spec", {{"containers", {{{"name", "c"}, {"resources", "lots"}}}}}}},
       "spec.containers[0].resources: expected an object, got \"lots\"");
   add("LimitsWrongType",
       json{{"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", json::array({1})}}}}}}}}},
       "spec.containers[0].resources.limits: expected an object, got an array");
-  add("RestartPolicyWrongType",
-      json{{"spec", {{"initContainers", {{{"name", "c"}, {"restartPolicy", 1}}}}}}},
+  add("RestartPolicyWrongType", json{{"spec", {{"initContainers", {{{"name", "c"}, {"restartPolicy", 1}}}}}}},
       "spec.initContainers[0].restartPolicy: expected a string");
   add("SpecWrongType", json{{"spec", 1}}, "spec: expected an object");
   add("MetadataWrongType", json{{"metadata", "x"}}, "metadata: expected an object");
   add("NameWrongType", json{{"metadata", {{"name", 7}}}}, "metadata.name: expected a string, got 7");
-  add("LabelsWrongType", json{{"metadata", {{"labels", json::array()}}}}, "metadata.labels: expected an object");
+  add("LabelsWrongType", json{{"metadata", {{"labels", json::array()}}}},
+      "metadata.labels: expected an object");
   add("AnnotationNotString", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", 3}}),
       "annotation toposched.io/gpu-nic-alignment: expected a string, got 3");
 
   add("AlignmentUnknown", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "FAST"}}),
       "\"FAST\" is not a GPU-NIC link class; use one of PIX, PXB, PHB, NODE, SYS");
-  add("AlignmentNvLink", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "NV"}}), "is not a GPU-NIC link class");
-  add("AlignmentSelf", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "X"}}), "is not a GPU-NIC link class");
+  add("AlignmentNvLink", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "NV"}}),
+      "is not a GPU-NIC link class");
+  add("AlignmentSelf", PodWithAnnotations({{"toposched.io/gpu-nic-alignment", "X"}}),
+      "is not a GPU-NIC link class");
   add("RdmaAnnotationWord", PodWithAnnotations({{"toposched.io/rdma-nics", "many"}}), "is not a count");
   add("RdmaAnnotationNegative", PodWithAnnotations({{"toposched.io/rdma-nics", "-1"}}), "is not a count");
   add("RdmaAnnotationTooMany", PodWithAnnotations({{"toposched.io/rdma-nics", "65"}}), "integer 0 to 64");
-  add("GpuPolicyUnknown", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "fast"}}), "\"fast\" is not a GPU policy");
+  add("GpuPolicyUnknown", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "fast"}}),
+      "\"fast\" is not a GPU policy");
   add("GpuPolicyContradiction", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", "binpack,spread"}}),
       "names both binpack and spread");
   add("GpuPolicyEmpty", PodWithAnnotations({{"hami.io/gpu-scheduler-policy", " , "}}), "is empty");
@@ -663,7 +710,8 @@ std::vector<ErrorCase> ErrorCases() {
       "annotation toposched.io/pd-ratio: \"3\" is not a Prefill:Decode ratio; write it as \"1:3\"");
   add("PdRatioZero", PodWithAnnotations({{"toposched.io/pd-ratio", "0:2"}}), "is not a Prefill:Decode ratio");
   add("PdRatioTooBig", PodWithAnnotations({{"toposched.io/pd-ratio", "1:101"}}), "(each side 1 to 100)");
-  add("PdRatioNegative", PodWithAnnotations({{"toposched.io/pd-ratio", "-1:2"}}), "is not a Prefill:Decode ratio");
+  add("PdRatioNegative", PodWithAnnotations({{"toposched.io/pd-ratio", "-1:2"}}),
+      "is not a Prefill:Decode ratio");
   add("KvBytesZero", PodWithAnnotations({{"toposched.io/kv-bytes-per-token", "0"}}),
       "annotation toposched.io/kv-bytes-per-token: \"0\" is not a count; use an integer 1 to 1073741824");
   add("KvBytesText", PodWithAnnotations({{"toposched.io/kv-bytes-per-token", "320Ki"}}), "is not a count");
@@ -715,8 +763,9 @@ TEST(PodRequestRobustnessTest, EverySingleByteCorruptionReturns) {
 // memory nor an error.
 TEST(PodRequestRobustnessTest, DeepNestingInUnreadFieldsIsDropped) {
   const std::size_t depth = 1'000'000;
-  std::string text = R"({"kind":"Pod","spec":{"containers":[{"resources":{"limits":{"nvidia.com/gpu":"2"}}}]},)"
-                     R"("status":)";
+  std::string text =
+      R"({"kind":"Pod","spec":{"containers":[{"resources":{"limits":{"nvidia.com/gpu":"2"}}}]},)"
+      R"("status":)";
   text += std::string(depth, '[') + std::string(depth, ']') + "}";
   const Result<PlacementRequest> got = ParsePodRequest(text);
   ASSERT_TRUE(got.ok()) << got.error().message();
@@ -786,7 +835,10 @@ TEST(PodRequestShapeKeyTest, EveryShapeFieldChangesTheKey) {
       {"shared.avoid_uuids", [](PlacementRequest& r) { r.shared.avoid_uuids = {"a"}; }},
       // A separator inside a name must not imitate two names.
       {"shared.use_types joined", [](PlacementRequest& r) { r.shared.use_types = {"a,b"}; }},
-      {"shared.use_types split", [](PlacementRequest& r) { r.shared.use_types = {"a", "b"}; }},
+      {"shared.use_types split",
+       [](PlacementRequest& r) {
+         r.shared.use_types = {"a", "b"};
+       }},
       {"shared.use_types imitating", [](PlacementRequest& r) { r.shared.use_types = {"1:a1:b"}; }},
   };
   const PlacementRequest base;
@@ -841,7 +893,8 @@ TEST(PodRequestTest, AnUnknownRoleIsIgnoredWithAWarning) {
     ASSERT_EQ(r->warnings.size(), 1u);
     EXPECT_NE(r->warnings[0].find("is not a role llm-d knows"), std::string::npos) << r->warnings[0];
   }
-  Result<PlacementRequest> known = ParsePodRequest(R"({"metadata":{"labels":{"llm-d.ai/role":"prefill-decode"}}})");
+  Result<PlacementRequest> known =
+      ParsePodRequest(R"({"metadata":{"labels":{"llm-d.ai/role":"prefill-decode"}}})");
   ASSERT_TRUE(known.ok());
   EXPECT_TRUE(known->warnings.empty());
   EXPECT_EQ(known->role, PodRole::kBoth);

@@ -108,8 +108,7 @@ WholeSearch::WholeSearch(const NodeTopology& t, const NodeAllocation& a, const S
     nic_mask_.assign(Idx(ng_ * kRanks), 0);
     for (int p = 0; p < ng_; ++p) {
       for (int q = 0; q < nn_; ++q) {
-        for (int rk = Rank(p, q); rk < kRanks; ++rk)
-          nic_mask_[Idx(p * kRanks + rk)] |= std::uint64_t{1} << q;
+        for (int rk = Rank(p, q); rk < kRanks; ++rk) nic_mask_[Idx(p * kRanks + rk)] |= std::uint64_t{1} << q;
       }
     }
   }

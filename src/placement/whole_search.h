@@ -262,11 +262,11 @@ class WholeSearch {
   int intact_ = 0;
   std::vector<std::array<int, 8>> suffix_hist_;  // per i: how many p >= i have each best rank
   // Search state.
-  std::vector<int> touch_;       // per intact-before group: chosen devices in it
-  int newly_ = 0;                // intact-before groups touched
-  std::vector<int> subset_;      // chosen subset (candidate positions)
-  std::vector<int> load_;        // per NIC: GPUs it serves
-  std::uint64_t used_mask_ = 0;  // NICs with a load (when hall_)
+  std::vector<int> touch_;                                 // per intact-before group: chosen devices in it
+  int newly_ = 0;                                          // intact-before groups touched
+  std::vector<int> subset_;                                // chosen subset (candidate positions)
+  std::vector<int> load_;                                  // per NIC: GPUs it serves
+  std::uint64_t used_mask_ = 0;                            // NICs with a load (when hall_)
   int subset_worst_gpu_gpu_ = 0, subset_neg_nvlinks_ = 0;  // the chosen subset's, for Assign
   std::vector<int> sfx_max_, sfx_sum_, extra_rank_;
   std::vector<std::pair<int, int>> per_gpu_best_;

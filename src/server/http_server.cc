@@ -76,7 +76,8 @@ Status ServerCore::Listen() {
 
 Status ServerCore::StartWorkers() {
   try {
-    if (options_.offload_threads > 0) offload_pool_ = std::make_unique<asio::thread_pool>(options_.offload_threads);
+    if (options_.offload_threads > 0)
+      offload_pool_ = std::make_unique<asio::thread_pool>(options_.offload_threads);
     workers_.reserve(static_cast<std::size_t>(options_.threads));
     for (int i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { RunWorker(); });
   } catch (const std::system_error& e) {
@@ -181,7 +182,8 @@ void ServerCore::PollTlsFiles() {
   auto context = LoadTlsContext(options_.tls);
   if (!context.ok()) {
     Bump(counters_.tls_reload_failures);
-    Log(LogLevel::kWarn, {"http", "", ""}, "TLS reload failed, keeping the previous certificate: " + context.error().message());
+    Log(LogLevel::kWarn, {"http", "", ""},
+        "TLS reload failed, keeping the previous certificate: " + context.error().message());
     return;
   }
   {
@@ -189,7 +191,8 @@ void ServerCore::PollTlsFiles() {
     tls_context_ = std::move(context).value();
   }
   Bump(counters_.tls_reloads);
-  Log(LogLevel::kInfo, {"http", "", ""}, "TLS certificate reloaded from " + options_.tls.cert_file + " and " + options_.tls.key_file);
+  Log(LogLevel::kInfo, {"http", "", ""},
+      "TLS certificate reloaded from " + options_.tls.cert_file + " and " + options_.tls.key_file);
 }
 
 void ServerCore::Shutdown(milliseconds grace) {
@@ -272,7 +275,8 @@ struct HttpServer::Impl final : internal::ServerCore {
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(ServerOptions options, Handler handler) {
   if (!handler) return Error("http server: no handler");
-  if (auto status = internal::ValidateOptions(options); !status.ok()) return status.error().WithContext("http server");
+  if (auto status = internal::ValidateOptions(options); !status.ok())
+    return status.error().WithContext("http server");
   auto impl = std::make_unique<Impl>(std::move(options), std::move(handler));
   if (auto status = impl->Listen(); !status.ok()) return status.error().WithContext("http server");
   if (auto status = impl->StartWorkers(); !status.ok()) return status.error().WithContext("http server");

@@ -838,7 +838,8 @@ struct Gate {
 TEST(HttpServerTest, OffloadedHandlersLeaveTheWorkersFreeForOtherRequests) {
   Gate gate;
   // One worker: without offloading, the first held bind would block every other request.
-  auto server = StartServer(OffloadOptions(1, 4), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
+  auto server =
+      StartServer(OffloadOptions(1, 4), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<Client>> binds;
   for (int i = 0; i < 4; ++i) {
@@ -868,7 +869,8 @@ TEST(HttpServerTest, OffloadedHandlersLeaveTheWorkersFreeForOtherRequests) {
 TEST(HttpServerTest, OffloadedRequestsOverTheBoundGet429AtOnceAndTheRestAreServed) {
   Gate gate;
   // Two offload threads: two binds run and two wait; the fifth is refused at once.
-  auto server = StartServer(OffloadOptions(2, 2), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
+  auto server =
+      StartServer(OffloadOptions(2, 2), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<Client>> binds;
   for (int i = 0; i < 4; ++i) {
@@ -899,7 +901,8 @@ TEST(HttpServerTest, OffloadedRequestsOverTheBoundGet429AtOnceAndTheRestAreServe
 
 TEST(HttpServerTest, ShutdownWritesTheReplyOfAnOffloadedRequestInFlight) {
   Gate gate;
-  auto server = StartServer(OffloadOptions(1, 2), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
+  auto server =
+      StartServer(OffloadOptions(1, 2), [&](const HttpRequest& q, HttpResponse& r) { gate.Handle(q, r); });
   ASSERT_NE(server, nullptr);
   Client bind(server->port());
   ASSERT_TRUE(bind.Send(Request("POST", "/bind", "late")));
@@ -1214,7 +1217,8 @@ TEST_F(HttpServerTlsTest, ClientCertificatesAreVerifiedAgainstTheClientCa) {
   {
     // TLS 1.3 reports the refusal after the client's side of the handshake: no answer either way.
     Client client(server->port(), with_stranger);
-    const auto r = client.connected() ? client.RoundTrip(Request("POST", "/scheduler/bind", "{}")) : std::nullopt;
+    const auto r =
+        client.connected() ? client.RoundTrip(Request("POST", "/scheduler/bind", "{}")) : std::nullopt;
     EXPECT_FALSE(r.has_value()) << r->body;
   }
   SSL_CTX_free(with_scheduler);

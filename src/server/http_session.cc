@@ -65,7 +65,6 @@ std::string_view ToStd(beast::string_view text) {
   return {text.data(), text.size()};
 }
 
-
 HttpResponse ErrorResponse(int status, std::string_view message) {
   HttpResponse response;
   response.status = status;
@@ -282,9 +281,9 @@ class Session final : public SessionBase {
     if (!core_.Offloads(ToStd(request->target()))) return Reply(*request, RunHandler(*request, verified));
     if (!core_.AdmitOffload()) {
       Bump(core_.counters().offload_rejected);
-      HttpResponse busy = ErrorResponse(
-          429, "too many requests of this kind in flight (" + std::to_string(2 * core_.options().offload_threads) +
-                   "): retry");
+      HttpResponse busy =
+          ErrorResponse(429, "too many requests of this kind in flight (" +
+                                 std::to_string(2 * core_.options().offload_threads) + "): retry");
       busy.extra_header_name = "Retry-After";
       busy.extra_header_value = "1";
       return Reply(*request, std::move(busy));
@@ -307,18 +306,25 @@ class Session final : public SessionBase {
   // Runs the handler; an exception becomes a 500. Any thread: touches no session state but
   // the constant remote_.
   HttpResponse RunHandler(const Request& request, bool verified) {
-    const HttpRequest view{ToStd(request.method_string()), ToStd(request.target()),
-                           ToStd(request[http::field::content_type]), request.body(), remote_, verified};
+    const HttpRequest view{ToStd(request.method_string()),
+                           ToStd(request.target()),
+                           ToStd(request[http::field::content_type]),
+                           request.body(),
+                           remote_,
+                           verified};
     HttpResponse response;
     try {
       core_.handler()(view, response);
     } catch (const std::exception& e) {
       Bump(core_.counters().handler_exceptions);
-      Log(LogLevel::kError, {"http", "", ""}, "handler failed on " + std::string(view.method) + " " + std::string(view.target) + ": " + e.what());
+      Log(LogLevel::kError, {"http", "", ""},
+          "handler failed on " + std::string(view.method) + " " + std::string(view.target) + ": " + e.what());
       response = ErrorResponse(500, e.what());
     } catch (...) {
       Bump(core_.counters().handler_exceptions);
-      Log(LogLevel::kError, {"http", "", ""}, "handler failed on " + std::string(view.method) + " " + std::string(view.target) + ": unknown exception");
+      Log(LogLevel::kError, {"http", "", ""},
+          "handler failed on " + std::string(view.method) + " " + std::string(view.target) +
+              ": unknown exception");
       response = ErrorResponse(500, "unknown exception");
     }
     return response;

@@ -136,7 +136,8 @@ class ServerCore {
     try {
       return options_.body_limit(target);
     } catch (const std::exception& e) {
-      Log(LogLevel::kError, {"http", "", ""}, "body limit callback failed on " + std::string(target) + ": " + e.what());
+      Log(LogLevel::kError, {"http", "", ""},
+          "body limit callback failed on " + std::string(target) + ": " + e.what());
     } catch (...) {
       Log(LogLevel::kError, {"http", "", ""}, "body limit callback failed on " + std::string(target));
     }

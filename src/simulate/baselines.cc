@@ -19,7 +19,6 @@
 namespace toposched::simulate {
 namespace {
 
-
 std::size_t Index(int i) {
   return static_cast<std::size_t>(i);
 }
@@ -275,8 +274,9 @@ class BaselinePolicy : public Policy {
   std::string_view Name() const override { return name_; }
 
   // Blind to the cluster beyond the node, as the systems they stand for are.
-  Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
-                                           std::shared_ptr<const framework::ClusterView> /*cluster*/) override {
+  Result<std::optional<Decision>> Schedule(
+      const PlacementRequest& request, std::vector<VirtualNode>& nodes,
+      std::shared_ptr<const framework::ClusterView> /*cluster*/) override {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       VirtualNode& node = nodes[i];
       if (node.topology == nullptr || !node.schedulable) continue;

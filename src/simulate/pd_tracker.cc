@@ -52,7 +52,8 @@ bool CouldHost(const VirtualNode& node, const PlacementRequest& r) {
 // Free GPUs by vendor (framework::NodeSummary::free_by_vendor) and free RDMA NICs, as the
 // extender's store counts them (framework::FreeDevicesOf).
 std::pair<framework::StaticClusterView::VendorCounts, int> FreeDevices(const VirtualNode& node) {
-  const framework::FreeDevices free = framework::FreeDevicesOf(node.topology.get(), node.allocated, node.held);
+  const framework::FreeDevices free =
+      framework::FreeDevicesOf(node.topology.get(), node.allocated, node.held);
   return {free.gpus_by_vendor, free.rdma_nics};
 }
 
@@ -87,7 +88,8 @@ LinkClass WorstPairClass(const NodeTopology& t, const std::vector<GpuNicPair>& p
   return worst;
 }
 
-PdTracker::PdTracker(const std::vector<VirtualNode>& nodes, const pd::NetworkConfig& network, std::size_t pods)
+PdTracker::PdTracker(const std::vector<VirtualNode>& nodes, const pd::NetworkConfig& network,
+                     std::size_t pods)
     : network_(network), view_(std::make_shared<framework::StaticClusterView>(network)), members_(pods) {
   const int ratio_tier = RatioTier(network_);
   std::map<std::vector<std::string>, int> classes;
@@ -141,7 +143,8 @@ std::vector<std::size_t> PdTracker::Counterparts(const Pool& pool, PodRole role)
   std::vector<std::size_t> out;
   for (std::size_t m : pool.members) {
     const PodRole r = members_[m]->role;
-    if ((role == PodRole::kPrefill && r == PodRole::kDecode) || (role == PodRole::kDecode && r == PodRole::kPrefill)) {
+    if ((role == PodRole::kPrefill && r == PodRole::kDecode) ||
+        (role == PodRole::kDecode && r == PodRole::kPrefill)) {
       out.push_back(m);
     }
   }
@@ -303,21 +306,23 @@ Status PdTracker::Check(const std::vector<VirtualNode>& nodes, const std::vector
     const auto [by_vendor, nics] = FreeDevices(nodes[i]);
     const int gpus = std::accumulate(by_vendor.begin(), by_vendor.end(), 0);
     if (s.free_gpus != gpus || s.free_by_vendor != by_vendor || s.free_rdma_nics != nics) {
-      status = Error("cluster view: " + nodes[i].name + " has " + std::to_string(s.free_gpus) + " free GPUs and " +
-                     std::to_string(s.free_rdma_nics) + " free RDMA NICs, the node " + std::to_string(gpus) +
-                     " and " + std::to_string(nics));
+      status = Error("cluster view: " + nodes[i].name + " has " + std::to_string(s.free_gpus) +
+                     " free GPUs and " + std::to_string(s.free_rdma_nics) + " free RDMA NICs, the node " +
+                     std::to_string(gpus) + " and " + std::to_string(nics));
     }
     ++i;
   });
   if (!status.ok()) return status;
-  if (i != nodes.size()) return Error("cluster view: " + std::to_string(i) + " nodes, the cluster " +
-                                      std::to_string(nodes.size()));
+  if (i != nodes.size())
+    return Error("cluster view: " + std::to_string(i) + " nodes, the cluster " +
+                 std::to_string(nodes.size()));
   std::map<std::string, std::vector<std::string>> expected;  // pool -> member nodes
   for (std::size_t p = 0; p < members_.size(); ++p) {
     const bool running = p < running_node.size() && running_node[p] >= 0;
     if (running != members_[p].has_value() || (running && members_[p]->node != running_node[p])) {
       return Error("cluster view: pod #" + std::to_string(p) + " is " + (running ? "running" : "gone") +
-                   " but the tracker has it " + (members_[p] ? "on node " + std::to_string(members_[p]->node) : "gone"));
+                   " but the tracker has it " +
+                   (members_[p] ? "on node " + std::to_string(members_[p]->node) : "gone"));
     }
     if (running && !members_[p]->pool.empty()) {
       expected[members_[p]->pool].push_back(nodes[Index(running_node[p])].name);
@@ -331,7 +336,8 @@ Status PdTracker::Check(const std::vector<VirtualNode>& nodes, const std::vector
     std::sort(want.begin(), want.end());
     if (have != want) {
       return Error("cluster view: pool " + name + " has " + std::to_string(have.size()) +
-                   " members where the running pods are " + std::to_string(want.size()) + " (or on other nodes)");
+                   " members where the running pods are " + std::to_string(want.size()) +
+                   " (or on other nodes)");
     }
   }
   return Status::Ok();
@@ -343,7 +349,8 @@ PdFigures PdTracker::Finish() const {
   for (double s : transfer_s_) sum += s;
   f.transfer_mean_ms = transfer_s_.empty() ? 0 : 1000.0 * sum / static_cast<double>(transfer_s_.size());
   f.transfer_p99_ms = 1000.0 * NearestRank(transfer_s_, 0.99);
-  f.at_cheapest_share = f.pods_with_counterparts > 0 ? static_cast<double>(f.at_cheapest) / f.pods_with_counterparts : 0;
+  f.at_cheapest_share =
+      f.pods_with_counterparts > 0 ? static_cast<double>(f.at_cheapest) / f.pods_with_counterparts : 0;
   f.ratio_error_end = RatioError().value_or(0);
   f.ratio_error_mean = f.ratio_samples > 0 ? ratio_error_sum_ / f.ratio_samples : 0;
   return f;

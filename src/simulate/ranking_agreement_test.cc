@@ -55,7 +55,8 @@ json Pod(const std::string& name, int gpus, int nics, int share_percent = 0) {
   }
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "default"}, {"uid", "uid-" + name}, {"resourceVersion", "1"}}},
+          {"metadata",
+           {{"name", name}, {"namespace", "default"}, {"uid", "uid-" + name}, {"resourceVersion", "1"}}},
           {"spec",
            {{"schedulerName", "toposched"},
             {"containers", json::array({json{{"name", "c"}, {"resources", {{"limits", limits}}}}})}}}};
@@ -92,7 +93,8 @@ class Extender {
         store_(nullptr, extender::StoreOptionsFor(framework_.config())) {
     EXPECT_TRUE(store_.UpsertNodes(nodes).ok());
     store_.SetSynced(true);
-    service_ = std::make_unique<extender::ExtenderService>(framework_, store_, metrics_, extender::ExtenderOptions{});
+    service_ = std::make_unique<extender::ExtenderService>(framework_, store_, metrics_,
+                                                           extender::ExtenderOptions{});
     for (const state::NodeSpec& n : nodes) names_.push_back(n.name);
   }
 
@@ -102,7 +104,8 @@ class Extender {
   std::string Schedule(const json& pod, bool bind) {
     json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names_}};
     const json filtered = Call("/scheduler/filter", args.dump());
-    if (!filtered.contains("NodeNames") || !filtered["NodeNames"].is_array() || filtered["NodeNames"].empty()) {
+    if (!filtered.contains("NodeNames") || !filtered["NodeNames"].is_array() ||
+        filtered["NodeNames"].empty()) {
       return "";
     }
     args["NodeNames"] = filtered["NodeNames"];
@@ -159,8 +162,8 @@ struct Outcome {
 
 // Runs four blocks of `kinds` through the simulator's toposched policy and through the
 // extender's verbs on `shapes` (preset, count), asserting the same node and devices per pod.
-Outcome RunBoth(const framework::SchedulerConfig& config, const std::vector<std::pair<std::string, int>>& shapes,
-                const std::vector<Kind>& kinds) {
+Outcome RunBoth(const framework::SchedulerConfig& config,
+                const std::vector<std::pair<std::string, int>>& shapes, const std::vector<Kind>& kinds) {
   Outcome out;
   std::vector<state::NodeSpec> specs;
   std::vector<VirtualNode> nodes;
@@ -205,7 +208,8 @@ Outcome RunBoth(const framework::SchedulerConfig& config, const std::vector<std:
       Result<std::optional<Decision>> decided = (*policy)->Schedule(*request, nodes, nullptr);
       EXPECT_TRUE(decided.ok()) << decided.error().message();
       if (!request.ok() || !decided.ok()) return out;
-      const std::string simulated = decided->has_value() ? nodes[static_cast<std::size_t>((*decided)->node)].name : "";
+      const std::string simulated =
+          decided->has_value() ? nodes[static_cast<std::size_t>((*decided)->node)].name : "";
       const std::string bound = extender.Schedule(pod, /*bind=*/true);
       EXPECT_EQ(simulated, bound) << "the simulator and the extender disagree";
       if (simulated != bound) return out;
@@ -236,10 +240,10 @@ Outcome RunBoth(const framework::SchedulerConfig& config, const std::vector<std:
 TEST(RankingAgreementTest, TheSameNodeForEveryPodOfAMixWithRdmaNics) {
   framework::SchedulerConfig config = BuiltinDefaultConfig();
   config.capacity.plugin = "ExpectedFragmentation";
-  const Outcome out = RunBoth(config,
-                              {{"hgx-h100-8gpu", 3}, {"hgx-4nic", 6}, {"pcie-4gpu", 8}, {"inference-4gpu", 8},
-                               {"cloud-vm-8gpu", 2}},
-                              {{3, 1, 1, 0}, {1, 2, 0, 0}, {2, 1, 0, 30}, {2, 1, 0, 50}, {1, 4, 4, 0}, {1, 8, 8, 0}});
+  const Outcome out = RunBoth(
+      config,
+      {{"hgx-h100-8gpu", 3}, {"hgx-4nic", 6}, {"pcie-4gpu", 8}, {"inference-4gpu", 8}, {"cloud-vm-8gpu", 2}},
+      {{3, 1, 1, 0}, {1, 2, 0, 0}, {2, 1, 0, 30}, {2, 1, 0, 50}, {1, 4, 4, 0}, {1, 8, 8, 0}});
   // The case is a real one: most pods placed, the cluster full enough that some wait.
   EXPECT_GT(out.placed, 100);
   EXPECT_GT(out.unplaced, 0);

@@ -145,7 +145,8 @@ std::optional<CapacityCheck> CheckCapacity(const SimulationResult& r, std::strin
       }
     }
     if (total) check.lead = mine - best;
-    if (ahead != nullptr && best > mine) check.shortfalls.push_back({total, kind, best - mine, ahead->policy});
+    if (ahead != nullptr && best > mine)
+      check.shortfalls.push_back({total, kind, best - mine, ahead->policy});
   };
   compare(true, "", [](const PolicyResult& p) { return p.placed; });
   for (const KindCount& k : own->kinds) {
@@ -169,8 +170,8 @@ std::string CapacityLine(const CapacityCheck& c) {
   bool kinds = false;
   for (const CapacityShortfall& s : c.shortfalls) {
     if (s.total) continue;
-    line += (kinds ? ", " : "; ") + std::to_string(s.fewer) + " fewer " + s.kind + (s.fewer == 1 ? " pod" : " pods") +
-            " than " + s.baseline;
+    line += (kinds ? ", " : "; ") + std::to_string(s.fewer) + " fewer " + s.kind +
+            (s.fewer == 1 ? " pod" : " pods") + " than " + s.baseline;
     kinds = true;
   }
   return kinds ? line : line + ", and no fewer of any kind";
@@ -181,8 +182,9 @@ std::string CapacityLine(const CapacityCheck& c) {
 std::string FormatTable(const SimulationResult& r) {
   Table t(r);
   // Long descriptions (a folder of exports names every file) wrap under their label.
-  for (const auto& [label, text] : {std::pair<std::string_view, std::string_view>{"cluster:  ", r.cluster_description},
-                                    {"workload: ", r.workload_description}}) {
+  for (const auto& [label, text] :
+       {std::pair<std::string_view, std::string_view>{"cluster:  ", r.cluster_description},
+        {"workload: ", r.workload_description}}) {
     const std::vector<std::string> lines = Wrap(text, 96 - label.size());
     for (std::size_t i = 0; i < lines.size(); ++i) {
       t.Line((i == 0 ? std::string(label) : std::string(label.size(), ' ')) + lines[i]);
@@ -228,12 +230,14 @@ std::string FormatTable(const SimulationResult& r) {
       t.Row("  " + std::string(pd::ToString(static_cast<pd::PathKind>(k))),
             [k](const PolicyResult& p) { return std::to_string(p.pd.paths[k]); });
     }
-    t.Row("P/D pods at the cheapest path", [](const PolicyResult& p) { return Percent(p.pd.at_cheapest_share); });
+    t.Row("P/D pods at the cheapest path",
+          [](const PolicyResult& p) { return Percent(p.pd.at_cheapest_share); });
     t.Row("  of P/D pods with counterparts",
           [](const PolicyResult& p) { return std::to_string(p.pd.pods_with_counterparts); });
     t.Row("KV transfer per pair, mean", [](const PolicyResult& p) { return Millis(p.pd.transfer_mean_ms); });
     t.Row("KV transfer per pair, p99", [](const PolicyResult& p) { return Millis(p.pd.transfer_p99_ms); });
-    t.Row("P:D ratio error per leaf, end", [](const PolicyResult& p) { return Printf("%.3f", p.pd.ratio_error_end); });
+    t.Row("P:D ratio error per leaf, end",
+          [](const PolicyResult& p) { return Printf("%.3f", p.pd.ratio_error_end); });
     t.Row("  mean over the run", [](const PolicyResult& p) { return Printf("%.3f", p.pd.ratio_error_mean); });
   }
   t.Row("decision time per pod, p50", [](const PolicyResult& p) { return Micros(p.decision_p50_us); });
@@ -343,10 +347,10 @@ std::string RenderSvg(const SimulationResult& r) {
   const int width = std::max(2 * kMargin + panel_w, 900);
   const std::size_t max_chars = static_cast<std::size_t>((width - 2 * kMargin) / kCharPx);
   std::vector<std::string> header_lines;
-  for (const std::string& line : {"cluster: " + r.cluster_description, "workload: " + r.workload_description,
-                                  std::string(kMeaning),
-                                  std::string("GPU squares: grey free, blue whole, orange shared (darker = more "
-                                              "memory held); green frame: aligned 8-GPU slot still free")}) {
+  for (const std::string& line :
+       {"cluster: " + r.cluster_description, "workload: " + r.workload_description, std::string(kMeaning),
+        std::string("GPU squares: grey free, blue whole, orange shared (darker = more "
+                    "memory held); green frame: aligned 8-GPU slot still free")}) {
     for (std::string& l : Wrap(line, max_chars)) header_lines.push_back(std::move(l));
   }
   const int header = 22 + kLinePx * static_cast<int>(header_lines.size()) + 2;
@@ -366,8 +370,8 @@ std::string RenderSvg(const SimulationResult& r) {
     }
     if (!line.empty()) pd_note.push_back(std::move(line));
   }
-  const int height = kMargin + header + static_cast<int>(r.policies.size()) * panel_h + hist_h * (pools ? 2 : 1) +
-                     kNoteLinePx * static_cast<int>(pd_note.size()) + 2 * kMargin;
+  const int height = kMargin + header + static_cast<int>(r.policies.size()) * panel_h +
+                     hist_h * (pools ? 2 : 1) + kNoteLinePx * static_cast<int>(pd_note.size()) + 2 * kMargin;
 
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
@@ -425,8 +429,8 @@ std::string RenderSvg(const SimulationResult& r) {
   // Histograms: groups per bucket, one bar per policy. The worst GPU->NIC classes, then (with
   // pools) the KV paths of Prefill->Decode pairs.
   const int chart_h = hist_h - 70;
-  auto histogram = [&](int top, const std::string& title, const std::vector<std::string>& notes, std::size_t buckets,
-                       const std::function<std::string(std::size_t)>& label,
+  auto histogram = [&](int top, const std::string& title, const std::vector<std::string>& notes,
+                       std::size_t buckets, const std::function<std::string(std::size_t)>& label,
                        const std::function<int(const PolicyResult&, std::size_t)>& count) {
     int max_count = 1;
     for (const PolicyResult& p : r.policies) {

@@ -86,7 +86,7 @@ class PdTracker {
     bool ipc = false;
   };
   struct Pool {
-    std::vector<std::size_t> members;  // running pods of the pool (workload indices)
+    std::vector<std::size_t> members;         // running pods of the pool (workload indices)
     int ratio_prefill = 0, ratio_decode = 0;  // 0: no target given
     std::int64_t kv_bytes_per_token = 0;
     int prompt_tokens = 0;
@@ -111,7 +111,7 @@ class PdTracker {
   std::vector<pd::Location> locations_;
   std::vector<int> location_class_;  // nodes of one class share every tier domain
   int location_classes_ = 0;
-  std::vector<int> ratio_domain_;    // per node: its domain at the ratio tier
+  std::vector<int> ratio_domain_;  // per node: its domain at the ratio tier
   int ratio_domains_ = 0;
   std::vector<std::optional<Member>> members_;  // by workload index
   std::map<std::string, Pool, std::less<>> pools_;

@@ -85,8 +85,7 @@ Status CheckAllocations(const std::vector<VirtualNode>& nodes,
     const NodeAllocation& have = nodes[i].allocated;
     for (int g = 0; g < static_cast<int>(t.gpus.size()); ++g) {
       const GpuShareUsage s = GpuShares(have, g);
-      if (GpuExclusive(have, g) != GpuExclusive(rebuilt[i], g) ||
-          s != GpuShares(rebuilt[i], g)) {
+      if (GpuExclusive(have, g) != GpuExclusive(rebuilt[i], g) || s != GpuShares(rebuilt[i], g)) {
         return Error(nodes[i].name + ": GPU" + std::to_string(g) +
                      " allocation differs from the running pods'");
       }
@@ -330,7 +329,8 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOp
 packing::ShapeMix WorkloadMix(const Workload& workload) {
   std::vector<packing::Shape> shapes;
   shapes.reserve(workload.pods.size());
-  for (const WorkloadPod& pod : workload.pods) shapes.push_back(packing::ShapeOf(pod.request, pod.request.cpu_milli));
+  for (const WorkloadPod& pod : workload.pods)
+    shapes.push_back(packing::ShapeOf(pod.request, pod.request.cpu_milli));
   return packing::TypicalShapes(shapes, 0.95, packing::Coverage::kPodsAndGpuDemand);
 }
 
@@ -361,7 +361,9 @@ Result<SimulationResult> Simulate(const VirtualCluster& cluster, const Workload&
       options.policy_options.config ? *options.policy_options.config : BuiltinDefaultConfig();
   // Refuse unknown names before anything runs, not after minutes of the first policy.
   for (const std::string& name : options.policies) {
-    if (auto p = MakePolicy(name, PolicyOptions{config, options.policy_options.registry, options.policy_options.mix}); !p.ok()) {
+    if (auto p = MakePolicy(
+            name, PolicyOptions{config, options.policy_options.registry, options.policy_options.mix});
+        !p.ok()) {
       return p.error();
     }
   }

@@ -180,9 +180,10 @@ TEST(Simulate, CapacityCheckNamesEveryKindABaselinePlacesMoreOf) {
   EXPECT_EQ(c->shortfalls[0].kind, "decode");
   EXPECT_EQ(c->shortfalls[0].fewer, 1);
   EXPECT_EQ(c->shortfalls[0].baseline, "first-fit");
-  EXPECT_NE(FormatTable(r).find("capacity: toposched placed 2 more pods than the best baseline; 1 fewer decode "
-                                "pod than first-fit\n"),
-            std::string::npos)
+  EXPECT_NE(
+      FormatTable(r).find("capacity: toposched placed 2 more pods than the best baseline; 1 fewer decode "
+                          "pod than first-fit\n"),
+      std::string::npos)
       << FormatTable(r);
   const auto json = nlohmann::json::parse(FormatJson(r));
   EXPECT_EQ(json["capacity"]["lead"], 2);
@@ -201,9 +202,10 @@ TEST(Simulate, CapacityCheckNamesEveryKindABaselinePlacesMoreOf) {
   r.policies[0] = policy("toposched", 6, 8);
   c = CheckCapacity(r);
   EXPECT_TRUE(c->shortfalls.empty());
-  EXPECT_NE(FormatTable(r).find("capacity: toposched placed 0 more pods than the best baseline, and no fewer of "
-                                "any kind"),
-            std::string::npos)
+  EXPECT_NE(
+      FormatTable(r).find("capacity: toposched placed 0 more pods than the best baseline, and no fewer of "
+                          "any kind"),
+      std::string::npos)
       << FormatTable(r);
   // Alone, or not in the run: nothing to compare.
   r.policies.resize(1);
@@ -470,7 +472,8 @@ TEST(Simulate, SmallNicPodsLeaveTheRareNodeClassToDrain) {
   four_nics.nics_per_switch = 1;
   VirtualCluster cluster;
   cluster.nodes.push_back(NodeOf("rare", Hgx()));
-  cluster.nodes.push_back(NodeOf("common", std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value())));
+  cluster.nodes.push_back(
+      NodeOf("common", std::make_shared<const NodeTopology>(GenerateSynthetic(four_nics).value())));
   Workload w;
   w.pods = {Pod("big", 5, 5, 0, 2), Pod("small", 1, 1, 1, 100), Pod("training", 8, 8, 3, 10)};
   packing::Shape small, big, whole;
@@ -480,8 +483,8 @@ TEST(Simulate, SmallNicPodsLeaveTheRareNodeClassToDrain) {
   small.milli = big.milli = whole.milli = packing::kMilli;
   SimulationOptions options;
   options.policies = {"toposched"};
-  options.policy_options.mix = std::make_shared<const packing::ShapeMix>(
-      packing::ShapeMix{{{small, 0.6}, {big, 0.2}, {whole, 0.2}}});
+  options.policy_options.mix =
+      std::make_shared<const packing::ShapeMix>(packing::ShapeMix{{{small, 0.6}, {big, 0.2}, {whole, 0.2}}});
   auto placed_on = [](const PolicyResult& p, std::size_t node) {
     int used = 0;
     for (const GpuState& g : p.nodes[node].gpus) used += g.exclusive ? 1 : 0;
@@ -511,19 +514,19 @@ TEST(Simulate, SmallNicPodsLeaveTheRareNodeClassToDrain) {
   options.policy_options.config.reset();
   auto together = Simulate(cluster, pool, options);
   ASSERT_TRUE(together.ok()) << together.error().message();
-  EXPECT_EQ(placed_on(together->policies[0], 0), 6) << "the decode pod beside its prefill\n" << FormatTable(*together);
+  EXPECT_EQ(placed_on(together->policies[0], 0), 6) << "the decode pod beside its prefill\n"
+                                                    << FormatTable(*together);
 }
 
 TEST(Reports, TableJsonAndSvgCarryTheFigures) {
   auto r = RunDefault(24, 200, 2);
   ASSERT_TRUE(r.ok()) << r.error().message();
   const std::string table = FormatTable(*r);
-  for (const char* needle : {"toposched", "first-fit", "gpu-only", "root-complex", "pods placed",
-                             "aligned 8-GPU slots free", "at the best class", "decision time per pod, p99",
-                             "simulated placements on a virtual cluster", "  NODE", "  no NIC",
-                             "Prefill->Decode pairs by KV path", "  same-node-rdma", "  leaf", "  spine",
-                             "P/D pods at the cheapest path", "KV transfer per pair, p99",
-                             "P:D ratio error per leaf, end"}) {
+  for (const char* needle :
+       {"toposched", "first-fit", "gpu-only", "root-complex", "pods placed", "aligned 8-GPU slots free",
+        "at the best class", "decision time per pod, p99", "simulated placements on a virtual cluster",
+        "  NODE", "  no NIC", "Prefill->Decode pairs by KV path", "  same-node-rdma", "  leaf", "  spine",
+        "P/D pods at the cheapest path", "KV transfer per pair, p99", "P:D ratio error per leaf, end"}) {
     EXPECT_NE(table.find(needle), std::string::npos) << needle << "\n" << table;
   }
   const auto json = nlohmann::json::parse(FormatJson(*r));
@@ -630,7 +633,8 @@ WorkloadPod PdPod(std::string name, PodRole role, int gpus, int nics, double arr
 // 1e9 / (8 x 25 GB/s) = 5.01 ms; mean (4 x leaf + 2 x spine) / 6, p99 (nearest rank of 6) spine.
 TEST(PrefillDecode, CountsPairsPathsCheapestAndRatioErrorOnKnownPositions) {
   VirtualCluster cluster;
-  cluster.nodes = {HgxAt("n0", "leaf-0"), HgxAt("n1", "leaf-0"), HgxAt("n2", "leaf-1"), HgxAt("n3", "leaf-0")};
+  cluster.nodes = {HgxAt("n0", "leaf-0"), HgxAt("n1", "leaf-0"), HgxAt("n2", "leaf-1"),
+                   HgxAt("n3", "leaf-0")};
   Workload w;
   w.pods = {PdPod("P0", PodRole::kPrefill, 8, 8, 0, 0), PdPod("D1", PodRole::kDecode, 8, 8, 1, 2),
             PdPod("D2", PodRole::kDecode, 8, 8, 2, 0), PdPod("P3", PodRole::kPrefill, 8, 8, 2.5, 0),
@@ -660,7 +664,8 @@ TEST(PrefillDecode, CountsPairsPathsCheapestAndRatioErrorOnKnownPositions) {
   pd::Endpoint whole;
   whole.gpus = 8;
   whole.rdma_nics = 8;
-  const double leaf_ms = 1000 * pd::TransferSeconds(pd::Estimate(config.network, pd::PathKind::kLeaf, whole, whole), 1e9);
+  const double leaf_ms =
+      1000 * pd::TransferSeconds(pd::Estimate(config.network, pd::PathKind::kLeaf, whole, whole), 1e9);
   const double spine_ms =
       1000 * pd::TransferSeconds(pd::Estimate(config.network, pd::PathKind::kSpine, whole, whole), 1e9);
   EXPECT_GT(spine_ms, 1.01 * leaf_ms);  // what makes D2's node not the cheapest
@@ -707,16 +712,17 @@ TEST(PrefillDecode, TheToposchedPolicyHandsTheClusterViewToItsPlugins) {
   VirtualCluster cluster;
   cluster.nodes = {HgxAt("a", "leaf-0"), HgxAt("b", "leaf-0")};
   Workload w;
-  w.pods = {Pod("big", 6, 6, 0, 0), PdPod("x1", PodRole::kDecode, 4, 1, 1, 1), PdPod("x2", PodRole::kDecode, 1, 1, 1.5, 0),
-            PdPod("x3", PodRole::kDecode, 1, 1, 3, 0)};
+  w.pods = {Pod("big", 6, 6, 0, 0), PdPod("x1", PodRole::kDecode, 4, 1, 1, 1),
+            PdPod("x2", PodRole::kDecode, 1, 1, 1.5, 0), PdPod("x3", PodRole::kDecode, 1, 1, 3, 0)};
   auto log = std::make_shared<std::vector<ViewSeen>>();
   auto registry = std::make_shared<framework::Registry>(plugins::BuiltinRegistry());
-  ASSERT_TRUE(registry
-                  ->Register("PreferPoolPeers",
-                             [log](const framework::PluginArgs&) -> Result<std::unique_ptr<framework::Plugin>> {
-                               return std::unique_ptr<framework::Plugin>(std::make_unique<PreferPoolPeers>(log));
-                             })
-                  .ok());
+  ASSERT_TRUE(
+      registry
+          ->Register("PreferPoolPeers",
+                     [log](const framework::PluginArgs&) -> Result<std::unique_ptr<framework::Plugin>> {
+                       return std::unique_ptr<framework::Plugin>(std::make_unique<PreferPoolPeers>(log));
+                     })
+          .ok());
   framework::SchedulerConfig config;
   config.plugins = {{"DeviceFit", 1, {}}, {"PreferPoolPeers", 1, {}}};
   SimulationOptions options;

@@ -30,7 +30,8 @@ class ToposchedPolicy : public Policy {
   Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
                                            std::shared_ptr<const framework::ClusterView> cluster) override {
     // The extender gives its cycles the store's pool view: the pool-aware plugins read it.
-    const framework::CycleSetup setup{.mix = mix_, .packs_by_mix = true, .explain = false, .cluster = cluster};
+    const framework::CycleSetup setup{
+        .mix = mix_, .packs_by_mix = true, .explain = false, .cluster = cluster};
     framework::CycleState cycle = framework_.NewCycle(request, setup);
     // kube-scheduler keeps the feasible nodes and their totals; the ranking step orders them as
     // the extender's prioritize scores them (its one node of the best is this order's first).

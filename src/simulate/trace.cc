@@ -24,16 +24,15 @@
 
 #include "plugins/registry.h"
 #include "simulate_internal.h"
-#include "trace_internal.h"
 #include "toposched/common/stats.h"
 #include "toposched/framework/framework.h"
 #include "toposched/framework/ranking.h"
 #include "toposched/placement/packing.h"
+#include "trace_internal.h"
 
 namespace toposched::simulate {
 
 namespace {
-
 
 using packing::kMilli;
 using trace_internal::Choice;
@@ -146,7 +145,8 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
     const TraceTask& task = tasks[k];
     const auto t0 = std::chrono::steady_clock::now();
     auto choice = p->Schedule(task, k);
-    times_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    times_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     if (!choice.ok()) return choice.error().WithContext(policy + ", task " + task.name);
     if (choice->node >= 0) {
       NodeRuntime& rt = state.nodes[Idx(choice->node)];
@@ -185,7 +185,8 @@ Result<TraceRun> RunOne(const Trace& trace, const std::string& policy, std::uint
                                        policy + ", task " + task.name);
       }
     }
-    if (options.progress && (k % 256 == 0 || k + 1 == tasks.size())) options.progress(policy, seed, k + 1, tasks.size());
+    if (options.progress && (k % 256 == 0 || k + 1 == tasks.size()))
+      options.progress(policy, seed, k + 1, tasks.size());
   }
   for (std::size_t m = 0; m < run.ratio_at.size(); ++m) {
     if (run.ratio_at[m] < 0) {  // the mark was never reached
@@ -238,7 +239,8 @@ Result<TraceReplayResult> ReplayTrace(const Trace& trace, const TraceReplayOptio
   // shapes that hold the GPU demand (the simulator's WorkloadMix). Both from the trace's tasks
   // before tuning, for every seed, as the FGD simulator sets them up.
   result.typical = TraceTypicalShapes(trace);
-  result.typical_demand = packing::TypicalShapes(TraceShapes(trace), 0.95, packing::Coverage::kPodsAndGpuDemand);
+  result.typical_demand =
+      packing::TypicalShapes(TraceShapes(trace), 0.95, packing::Coverage::kPodsAndGpuDemand);
 
   // Every (policy, seed) run on its own state; runs go to the machine's cores.
   struct Job {

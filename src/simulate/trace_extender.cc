@@ -62,7 +62,9 @@ constexpr std::int64_t kChartExtenderWeight = 5;
 constexpr std::int64_t kHamiSplitCount = 10;
 
 // The nvidia.com/gpu a task requests: its whole GPUs, or 1 for a share (HAMi's vGPU).
-std::int64_t GpuResource(const TraceTask& t) { return t.gpus; }
+std::int64_t GpuResource(const TraceTask& t) {
+  return t.gpus;
+}
 
 // most_allocated.go's mostRequestedScore.
 std::int64_t MostRequested(std::int64_t requested, std::int64_t capacity) {
@@ -90,9 +92,11 @@ class ExtenderTracePolicy : public TracePolicy {
       index_.emplace(name, static_cast<int>(i));
       gpu_requested_.push_back(0);
     }
-    if (Status st = store_.UpsertNodes(std::move(specs)); !st.ok()) return st.error().WithContext("extender policy");
+    if (Status st = store_.UpsertNodes(std::move(specs)); !st.ok())
+      return st.error().WithContext("extender policy");
     store_.SetSynced(true);
-    service_ = std::make_unique<extender::ExtenderService>(framework_, store_, metrics_, extender::ExtenderOptions{});
+    service_ = std::make_unique<extender::ExtenderService>(framework_, store_, metrics_,
+                                                           extender::ExtenderOptions{});
     return Status::Ok();
   }
 
@@ -136,14 +140,16 @@ class ExtenderTracePolicy : public TracePolicy {
       }
       if (managed) {
         TOPOSCHED_ASSIGN_OR_RETURN(const json scored, Call("/scheduler/prioritize", args.dump()));
-        if (!scored.is_array()) return Error("extender prioritize: not a list: " + scored.dump().substr(0, 200));
+        if (!scored.is_array())
+          return Error("extender prioritize: not a list: " + scored.dump().substr(0, 200));
         AddScores(scored, total);
       }
       // The second entry, called for every pod: it scores the pods that ask no device and names
       // no host for the others.
       TOPOSCHED_ASSIGN_OR_RETURN(const json scored_cpu, Call("/scheduler/prioritize-cpu", args.dump()));
       if (!scored_cpu.is_array()) return Error("extender prioritize-cpu: not a list");
-      if (managed && !scored_cpu.empty()) return Error("extender prioritize-cpu scored a pod that asks devices");
+      if (managed && !scored_cpu.empty())
+        return Error("extender prioritize-cpu scored a pod that asks devices");
       AddScores(scored_cpu, total);
     }
     // The highest total wins. Among equals kube-scheduler draws one at random (schedule_one.go
@@ -170,13 +176,15 @@ class ExtenderTracePolicy : public TracePolicy {
     const std::string& node_name = node_names_[Idx(best)];
     Choice choice{best, {}};
     if (managed) {
-      const json binding = {{"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}};
+      const json binding = {
+          {"PodName", name}, {"PodNamespace", "trace"}, {"PodUID", uid}, {"Node", node_name}};
       TOPOSCHED_ASSIGN_OR_RETURN(const json bound, Call("/scheduler/bind", binding.dump()));
       if (const std::string e = bound.value("Error", std::string()); !e.empty()) {
         return Error("extender bind of " + name + " to " + node_name + ": " + e);
       }
       const std::optional<state::PodAllocation> a = store_.FindPod(uid);
-      if (!a || a->node != node_name) return Error("extender bind of " + name + ": no allocation on " + node_name);
+      if (!a || a->node != node_name)
+        return Error("extender bind of " + name + ": no allocation on " + node_name);
       for (int g : a->delta.exclusive_gpus) choice.gpus.push_back(g);
       for (const auto& [g, usage] : a->delta.shares) choice.gpus.push_back(g);
     }
@@ -193,8 +201,8 @@ class ExtenderTracePolicy : public TracePolicy {
       return Error("extender policy: node " + node_names_[Idx(node)] + " left the store");
     }
     if (record->cpu_free_milli() != rt.cpu_left) {
-      return Error("extender policy: the store's free CPU on " + record->name + " disagrees with the replay after " +
-                   task.name);
+      return Error("extender policy: the store's free CPU on " + record->name +
+                   " disagrees with the replay after " + task.name);
     }
     if (task.gpus > 0) {
       const std::vector<int> left =
@@ -229,15 +237,17 @@ class ExtenderTracePolicy : public TracePolicy {
       for (const std::string& t : task.gpu_spec) types += (types.empty() ? "" : ",") + t;
       meta["annotations"] = {{"nvidia.com/use-gputype", types}};
     }
-    json requests = {{"cpu", std::to_string(task.cpu_milli) + "m"}, {"memory", std::to_string(task.memory_mib) + "Mi"}};
-    return {{"apiVersion", "v1"},
-            {"kind", "Pod"},
-            {"metadata", meta},
-            {"spec",
-             {{"schedulerName", "toposched"},
-              {"containers", json::array({json{{"name", "task"},
-                                               {"image", "trace"},
-                                               {"resources", {{"requests", requests}, {"limits", limits}}}}})}}}};
+    json requests = {{"cpu", std::to_string(task.cpu_milli) + "m"},
+                     {"memory", std::to_string(task.memory_mib) + "Mi"}};
+    return {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", meta},
+        {"spec",
+         {{"schedulerName", "toposched"},
+          {"containers", json::array({json{{"name", "task"},
+                                           {"image", "trace"},
+                                           {"resources", {{"requests", requests}, {"limits", limits}}}}})}}}};
   }
 
   // An extender's reply added to the totals of the hosts it names (schedule_one.go
@@ -249,7 +259,8 @@ class ExtenderTracePolicy : public TracePolicy {
     for (std::size_t k = 0; k < names_.size(); ++k) {
       const auto it = score.find(names_[k]);
       if (it == score.end()) continue;
-      total[k] += kube_ ? it->second * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
+      total[k] +=
+          kube_ ? it->second * kChartExtenderWeight * (kMaxNodeScore / kMaxExtenderPriority) : it->second;
     }
   }
 
@@ -289,7 +300,8 @@ class ExtenderTracePolicy : public TracePolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s, const framework::SchedulerConfig& config,
+Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s,
+                                                             const framework::SchedulerConfig& config,
                                                              bool kube) {
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto fw, framework::Framework::Create(config, plugins::BuiltinRegistry()),
                                  "extender policy");

@@ -38,7 +38,9 @@ inline bool ModelAccepted(const TraceNode& node, const TraceTask& task) {
 // A share's fraction of its GPU as HAMi asks it, in percent, for both nvidia.com/gpucores and
 // nvidia.com/gpumem-percentage: the trace's gpu_milli is both (GPU sharing splits compute and
 // memory alike), rounded up to a whole percent (every value in the trace is a multiple of 10).
-inline int SharePercent(const TraceTask& task) { return (task.gpu_milli + 9) / 10; }
+inline int SharePercent(const TraceTask& task) {
+  return (task.gpu_milli + 9) / 10;
+}
 
 // kube-scheduler's NodeResourcesFit for CPU and memory, and the gpu_spec node selector.
 inline bool HostFits(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task) {
@@ -89,12 +91,13 @@ struct ReplayState {
 // `demand_mix` (TraceReplayResult::typical, typical_demand). trace_policies.cc.
 Result<std::unique_ptr<TracePolicy>> MakeTracePolicy(ReplayState& state, std::string_view policy,
                                                      const framework::SchedulerConfig& config,
-                                                     const packing::ShapeMix& mix, const packing::ShapeMix& demand_mix,
-                                                     bool cpu_blind);
+                                                     const packing::ShapeMix& mix,
+                                                     const packing::ShapeMix& demand_mix, bool cpu_blind);
 // A task's shape for the packing measure (its GPUs, milli, CPU and accepted models).
 packing::Shape ShapeOfTask(const TraceTask& t);
 
-Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s, const framework::SchedulerConfig& config,
+Result<std::unique_ptr<TracePolicy>> MakeExtenderTracePolicy(ReplayState& s,
+                                                             const framework::SchedulerConfig& config,
                                                              bool kube);
 
 }  // namespace toposched::simulate::trace_internal

@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "simulate_internal.h"
-#include "trace_internal.h"
 #include "toposched/placement/packing.h"
+#include "trace_internal.h"
 
 namespace toposched::simulate {
 namespace {
@@ -87,7 +87,8 @@ std::optional<std::size_t> OptionalColumn(const Table& t, std::string_view name)
   return std::nullopt;
 }
 
-Result<std::int64_t> Int(std::string_view s, std::int64_t lo, std::int64_t hi, int line, std::string_view column) {
+Result<std::int64_t> Int(std::string_view s, std::int64_t lo, std::int64_t hi, int line,
+                         std::string_view column) {
   std::int64_t v = 0;
   bool ok = !s.empty() && s.size() <= 18;
   for (char c : s) {
@@ -104,8 +105,8 @@ Result<std::int64_t> Int(std::string_view s, std::int64_t lo, std::int64_t hi, i
 bool ValidName(std::string_view s) {
   if (s.empty() || s.size() > 253) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-           c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
   });
 }
 
@@ -125,7 +126,8 @@ Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view csv) {
   for (const auto& [line, f] : t.rows) {
     TraceNode n;
     n.name = std::string(f[*sn]);
-    if (!ValidName(n.name)) return Error("line " + std::to_string(line) + ", sn: \"" + n.name + "\" is not a node name");
+    if (!ValidName(n.name))
+      return Error("line " + std::to_string(line) + ", sn: \"" + n.name + "\" is not a node name");
     auto c = Int(f[*cpu], 1, 100'000'000, line, "cpu_milli");
     auto m = Int(f[*mem], 0, 1'000'000'000, line, "memory_mib");
     auto g = Int(f[*gpu], 0, kMaxTraceGpusPerNode, line, "gpu");
@@ -180,7 +182,8 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view csv) {
                    " without num_gpu");
     }
     if (task.gpus > 0 && task.gpu_milli == 0) {
-      return Error("line " + std::to_string(line) + ": num_gpu " + std::to_string(task.gpus) + " with gpu_milli 0");
+      return Error("line " + std::to_string(line) + ": num_gpu " + std::to_string(task.gpus) +
+                   " with gpu_milli 0");
     }
     if (task.gpus > 1 && task.gpu_milli != kMilli) {
       return Error("line " + std::to_string(line) + ": " + std::to_string(task.gpus) +
@@ -193,7 +196,8 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view csv) {
         if (i == s.size() || s[i] == '|') {
           const std::string_view m1 = s.substr(start, i - start);
           if (!ValidName(m1)) {
-            return Error("line " + std::to_string(line) + ", gpu_spec: \"" + std::string(s) + "\" is not a list of models");
+            return Error("line " + std::to_string(line) + ", gpu_spec: \"" + std::string(s) +
+                         "\" is not a list of models");
           }
           task.gpu_spec.emplace_back(m1);
           start = i + 1;
@@ -397,12 +401,12 @@ std::optional<std::pair<double, double>> PublishedRatio(std::string_view variant
   };
   // ../shared/reference/fgd-anchor.md (analysis_allo_discrete.csv of the FGD simulator).
   static constexpr Row kRows[] = {
-      {"default", "random", 86.30, 87.47},    {"default", "best-fit", 92.86, 93.08},
-      {"default", "fgd", 95.23, 95.39},       {"gpushare40", "random", 84.86, 86.00},
+      {"default", "random", 86.30, 87.47},      {"default", "best-fit", 92.86, 93.08},
+      {"default", "fgd", 95.23, 95.39},         {"gpushare40", "random", 84.86, 86.00},
       {"gpushare40", "best-fit", 91.44, 91.69}, {"gpushare40", "fgd", 93.96, 94.15},
-      {"multigpu20", "random", 86.92, 88.69}, {"multigpu20", "best-fit", 93.73, 93.93},
-      {"multigpu20", "fgd", 95.53, 95.65},    {"cpu050", "random", 89.02, 91.24},
-      {"cpu050", "best-fit", 93.56, 93.79},   {"cpu050", "fgd", 95.00, 95.21},
+      {"multigpu20", "random", 86.92, 88.69},   {"multigpu20", "best-fit", 93.73, 93.93},
+      {"multigpu20", "fgd", 95.53, 95.65},      {"cpu050", "random", 89.02, 91.24},
+      {"cpu050", "best-fit", 93.56, 93.79},     {"cpu050", "fgd", 95.00, 95.21},
   };
   for (const Row& r : kRows) {
     if (r.variant == variant && r.policy == policy) return std::make_pair(r.at100, r.at130);

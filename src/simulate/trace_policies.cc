@@ -42,7 +42,8 @@ packing::NodeState StateOfRuntime(const TraceNode& node, const NodeRuntime& rt) 
 // with enough left).
 std::vector<int> LowestGpus(const NodeRuntime& rt, const TraceTask& task) {
   std::vector<int> out;
-  for (int g = 0; g < static_cast<int>(rt.milli_left.size()) && static_cast<int>(out.size()) < task.gpus; ++g) {
+  for (int g = 0; g < static_cast<int>(rt.milli_left.size()) && static_cast<int>(out.size()) < task.gpus;
+       ++g) {
     if (rt.milli_left[Idx(g)] >= task.gpu_milli) out.push_back(g);
   }
   return out;
@@ -167,7 +168,8 @@ class BestFitPolicy : public TracePolicy {
 
 // Key of a task's shape for the per-node score caches.
 std::string ShapeKeyOf(const TraceTask& t) {
-  std::string k = std::to_string(t.gpus) + "/" + std::to_string(t.gpu_milli) + "/" + std::to_string(t.cpu_milli);
+  std::string k =
+      std::to_string(t.gpus) + "/" + std::to_string(t.gpu_milli) + "/" + std::to_string(t.cpu_milli);
   for (const std::string& m : t.gpu_spec) k += "/" + m;
   return k;
 }
@@ -220,16 +222,18 @@ class FgdPolicy : public TracePolicy {
     return static_cast<std::int64_t>(100.0 / (1.0 + std::exp(-(before - after) / 1000.0)));
   }
 
-  Entry Score(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task, const packing::Shape& shape,
-              std::size_t i) {
+  Entry Score(const TraceNode& node, const NodeRuntime& rt, const TraceTask& task,
+              const packing::Shape& shape, std::size_t i) {
     Before& b = before_[i];
     const packing::NodeState state = StateOfRuntime(node, rt);
-    if (!b.valid || b.version != rt.version) b = Before{true, rt.version, packing::Fragmentation(state, mix_)};
+    if (!b.valid || b.version != rt.version)
+      b = Before{true, rt.version, packing::Fragmentation(state, mix_)};
     Entry e{true, rt.version, 0, -1};
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
       for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
         if (rt.milli_left[Idx(g)] < task.gpu_milli) continue;
-        const std::int64_t s = ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, {g}), mix_));
+        const std::int64_t s =
+            ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, {g}), mix_));
         if (e.gpu < 0 || s > e.score) {
           e.score = s;
           e.gpu = g;
@@ -237,7 +241,8 @@ class FgdPolicy : public TracePolicy {
       }
       return e;
     }
-    e.score = ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, LowestGpus(rt, task)), mix_));
+    e.score =
+        ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, LowestGpus(rt, task)), mix_));
     return e;
   }
 
@@ -254,8 +259,9 @@ class FgdPolicy : public TracePolicy {
 // here (no pools).
 class ToposchedTracePolicy : public TracePolicy {
  public:
-  static Result<std::unique_ptr<ToposchedTracePolicy>> Make(ReplayState& s, const framework::SchedulerConfig& config,
-                                                             packing::ShapeMix mix, bool cpu_blind) {
+  static Result<std::unique_ptr<ToposchedTracePolicy>> Make(ReplayState& s,
+                                                            const framework::SchedulerConfig& config,
+                                                            packing::ShapeMix mix, bool cpu_blind) {
     TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto fw, framework::Framework::Create(config, BuiltinRegistryForTrace()),
                                    "toposched policy");
     auto p = std::unique_ptr<ToposchedTracePolicy>(
@@ -275,13 +281,15 @@ class ToposchedTracePolicy : public TracePolicy {
       // PodOf): compute and memory at the task's fraction. Memory matters to the engine's choice
       // of GPU inside the node (HAMi's device score, engine.defaultGpuPolicy).
       request.shared.count = 1;
-      request.shared.cores = static_cast<std::int64_t>(trace_internal::SharePercent(task)) * (kFullGpuCores / 100);
+      request.shared.cores =
+          static_cast<std::int64_t>(trace_internal::SharePercent(task)) * (kFullGpuCores / 100);
       request.shared.memory_percent = trace_internal::SharePercent(task);
       request.shared.use_types = task.gpu_spec;
     } else {
       request.gpus = task.gpus;
     }
-    const framework::CycleSetup setup{.mix = mix_, .packs_by_mix = true, .explain = false, .cluster = nullptr};
+    const framework::CycleSetup setup{
+        .mix = mix_, .packs_by_mix = true, .explain = false, .cluster = nullptr};
     framework::CycleState cycle = framework_.NewCycle(request, setup);
     auto& cache = cache_[request.ShapeKey() + "|" + std::to_string(task.cpu_milli)];
     cache.resize(state_.nodes.size());
@@ -343,7 +351,8 @@ class ToposchedTracePolicy : public TracePolicy {
     framework::NodeInfo& info = infos_[Idx(node)];
     if (!cpu_blind_) info.cpu_milli_free = rt.cpu_left;
     if (packing::StateOf(*info.topology, info.allocated, GpuVendor::kNvidia).milli_left != rt.milli_left) {
-      return Error("toposched's allocation on " + info.name + " disagrees with the replay after " + task.name);
+      return Error("toposched's allocation on " + info.name + " disagrees with the replay after " +
+                   task.name);
     }
     return Status::Ok();
   }
@@ -405,8 +414,8 @@ packing::Shape ShapeOfTask(const TraceTask& t) {
 
 Result<std::unique_ptr<TracePolicy>> MakeTracePolicy(ReplayState& state, std::string_view policy,
                                                      const framework::SchedulerConfig& config,
-                                                     const packing::ShapeMix& mix, const packing::ShapeMix& demand_mix,
-                                                     bool cpu_blind) {
+                                                     const packing::ShapeMix& mix,
+                                                     const packing::ShapeMix& demand_mix, bool cpu_blind) {
   if (policy == kTracePolicyToposched) {
     TOPOSCHED_ASSIGN_OR_RETURN(auto made, ToposchedTracePolicy::Make(state, config, demand_mix, cpu_blind));
     return std::unique_ptr<TracePolicy>(std::move(made));
@@ -415,9 +424,12 @@ Result<std::unique_ptr<TracePolicy>> MakeTracePolicy(ReplayState& state, std::st
     return MakeExtenderTracePolicy(state, config, policy == kTracePolicyKubeExtender);
   }
   if (policy == kTracePolicyFgd) return std::unique_ptr<TracePolicy>(std::make_unique<FgdPolicy>(state, mix));
-  if (policy == kTracePolicyBestFit) return std::unique_ptr<TracePolicy>(std::make_unique<BestFitPolicy>(state));
-  if (policy == kTracePolicyFirstFit) return std::unique_ptr<TracePolicy>(std::make_unique<FirstFitPolicy>(state));
-  if (policy == kTracePolicyRandom) return std::unique_ptr<TracePolicy>(std::make_unique<RandomPolicy>(state));
+  if (policy == kTracePolicyBestFit)
+    return std::unique_ptr<TracePolicy>(std::make_unique<BestFitPolicy>(state));
+  if (policy == kTracePolicyFirstFit)
+    return std::unique_ptr<TracePolicy>(std::make_unique<FirstFitPolicy>(state));
+  if (policy == kTracePolicyRandom)
+    return std::unique_ptr<TracePolicy>(std::make_unique<RandomPolicy>(state));
   std::string known;
   for (const std::string& n : KnownTracePolicyNames()) known += (known.empty() ? "" : ", ") + n;
   return Error("unknown trace policy \"" + std::string(policy) + "\" (known: " + known + ")");

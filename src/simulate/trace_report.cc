@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "toposched/simulate/trace.h"
 #include "toposched/placement/packing.h"
+#include "toposched/simulate/trace.h"
 #include "trace_internal.h"
 
 namespace toposched::simulate {
@@ -54,7 +54,8 @@ void AppendAgainstFgd(const TraceReplayResult& r, std::string& out) {
 void AppendPendingByKind(const TraceReplayResult& r, std::string& out) {
   char buf[128];
   for (std::size_t m = 0; m < r.marks.size(); ++m) {
-    std::snprintf(buf, sizeof buf, "tasks pending when %.0f%% had arrived (mean per seed):", 100 * r.marks[m]);
+    std::snprintf(buf, sizeof buf,
+                  "tasks pending when %.0f%% had arrived (mean per seed):", 100 * r.marks[m]);
     out += buf;
     for (std::size_t k = 0; k < kTraceKinds; ++k) {
       out += k == 0 ? " " : " / ";
@@ -121,8 +122,10 @@ std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
       " published figures from the FGD simulator; times are measured on this machine)\n";
   char buf[256];
   for (const TraceReplayResult& r : results) {
-    std::snprintf(buf, sizeof buf, "\ntrace %s: %d nodes, %d GPUs, %zu tasks tuned to 130%% of GPU capacity, %zu seeds\n",
-                  r.variant.c_str(), r.nodes, r.gpus, r.trace_tasks, r.policies.empty() ? 0 : r.policies[0].runs.size());
+    std::snprintf(buf, sizeof buf,
+                  "\ntrace %s: %d nodes, %d GPUs, %zu tasks tuned to 130%% of GPU capacity, %zu seeds\n",
+                  r.variant.c_str(), r.nodes, r.gpus, r.trace_tasks,
+                  r.policies.empty() ? 0 : r.policies[0].runs.size());
     out += buf;
     out += "policy          ";
     for (double m : r.marks) {
@@ -213,8 +216,12 @@ nlohmann::json IdleJson(const std::vector<TraceIdleGpu>& at) {
 std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
   nlohmann::json out = nlohmann::json::array();
   for (const TraceReplayResult& r : results) {
-    nlohmann::json v{{"variant", r.variant},       {"nodes", r.nodes},   {"gpus", r.gpus},
-                     {"capacity_milli", r.capacity_milli}, {"trace_tasks", r.trace_tasks}, {"marks", r.marks}};
+    nlohmann::json v{{"variant", r.variant},
+                     {"nodes", r.nodes},
+                     {"gpus", r.gpus},
+                     {"capacity_milli", r.capacity_milli},
+                     {"trace_tasks", r.trace_tasks},
+                     {"marks", r.marks}};
     nlohmann::json policies = nlohmann::json::array();
     for (const TracePolicyResult& p : r.policies) {
       nlohmann::json runs = nlohmann::json::array();
@@ -232,15 +239,19 @@ std::string FormatTraceJson(const std::vector<TraceReplayResult>& results) {
                         {"decision_p50_us", run.decision_p50_us},
                         {"decision_p99_us", run.decision_p99_us}});
       }
-      nlohmann::json pj{{"policy", p.policy}, {"mean_ratio_at", p.mean_ratio_at}, {"min_ratio_at", p.min_ratio_at},
+      nlohmann::json pj{{"policy", p.policy},
+                        {"mean_ratio_at", p.mean_ratio_at},
+                        {"min_ratio_at", p.min_ratio_at},
                         {"runs", runs}};
-      if (const auto pub = PublishedRatio(r.variant, p.policy)) pj["published_percent"] = {pub->first, pub->second};
+      if (const auto pub = PublishedRatio(r.variant, p.policy))
+        pj["published_percent"] = {pub->first, pub->second};
       for (const TracePolicyResult& other : r.policies) {
         if (other.policy != kTracePolicyFgd || &other == &p) continue;
         nlohmann::json paired = nlohmann::json::array();
         for (std::size_t m = 0; m < r.marks.size(); ++m) {
           const auto d = PairedRatioDifference(p, other, m);
-          paired.push_back(d ? nlohmann::json{{"mean", d->mean}, {"standard_error", d->standard_error},
+          paired.push_back(d ? nlohmann::json{{"mean", d->mean},
+                                              {"standard_error", d->standard_error},
                                               {"seeds", d->seeds}}
                              : nlohmann::json(nullptr));
         }

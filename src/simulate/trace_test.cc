@@ -23,7 +23,8 @@ std::filesystem::path TraceDir() {
 }
 
 TEST(TraceTest, ParsesNodeLists) {
-  auto nodes = ParseTraceNodes("sn,cpu_milli,memory_mib,gpu,model\r\nn-0,64000,262144,2,P100\r\nn-1,8000,32768,0,\n");
+  auto nodes =
+      ParseTraceNodes("sn,cpu_milli,memory_mib,gpu,model\r\nn-0,64000,262144,2,P100\r\nn-1,8000,32768,0,\n");
   ASSERT_TRUE(nodes.ok()) << nodes.error().message();
   ASSERT_EQ(nodes->size(), 2u);
   EXPECT_EQ((*nodes)[0].name, "n-0");
@@ -44,13 +45,15 @@ TEST(TraceTest, ParsesNodeLists) {
             "line 2, gpu: \"65\" is not an integer in 0..64");
   EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn,-5,1,1,T4\n"),
             "line 2, cpu_milli: \"-5\" is not an integer in 1..100000000");
-  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn x,1,1,1,T4\n"), "line 2, sn: \"n x\" is not a node name");
+  EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\nn x,1,1,1,T4\n"),
+            "line 2, sn: \"n x\" is not a node name");
   EXPECT_EQ(error("sn,cpu_milli,memory_mib,gpu,model\n"), "no nodes");
 }
 
 TEST(TraceTest, ParsesPodListsInCreationOrder) {
   auto tasks = ParseTraceTasks(
-      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+      "scheduled_time\n"
       "p-2,6000,12288,1,460,,LS,Running,50,60,50\n"
       "p-1,12000,16384,2,1000,V100M16|V100M32,LS,Running,50,70,50\n"
       "p-0,4000,8192,0,0,,BE,Failed,10,20,\n");
@@ -176,7 +179,8 @@ TEST(TraceTest, TiesGoToTheNodeOfTheLowerSeededRank) {
     const std::vector<int> rank = PrepareWorkload(trace, 1.0, seed, false).node_rank;
     EXPECT_DOUBLE_EQ(ratios[seed - 1], rank[0] < rank[1] ? 0.5 : 1.0) << "seed " << seed;
   }
-  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()).size(), 2u);  // the name would always pick a-t4: 0.5 at every seed
+  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()).size(),
+            2u);  // the name would always pick a-t4: 0.5 at every seed
 }
 
 // The extender's replay names the nodes as the FGD simulator does in the seed's run, so the
@@ -289,13 +293,15 @@ TEST(TraceTest, RandomPutsASharedTaskOnARandomGpu) {
   trace.tasks = {TraceTask{"a", 1000, 1024, 1, 500, {}, 0}, TraceTask{"b", 1000, 1024, 1, 500, {}, 1},
                  TraceTask{"c", 1000, 1024, 1, 1000, {}, 2}};
   const std::vector<double> ratios = RatioPerSeed(trace, "random");  // 2000 milli asked of 2000
-  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()), (std::set<double>{0.5, 1.0}));  // the lowest GPU would give 1.0 at every seed
+  EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()),
+            (std::set<double>{0.5, 1.0}));  // the lowest GPU would give 1.0 at every seed
 }
 
 // FGD's typical pods are the trace's own task shapes, before tuning.
 TEST(TraceTest, TypicalPodsComeFromTheTraceBeforeTuning) {
   Trace trace;
-  for (int i = 0; i < 3; ++i) trace.nodes.push_back(TraceNode{"n" + std::to_string(i), 96000, 786432, 8, "G2"});
+  for (int i = 0; i < 3; ++i)
+    trace.nodes.push_back(TraceNode{"n" + std::to_string(i), 96000, 786432, 8, "G2"});
   for (int i = 0; i < 19; ++i) {
     trace.tasks.push_back(TraceTask{"s" + std::to_string(i), 1000, 1024, 1, 500, {}, 0});
   }
@@ -386,7 +392,8 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     // At least FGD (capacity is never traded away), and every other baseline.
     for (std::size_t i = 1; i < defaults->policies.size(); ++i) {
       EXPECT_GE(with_ef + 1e-9, defaults->policies[i].mean_ratio_at[0])
-          << variant << ": " << defaults->policies[i].policy << "\n" << table;
+          << variant << ": " << defaults->policies[i].policy << "\n"
+          << table;
     }
     EXPECT_GT(defaults->policies[1].mean_ratio_at[0], defaults->policies[4].mean_ratio_at[0] + 0.01) << table;
     // By kind, when 100 % has arrived: no more shared or whole-GPU tasks pending than the packers
@@ -399,7 +406,8 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
         EXPECT_LE(defaults->policies[0].mean_pending_at[0][k],
                   defaults->policies[i].mean_pending_at[0][k] + 1.0)
             << variant << ": " << TraceKindName(static_cast<TraceKind>(k)) << " against "
-            << defaults->policies[i].policy << "\n" << table;
+            << defaults->policies[i].policy << "\n"
+            << table;
       }
     }
     // Every policy places a task wherever a node fits it: none pends for want of a decision.
@@ -427,7 +435,8 @@ TEST(TraceTest, ExpectedFragmentationPacksTheTraceBetterThanTheBaselines) {
     for (std::size_t i = 2; i < defaults->policies.size(); ++i) {
       if (variant == "gpushare40" && defaults->policies[i].policy == kTracePolicyFirstFit) continue;
       EXPECT_GE(capacity_first + 1e-9, defaults->policies[i].mean_ratio_at[0])
-          << variant << ": " << defaults->policies[i].policy << "\n" << all;
+          << variant << ": " << defaults->policies[i].policy << "\n"
+          << all;
     }
   }
 }
@@ -440,7 +449,8 @@ TEST(TraceTest, PendingTasksAreCountedByKindAtEachMark) {
   trace.variant = "kinds";
   trace.nodes = {TraceNode{"n", 8000, 8192, 1, "T4"}};
   trace.tasks = {TraceTask{"cpu", 1000, 1024, 0, 0, {}, 0}, TraceTask{"share-a", 1000, 1024, 1, 500, {}, 1},
-                 TraceTask{"whole", 1000, 1024, 1, 1000, {}, 2}, TraceTask{"share-b", 1000, 1024, 1, 500, {}, 3}};
+                 TraceTask{"whole", 1000, 1024, 1, 1000, {}, 2},
+                 TraceTask{"share-b", 1000, 1024, 1, 500, {}, 3}};
   TraceReplayOptions options;
   options.seeds = {1};
   options.shuffle = false;
@@ -565,7 +575,8 @@ TEST(TraceTest, ToposchedBlindToCpuStrandsWhatItCouldHaveKept) {
   Trace trace;
   trace.variant = "cpu";
   trace.nodes = {TraceNode{"big", 32000, 65536, 1, "T4"}, TraceNode{"small", 4000, 65536, 1, "T4"}};
-  trace.tasks = {TraceTask{"light", 1000, 1024, 1, 1000, {}, 0}, TraceTask{"heavy", 30000, 1024, 1, 1000, {}, 1}};
+  trace.tasks = {TraceTask{"light", 1000, 1024, 1, 1000, {}, 0},
+                 TraceTask{"heavy", 30000, 1024, 1, 1000, {}, 1}};
   TraceReplayOptions options;
   options.policies = {"toposched"};
   options.shuffle = false;
@@ -600,7 +611,8 @@ TEST(TraceTest, CpuOnlyTasksGoWhereTheirCpuStrandsNoGpu) {
   trace.nodes = {TraceNode{"small", 8000, 65536, 1, "T4"}, TraceNode{"big-a", 32000, 65536, 1, "T4"},
                  TraceNode{"big-b", 32000, 65536, 1, "T4"}};
   trace.tasks = {TraceTask{"heavy-1", 30000, 1024, 1, 1000, {}, 0}, TraceTask{"cpu", 4000, 1024, 0, 0, {}, 1},
-                 TraceTask{"heavy-2", 30000, 1024, 1, 1000, {}, 2}, TraceTask{"light", 1000, 1024, 1, 1000, {}, 3}};
+                 TraceTask{"heavy-2", 30000, 1024, 1, 1000, {}, 2},
+                 TraceTask{"light", 1000, 1024, 1, 1000, {}, 3}};
   TraceReplayOptions options;
   options.policies = {"toposched", "extender", "kube+extender"};
   options.shuffle = false;
@@ -682,7 +694,9 @@ TEST(TraceTest, ReplayRefusesBadOptions) {
   options.policies = {"fgd", "nope"};
   auto r = ReplayTrace(trace, options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().message(), "unknown trace policy \"nope\" (known: toposched, fgd, best-fit, first-fit, random, extender, kube+extender)");
+  EXPECT_EQ(r.error().message(),
+            "unknown trace policy \"nope\" (known: toposched, fgd, best-fit, first-fit, random, extender, "
+            "kube+extender)");
   options.policies = {"first-fit"};
   options.seeds = {1};
   auto ok = ReplayTrace(trace, options);

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "toposched/pd/network.h"
 #include "simulate_internal.h"
+#include "toposched/pd/network.h"
 #include "toposched/simulate/simulator.h"
 
 namespace toposched::simulate {
@@ -147,7 +147,8 @@ Workload GenerateWorkload(const WorkloadSpec& spec) {
   const std::vector<PdPool> pools = GeneratorPools(spec.pd_pools);
   // Prefill and decode share one bucket: the pool decides the role.
   const double pd_weight = std::max(spec.prefill_weight, 0.0) + std::max(spec.decode_weight, 0.0);
-  const double weights[] = {pd_weight, std::max(spec.training_weight, 0.0), std::max(spec.shared_weight, 0.0)};
+  const double weights[] = {pd_weight, std::max(spec.training_weight, 0.0),
+                            std::max(spec.shared_weight, 0.0)};
   const double total = weights[0] + weights[1] + weights[2];
   const double unpooled_prefill_share = PrefillShareOfPd(spec, {});
   double t = 0;

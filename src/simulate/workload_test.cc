@@ -258,7 +258,8 @@ TEST(GenerateWorkload, PutsPrefillAndDecodeInPoolsAtTheirTargetShares) {
       continue;
     }
     ++pd_pods;
-    const auto pool = std::find_if(pools.begin(), pools.end(), [&](const PdPool& x) { return x.name == r.pool; });
+    const auto pool =
+        std::find_if(pools.begin(), pools.end(), [&](const PdPool& x) { return x.name == r.pool; });
     ASSERT_NE(pool, pools.end()) << p.name << " in pool \"" << r.pool << "\"";
     EXPECT_EQ(r.pd_ratio_prefill, pool->ratio_prefill);
     EXPECT_EQ(r.pd_ratio_decode, pool->ratio_decode);
@@ -355,8 +356,10 @@ TEST(ParseWorkloadJson, ReadsPoolsRolesAndPdAnnotations) {
        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}]})";
   auto refused = ParseWorkloadJson(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message().find("pods[0] (\"x\").pod: "), std::string::npos) << refused.error().message();
-  EXPECT_NE(refused.error().message().find("toposched.io/pd-ratio"), std::string::npos) << refused.error().message();
+  EXPECT_NE(refused.error().message().find("pods[0] (\"x\").pod: "), std::string::npos)
+      << refused.error().message();
+  EXPECT_NE(refused.error().message().find("toposched.io/pd-ratio"), std::string::npos)
+      << refused.error().message();
 }
 
 }  // namespace

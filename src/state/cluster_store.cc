@@ -4,9 +4,9 @@
 // state they share, ClusterStore::Impl, is in store_impl.h.
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -16,10 +16,10 @@
 #include <unordered_set>
 #include <utility>
 
+#include "store_impl.h"
 #include "toposched/common/hash.h"
 #include "toposched/placement/request.h"
 #include "toposched/state/cluster_state.h"
-#include "store_impl.h"
 
 namespace toposched::state {
 namespace {
@@ -88,7 +88,6 @@ Status CheckCapacity(const NodeTopology& t, const NodeAllocation& after, const f
   }
   return Status::Ok();
 }
-
 
 // What no longer fits in `record` after its topology changed (empty when all fits).
 std::string MisfitsOf(const NodeRecord& record, int max_shares_per_gpu) {
@@ -295,7 +294,8 @@ void ClusterStore::SetPodCpus(std::span<const PodCpu> pods) {
     std::lock_guard cpu(impl_->cpu_mu);
     for (const PodCpu& pod : pods) {
       if (pod.uid.empty()) continue;
-      const std::int64_t milli = pod.node.empty() ? 0 : std::clamp<std::int64_t>(pod.milli, 0, kMaxPodCpuMilli);
+      const std::int64_t milli =
+          pod.node.empty() ? 0 : std::clamp<std::int64_t>(pod.milli, 0, kMaxPodCpuMilli);
       const std::string& node = milli == 0 ? std::string() : pod.node;
       auto it = impl_->pod_cpu.find(pod.uid);
       if (it == impl_->pod_cpu.end()) {
@@ -354,7 +354,9 @@ void ClusterStore::SetPodCpus(std::span<const PodCpu> pods) {
   }
 }
 
-void ClusterStore::SetPersistence(Persistence* persistence) { impl_->persistence = persistence; }
+void ClusterStore::SetPersistence(Persistence* persistence) {
+  impl_->persistence = persistence;
+}
 
 void ClusterStore::SetNodeLocations(std::shared_ptr<const std::map<std::string, pd::Location>> locations) {
   std::lock_guard lock(impl_->locations_mu);

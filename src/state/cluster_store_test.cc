@@ -343,7 +343,8 @@ TEST(ClusterStoreTest, RecordsCarryTheirPositionAndFreeDevices) {
 
 TEST(ClusterStoreTest, ClassLabelsLeaveOtherLabelsOutOfTheClassKey) {
   // Only the class labels count (given unsorted, with a repeat); `serve` gives none.
-  ClusterStore store(nullptr, StoreOptions{.class_labels = std::vector<std::string>{"leaf", "clique", "leaf"}});
+  ClusterStore store(nullptr,
+                     StoreOptions{.class_labels = std::vector<std::string>{"leaf", "clique", "leaf"}});
   const auto node = [&](const char* name, std::map<std::string, std::string> labels) {
     labels.emplace("kubernetes.io/hostname", name);  // unique per node, as in every real cluster
     ASSERT_TRUE(store.UpsertNode(PresetNode(name, std::string(kHgx), std::move(labels))).ok());
@@ -362,7 +363,8 @@ TEST(ClusterStoreTest, ClassLabelsLeaveOtherLabelsOutOfTheClassKey) {
   ASSERT_TRUE(store.Bind("a", "u1", Take(Whole({0}))).ok());
   EXPECT_NE(key("a"), key("b"));
   const std::vector<std::string> sorted = {"clique", "leaf"};
-  for (const auto& r : store.snapshot()->nodes()) EXPECT_EQ(r->class_key, ComputeClassKey(*r, &sorted)) << r->name;
+  for (const auto& r : store.snapshot()->nodes())
+    EXPECT_EQ(r->class_key, ComputeClassKey(*r, &sorted)) << r->name;
   // Without class labels every label counts, the hostname included.
   ClusterStore all(nullptr);
   ASSERT_TRUE(all.UpsertNode(PresetNode("a", std::string(kHgx), {{"kubernetes.io/hostname", "a"}})).ok());
@@ -606,11 +608,9 @@ TEST(ClusterStoreTest, SharesWithinCapacityStackOnOneGpu) {
   // 3 x 15000 = 45000 <= 46068 MiB; 3 x 3000 = 9000 <= 10000 cores.
   for (const char* uid : {"s1", "s2", "s3"})
     ASSERT_TRUE(store.Bind("gpu-a", uid, Take(Share(1, 15000, 3000))).ok());
-  EXPECT_EQ(GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
-            (GpuShareUsage{3, 45000, 9000}));
+  EXPECT_EQ(GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1), (GpuShareUsage{3, 45000, 9000}));
   ASSERT_TRUE(store.Release("s2").ok());
-  EXPECT_EQ(GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1),
-            (GpuShareUsage{2, 30000, 6000}));
+  EXPECT_EQ(GpuShares(store.snapshot()->Find("gpu-a")->allocated, 1), (GpuShareUsage{2, 30000, 6000}));
 }
 
 TEST(ClusterStoreTest, APersistenceFailureChangesNothing) {
@@ -776,7 +776,7 @@ TEST(ClusterStoreTest, AHeldPodKeepsItsDevicesAndItsNodeUntilItIsGoneOrReadable)
   const std::uint64_t open_key = store.snapshot()->Find("gpu-b")->class_key;
 
   PodAllocation held = Allocation("bad", "gpu-a", Whole({0, 1}, {0, 1}));  // GPU0, mlx5_0 are "ok"'s
-  held.delta.shares.emplace_back(3, GpuShareUsage{1, 1000, 5000});       // a named share: held whole
+  held.delta.shares.emplace_back(3, GpuShareUsage{1, 1000, 5000});         // a named share: held whole
   EXPECT_FALSE(store.Hold(held).ok()) << "a hold needs a reason";
   held.hold = "toposched.io/allocation cannot be read back: nics[1]: ...";
   ASSERT_TRUE(store.Hold(held).ok());
@@ -913,7 +913,7 @@ TEST(ClusterStoreCpuTest, RequestsAddUpPerNode) {
   EXPECT_EQ(Requested(store, "gpu-a"), 1'750);  // 1500 + 250
   EXPECT_EQ(Requested(store, "gpu-b"), 4'000);
   EXPECT_EQ(store.snapshot()->Find("gpu-a")->cpu_free_milli(), 62'250);  // 64000 - 1750
-  store.SetPodCpu("u2", "gpu-a", 750);  // the same pod, a new request (an in-place resize)
+  store.SetPodCpu("u2", "gpu-a", 750);          // the same pod, a new request (an in-place resize)
   EXPECT_EQ(Requested(store, "gpu-a"), 2'250);  // 1500 + 750
 }
 
@@ -994,7 +994,7 @@ TEST(ClusterStoreCpuTest, FreeCpuIsUnknownWithoutAllocatableAndNeverNegative) {
   r.cpu_requested_milli = 5'000;
   EXPECT_EQ(r.cpu_free_milli(), -1);  // still unknown, whatever is requested
   r.cpu_allocatable_milli = 4'000;
-  EXPECT_EQ(r.cpu_free_milli(), 0);   // overcommitted (pods bound before a resize): floors at 0
+  EXPECT_EQ(r.cpu_free_milli(), 0);  // overcommitted (pods bound before a resize): floors at 0
   r.cpu_allocatable_milli = 8'000;
   EXPECT_EQ(r.cpu_free_milli(), 3'000);
 }
@@ -1030,7 +1030,8 @@ TEST(ClusterStoreCpuTest, AnUnchangedRequestPublishesNothing) {
 // A pod moving between two nodes and another's change, in one call: one snapshot.
 TEST(ClusterStoreCpuTest, SetPodCpusPublishesOneSnapshotAndTheLastEntryOfAUidWins) {
   ClusterStore store(nullptr);
-  ASSERT_TRUE(store.UpsertNodes({CpuNode("gpu-a", 16'000), CpuNode("gpu-b", 16'000), CpuNode("gpu-c", 16'000)}).ok());
+  ASSERT_TRUE(
+      store.UpsertNodes({CpuNode("gpu-a", 16'000), CpuNode("gpu-b", 16'000), CpuNode("gpu-c", 16'000)}).ok());
   const std::uint64_t before = store.snapshot()->version();
   const std::vector<ClusterStore::PodCpu> pods = {
       {"u1", "gpu-a", 1'000}, {"u2", "gpu-b", 2'000}, {"u1", "gpu-c", 3'000}, {"u3", "gpu-a", 500}};

@@ -10,9 +10,10 @@ namespace {
 
 class SnapshotClusterView : public framework::ClusterView {
  public:
-  SnapshotClusterView(std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string pool,
-                      std::shared_ptr<const std::vector<framework::PoolMember>> members,
-                      std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes, std::uint64_t pool_version)
+  SnapshotClusterView(std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network,
+                      std::string pool, std::shared_ptr<const std::vector<framework::PoolMember>> members,
+                      std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes,
+                      std::uint64_t pool_version)
       : snapshot_(std::move(snapshot)),
         network_(network),
         pool_(std::move(pool)),
@@ -56,7 +57,8 @@ class SnapshotClusterView : public framework::ClusterView {
     }
   }
 
-  bool WithNode(std::string_view node, const std::function<void(const framework::NodeSummary&)>& fn) const override {
+  bool WithNode(std::string_view node,
+                const std::function<void(const framework::NodeSummary&)>& fn) const override {
     const std::size_t i = snapshot_->IndexOf(node);
     if (i == Snapshot::npos) return false;
     if (Hashed()) {
@@ -84,7 +86,8 @@ class SnapshotClusterView : public framework::ClusterView {
     return runs.starts.empty() ? 0 : runs.starts.size() - 1;
   }
 
-  void ForEachNodeInRun(std::size_t run, const std::function<bool(const framework::NodeSummary&)>& fn) const override {
+  void ForEachNodeInRun(std::size_t run,
+                        const std::function<bool(const framework::NodeSummary&)>& fn) const override {
     if (!Hashed()) return;
     const Snapshot::PositionRuns& runs = snapshot_->position_runs();
     if (run + 1 >= runs.starts.size()) return;
@@ -106,14 +109,11 @@ class SnapshotClusterView : public framework::ClusterView {
   framework::NodeSummary Brief(std::size_t i) const {
     const Snapshot::Brief& b = snapshot_->briefs()[i];
     const std::size_t tiers = network_.tiers.size();
-    return framework::NodeSummary{b.name,
-                                  &snapshot_->nodes()[i]->position,
-                                  b.free_gpus,
-                                  b.free_rdma_nics,
-                                  b.schedulable,
-                                  tiers == 0 ? nullptr : snapshot_->position_hashes().data() + i * tiers,
-                                  b.name_hash,
-                                  b.free_by_vendor};
+    return framework::NodeSummary{
+        b.name,        &snapshot_->nodes()[i]->position,
+        b.free_gpus,   b.free_rdma_nics,
+        b.schedulable, tiers == 0 ? nullptr : snapshot_->position_hashes().data() + i * tiers,
+        b.name_hash,   b.free_by_vendor};
   }
 
   // A record's summary when the view places nodes by HyperNodes or by other tiers than the
@@ -134,12 +134,15 @@ class SnapshotClusterView : public framework::ClusterView {
           continue;
         }
         const auto label = record.labels.find(network_.tiers[t].label);
-        if (label == record.labels.end()) location.domains[t].clear();
-        else location.domains[t].assign(label->second);
+        if (label == record.labels.end())
+          location.domains[t].clear();
+        else
+          location.domains[t].assign(label->second);
       }
     }
-    return framework::NodeSummary{record.name, at, record.free_gpus, record.free_rdma_nics,
-                                  record.schedulable && !record.held(), nullptr, 0, record.free_by_vendor};
+    return framework::NodeSummary{
+        record.name, at, record.free_gpus,     record.free_rdma_nics, record.schedulable && !record.held(),
+        nullptr,     0,  record.free_by_vendor};
   }
 
   std::shared_ptr<const Snapshot> snapshot_;
@@ -147,7 +150,7 @@ class SnapshotClusterView : public framework::ClusterView {
   std::string pool_;
   std::shared_ptr<const std::vector<framework::PoolMember>> members_;
   std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes_;  // null when none
-  bool resolved_;  // the records' positions are under network_'s tiers
+  bool resolved_;               // the records' positions are under network_'s tiers
   std::uint64_t pool_version_;  // of members_ (ClusterStore::PoolVersion); 0: unknown
 };
 
@@ -186,8 +189,8 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
     std::shared_ptr<const std::vector<framework::PoolMember>> members,
     std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes, std::uint64_t pool_version) {
-  return std::make_shared<SnapshotClusterView>(std::move(snapshot), network, std::string(pool), std::move(members),
-                                               std::move(hyper_nodes), pool_version);
+  return std::make_shared<SnapshotClusterView>(std::move(snapshot), network, std::string(pool),
+                                               std::move(members), std::move(hyper_nodes), pool_version);
 }
 
 }  // namespace toposched::state

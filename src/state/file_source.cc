@@ -331,7 +331,8 @@ Status FileSource::Load(ClusterStore& store) {
   Impl& m = *impl_;
   if (m.loaded) return Error("file source " + m.dir + ": Load called twice");
   if (Status s = store.UpsertNodes(m.nodes); !s.ok()) m.warnings.push_back(s.error().message());
-  TOPOSCHED_ASSIGN_OR_RETURN(const auto replay, internal::ReplayJournal(m.JournalPath(), m.options.max_journal_line_bytes));
+  TOPOSCHED_ASSIGN_OR_RETURN(const auto replay,
+                             internal::ReplayJournal(m.JournalPath(), m.options.max_journal_line_bytes));
   m.warnings.insert(m.warnings.end(), replay.warnings.begin(), replay.warnings.end());
 
   // Restore what still fits. What does not fit a node that is still there (smaller hardware,
@@ -345,8 +346,8 @@ Status FileSource::Load(ClusterStore& store) {
       PodAllocation held = a;
       held.hold = "journaled allocation does not fit node " + a.node + ": " + s.error().message();
       if (store.snapshot()->Find(a.node) == nullptr || !store.Hold(held).ok()) {
-        m.warnings.push_back(m.JournalPath() + ": dropped the allocation of pod " + pod + " on node " + a.node +
-                             ": " + s.error().message());
+        m.warnings.push_back(m.JournalPath() + ": dropped the allocation of pod " + pod + " on node " +
+                             a.node + ": " + s.error().message());
         continue;
       }
       m.warnings.push_back(m.JournalPath() + ": held the allocation of pod " + pod + ": " + held.hold +
@@ -369,13 +370,15 @@ Status FileSource::Load(ClusterStore& store) {
 
 Status FileSource::RecordBind(const PodAllocation& allocation, const NodeRecord& /*node*/) {
   if (!impl_->journal) return Error("file source " + impl_->dir + ": bind before Load");
-  TOPOSCHED_ASSIGN_OR_RETURN(const std::string line, internal::EncodeJournalLine(internal::JournalOp::kBind, allocation));
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string line,
+                             internal::EncodeJournalLine(internal::JournalOp::kBind, allocation));
   return impl_->journal->Append(line);
 }
 
 Status FileSource::RecordRelease(const PodAllocation& allocation) {
   if (!impl_->journal) return Error("file source " + impl_->dir + ": release before Load");
-  TOPOSCHED_ASSIGN_OR_RETURN(const std::string line, internal::EncodeJournalLine(internal::JournalOp::kRelease, allocation));
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::string line,
+                             internal::EncodeJournalLine(internal::JournalOp::kRelease, allocation));
   return impl_->journal->Append(line);
 }
 

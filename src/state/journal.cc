@@ -190,7 +190,6 @@ Result<JournalEntry> DecodePayload(const json& doc) {
   return entry;
 }
 
-
 Result<JournalEntry> Decode(std::string_view line, bool verify_checksum) {
   if (line.empty()) return Error("empty line");
   if (verify_checksum) {

@@ -120,11 +120,13 @@ TEST(StoreClusterViewTest, ListsThePoolLocatesByLabelsAndCountsFreeDevices) {
   ClusterStore store(nullptr);
   // hgx-h100-8gpu: 8 GPUs, 8 RDMA NICs (+1 Ethernet, which is not counted).
   ASSERT_TRUE(store.UpsertNode(PresetNode("a", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-1"}})).ok());
-  ASSERT_TRUE(store.UpsertNode(
-                       PresetNode("b", "hgx-h100-8gpu", {{"toposched.io/leaf", "leaf-2"}, {"toposched.io/spine", "s1"}}))
+  ASSERT_TRUE(store
+                  .UpsertNode(PresetNode("b", "hgx-h100-8gpu",
+                                         {{"toposched.io/leaf", "leaf-2"}, {"toposched.io/spine", "s1"}}))
                   .ok());
   ASSERT_TRUE(
-      store.Bind("a", "p1", TakeFor(Whole({0, 1, 2, 3}, {0, 1}), PodRole::kPrefill, "chat", LinkClass::kNODE)).ok());
+      store.Bind("a", "p1", TakeFor(Whole({0, 1, 2, 3}, {0, 1}), PodRole::kPrefill, "chat", LinkClass::kNODE))
+          .ok());
   ASSERT_TRUE(store.Bind("b", "x1", TakeFor(Whole({0}), PodRole::kDecode, "code")).ok());
 
   const pd::NetworkConfig network;
@@ -174,7 +176,8 @@ TEST(StoreClusterViewTest, CountsFreeGpusByVendor) {
     SCOPED_TRACE(positions == nullptr ? "by the snapshot's arrays" : "by the records");
     const auto view = MakeClusterView(store, store.snapshot(), network, "chat", positions);
     std::map<std::string, std::array<int, kGpuVendors>> by_vendor;
-    view->ForEachNode([&](const framework::NodeSummary& n) { by_vendor[std::string(n.name)] = n.free_by_vendor; });
+    view->ForEachNode(
+        [&](const framework::NodeSummary& n) { by_vendor[std::string(n.name)] = n.free_by_vendor; });
     EXPECT_EQ(by_vendor.at("m"), (std::array<int, kGpuVendors>{4, 2}));
     EXPECT_EQ(by_vendor.at("n"), (std::array<int, kGpuVendors>{8, 0}));
     EXPECT_TRUE(view->WithNode("m", [](const framework::NodeSummary& n) {
@@ -251,7 +254,8 @@ TEST(StoreClusterViewTest, APoolsTokenIsItsVersionAndThePositionsRuns) {
   ASSERT_TRUE(store.UpsertNode(PresetNode("b", "hgx-h100-8gpu", {{"toposched.io/leaf", "l1"}})).ok());
   EXPECT_NE(token().positions, first.positions);
   EXPECT_EQ(token("code"), framework::PoolToken{});
-  EXPECT_EQ(MakeClusterView(store, store.snapshot(), network, "chat")->PoolVersion("chat"), framework::PoolToken{});
+  EXPECT_EQ(MakeClusterView(store, store.snapshot(), network, "chat")->PoolVersion("chat"),
+            framework::PoolToken{});
   auto hyper = std::make_shared<const std::map<std::string, pd::Location>>(
       std::map<std::string, pd::Location>{{"a", pd::Location{"a", {"", "h1", "", ""}}}});
   auto [version, members] = store.VersionedPoolMembers("chat");

@@ -70,8 +70,8 @@ std::size_t Snapshot::Hash::operator()(std::string_view s) const noexcept {
 // from tenants, so a fast non-keyed hash is fine.
 struct Snapshot::NameIndex {
   struct Slot {
-    std::uint32_t tag = 0;  // high half of the hash
-    std::uint32_t pos = 0;  // position in nodes_ + 1; 0 = empty
+    std::uint32_t tag = 0;     // high half of the hash
+    std::uint32_t pos = 0;     // position in nodes_ + 1; 0 = empty
     std::uint32_t offset = 0;  // the name: arena[offset, offset + size)
     std::uint32_t size = 0;
   };
@@ -101,7 +101,8 @@ struct Snapshot::NameIndex {
       h = (h ^ Load8(s.data() + n - 8)) * 0xc4ceb9fe1a85ec53ull;
     } else {
       std::uint64_t w = 0;
-      for (std::size_t i = 0; i < n; ++i) w |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+      for (std::size_t i = 0; i < n; ++i)
+        w |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
       h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     }
     h ^= h >> 29;
@@ -123,7 +124,9 @@ struct Snapshot::NameIndex {
     return std::string_view(arena).substr(offsets[i], offsets[i + 1] - offsets[i]);
   }
 
-  const Slot* SlotOf(std::uint64_t h) const { return &slots[static_cast<std::size_t>(h) & (slots.size() - 1)]; }
+  const Slot* SlotOf(std::uint64_t h) const {
+    return &slots[static_cast<std::size_t>(h) & (slots.size() - 1)];
+  }
 
   std::size_t Find(std::string_view name, std::uint64_t h) const {
     const std::uint32_t tag = static_cast<std::uint32_t>(h >> 32);
@@ -178,8 +181,8 @@ struct Snapshot::NameIndex {
       const std::uint64_t h = HashName(nodes[i]->name);
       std::size_t p = static_cast<std::size_t>(h) & (size - 1);
       while (index->slots[p].pos != 0) p = (p + 1) & (size - 1);
-      index->slots[p] = {static_cast<std::uint32_t>(h >> 32), static_cast<std::uint32_t>(i + 1), index->offsets[i],
-                         index->offsets[i + 1] - index->offsets[i]};
+      index->slots[p] = {static_cast<std::uint32_t>(h >> 32), static_cast<std::uint32_t>(i + 1),
+                         index->offsets[i], index->offsets[i + 1] - index->offsets[i]};
     }
     return index;
   }
@@ -225,7 +228,6 @@ const NodeRecord* Snapshot::Find(std::string_view name) const {
   const std::size_t i = IndexOf(name);
   return i == npos ? nullptr : nodes_[i].get();
 }
-
 
 std::shared_ptr<const Snapshot::NameIndex> ClusterStore::Impl::BuildIndex(
     const std::vector<std::shared_ptr<const NodeRecord>>& nodes) {

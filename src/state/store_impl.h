@@ -51,9 +51,11 @@ struct ClusterStore::Impl {
     for (std::size_t t = 0; t < record.position.domains.size(); ++t) {
       record.position_hashes[t] = framework::PositionHash(record.position.domains[t]);
     }
-    record.hardware = record.topology == nullptr ? packing::NodeHardware{} : packing::HardwareOf(*record.topology);
+    record.hardware =
+        record.topology == nullptr ? packing::NodeHardware{} : packing::HardwareOf(*record.topology);
     // What is free, as the simulator counts it too (framework::FreeDevicesOf).
-    const framework::FreeDevices free = framework::FreeDevicesOf(record.topology.get(), record.allocated, record.held());
+    const framework::FreeDevices free =
+        framework::FreeDevicesOf(record.topology.get(), record.allocated, record.held());
     record.free_gpus = free.gpus;
     record.free_by_vendor = free.gpus_by_vendor;
     record.free_rdma_nics = free.rdma_nics;
@@ -120,8 +122,8 @@ struct ClusterStore::Impl {
     std::string node;
     std::int64_t milli = 0;
   };
-  ByName<CpuEntry> pod_cpu;            // only pods requesting CPU on a node
-  ByName<std::int64_t> cpu_by_node;    // > 0 only; saturated at kCpuSaturated
+  ByName<CpuEntry> pod_cpu;          // only pods requesting CPU on a node
+  ByName<std::int64_t> cpu_by_node;  // > 0 only; saturated at kCpuSaturated
   static constexpr std::int64_t kCpuSaturated = std::numeric_limits<std::int64_t>::max();
 
   std::int64_t CpuRequestedLocked(std::string_view node) const {
@@ -297,8 +299,9 @@ struct ClusterStore::Impl {
   static void FillArraysAt(Snapshot& s, std::size_t i) {
     const NodeRecord& r = *s.nodes_[i];
     s.class_keys_[i] = r.class_key;
-    s.briefs_[i] = Snapshot::Brief{r.name, r.name_hash, r.free_gpus, r.free_rdma_nics, r.schedulable && !r.held(),
-                                   r.free_by_vendor, r.hardware, r.cpu_free_milli(), r.order_key};
+    s.briefs_[i] = Snapshot::Brief{
+        r.name,           r.name_hash, r.free_gpus,        r.free_rdma_nics, r.schedulable && !r.held(),
+        r.free_by_vendor, r.hardware,  r.cpu_free_milli(), r.order_key};
     const std::size_t tiers = s.tier_labels().size();
     for (std::size_t t = 0; t < tiers; ++t) {
       s.position_hashes_[i * tiers + t] = r.position_hashes.size() == tiers ? r.position_hashes[t] : 0;

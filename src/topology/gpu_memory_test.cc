@@ -25,7 +25,7 @@ TEST(GpuMemory, DataCenterPciIdsWithoutASizeInTheName) {
   EXPECT_EQ(NominalGpuMemoryGib(0x1002, 0x740c, ""), 64u);  // one MI250(X) GCD
   // Unknown ids and names without a size: unknown.
   EXPECT_EQ(NominalGpuMemoryGib(0x10de, 0x1b81, "GeForce GTX 1070"), 0u);
-  EXPECT_EQ(NominalGpuMemoryGib(0x10de, 0x2331, ""), 0u);   // H100 PCIe: 80 or 94 GB under one id? not listed
+  EXPECT_EQ(NominalGpuMemoryGib(0x10de, 0x2331, ""), 0u);  // H100 PCIe: 80 or 94 GB under one id? not listed
   EXPECT_EQ(NominalGpuMemoryGib(0x1002, 0x74a0, "Aqua Vanjaram [Instinct MI300A]"), 0u);
   // "GB" that is not a size.
   EXPECT_EQ(NominalGpuMemoryGib(0, 0, "Link 25GBps"), 0u);

@@ -7,16 +7,21 @@ namespace toposched {
 
 std::string_view ToString(InputFormat f) {
   switch (f) {
-    case InputFormat::kHwlocXml: return "hwloc XML";
-    case InputFormat::kNcclXml: return "NCCL topology XML";
-    case InputFormat::kTopologyJson: return "NodeTopology JSON";
+    case InputFormat::kHwlocXml:
+      return "hwloc XML";
+    case InputFormat::kNcclXml:
+      return "NCCL topology XML";
+    case InputFormat::kTopologyJson:
+      return "NodeTopology JSON";
   }
   return "unknown";
 }
 
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 std::string_view SkipSpace(std::string_view s) {
   while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
@@ -78,7 +83,8 @@ Result<InputFormat> DetectInputFormat(std::string_view content) {
     const auto u = static_cast<unsigned char>(c);
     return u == 0 || (u < 0x20 && !IsSpace(c));
   });
-  if (binary) return Error("binary data, not a topology file (expected hwloc XML, NCCL XML or NodeTopology JSON)");
+  if (binary)
+    return Error("binary data, not a topology file (expected hwloc XML, NCCL XML or NodeTopology JSON)");
 
   const std::string_view text = SkipSpace(content);
   if (text.front() == '{') return InputFormat::kTopologyJson;
@@ -102,11 +108,13 @@ Result<InputFormat> DetectInputFormat(std::string_view content) {
   }
   if (text.find("GPU0") != std::string_view::npos &&
       (text.find("Legend") != std::string_view::npos || text.find("Affinity") != std::string_view::npos)) {
-    return Error("this looks like `nvidia-smi topo -m` output, which has no PCIe tree; give an hwloc "
-                 "XML (`lstopo --of xml`) or an NCCL topology dump (NCCL_TOPO_DUMP_FILE) instead");
+    return Error(
+        "this looks like `nvidia-smi topo -m` output, which has no PCIe tree; give an hwloc "
+        "XML (`lstopo --of xml`) or an NCCL topology dump (NCCL_TOPO_DUMP_FILE) instead");
   }
-  return Error("not a topology file: expected hwloc XML (<topology>), NCCL topology XML (<system>) "
-               "or NodeTopology JSON ({...})");
+  return Error(
+      "not a topology file: expected hwloc XML (<topology>), NCCL topology XML (<system>) "
+      "or NodeTopology JSON ({...})");
 }
 
 }  // namespace toposched

@@ -18,9 +18,11 @@ struct FormatCase {
 
 TEST(InputFormatTest, Table) {
   const std::vector<FormatCase> cases = {
-      {"hwloc v2", "<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n<topology version=\"2.0\">",
+      {"hwloc v2",
+       "<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n<topology version=\"2.0\">",
        InputFormat::kHwlocXml},
-      {"hwloc v1 (no version)", "<?xml version=\"1.0\"?><!DOCTYPE topology SYSTEM \"hwloc.dtd\"><topology><object/>",
+      {"hwloc v1 (no version)",
+       "<?xml version=\"1.0\"?><!DOCTYPE topology SYSTEM \"hwloc.dtd\"><topology><object/>",
        InputFormat::kHwlocXml},
       {"hwloc v3", "<topology version=\"3.0\">", std::nullopt, "version 3.0"},
       {"nccl with leading comment", "<!--\n Copyright\n-->\n<system version=\"1\">", InputFormat::kNcclXml},
@@ -33,7 +35,8 @@ TEST(InputFormatTest, Table) {
       {"binary", std::string("\0\1\2\3garbage", 11), std::nullopt, "binary"},
       {"unknown root", "<html></html>", std::nullopt, "<html>"},
       {"unterminated comment", "<!-- never ends", std::nullopt, "root element"},
-      {"nvidia-smi matrix", "\tGPU0\tGPU1\tNIC0\tCPU Affinity\nGPU0\t X \tNV18\n", std::nullopt, "nvidia-smi topo -m"},
+      {"nvidia-smi matrix", "\tGPU0\tGPU1\tNIC0\tCPU Affinity\nGPU0\t X \tNV18\n", std::nullopt,
+       "nvidia-smi topo -m"},
       {"text", "hello", std::nullopt, "not a topology file"},
   };
   for (const FormatCase& c : cases) {

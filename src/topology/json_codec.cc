@@ -224,10 +224,10 @@ json EncodeStatus(const NodeTopology& t) {
 
 using json_errors::Describe;
 using json_errors::Expected;
+using json_errors::Quote;
 using json_errors::ScanShape;
 using json_errors::Shape;
 using json_errors::StripExceptionTag;
-using json_errors::Quote;
 
 // The typed readers are common/json_read.h's; a JSON null is a value here (toposched writes
 // none where a value belongs), except where a field documents null as "unknown".
@@ -259,8 +259,8 @@ Status ReadArray(const json& obj, const char* key, const std::string& path, Pres
                  const json** out) {
   TOPOSCHED_ASSIGN_OR_RETURN(*out, json_read::ReadArray(obj, key, path, presence));
   if (*out != nullptr && (*out)->size() > static_cast<std::size_t>(kMaxDevicesPerKind)) {
-    return Error(Child(path, key) + ": " + std::to_string((*out)->size()) + " entries, more than the limit of " +
-                 std::to_string(kMaxDevicesPerKind));
+    return Error(Child(path, key) + ": " + std::to_string((*out)->size()) +
+                 " entries, more than the limit of " + std::to_string(kMaxDevicesPerKind));
   }
   return Status::Ok();
 }
@@ -706,7 +706,6 @@ Status DecodeDocument(const json& doc, NodeTopology* t) {
   TOPOSCHED_RETURN_IF_ERROR(ReadObject(doc, "status", "", &status));
   return DecodeStatus(*status, t);
 }
-
 
 Result<NodeTopology> Decode(std::string_view text) {
   if (text.size() > kMaxTopologyJsonBytes) {

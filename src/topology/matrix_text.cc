@@ -6,7 +6,9 @@ namespace toposched {
 
 namespace {
 
-std::string Cell(const Link& link) { return link.cls == LinkClass::kSelf ? " X " : link.Token(); }
+std::string Cell(const Link& link) {
+  return link.cls == LinkClass::kSelf ? " X " : link.Token();
+}
 
 std::string Count(int n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -55,7 +57,8 @@ std::string RenderTopologyMatrix(const NodeTopology& t) {
     }
     for (int n = 0; n < nr; ++n) out << Cell(t.gpu_nic.at(a, n)) << "\t";
     const Gpu& g = t.gpus[static_cast<std::size_t>(a)];
-    out << (g.cpus.empty() ? "N/A" : g.cpus) << "\t\t" << (g.numa >= 0 ? std::to_string(g.numa) : "N/A") << "\n";
+    out << (g.cpus.empty() ? "N/A" : g.cpus) << "\t\t" << (g.numa >= 0 ? std::to_string(g.numa) : "N/A")
+        << "\n";
   }
   for (int n = 0; n < nr; ++n) {
     out << "NIC" << n << "\t";
@@ -65,8 +68,10 @@ std::string RenderTopologyMatrix(const NodeTopology& t) {
   }
   out << "\nLegend:\n\n"
       << "  X    = Self\n"
-      << "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
-      << "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+      << "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., "
+         "QPI/UPI)\n"
+      << "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a "
+         "NUMA node\n"
       << "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
       << "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
       << "  PIX  = Connection traversing at most a single PCIe bridge\n"
@@ -74,7 +79,8 @@ std::string RenderTopologyMatrix(const NodeTopology& t) {
   if (has_xgmi) out << "  XGMI = Connection traversing AMD xGMI (Infinity Fabric) links\n";
   if (nr > 0) {
     out << "\nNIC Legend:\n\n";
-    for (int n = 0; n < nr; ++n) out << "  NIC" << n << ": " << t.nics[static_cast<std::size_t>(n)].DisplayName() << "\n";
+    for (int n = 0; n < nr; ++n)
+      out << "  NIC" << n << ": " << t.nics[static_cast<std::size_t>(n)].DisplayName() << "\n";
   }
   return out.str();
 }

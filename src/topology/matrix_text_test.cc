@@ -32,7 +32,10 @@ TEST(MatrixTextTest, NvidiaSmiLayout) {
   ASSERT_TRUE(t.ok());
   const std::vector<std::string> lines = Lines(RenderTopologyMatrix(*t));
   ASSERT_GT(lines.size(), 20u);
-  EXPECT_EQ(lines[0].rfind("# synthetic hgx-h100-8gpu: 8 GPUs, 8 RDMA NICs, 1 other NIC, 2 NUMA nodes, 4 PCIe switches", 0), 0u)
+  EXPECT_EQ(
+      lines[0].rfind(
+          "# synthetic hgx-h100-8gpu: 8 GPUs, 8 RDMA NICs, 1 other NIC, 2 NUMA nodes, 4 PCIe switches", 0),
+      0u)
       << lines[0];
   const std::vector<std::string> header = Cells(lines[1]);
   ASSERT_EQ(header.size(), 1u + 8 + 8 + 2);
@@ -93,7 +96,9 @@ TEST(MatrixTextTest, NoGpuStatementIsOneLine) {
   t.numa_nodes = {NumaNode{0, 0, "0-3", 0}, NumaNode{1, 1, "4-7", 0}};
   DeriveLinks(t);
   const std::string s = NoGpuStatement(t);
-  EXPECT_EQ(s, "No GPUs found (hwloc-xml cpu-only.xml): 0 GPUs, 1 RDMA NIC, 0 other NICs, 2 NUMA nodes, 0 PCIe switches.");
+  EXPECT_EQ(s,
+            "No GPUs found (hwloc-xml cpu-only.xml): 0 GPUs, 1 RDMA NIC, 0 other NICs, 2 NUMA nodes, 0 PCIe "
+            "switches.");
 }
 
 }  // namespace

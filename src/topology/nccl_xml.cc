@@ -5,8 +5,9 @@
 // their children, GPUs carry <gpu><nvlink|xgmi target count tclass/></gpu> and NICs carry
 // <nic><net name speed gdr/></nic>. Cloud images ship such files because their VMs hide the real
 // PCIe tree, so many are hand-written: attributes go missing, switches are fake (ffff:ff:01.0),
-// the AWS g5 file lists bare bus ids (not taken as GPUs: nothing says what they are). The reader is lenient about what it does not need and
-// strict only where a wrong answer would mislead the scheduler (bus ids of GPUs and NICs).
+// the AWS g5 file lists bare bus ids (not taken as GPUs: nothing says what they are). The reader is lenient
+// about what it does not need and strict only where a wrong answer would mislead the scheduler (bus ids of
+// GPUs and NICs).
 //
 // What NCCL does not record, the model leaves unknown: packages (-1), memory (0), host bridges
 // (none), GPU models and UUIDs, NVLink bandwidth.

@@ -368,7 +368,8 @@ TEST(NcclXmlTest, AwsG5ClasslessLeavesAreNotGpus) {
   EXPECT_EQ(t.numa_nodes.size(), 2u);
   // With a class, the same leaf is a GPU.
   const NodeTopology classed = ParseOrDie(
-      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:00:16.0\" class=\"0x030200\" vendor=\"0x10de\"/>"
+      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:00:16.0\" class=\"0x030200\" "
+      "vendor=\"0x10de\"/>"
       "<pci busid=\"0000:00:17.0\"/></cpu></system>");
   ASSERT_EQ(classed.gpus.size(), 1u);
   EXPECT_EQ(classed.gpus[0].pci_bus_id, "0000:00:16.0");

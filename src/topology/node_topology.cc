@@ -13,20 +13,27 @@ namespace toposched {
 
 std::string_view ToString(LinkClass c) {
   switch (c) {
-    case LinkClass::kSelf: return "X";
-    case LinkClass::kNV: return "NV";
-    case LinkClass::kPIX: return "PIX";
-    case LinkClass::kPXB: return "PXB";
-    case LinkClass::kPHB: return "PHB";
-    case LinkClass::kNODE: return "NODE";
-    case LinkClass::kSYS: return "SYS";
+    case LinkClass::kSelf:
+      return "X";
+    case LinkClass::kNV:
+      return "NV";
+    case LinkClass::kPIX:
+      return "PIX";
+    case LinkClass::kPXB:
+      return "PXB";
+    case LinkClass::kPHB:
+      return "PHB";
+    case LinkClass::kNODE:
+      return "NODE";
+    case LinkClass::kSYS:
+      return "SYS";
   }
   return "SYS";
 }
 
 std::optional<LinkClass> ParseLinkClass(std::string_view s) {
-  for (LinkClass c : {LinkClass::kSelf, LinkClass::kPIX, LinkClass::kPXB, LinkClass::kPHB,
-                      LinkClass::kNODE, LinkClass::kSYS}) {
+  for (LinkClass c : {LinkClass::kSelf, LinkClass::kPIX, LinkClass::kPXB, LinkClass::kPHB, LinkClass::kNODE,
+                      LinkClass::kSYS}) {
     if (s == ToString(c)) return c;
   }
   return std::nullopt;
@@ -34,33 +41,46 @@ std::optional<LinkClass> ParseLinkClass(std::string_view s) {
 
 std::string_view ToString(TopologySource s) {
   switch (s) {
-    case TopologySource::kHwloc: return "hwloc";
-    case TopologySource::kHwlocXml: return "hwloc-xml";
-    case TopologySource::kNcclXml: return "nccl-xml";
-    case TopologySource::kSynthetic: return "synthetic";
+    case TopologySource::kHwloc:
+      return "hwloc";
+    case TopologySource::kHwlocXml:
+      return "hwloc-xml";
+    case TopologySource::kNcclXml:
+      return "nccl-xml";
+    case TopologySource::kSynthetic:
+      return "synthetic";
   }
   return "synthetic";
 }
 
 std::optional<TopologySource> ParseTopologySource(std::string_view s) {
-  for (TopologySource v : {TopologySource::kHwloc, TopologySource::kHwlocXml,
-                           TopologySource::kNcclXml, TopologySource::kSynthetic}) {
+  for (TopologySource v : {TopologySource::kHwloc, TopologySource::kHwlocXml, TopologySource::kNcclXml,
+                           TopologySource::kSynthetic}) {
     if (s == ToString(v)) return v;
   }
   return std::nullopt;
 }
 
-std::string_view ToString(GpuVendor v) { return v == GpuVendor::kAmd ? "amd" : "nvidia"; }
+std::string_view ToString(GpuVendor v) {
+  return v == GpuVendor::kAmd ? "amd" : "nvidia";
+}
 
 std::string_view ToString(NicKind k) {
   switch (k) {
-    case NicKind::kInfiniband: return "infiniband";
-    case NicKind::kRoce: return "roce";
-    case NicKind::kEfa: return "efa";
-    case NicKind::kOmniPath: return "omnipath";
-    case NicKind::kSlingshot: return "slingshot";
-    case NicKind::kEthernet: return "ethernet";
-    case NicKind::kUnknown: return "unknown";
+    case NicKind::kInfiniband:
+      return "infiniband";
+    case NicKind::kRoce:
+      return "roce";
+    case NicKind::kEfa:
+      return "efa";
+    case NicKind::kOmniPath:
+      return "omnipath";
+    case NicKind::kSlingshot:
+      return "slingshot";
+    case NicKind::kEthernet:
+      return "ethernet";
+    case NicKind::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -97,8 +117,7 @@ std::optional<Link> Link::ParseToken(std::string_view token) {
 bool NaturalLess(std::string_view a, std::string_view b) {
   std::size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
-        std::isdigit(static_cast<unsigned char>(b[j]))) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
       std::size_t ie = i, je = j;
       while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
       while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
@@ -123,9 +142,12 @@ std::string ToKubernetesName(std::string_view s) {
   std::string out;
   for (char c : s.substr(0, 253)) {
     const auto u = static_cast<unsigned char>(c);
-    if (std::isalnum(u)) out += static_cast<char>(std::tolower(u));
-    else if (c == '.' || c == '-') out += c;
-    else out += '-';
+    if (std::isalnum(u))
+      out += static_cast<char>(std::tolower(u));
+    else if (c == '.' || c == '-')
+      out += c;
+    else
+      out += '-';
   }
   auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
   while (!out.empty() && !alnum(out.back())) out.pop_back();
@@ -167,7 +189,8 @@ namespace {
 // so that a malformed parent cycle cannot loop forever (the decoder rejects cycles anyway).
 std::vector<int> Chain(const NodeTopology& t, int node) {
   std::vector<int> chain;
-  for (int n = node; n >= 0 && chain.size() <= t.pcie.size(); n = t.pcie[static_cast<std::size_t>(n)].parent) {
+  for (int n = node; n >= 0 && chain.size() <= t.pcie.size();
+       n = t.pcie[static_cast<std::size_t>(n)].parent) {
     chain.push_back(n);
   }
   return chain;
@@ -175,8 +198,7 @@ std::vector<int> Chain(const NodeTopology& t, int node) {
 
 }  // namespace
 
-LinkClass ClassifyPath(const NodeTopology& t, int parent_a, int numa_a, int parent_b,
-                       int numa_b) {
+LinkClass ClassifyPath(const NodeTopology& t, int parent_a, int numa_a, int parent_b, int numa_b) {
   const std::vector<int> chain_a = Chain(t, parent_a);
   const std::vector<int> chain_b = Chain(t, parent_b);
   // Lowest common ancestor in the PCIe tree; bridges_a/b count the bridges strictly between each
@@ -203,14 +225,16 @@ int NodeTopology::SwitchOf(int pcie_parent) const {
   // Chain's walk without its vector (scoring calls this per device of every node it scores).
   int outermost = -1;
   std::size_t steps = 0;
-  for (int n = pcie_parent; n >= 0 && steps <= pcie.size(); n = pcie[static_cast<std::size_t>(n)].parent, ++steps) {
+  for (int n = pcie_parent; n >= 0 && steps <= pcie.size();
+       n = pcie[static_cast<std::size_t>(n)].parent, ++steps) {
     if (pcie[static_cast<std::size_t>(n)].is_switch) outermost = n;
   }
   return outermost;
 }
 
 int NodeTopology::SwitchCount() const {
-  return static_cast<int>(std::count_if(pcie.begin(), pcie.end(), [](const PcieNode& p) { return p.is_switch; }));
+  return static_cast<int>(
+      std::count_if(pcie.begin(), pcie.end(), [](const PcieNode& p) { return p.is_switch; }));
 }
 
 namespace {
@@ -230,30 +254,62 @@ std::string NodeTopology::Fingerprint() const {
   FingerprintHasher f;
   f.Int(kTopologySchemaVersion);
   for (const NumaNode& n : numa_nodes) {
-    f.Int(n.id); f.Int(n.package); f.Str(n.cpus); f.Int(static_cast<std::int64_t>(n.memory_bytes));
+    f.Int(n.id);
+    f.Int(n.package);
+    f.Str(n.cpus);
+    f.Int(static_cast<std::int64_t>(n.memory_bytes));
   }
   for (const PcieNode& p : pcie) {
-    f.Str(p.id); f.Int(static_cast<int>(p.kind)); f.Int(p.parent); f.Int(p.is_switch);
-    f.Int(p.numa); f.Int(p.package); f.Int(p.vendor_id); f.Int(p.device_id);
-    f.Real(p.link_gbps); f.Int(p.link_width);
+    f.Str(p.id);
+    f.Int(static_cast<int>(p.kind));
+    f.Int(p.parent);
+    f.Int(p.is_switch);
+    f.Int(p.numa);
+    f.Int(p.package);
+    f.Int(p.vendor_id);
+    f.Int(p.device_id);
+    f.Real(p.link_gbps);
+    f.Int(p.link_width);
   }
   for (const Gpu& g : gpus) {
-    f.Str(g.pci_bus_id); f.Int(static_cast<int>(g.vendor)); f.Int(g.vendor_id); f.Int(g.device_id);
-    f.Str(g.model); f.Int(static_cast<std::int64_t>(g.memory_mib)); f.Int(g.numa);  // not g.uuid
-    f.Int(g.package); f.Str(g.cpus); f.Int(g.parent); f.Real(g.link_gbps); f.Int(g.link_width);
+    f.Str(g.pci_bus_id);
+    f.Int(static_cast<int>(g.vendor));
+    f.Int(g.vendor_id);
+    f.Int(g.device_id);
+    f.Str(g.model);
+    f.Int(static_cast<std::int64_t>(g.memory_mib));
+    f.Int(g.numa);  // not g.uuid
+    f.Int(g.package);
+    f.Str(g.cpus);
+    f.Int(g.parent);
+    f.Real(g.link_gbps);
+    f.Int(g.link_width);
     if (!g.unusable.empty()) f.Str(g.unusable);  // absent for usable cards: fingerprints unchanged
     if (!g.shares_unenforced.empty()) f.Str(g.shares_unenforced);  // likewise
     for (const GpuPeer& p : g.peers) {
-      f.Int(p.gpu); f.Int(static_cast<int>(p.fabric)); f.Int(p.links);
-      f.Int(static_cast<std::int64_t>(p.bandwidth_mbps)); f.Int(p.via_switch);
+      f.Int(p.gpu);
+      f.Int(static_cast<int>(p.fabric));
+      f.Int(p.links);
+      f.Int(static_cast<std::int64_t>(p.bandwidth_mbps));
+      f.Int(p.via_switch);
     }
   }
   for (const Nic& n : nics) {
-    f.Str(n.name); f.Str(n.pci_bus_id);
+    f.Str(n.name);
+    f.Str(n.pci_bus_id);
     for (const std::string& d : n.netdevs) f.Str(d);
-    f.Int(n.rdma); f.Int(static_cast<int>(n.kind)); f.Int(n.vendor_id); f.Int(n.device_id);
-    f.Int(static_cast<std::int64_t>(n.link_rate_mbps)); f.Int(n.numa); f.Int(n.package);
-    f.Str(n.cpus); f.Int(n.parent); f.Real(n.link_gbps); f.Int(n.link_width); f.Str(n.rail);
+    f.Int(n.rdma);
+    f.Int(static_cast<int>(n.kind));
+    f.Int(n.vendor_id);
+    f.Int(n.device_id);
+    f.Int(static_cast<std::int64_t>(n.link_rate_mbps));
+    f.Int(n.numa);
+    f.Int(n.package);
+    f.Str(n.cpus);
+    f.Int(n.parent);
+    f.Real(n.link_gbps);
+    f.Int(n.link_width);
+    f.Str(n.rail);
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(f.fnv.value()));
@@ -317,7 +373,8 @@ void DeriveLinks(NodeTopology& t) {
     Gpu& g = t.gpus[i];
     g.index = static_cast<int>(i);
     // Peers pointing outside the GPU list (a source bug) are dropped, not followed.
-    std::erase_if(g.peers, [&](const GpuPeer& p) { return p.gpu < 0 || p.gpu >= static_cast<int>(new_index.size()); });
+    std::erase_if(g.peers,
+                  [&](const GpuPeer& p) { return p.gpu < 0 || p.gpu >= static_cast<int>(new_index.size()); });
     for (GpuPeer& p : g.peers) p.gpu = new_index[static_cast<std::size_t>(p.gpu)];
     std::sort(g.peers.begin(), g.peers.end(),
               [](const GpuPeer& a, const GpuPeer& b) { return a.gpu < b.gpu; });
@@ -349,7 +406,8 @@ void DeriveLinks(NodeTopology& t) {
     // NVLink/xGMI peers override the PCIe class.
     for (const GpuPeer& p : ga.peers) {
       if (p.gpu < 0 || p.gpu >= ng || p.gpu == a) continue;
-      t.gpu_gpu.at(a, p.gpu) = Link{LinkClass::kNV, p.fabric, p.fabric == Fabric::kNvlink ? std::max(p.links, 1) : 0};
+      t.gpu_gpu.at(a, p.gpu) =
+          Link{LinkClass::kNV, p.fabric, p.fabric == Fabric::kNvlink ? std::max(p.links, 1) : 0};
     }
     for (int n = 0; n < nn; ++n) {
       const Nic& nic = t.nics[static_cast<std::size_t>(n)];
@@ -360,8 +418,9 @@ void DeriveLinks(NodeTopology& t) {
     for (int b = 0; b < nn; ++b) {
       const Nic& na = t.nics[static_cast<std::size_t>(a)];
       const Nic& nb = t.nics[static_cast<std::size_t>(b)];
-      t.nic_nic.at(a, b) = a == b ? Link{LinkClass::kSelf, Fabric::kNone, 0}
-                                  : Link{ClassifyPath(t, na.parent, na.numa, nb.parent, nb.numa), Fabric::kNone, 0};
+      t.nic_nic.at(a, b) =
+          a == b ? Link{LinkClass::kSelf, Fabric::kNone, 0}
+                 : Link{ClassifyPath(t, na.parent, na.numa, nb.parent, nb.numa), Fabric::kNone, 0};
     }
   }
 }

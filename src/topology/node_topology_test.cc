@@ -31,21 +31,21 @@ NodeTopology Tree() {
     t.pcie.push_back(p);
     return static_cast<int>(t.pcie.size()) - 1;
   };
-  const int hb0 = add("hostbridge:0", PcieKind::kHostBridge, -1, false, 0);   // 0
-  const int rp0 = add("0000:00:01.0", PcieKind::kBridge, hb0, false, 0);      // 1
-  const int sw0 = add("0000:01:00.0", PcieKind::kBridge, rp0, true, 0);       // 2
-  add("0000:02:00.0", PcieKind::kBridge, sw0, false, 0);                       // 3 ds0
-  add("0000:02:01.0", PcieKind::kBridge, sw0, false, 0);                       // 4 ds1
-  const int ds2 = add("0000:02:02.0", PcieKind::kBridge, sw0, false, 0);      // 5
-  const int sw1 = add("0000:05:00.0", PcieKind::kBridge, ds2, true, 0);       // 6
-  add("0000:06:00.0", PcieKind::kBridge, sw1, false, 0);                       // 7 ds3
-  add("0000:00:02.0", PcieKind::kBridge, hb0, false, 0);                       // 8 rp1
-  const int hb1 = add("hostbridge:1", PcieKind::kHostBridge, -1, false, 0);   // 9
-  add("0000:20:01.0", PcieKind::kBridge, hb1, false, 0);                       // 10 rp2
-  const int hb2 = add("hostbridge:2", PcieKind::kHostBridge, -1, false, 1);   // 11
-  add("0000:40:01.0", PcieKind::kBridge, hb2, false, 1);                       // 12 rp3
-  const int hb3 = add("hostbridge:3", PcieKind::kHostBridge, -1, false, 2);   // 13
-  add("0000:80:01.0", PcieKind::kBridge, hb3, false, 2);                       // 14 rp4
+  const int hb0 = add("hostbridge:0", PcieKind::kHostBridge, -1, false, 0);  // 0
+  const int rp0 = add("0000:00:01.0", PcieKind::kBridge, hb0, false, 0);     // 1
+  const int sw0 = add("0000:01:00.0", PcieKind::kBridge, rp0, true, 0);      // 2
+  add("0000:02:00.0", PcieKind::kBridge, sw0, false, 0);                     // 3 ds0
+  add("0000:02:01.0", PcieKind::kBridge, sw0, false, 0);                     // 4 ds1
+  const int ds2 = add("0000:02:02.0", PcieKind::kBridge, sw0, false, 0);     // 5
+  const int sw1 = add("0000:05:00.0", PcieKind::kBridge, ds2, true, 0);      // 6
+  add("0000:06:00.0", PcieKind::kBridge, sw1, false, 0);                     // 7 ds3
+  add("0000:00:02.0", PcieKind::kBridge, hb0, false, 0);                     // 8 rp1
+  const int hb1 = add("hostbridge:1", PcieKind::kHostBridge, -1, false, 0);  // 9
+  add("0000:20:01.0", PcieKind::kBridge, hb1, false, 0);                     // 10 rp2
+  const int hb2 = add("hostbridge:2", PcieKind::kHostBridge, -1, false, 1);  // 11
+  add("0000:40:01.0", PcieKind::kBridge, hb2, false, 1);                     // 12 rp3
+  const int hb3 = add("hostbridge:3", PcieKind::kHostBridge, -1, false, 2);  // 13
+  add("0000:80:01.0", PcieKind::kBridge, hb3, false, 2);                     // 14 rp4
   return t;
 }
 
@@ -99,7 +99,7 @@ TEST(ClassifyPathTest, SwitchGroups) {
 
 TEST(LinkTokenTest, RoundTrip) {
   const std::vector<std::pair<std::string, Link>> cases = {
-      {"X", {LinkClass::kSelf, Fabric::kNone, 0}},  {"NV18", {LinkClass::kNV, Fabric::kNvlink, 18}},
+      {"X", {LinkClass::kSelf, Fabric::kNone, 0}},   {"NV18", {LinkClass::kNV, Fabric::kNvlink, 18}},
       {"NV1", {LinkClass::kNV, Fabric::kNvlink, 1}}, {"XGMI", {LinkClass::kNV, Fabric::kXgmi, 0}},
       {"PIX", {LinkClass::kPIX, Fabric::kNone, 0}},  {"PXB", {LinkClass::kPXB, Fabric::kNone, 0}},
       {"PHB", {LinkClass::kPHB, Fabric::kNone, 0}},  {"NODE", {LinkClass::kNODE, Fabric::kNone, 0}},
@@ -130,13 +130,21 @@ TEST(NaturalLessTest, NumbersCompareByValue) {
 
 TEST(NormalizePciBusIdTest, Table) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"0000:4e:00.0", "0000:4e:00.0"}, {"0000:4E:00.0", "0000:4e:00.0"},
+      {"0000:4e:00.0", "0000:4e:00.0"},
+      {"0000:4E:00.0", "0000:4e:00.0"},
       {"00000000:83:00.0", "0000:83:00.0"},  // NVML's 8-digit domain
       {"83:00.0", "0000:83:00.0"},           // no domain
-      {"0004:04:00.0", "0004:04:00.0"},      {"ffff:ff:01.0", "ffff:ff:01.0"},
-      {"10000:01:00.0", "10000:01:00.0"},    // VMD domain
-      {"", ""}, {"zz:00.0", ""}, {"0000:100:00.0", ""}, {"0000:00:20.0", ""}, {"0000:00:00.8", ""},
-      {"0000:00:00", ""}, {"0000:00.0", "0000:00:00.0"}, {"123456789:00:00.0", ""},
+      {"0004:04:00.0", "0004:04:00.0"},
+      {"ffff:ff:01.0", "ffff:ff:01.0"},
+      {"10000:01:00.0", "10000:01:00.0"},  // VMD domain
+      {"", ""},
+      {"zz:00.0", ""},
+      {"0000:100:00.0", ""},
+      {"0000:00:20.0", ""},
+      {"0000:00:00.8", ""},
+      {"0000:00:00", ""},
+      {"0000:00.0", "0000:00:00.0"},
+      {"123456789:00:00.0", ""},
   };
   for (const auto& [in, out] : cases) EXPECT_EQ(NormalizePciBusId(in), out) << in;
 }
@@ -220,14 +228,10 @@ namespace {
 
 TEST(ToKubernetesNameTest, Table) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"lassen28", "lassen28"},
-      {"drac-12.grenoble.grid5000.fr", "drac-12.grenoble.grid5000.fr"},
-      {"aws__p4d", "aws--p4d"},
-      {"GPU_Node_7", "gpu-node-7"},
-      {"--x--", "x"},
-      {"", "node"},
-      {"___", "node"},
-      {std::string(300, 'a'), std::string(253, 'a')},
+      {"lassen28", "lassen28"}, {"drac-12.grenoble.grid5000.fr", "drac-12.grenoble.grid5000.fr"},
+      {"aws__p4d", "aws--p4d"}, {"GPU_Node_7", "gpu-node-7"},
+      {"--x--", "x"},           {"", "node"},
+      {"___", "node"},          {std::string(300, 'a'), std::string(253, 'a')},
   };
   for (const auto& [in, out] : cases) EXPECT_EQ(ToKubernetesName(in), out) << in;
 }

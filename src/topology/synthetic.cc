@@ -82,7 +82,8 @@ SyntheticSpec Inference() {
 }
 
 constexpr Preset kPresets[] = {
-    {"hgx-h100-8gpu", "HGX H100: 2 sockets, 4 PCIe switches with 2 GPUs + 2 CX-7 each, NVSwitch NV18", HgxH100},
+    {"hgx-h100-8gpu", "HGX H100: 2 sockets, 4 PCIe switches with 2 GPUs + 2 CX-7 each, NVSwitch NV18",
+     HgxH100},
     {"hgx-a100-8gpu", "HGX A100: like DGX A100, GPUs and HCAs behind two switch levels (PXB), NV12", HgxA100},
     {"pcie-4gpu", "4 PCIe A100 on root ports, NVLink bridge pairs, no RDMA NIC", Pcie4Gpu},
     {"cloud-vm-8gpu", "8-GPU cloud VM: flattened PCIe, NUMA affinity only, 8 VFs", CloudVm},
@@ -292,8 +293,9 @@ Result<NodeTopology> GenerateSynthetic(const SyntheticSpec& spec) {
   if (!in(spec.sockets, 1, 8) || !in(spec.numa_per_socket, 1, 8) || !in(spec.switches_per_numa, 0, 16) ||
       !in(spec.gpus_per_switch, 0, 16) || !in(spec.nics_per_switch, 0, 16) || !in(spec.ethernet_nics, 0, 8) ||
       !in(spec.nvlinks_per_gpu, 0, 64) || !in(spec.cores_per_numa, 1, 1024)) {
-    return Error("synthetic spec out of range (sockets 1-8, NUMA per socket 1-8, switches per NUMA 0-16, "
-                 "devices per switch 0-16, Ethernet NICs 0-8, NVLinks 0-64, cores per NUMA 1-1024)");
+    return Error(
+        "synthetic spec out of range (sockets 1-8, NUMA per socket 1-8, switches per NUMA 0-16, "
+        "devices per switch 0-16, Ethernet NICs 0-8, NVLinks 0-64, cores per NUMA 1-1024)");
   }
   const int groups = spec.sockets * spec.numa_per_socket * std::max(spec.switches_per_numa, 1);
   if (groups * spec.gpus_per_switch > 64 || groups * spec.nics_per_switch > 64) {

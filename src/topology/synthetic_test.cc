@@ -87,7 +87,8 @@ TEST(SyntheticTest, RejectsUnknownPresetAndBadSpecs) {
   spec.switches_per_numa = 16;
   spec.gpus_per_switch = 16;  // 2 x 16 x 16 = 512 GPUs
   EXPECT_FALSE(GenerateSynthetic(spec).ok());
-  for (const std::string& name : SyntheticPresetNames()) EXPECT_FALSE(SyntheticPresetDescription(name).empty());
+  for (const std::string& name : SyntheticPresetNames())
+    EXPECT_FALSE(SyntheticPresetDescription(name).empty());
 }
 
 }  // namespace

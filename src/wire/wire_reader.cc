@@ -37,8 +37,8 @@
 #include <utility>
 #include <vector>
 
-#include "toposched/wire/wire.h"
 #include "json_fields.h"
+#include "toposched/wire/wire.h"
 
 namespace toposched::extender {
 

@@ -17,7 +17,6 @@
 namespace toposched::extender {
 namespace {
 
-
 void AppendInt(std::string& out, std::int64_t v) {
   char buf[24];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -52,7 +51,6 @@ void AppendFailedNodes(std::string& out, std::span<const NodeFailure> failures) 
 }
 
 }  // namespace
-
 
 void WriteFilterResult(std::string& out, bool nodes_mode, std::span<const NodeRef> passed,
                        std::span<const NodeFailure> failed, std::span<const NodeFailure> unresolvable,

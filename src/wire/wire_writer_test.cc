@@ -73,8 +73,9 @@ TEST(AppendJsonStringTest, Escapes) {
 // any offset of a long name comes out as it does alone, which the byte-by-byte path decides.
 TEST(AppendJsonStringTest, EveryOffsetOfALongStringEscapesAsAlone) {
   const std::string plain = "gpu-node-rack-07-slot-12-abcdefgh";  // 33 bytes
-  const std::vector<std::string> specials = {"\"", "\\", "\n", std::string(1, '\0'), "\x1f", " ",
-                                             "\x7f", "\xc3\xa9", "\xe2\x82\xac", "\x80", "\xff", "\xc3"};
+  const std::vector<std::string> specials = {"\"",           "\\",   "\n",   std::string(1, '\0'),
+                                             "\x1f",         " ",    "\x7f", "\xc3\xa9",
+                                             "\xe2\x82\xac", "\x80", "\xff", "\xc3"};
   for (const std::string& special : specials) {
     const std::string alone = JsonString(special);
     const std::string_view escaped = std::string_view(alone).substr(1, alone.size() - 2);

@@ -96,8 +96,8 @@ void FillPci(const std::string& bus_id, unsigned pci_device_id, nvmlPciInfo_t* p
     pci->domain = domain;
     pci->bus = bus;
     pci->device = device;
-    std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04x:%02x:%02x.0", domain & 0xffffu, bus & 0xffu,
-                  device & 0xffu);
+    std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04x:%02x:%02x.0", domain & 0xffffu,
+                  bus & 0xffu, device & 0xffu);
   }
   pci->pciDeviceId = pci_device_id;
 }
@@ -174,13 +174,20 @@ nvmlReturn_t nvmlShutdown() {
 
 const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case kSuccess: return "Success";
-    case kUninitialized: return "Uninitialized";
-    case kInvalidArgument: return "Invalid Argument";
-    case kNotSupported: return "Not Supported";
-    case kInsufficientSize: return "Insufficient Size";
-    case kDriverNotLoaded: return "Driver Not Loaded";
-    default: return "Unknown Error";
+    case kSuccess:
+      return "Success";
+    case kUninitialized:
+      return "Uninitialized";
+    case kInvalidArgument:
+      return "Invalid Argument";
+    case kNotSupported:
+      return "Not Supported";
+    case kInsufficientSize:
+      return "Insufficient Size";
+    case kDriverNotLoaded:
+      return "Driver Not Loaded";
+    default:
+      return "Unknown Error";
   }
 }
 

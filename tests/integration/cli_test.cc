@@ -29,9 +29,13 @@ namespace fs = std::filesystem;
 
 using testing::CliRun;
 
-std::string Quote(const std::string& s) { return testing::ShellQuote(s); }
+std::string Quote(const std::string& s) {
+  return testing::ShellQuote(s);
+}
 
-CliRun Toposched(const std::string& args) { return testing::RunToposched(args); }
+CliRun Toposched(const std::string& args) {
+  return testing::RunToposched(args);
+}
 
 // `topo --input F` prints exactly the matrix (or the no-GPU line) that the library computes
 // for F, and `--format json` round-trips to the same topology.
@@ -82,14 +86,18 @@ TEST(CliTest, BundledExampleMatchesItsDocumentedMatrix) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   // GPU0 shares its PCIe switch with mlx5_0 and mlx5_1 (PIX), reaches the socket's other NICs
   // through the CPU (NODE) and the other socket's across UPI (SYS); NVSwitch gives NV18.
-  EXPECT_NE(run.out.find("GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPIX\tPIX\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t"),
-            std::string::npos)
+  EXPECT_NE(
+      run.out.find(
+          "GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPIX\tPIX\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t"),
+      std::string::npos)
       << run.out;
 }
 
 TEST(CliTest, AgentOnceWritesDecodableJsonAtomically) {
-  const fs::path out = fs::temp_directory_path() / ("toposched-agent-" + std::to_string(::getpid()) + ".json");
-  const CliRun run = Toposched("agent --once --synthetic cloud-vm-8gpu --node-name gpu-node-7 --output " + Quote(out.string()));
+  const fs::path out =
+      fs::temp_directory_path() / ("toposched-agent-" + std::to_string(::getpid()) + ".json");
+  const CliRun run = Toposched("agent --once --synthetic cloud-vm-8gpu --node-name gpu-node-7 --output " +
+                               Quote(out.string()));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(run.out.empty()) << "JSON goes to the file, logs to stderr";
   EXPECT_NE(run.err.find("node=gpu-node-7"), std::string::npos) << run.err;
@@ -126,12 +134,13 @@ TEST(CliTest, ErrorsAreClearAndNonZero) {
   };
   const std::vector<ErrorCase> cases = {
       {"empty file", "topo --input " + write("empty.xml", ""), 1, "empty.xml: the file is empty"},
-      {"garbage", "topo --input " + write("garbage.bin", std::string("\x01\x02\x03\xff\xfe", 5)), 1, "binary data"},
-      {"truncated", "topo --input " + write("cut.xml", "<topology version=\"2.0\"><object type=\"Machine\""), 1,
-       "cut.xml (hwloc XML): hwloc XML: an <object> tag is not closed (truncated file?)"},
+      {"garbage", "topo --input " + write("garbage.bin", std::string("\x01\x02\x03\xff\xfe", 5)), 1,
+       "binary data"},
+      {"truncated", "topo --input " + write("cut.xml", "<topology version=\"2.0\"><object type=\"Machine\""),
+       1, "cut.xml (hwloc XML): hwloc XML: an <object> tag is not closed (truncated file?)"},
       {"wrong root", "topo --input " + write("root.xml", "<svg></svg>"), 1, "unknown XML root element <svg>"},
-      {"matrix file", "topo --input " + write("m.txt", "\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\t0-3\n"), 1,
-       "nvidia-smi topo -m"},
+      {"matrix file", "topo --input " + write("m.txt", "\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\t0-3\n"),
+       1, "nvidia-smi topo -m"},
       {"missing file", "topo --input /nonexistent/topo.xml", 1, "/nonexistent/topo.xml: cannot open"},
       {"bad format flag", "topo --format yaml", 2, "--format must be text or json"},
       {"unknown flag", "topo --frobnicate", 2, "unknown flag '--frobnicate'"},
@@ -154,9 +163,11 @@ TEST(CliTest, ErrorsAreClearAndNonZero) {
 
 TEST(CliTest, CpuOnlyMachineFileIsOneLineAndExitZero) {
   TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
-  const CliRun run = Toposched("topo --input " + Quote(testing::SharedTopology("local__ci-sandbox_cpu-only.hwloc2.xml").string()));
+  const CliRun run = Toposched(
+      "topo --input " + Quote(testing::SharedTopology("local__ci-sandbox_cpu-only.hwloc2.xml").string()));
   EXPECT_EQ(run.exit_code, 0);
-  EXPECT_EQ(run.out.rfind("No GPUs found (hwloc-xml local__ci-sandbox_cpu-only.hwloc2.xml", 0), 0u) << run.out;
+  EXPECT_EQ(run.out.rfind("No GPUs found (hwloc-xml local__ci-sandbox_cpu-only.hwloc2.xml", 0), 0u)
+      << run.out;
   EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1);
 }
 
@@ -166,7 +177,9 @@ TEST(CliTest, CpuOnlyMachineFileIsOneLineAndExitZero) {
 namespace toposched {
 namespace {
 
-std::string Example(const std::string& name) { return Quote(std::string(TOPOSCHED_SOURCE_DIR) + "/examples/" + name); }
+std::string Example(const std::string& name) {
+  return Quote(std::string(TOPOSCHED_SOURCE_DIR) + "/examples/" + name);
+}
 
 // `place` on the bundled HGX file with half of it taken: the 4-GPU prefill pod gets the two free
 // GPUs of switch 0000:37 and one free GPU on each of two other switches, each with the NIC beside
@@ -191,14 +204,17 @@ TEST(CliTest, PlaceTextAndFailures) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("worst class: PIX, class sum: 8"), std::string::npos) << text.out;
   // The 8-GPU pod cannot fit next to three GPUs already taken.
-  const CliRun full = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
-                                Example("pods/training-8gpu.json") + " --allocated " + Example("allocated-half.json"));
+  const CliRun full =
+      Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
+                Example("pods/training-8gpu.json") + " --allocated " + Example("allocated-half.json"));
   EXPECT_EQ(full.exit_code, 1);
   EXPECT_NE(full.err.find("nothing fits"), std::string::npos) << full.err;
   EXPECT_NE(full.err.find("DeviceFit"), std::string::npos) << full.err;
   // The shared small model fits on a synthetic node whose GPU memory is known.
-  const fs::path topo = fs::temp_directory_path() / ("toposched-place-" + std::to_string(::getpid()) + ".json");
-  ASSERT_EQ(Toposched("agent --once --synthetic inference-4gpu --output " + Quote(topo.string())).exit_code, 0);
+  const fs::path topo =
+      fs::temp_directory_path() / ("toposched-place-" + std::to_string(::getpid()) + ".json");
+  ASSERT_EQ(Toposched("agent --once --synthetic inference-4gpu --output " + Quote(topo.string())).exit_code,
+            0);
   const CliRun shared = Toposched("place --topology " + Quote(topo.string()) + " --request " +
                                   Example("pods/small-model-shared.json"));
   EXPECT_EQ(shared.exit_code, 0) << shared.err;
@@ -206,8 +222,8 @@ TEST(CliTest, PlaceTextAndFailures) {
   fs::remove(topo);
   // Usage errors exit 2, bad inputs 1 with the file named.
   EXPECT_EQ(Toposched("place --request x.json").exit_code, 2);
-  const CliRun bad_request = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") + " --request " +
-                                       Example("hgx-h100-8gpu.nccl.xml"));
+  const CliRun bad_request = Toposched("place --topology " + Example("hgx-h100-8gpu.nccl.xml") +
+                                       " --request " + Example("hgx-h100-8gpu.nccl.xml"));
   EXPECT_EQ(bad_request.exit_code, 1);
   EXPECT_NE(bad_request.err.find("hgx-h100-8gpu.nccl.xml"), std::string::npos) << bad_request.err;
 }
@@ -230,29 +246,32 @@ TEST(CliTest, PlaceReadsKubectlYaml) {
                                      "        nvidia.com/gpu: 4\n";
   // Another scheduler's pod holds 4 GPUs of gpu-a1 (counted on the last four); one on gpu-a2
   // does not count here.
-  std::ofstream(dir / "pods.yaml") << "apiVersion: v1\nkind: List\nitems:\n"
-                                      "- apiVersion: v1\n  kind: Pod\n  metadata: {name: other, namespace: ml, uid: u1}\n"
-                                      "  spec:\n    nodeName: gpu-a1\n    containers:\n    - name: c\n"
-                                      "      resources: {limits: {nvidia.com/gpu: \"4\"}}\n"
-                                      "  status: {phase: Running}\n"
-                                      "- apiVersion: v1\n  kind: Pod\n  metadata: {name: elsewhere, namespace: ml, uid: u2}\n"
-                                      "  spec:\n    nodeName: gpu-a2\n    containers:\n    - name: c\n"
-                                      "      resources: {limits: {nvidia.com/gpu: \"4\"}}\n"
-                                      "  status: {phase: Running}\n";
+  std::ofstream(dir / "pods.yaml")
+      << "apiVersion: v1\nkind: List\nitems:\n"
+         "- apiVersion: v1\n  kind: Pod\n  metadata: {name: other, namespace: ml, uid: u1}\n"
+         "  spec:\n    nodeName: gpu-a1\n    containers:\n    - name: c\n"
+         "      resources: {limits: {nvidia.com/gpu: \"4\"}}\n"
+         "  status: {phase: Running}\n"
+         "- apiVersion: v1\n  kind: Pod\n  metadata: {name: elsewhere, namespace: ml, uid: u2}\n"
+         "  spec:\n    nodeName: gpu-a2\n    containers:\n    - name: c\n"
+         "      resources: {limits: {nvidia.com/gpu: \"4\"}}\n"
+         "  status: {phase: Running}\n";
   const std::string topology = " --topology " + Quote((dir / "ntopo.yaml").string());
   const std::string request = " --request " + Quote((dir / "pod.yaml").string());
 
   const CliRun ambiguous = Toposched("place" + topology + request);
   EXPECT_EQ(ambiguous.exit_code, 1);
-  EXPECT_NE(ambiguous.err.find("2 NodeTopologies (gpu-a1, gpu-a2): pick one with --node NAME"), std::string::npos)
+  EXPECT_NE(ambiguous.err.find("2 NodeTopologies (gpu-a1, gpu-a2): pick one with --node NAME"),
+            std::string::npos)
       << ambiguous.err;
 
   const CliRun run = Toposched("place" + topology + " --node gpu-a1" + request + " --allocated " +
                                Quote((dir / "pods.yaml").string()) + " --format=json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.err.find("0 pods with allocation records on gpu-a1, 1 without (counted on the last free devices); "
-                         "1 on other nodes skipped"),
-            std::string::npos)
+  EXPECT_NE(
+      run.err.find("0 pods with allocation records on gpu-a1, 1 without (counted on the last free devices); "
+                   "1 on other nodes skipped"),
+      std::string::npos)
       << run.err;
   const auto out = nlohmann::json::parse(run.out);
   EXPECT_EQ(out["node"], "gpu-a1");

@@ -172,7 +172,9 @@ class KubeCli : public ::testing::Test {
                            "clusters:\n"
                            "- name: fake\n"
                            "  cluster:\n"
-                           "    server: " << server << "\n"
+                           "    server: "
+                        << server
+                        << "\n"
                            "contexts:\n"
                            "- name: fake\n"
                            "  context:\n"
@@ -182,7 +184,8 @@ class KubeCli : public ::testing::Test {
                            "users:\n"
                            "- name: tester\n"
                            "  user:\n"
-                           "    " << user_yaml << "\n";
+                           "    "
+                        << user_yaml << "\n";
     return path.string();
   }
 
@@ -193,9 +196,19 @@ class KubeCli : public ::testing::Test {
   }
 
   std::vector<std::string> AgentArgs(const std::string& node) const {
-    return {"agent", "--kubeconfig", kubeconfig_, "--node-name", node,
-            "--input", SharedTopology(kAzureA100).string(),
-            "--interval", "200ms", "--heartbeat", "1s", "--log-format", "json"};
+    return {"agent",
+            "--kubeconfig",
+            kubeconfig_,
+            "--node-name",
+            node,
+            "--input",
+            SharedTopology(kAzureA100).string(),
+            "--interval",
+            "200ms",
+            "--heartbeat",
+            "1s",
+            "--log-format",
+            "json"};
   }
 
   // The NodeTopology of `node` once it has a status (the agent's first publish is complete).
@@ -206,11 +219,30 @@ class KubeCli : public ::testing::Test {
   }
 
   std::vector<std::string> ServeArgs(const std::string& kubeconfig) const {
-    return {"serve", "--kube", "--kubeconfig", kubeconfig,
-            "--address", "127.0.0.1", "--port", "0", "--port-file", (dir_ / "port").string(),
-            "--threads", "2", "--lease-namespace", "toposched-system", "--identity", "replica-a",
-            "--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "200ms",
-            "--log-format", "json"};
+    return {"serve",
+            "--kube",
+            "--kubeconfig",
+            kubeconfig,
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            (dir_ / "port").string(),
+            "--threads",
+            "2",
+            "--lease-namespace",
+            "toposched-system",
+            "--identity",
+            "replica-a",
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "200ms",
+            "--log-format",
+            "json"};
   }
 
   std::uint16_t WaitForPort(const Process& serve) const {
@@ -240,12 +272,12 @@ class KubeCli : public ::testing::Test {
   std::string kubeconfig_;
 };
 
-#define SKIP_WITHOUT_TOPOLOGY()                                                      \
-  do {                                                                               \
-    if (SkipWithoutTopology()) {                                                     \
-      GTEST_SKIP() << "no " << SharedTopology(kAzureA100)                            \
+#define SKIP_WITHOUT_TOPOLOGY()                                                     \
+  do {                                                                              \
+    if (SkipWithoutTopology()) {                                                    \
+      GTEST_SKIP() << "no " << SharedTopology(kAzureA100)                           \
                    << " (set TOPOSCHED_SHARED_TOPOLOGIES to ../shared/topologies)"; \
-    }                                                                                \
+    }                                                                               \
   } while (0)
 
 // ---------------------------------------------------------------------------------------------
@@ -347,7 +379,9 @@ TEST_F(KubeCli, ServeFiltersBindsAndReleasesTheLeaseOnSigterm) {
   ASSERT_TRUE(WaitFor([&] {
     auto r = http.Get("/readyz");
     return r && r->status == 200;
-  })) << http.Get("/readyz")->body << "\n" << serve.log();
+  })) << http.Get("/readyz")->body
+      << "\n"
+      << serve.log();
   const std::optional<json> lease = server_.Get(kLeases, kLeaseName);
   ASSERT_TRUE(lease.has_value()) << "no Lease in toposched-system";
   EXPECT_EQ((*lease)["spec"]["holderIdentity"], "replica-a");
@@ -385,8 +419,8 @@ TEST_F(KubeCli, ServeFiltersBindsAndReleasesTheLeaseOnSigterm) {
     EXPECT_NE(r.status, 401) << r.method << " " << r.path << ": the kubeconfig's token was not sent";
   }
   const std::vector<std::string> messages = JsonLogMessages(serve.log());
-  EXPECT_TRUE(AnyContains(messages, "leader election on Lease toposched-system/" + std::string(kLeaseName) +
-                                        " as replica-a"))
+  EXPECT_TRUE(AnyContains(
+      messages, "leader election on Lease toposched-system/" + std::string(kLeaseName) + " as replica-a"))
       << serve.log();
   EXPECT_TRUE(AnyContains(messages, "stopped")) << serve.log();
 }
@@ -412,7 +446,9 @@ TEST_F(KubeCli, ServeIsNotReadyUntilTheApiServerAnswers) {
   ASSERT_TRUE(WaitFor([&] {
     auto r = http.Get("/readyz");
     return r && r->status == 200;
-  })) << http.Get("/readyz")->body << "\n" << serve.log();
+  })) << http.Get("/readyz")->body
+      << "\n"
+      << serve.log();
   EXPECT_EQ((*server_.Get(kLeases, kLeaseName))["spec"]["holderIdentity"], "replica-a");
   serve.Signal(SIGTERM);
   EXPECT_EQ(serve.WaitExit(), 0) << serve.log();

@@ -82,7 +82,8 @@ std::unique_ptr<kube::Transport> Connect(const FakeApiServer& server) {
 // One extender replica: its own transport, store, metrics, source, service and (optionally)
 // leader elector, wired as `toposched serve --kube` wires them.
 struct Replica {
-  Replica(const FakeApiServer& server, std::string identity, bool elect, kube::KubeSourceOptions source_options = {})
+  Replica(const FakeApiServer& server, std::string identity, bool elect,
+          kube::KubeSourceOptions source_options = {})
       : transport(Connect(server)),
         api(*transport, FastApi()),
         registry(plugins::BuiltinRegistry()),
@@ -110,8 +111,8 @@ struct Replica {
     }
     source = std::make_unique<kube::KubeSource>(api, store, metrics, source_options, elector.get());
     store.SetPersistence(source.get());
-    service = std::make_unique<extender::ExtenderService>(framework, store, metrics, extender::ExtenderOptions{},
-                                                          nullptr, source.get());
+    service = std::make_unique<extender::ExtenderService>(framework, store, metrics,
+                                                          extender::ExtenderOptions{}, nullptr, source.get());
     service->SetScrapeHook([this] { source->RefreshMetrics(); });
     source->Start();
     if (elector) elector_thread = std::jthread([this](std::stop_token stop) { elector->Run(stop); });
@@ -127,7 +128,8 @@ struct Replica {
     if (source) source->Stop();
   }
 
-  std::pair<int, std::string> Call(const std::string& target, const std::string& body, const char* method = "POST") {
+  std::pair<int, std::string> Call(const std::string& target, const std::string& body,
+                                   const char* method = "POST") {
     server::HttpRequest req{method, target, "application/json", body, "test"};
     server::HttpResponse resp;
     service->Handle(req, resp);
@@ -158,8 +160,9 @@ Scheduled Schedule(Replica& r, const json& pod, const std::vector<std::string>& 
   if (fs != 200) return {"", "filter HTTP " + std::to_string(fs) + ": " + filter_body};
   const json filtered = json::parse(filter_body);
   if (!filtered["Error"].get<std::string>().empty()) return {"", filtered["Error"].get<std::string>()};
-  std::vector<std::string> fits = filtered["NodeNames"].is_array() ? filtered["NodeNames"].get<std::vector<std::string>>()
-                                                                    : std::vector<std::string>{};
+  std::vector<std::string> fits = filtered["NodeNames"].is_array()
+                                      ? filtered["NodeNames"].get<std::vector<std::string>>()
+                                      : std::vector<std::string>{};
   if (fits.empty()) return {"", "no node fits: " + filtered["FailedNodes"].dump()};
   std::string best = fits[0];
   if (fits.size() > 1) {
@@ -200,7 +203,8 @@ json GpuPod(FakeApiServer& server, const std::string& name, int gpus, int rdma,
 // The API server's view: every active pod with our allocation annotation -> (node, devices).
 struct ApiAllocation {
   std::string uid, node;
-  std::vector<std::string> gpus, nics;  // GPUs by PCI bus id, NICs by name (ports share a bus id), else bus id
+  std::vector<std::string> gpus,
+      nics;  // GPUs by PCI bus id, NICs by name (ports share a bus id), else bus id
   bool shared = false;
 };
 std::vector<ApiAllocation> AllocationsInApi(const FakeApiServer& server) {
@@ -220,7 +224,8 @@ std::vector<ApiAllocation> AllocationsInApi(const FakeApiServer& server) {
     }
     for (const json& n : a.value("nics", json::array())) {
       const std::string name = n.value("name", std::string());
-      x.nics.push_back(name.empty() ? n.value("pciBusId", std::string()) : name);  // a NIC known by address only
+      x.nics.push_back(name.empty() ? n.value("pciBusId", std::string())
+                                    : name);  // a NIC known by address only
     }
     out.push_back(std::move(x));
   }
@@ -233,11 +238,13 @@ void ExpectNoDeviceHeldTwice(const FakeApiServer& server) {
   for (const ApiAllocation& a : AllocationsInApi(server)) {
     if (!a.shared) {
       for (const std::string& g : a.gpus) {
-        EXPECT_TRUE(taken.insert({a.node, "gpu " + g}).second) << "GPU " << g << " on " << a.node << " held twice";
+        EXPECT_TRUE(taken.insert({a.node, "gpu " + g}).second)
+            << "GPU " << g << " on " << a.node << " held twice";
       }
     }
     for (const std::string& n : a.nics) {
-      EXPECT_TRUE(taken.insert({a.node, "nic " + n}).second) << "NIC " << n << " on " << a.node << " held twice";
+      EXPECT_TRUE(taken.insert({a.node, "nic " + n}).second)
+          << "NIC " << n << " on " << a.node << " held twice";
     }
   }
 }
@@ -259,7 +266,8 @@ bool StoreMatchesApi(const Replica& r, const FakeApiServer& server, std::string*
   const std::shared_ptr<const state::Snapshot> snapshot = r.store.snapshot();
   for (const auto& record : snapshot->nodes()) with_devices += record->pods.size();
   if (with_devices != devices) {
-    if (diff) *diff = std::to_string(with_devices) + " pods in the store, " + std::to_string(devices) + " in the API";
+    if (diff)
+      *diff = std::to_string(with_devices) + " pods in the store, " + std::to_string(devices) + " in the API";
     return false;
   }
   return true;
@@ -284,8 +292,9 @@ class KubeE2E : public ::testing::Test {
     Result<kube::PublishOutcome> published = Publish(name, topology_file);
     ASSERT_TRUE(published.ok()) << published.error().message();
   }
-  Result<kube::PublishOutcome> Publish(const std::string& name, const std::string& topology_file,
-                                       std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
+  Result<kube::PublishOutcome> Publish(
+      const std::string& name, const std::string& topology_file,
+      std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
     kube::AgentOptions options;
     options.node_name = name;
     options.now = [now] { return now; };
@@ -401,7 +410,8 @@ TEST_F(KubeE2E, ExtenderSyncsThenBindsAStreamOfPodsWithExactAnnotations) {
     ASSERT_EQ(allocation["nics"].size(), static_cast<std::size_t>(sizes[i]));
     // visible-gpus: host indices (these NCCL files carry no UUIDs), in allocation order.
     std::string indices, hca = "=";
-    for (const json& g : allocation["gpus"]) indices += (indices.empty() ? "" : ",") + std::to_string(g["index"].get<int>());
+    for (const json& g : allocation["gpus"])
+      indices += (indices.empty() ? "" : ",") + std::to_string(g["index"].get<int>());
     for (const json& n : allocation["nics"]) {
       const std::string nic = n.value("name", "");
       if (!nic.empty()) hca += (hca == "=" ? "" : ",") + nic;
@@ -415,9 +425,11 @@ TEST_F(KubeE2E, ExtenderSyncsThenBindsAStreamOfPodsWithExactAnnotations) {
     }
     EXPECT_TRUE(ann.contains("toposched.io/bind-time"));
     // The link class written is the one the placement chose.
-    const std::optional<state::PodAllocation> held = r.store.FindPod(pod["metadata"]["uid"].get<std::string>());
+    const std::optional<state::PodAllocation> held =
+        r.store.FindPod(pod["metadata"]["uid"].get<std::string>());
     ASSERT_TRUE(held.has_value());
-    EXPECT_EQ(allocation["links"]["worstGpuNic"], std::string(ToString(held->worst_class))) << allocation.dump();
+    EXPECT_EQ(allocation["links"]["worstGpuNic"], std::string(ToString(held->worst_class)))
+        << allocation.dump();
     // HAMi names devices by UUID only; these NCCL exports have none (and no HAMi registration
     // supplies them), so no HAMi annotation is written: HAMi's device plugin is not on these
     // nodes. HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip covers the HAMi nodes.
@@ -446,20 +458,23 @@ TEST_F(KubeE2E, ReadyAfterBindIsMeasuredAndReported) {
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   const json pod = GpuPod(server_, "serve-0", 1, 1);
   ASSERT_TRUE(Schedule(r, pod, {"a100-0"}).error.empty());
-  ASSERT_TRUE(WaitFor([&] { return r.store.FindPod(pod["metadata"]["uid"].get<std::string>()).has_value(); }));
+  ASSERT_TRUE(
+      WaitFor([&] { return r.store.FindPod(pod["metadata"]["uid"].get<std::string>()).has_value(); }));
   ASSERT_TRUE(WaitFor([&] {  // the informer has seen the bound pod
-    return r.Call("/metrics", "", "GET").second.find("toposched_kube_informer_events_total{resource=\"pods\"}") !=
-           std::string::npos;
+    return r.Call("/metrics", "", "GET")
+               .second.find("toposched_kube_informer_events_total{resource=\"pods\"}") != std::string::npos;
   }));
   std::this_thread::sleep_for(milliseconds(200));
   json ready = *server_.Get(kPods, "serve-0");
   ready["status"]["phase"] = "Running";
-  ready["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"},
-                                   {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now() +
-                                                                           std::chrono::seconds(3))}}};
+  ready["status"]["conditions"] = {
+      {{"type", "Ready"},
+       {"status", "True"},
+       {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now() + std::chrono::seconds(3))}}};
   server_.Upsert(kPods, ready);
   ASSERT_TRUE(WaitFor([&] {
-    return r.Call("/metrics", "", "GET").second.find("toposched_bind_to_ready_seconds_count 1") != std::string::npos;
+    return r.Call("/metrics", "", "GET").second.find("toposched_bind_to_ready_seconds_count 1") !=
+           std::string::npos;
   })) << r.Call("/metrics", "", "GET").second;
   // The bind's own event says what the pod got; ReadyAfterBind follows it.
   ASSERT_TRUE(WaitFor([&] {
@@ -472,7 +487,8 @@ TEST_F(KubeE2E, ReadyAfterBindIsMeasuredAndReported) {
   for (const json& e : server_.List("/api/v1/namespaces/default/events")) by_reason[e["reason"]] = e;
   const json event = by_reason["ReadyAfterBind"];
   EXPECT_EQ(event["involvedObject"]["name"], "serve-0");
-  EXPECT_NE(event["message"].get<std::string>().find("after toposched bound it to node a100-0"), std::string::npos);
+  EXPECT_NE(event["message"].get<std::string>().find("after toposched bound it to node a100-0"),
+            std::string::npos);
   ASSERT_TRUE(by_reason.contains("DevicesAllocated"));
   const std::string devices = by_reason["DevicesAllocated"]["message"];
   EXPECT_EQ(by_reason["DevicesAllocated"]["type"], "Normal");
@@ -492,27 +508,32 @@ TEST_F(KubeE2E, WarningsOnlyWritesNoNormalEventPerPod) {
   const json pod = GpuPod(server_, "quiet-0", 1, 1);
   ASSERT_TRUE(Schedule(r, pod, {"a100-0"}).error.empty());
   ASSERT_TRUE(WaitFor([&] {
-    return r.Call("/metrics", "", "GET").second.find("toposched_kube_informer_events_total{resource=\"pods\"}") !=
-           std::string::npos;
+    return r.Call("/metrics", "", "GET")
+               .second.find("toposched_kube_informer_events_total{resource=\"pods\"}") != std::string::npos;
   }));
   std::this_thread::sleep_for(milliseconds(200));
   json ready = *server_.Get(kPods, "quiet-0");
   ready["status"]["phase"] = "Running";
-  ready["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"},
-                                   {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now())}}};
+  ready["status"]["conditions"] = {
+      {{"type", "Ready"},
+       {"status", "True"},
+       {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now())}}};
   server_.Upsert(kPods, ready);
   ASSERT_TRUE(WaitFor([&] {
-    return r.Call("/metrics", "", "GET").second.find("toposched_bind_to_ready_seconds_count 1") != std::string::npos;
+    return r.Call("/metrics", "", "GET").second.find("toposched_bind_to_ready_seconds_count 1") !=
+           std::string::npos;
   }));
   // A pod no node fits gets its Warning, written by the same loop that would write the others.
   const json big = GpuPod(server_, "too-big", 16, 0);
   EXPECT_FALSE(Schedule(r, big, {"a100-0"}).error.empty());
-  ASSERT_TRUE(WaitFor([&] {
-    for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
-      if (e["reason"] == "FailedScheduling") return true;
-    }
-    return false;
-  }, milliseconds(30'000)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
+          if (e["reason"] == "FailedScheduling") return true;
+        }
+        return false;
+      },
+      milliseconds(30'000)));
   for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
     EXPECT_EQ(e["type"], "Warning") << e.dump();
   }
@@ -550,8 +571,9 @@ TEST_F(KubeE2E, NoNodeFitsIsOneFailedSchedulingEventWhoseCountRises) {
   EXPECT_EQ(e["involvedObject"]["name"], "too-many-nics");
   EXPECT_EQ(e["involvedObject"]["uid"], pod["metadata"]["uid"]);
   EXPECT_EQ(e["source"]["component"], "toposched-extender");
-  EXPECT_EQ(e["message"], "0/3 nodes fit: 2 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: no "
-                          "NodeTopology (is the toposched agent running there?)");
+  EXPECT_EQ(e["message"],
+            "0/3 nodes fit: 2 nodes: fewer GPUs or RDMA NICs in all than the pod asks; 1 node: no "
+            "NodeTopology (is the toposched agent running there?)");
   EXPECT_NE(e["firstTimestamp"], nullptr);
   // The flush counts the patch after the API server has it: wait for the counter too.
   EXPECT_TRUE(WaitFor([&] {
@@ -575,8 +597,9 @@ TEST_F(KubeE2E, NoNodeFitsIsOneFailedSchedulingEventWhoseCountRises) {
 TEST_F(KubeE2E, VolcanoVgpuPodsHoldTheirGpus) {
   json reg = json::array();  // HAMi's registration gives the node's GPUs their UUIDs here
   for (int i = 0; i < 8; ++i) {
-    json d = {{"id", "GPU-a100-" + std::to_string(i)}, {"count", 10}, {"devmem", 81920}, {"devcore", 100},
-              {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"}, {"health", true}, {"index", i}};
+    json d = {
+        {"id", "GPU-a100-" + std::to_string(i)},  {"count", 10},         {"devmem", 81920}, {"devcore", 100},
+        {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"}, {"health", true},  {"index", i}};
     reg.push_back(d);
   }
   AddNode("a100-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), reg.dump()}});
@@ -590,7 +613,8 @@ TEST_F(KubeE2E, VolcanoVgpuPodsHoldTheirGpus) {
 
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  const std::optional<state::PodAllocation> held = r.store.FindPod(vc_pod["metadata"]["uid"].get<std::string>());
+  const std::optional<state::PodAllocation> held =
+      r.store.FindPod(vc_pod["metadata"]["uid"].get<std::string>());
   ASSERT_TRUE(held.has_value());
   EXPECT_EQ(held->node, "a100-0");
   EXPECT_TRUE(held->hold.empty()) << held->hold;
@@ -608,8 +632,9 @@ TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
   // v2.8+ JSON registration (omitempty: index 0 and numa 0 absent) for 8 GPUs with UUIDs.
   json reg = json::array();
   for (int i = 0; i < 8; ++i) {
-    json d = {{"id", "GPU-a100-" + std::to_string(i)}, {"count", 10}, {"devmem", 81920}, {"devcore", 100},
-              {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"}, {"health", true}};
+    json d = {
+        {"id", "GPU-a100-" + std::to_string(i)},  {"count", 10},         {"devmem", 81920}, {"devcore", 100},
+        {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"}, {"health", true}};
     if (i > 0) d["index"] = i;
     if (i >= 4) d["numa"] = 1;
     reg.push_back(d);
@@ -633,7 +658,8 @@ TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
   EXPECT_EQ(record->topology->gpus[3].uuid, "GPU-a100-3") << "UUIDs come from HAMi's registration";
 
   // A shared request: 1 vGPU with 8000 MiB and 30 % of the SMs.
-  const json pod = GpuPod(server_, "small-model", 1, 0, {{"nvidia.com/gpumem", "8000"}, {"nvidia.com/gpucores", "30"}});
+  const json pod =
+      GpuPod(server_, "small-model", 1, 0, {{"nvidia.com/gpumem", "8000"}, {"nvidia.com/gpucores", "30"}});
   const Scheduled s = Schedule(r, pod, {"a100-0"});
   ASSERT_TRUE(s.error.empty()) << s.error;
   const json ann = (*server_.Get(kPods, "small-model"))["metadata"]["annotations"];
@@ -680,8 +706,13 @@ TEST_F(KubeE2E, HamiRegisterSharedGpusAndHamiPlacedPodsRoundTrip) {
 json HamiRegistration(const std::string& prefix) {
   json reg = json::array();
   for (int i = 0; i < 8; ++i) {
-    reg.push_back({{"id", prefix + std::to_string(i)}, {"index", i}, {"count", 10}, {"devmem", 81920},
-                   {"devcore", 100}, {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"}, {"mode", "hami-core"},
+    reg.push_back({{"id", prefix + std::to_string(i)},
+                   {"index", i},
+                   {"count", 10},
+                   {"devmem", 81920},
+                   {"devcore", 100},
+                   {"type", "NVIDIA-NVIDIA A100-SXM4-80GB"},
+                   {"mode", "hami-core"},
                    {"health", true}});
   }
   return reg;
@@ -726,8 +757,9 @@ TEST_F(KubeE2E, HamiNodeLockIsTakenAndHonoured) {
   const Scheduled s = Schedule(r, second, {"a100-0"});
   EXPECT_NE(s.error.find("locked"), std::string::npos) << s.error;
   EXPECT_FALSE(r.store.FindPod(second["metadata"]["uid"].get<std::string>()).has_value());
-  EXPECT_FALSE((*server_.Get(kPods, "second"))["metadata"].contains("annotations") &&
-               (*server_.Get(kPods, "second"))["metadata"]["annotations"].contains("toposched.io/allocation"));
+  EXPECT_FALSE(
+      (*server_.Get(kPods, "second"))["metadata"].contains("annotations") &&
+      (*server_.Get(kPods, "second"))["metadata"]["annotations"].contains("toposched.io/allocation"));
   // The device plugin releases the lock (what Allocate does): the next bind goes through,
   // even when the first write of the lock meets a conflict (409 -> re-read, retry).
   json released = *server_.Get(kNodes, "a100-0");
@@ -825,7 +857,8 @@ TEST_F(KubeE2E, AmdGpusGetHamisAmdRecordsAndTheNodeLock) {
   const Scheduled s = Schedule(r, pod, {"mi300x-0"});
   ASSERT_TRUE(s.error.empty()) << s.error;
   const json ann = (*server_.Get(kPods, "amd-two"))["metadata"]["annotations"];
-  EXPECT_FALSE(ann.contains("hami.io/vgpu-devices-to-allocate")) << "NVIDIA's keys are never written for AMD GPUs";
+  EXPECT_FALSE(ann.contains("hami.io/vgpu-devices-to-allocate"))
+      << "NVIDIA's keys are never written for AMD GPUs";
   EXPECT_FALSE(ann.contains("hami.io/vgpu-devices-allocated"));
   const json allocation = json::parse(ann["toposched.io/allocation"].get<std::string>());
   ASSERT_EQ(allocation["gpus"].size(), 2u);
@@ -846,7 +879,8 @@ TEST_F(KubeE2E, AmdGpusGetHamisAmdRecordsAndTheNodeLock) {
   EXPECT_TRUE(NodeLocked(server_, "mi300x-0"));
 
   // No AMD registration: nothing for HAMi, no lock.
-  ASSERT_EQ(Schedule(r, GpuPod(server_, "amd-plain", 0, 0, {{"amd.com/gpu", "1"}}), {"mi300x-1"}).node, "mi300x-1");
+  ASSERT_EQ(Schedule(r, GpuPod(server_, "amd-plain", 0, 0, {{"amd.com/gpu", "1"}}), {"mi300x-1"}).node,
+            "mi300x-1");
   const json plain = (*server_.Get(kPods, "amd-plain"))["metadata"]["annotations"];
   EXPECT_FALSE(plain.contains("hami.io/amd-devices-to-allocate"));
   EXPECT_FALSE(plain.contains("hami.io/vgpu-devices-to-allocate"));
@@ -858,9 +892,11 @@ TEST_F(KubeE2E, AmdGpusGetHamisAmdRecordsAndTheNodeLock) {
   released["metadata"]["annotations"].erase("hami.io/mutex.lock");
   server_.Upsert(kNodes, released);
   const Scheduled six = Schedule(r, GpuPod(server_, "amd-six", 0, 0, {{"amd.com/gpu", "6"}}), {"mi300x-0"});
-  EXPECT_NE(six.error.find("1 unusable: HAMi's AMD device plugin reports the card unhealthy"), std::string::npos)
+  EXPECT_NE(six.error.find("1 unusable: HAMi's AMD device plugin reports the card unhealthy"),
+            std::string::npos)
       << six.error;
-  EXPECT_EQ(Schedule(r, GpuPod(server_, "amd-five", 0, 0, {{"amd.com/gpu", "5"}}), {"mi300x-0"}).node, "mi300x-0");
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "amd-five", 0, 0, {{"amd.com/gpu", "5"}}), {"mi300x-0"}).node,
+            "mi300x-0");
   ExpectNoDeviceHeldTwice(server_);
 }
 
@@ -873,16 +909,19 @@ TEST_F(KubeE2E, HamiPlacedAmdPodsAreRestoredAndUnreadableOnesHoldTheNode) {
   auto hami_pod = [&](const std::string& name, const std::string& record) {
     json p = testing::MakePod({.name = name, .extra_limits = {{"amd.com/gpu", "2"}}});
     p["metadata"].erase("uid");
-    p["metadata"]["annotations"] = {{"hami.io/vgpu-node", "mi300x-0"}, {"hami.io/amd-devices-allocated", record}};
+    p["metadata"]["annotations"] = {{"hami.io/vgpu-node", "mi300x-0"},
+                                    {"hami.io/amd-devices-allocated", record}};
     p["spec"]["nodeName"] = "mi300x-0";
     p["status"]["phase"] = "Running";
     return server_.Create(kPods, p);
   };
   // A whole card (all 304 CUs, all memory) and a slice of 152 CUs (50 %) with 65536 MiB.
-  const json placed = hami_pod("hami-amd", "amd-0,AMD Instinct MI300X,196288,304:amd-1,AMD Instinct MI300X,65536,152:;");
+  const json placed =
+      hami_pod("hami-amd", "amd-0,AMD Instinct MI300X,196288,304:amd-1,AMD Instinct MI300X,65536,152:;");
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  const std::optional<state::PodAllocation> restored = r.store.FindPod(placed["metadata"]["uid"].get<std::string>());
+  const std::optional<state::PodAllocation> restored =
+      r.store.FindPod(placed["metadata"]["uid"].get<std::string>());
   ASSERT_TRUE(restored.has_value());
   EXPECT_TRUE(restored->hold.empty()) << restored->hold;
   EXPECT_EQ(restored->delta.exclusive_gpus, (std::vector<int>{0}));
@@ -892,14 +931,17 @@ TEST_F(KubeE2E, HamiPlacedAmdPodsAreRestoredAndUnreadableOnesHoldTheNode) {
   EXPECT_EQ(restored->delta.shares[0].second.cores, 5000);  // 152 of 304 CUs
 
   // A record naming a card the node does not have: held, never taken as free.
-  const json bad = hami_pod("hami-bad", "amd-2,AMD Instinct MI300X,196288,304:amd-99,AMD Instinct MI300X,196288,304:;");
+  const json bad =
+      hami_pod("hami-bad", "amd-2,AMD Instinct MI300X,196288,304:amd-99,AMD Instinct MI300X,196288,304:;");
   ASSERT_TRUE(WaitFor([&] {
-    const std::optional<state::PodAllocation> held = r.store.FindPod(bad["metadata"]["uid"].get<std::string>());
+    const std::optional<state::PodAllocation> held =
+        r.store.FindPod(bad["metadata"]["uid"].get<std::string>());
     return held.has_value() && !held->hold.empty();
   }));
   const std::optional<state::PodAllocation> held = r.store.FindPod(bad["metadata"]["uid"].get<std::string>());
   EXPECT_NE(held->hold.find("hami.io/amd-devices-allocated"), std::string::npos) << held->hold;
-  EXPECT_FALSE(Schedule(r, GpuPod(server_, "after", 0, 0, {{"amd.com/gpu", "1"}}), {"mi300x-0"}).error.empty())
+  EXPECT_FALSE(
+      Schedule(r, GpuPod(server_, "after", 0, 0, {{"amd.com/gpu", "1"}}), {"mi300x-0"}).error.empty())
       << "a node with an unreadable record is held";
 }
 
@@ -928,7 +970,8 @@ TEST_F(KubeE2E, ApiServerRestartedMidWatch) {
   EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
   EXPECT_FALSE(r.store.FindPod(pods[0]["metadata"]["uid"].get<std::string>()).has_value());
   EXPECT_FALSE(r.store.FindPod(pods[1]["metadata"]["uid"].get<std::string>()).has_value());
-  EXPECT_TRUE(WaitFor([&] { return r.Ready(); }, milliseconds(5'000))) << "ready within seconds of the API's return";
+  EXPECT_TRUE(WaitFor([&] { return r.Ready(); }, milliseconds(5'000)))
+      << "ready within seconds of the API's return";
   const json next = GpuPod(server_, "after-restart", 4, 4);
   EXPECT_TRUE(Schedule(r, next, {"a100-0", "a100-1"}).error.empty());
   ExpectNoDeviceHeldTwice(server_);
@@ -961,16 +1004,20 @@ TEST_F(KubeE2E, ServerErrorBurstsAreRetriedAndConflictsOnTheBindingFailCleanly) 
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   // 503 x3 on the Binding: retried with backoff, the bind succeeds.
-  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/burst/binding",
-                       .times = 3, .status = 503});
+  server_.InjectFault({.method = "POST",
+                       .path_prefix = "/api/v1/namespaces/default/pods/burst/binding",
+                       .times = 3,
+                       .status = 503});
   const json burst = GpuPod(server_, "burst", 2, 2);
   const Scheduled s = Schedule(r, burst, {"a100-0"});
   EXPECT_TRUE(s.error.empty()) << s.error;
   EXPECT_EQ((*server_.Get(kPods, "burst"))["spec"]["nodeName"], "a100-0");
   // 409 on the Binding (not a retried Binding of ours: the pod has no node): the bind fails,
   // nothing is held, the retry succeeds.
-  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/conflict/binding",
-                       .times = 1, .status = 409});
+  server_.InjectFault({.method = "POST",
+                       .path_prefix = "/api/v1/namespaces/default/pods/conflict/binding",
+                       .times = 1,
+                       .status = 409});
   const json conflict = GpuPod(server_, "conflict", 2, 2);
   const Scheduled failed = Schedule(r, conflict, {"a100-0"});
   EXPECT_FALSE(failed.error.empty());
@@ -1030,7 +1077,9 @@ TEST_F(KubeE2E, ParallelBindsToOneNodeEachGetTheirOwnDevices) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/", .times = -1,
+  server_.InjectFault({.method = "POST",
+                       .path_prefix = "/api/v1/namespaces/default/pods/",
+                       .times = -1,
                        .delay = milliseconds(100)});
   std::vector<json> pods;
   for (int i = 0; i < 8; ++i) pods.push_back(GpuPod(server_, "par-" + std::to_string(i), 1, 1));
@@ -1058,10 +1107,12 @@ TEST_F(KubeE2E, ABindingWhoseOutcomeCannotBeReadBackKeepsTheDevicesHeld) {
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   const json pod = GpuPod(server_, "unsure", 8, 8);
   const std::string uid = pod["metadata"]["uid"];
-  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/unsure/binding",
-                       .times = -1, .drop = true});
-  server_.InjectFault({.method = "GET", .path_prefix = "/api/v1/namespaces/default/pods/unsure", .times = -1,
-                       .status = 503});
+  server_.InjectFault({.method = "POST",
+                       .path_prefix = "/api/v1/namespaces/default/pods/unsure/binding",
+                       .times = -1,
+                       .drop = true});
+  server_.InjectFault(
+      {.method = "GET", .path_prefix = "/api/v1/namespaces/default/pods/unsure", .times = -1, .status = 503});
   const Scheduled s = Schedule(r, pod, {"a100-0"});
   EXPECT_NE(s.error.find("cannot be read back"), std::string::npos) << s.error;
   ASSERT_TRUE(r.store.FindPod(uid).has_value()) << "perhaps bound: the devices stay held";
@@ -1083,16 +1134,19 @@ TEST_F(KubeE2E, FailedBindingUndoesAnnotationsAndReservation) {
   AddNode("a100-0", kAzureA100);
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/doomed/binding",
-                       .times = 50, .status = 500});
+  server_.InjectFault({.method = "POST",
+                       .path_prefix = "/api/v1/namespaces/default/pods/doomed/binding",
+                       .times = 50,
+                       .status = 500});
   const json doomed = GpuPod(server_, "doomed", 8, 8);
   const Scheduled s = Schedule(r, doomed, {"a100-0"});
   EXPECT_NE(s.error.find("Binding"), std::string::npos) << s.error;
   const json stored = *server_.Get(kPods, "doomed");
-  EXPECT_FALSE(stored.contains("spec") && stored["spec"].contains("nodeName") && !stored["spec"]["nodeName"].is_null());
+  EXPECT_FALSE(stored.contains("spec") && stored["spec"].contains("nodeName") &&
+               !stored["spec"]["nodeName"].is_null());
   const json ann = stored["metadata"].value("annotations", json::object());
-  for (const char* k : {"toposched.io/allocation", "toposched.io/visible-gpus", "hami.io/vgpu-devices-to-allocate",
-                        "hami.io/vgpu-node", "hami.io/bind-phase"}) {
+  for (const char* k : {"toposched.io/allocation", "toposched.io/visible-gpus",
+                        "hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-node", "hami.io/bind-phase"}) {
     EXPECT_FALSE(ann.contains(k)) << k << " left behind";
   }
   EXPECT_FALSE(r.store.FindPod(doomed["metadata"]["uid"].get<std::string>()).has_value());
@@ -1139,7 +1193,8 @@ TEST_F(KubeE2E, DualPortNicsAreReadBackExactlyAcrossRestartsAndFailovers) {
   AddNode("h100-0", kOciH100);
   std::map<std::string, state::PodAllocation> bound;  // by UID, as first bound
   auto schedule_pair = [&](Replica& r, const std::string& suffix) {
-    for (const auto& [name, nics] : std::vector<std::pair<std::string, int>>{{"two-" + suffix, 2}, {"one-" + suffix, 1}}) {
+    for (const auto& [name, nics] :
+         std::vector<std::pair<std::string, int>>{{"two-" + suffix, 2}, {"one-" + suffix, 1}}) {
       const json pod = GpuPod(server_, name, 1, nics);
       const Scheduled s = Schedule(r, pod, {"h100-0"});
       ASSERT_TRUE(s.error.empty()) << name << ": " << s.error;
@@ -1157,7 +1212,8 @@ TEST_F(KubeE2E, DualPortNicsAreReadBackExactlyAcrossRestartsAndFailovers) {
     }
     std::string diff;
     EXPECT_TRUE(WaitFor([&] { return StoreMatchesApi(r, server_, &diff); })) << diff;
-    EXPECT_EQ(r.Call("/metrics", "", "GET").second.find("toposched_kube_restore_errors_total 1"), std::string::npos);
+    EXPECT_EQ(r.Call("/metrics", "", "GET").second.find("toposched_kube_restore_errors_total 1"),
+              std::string::npos);
     ExpectNoDeviceHeldTwice(server_);
   };
   {
@@ -1166,8 +1222,8 @@ TEST_F(KubeE2E, DualPortNicsAreReadBackExactlyAcrossRestartsAndFailovers) {
     schedule_pair(r, "0");
   }
   // The two-NIC pod holds both ports of one card: the case that used to read back as one port.
-  const state::PodAllocation& two = bound.begin()->second.delta.nics.size() == 2 ? bound.begin()->second
-                                                                                : std::next(bound.begin())->second;
+  const state::PodAllocation& two =
+      bound.begin()->second.delta.nics.size() == 2 ? bound.begin()->second : std::next(bound.begin())->second;
   ASSERT_EQ(two.delta.nics.size(), 2u);
   const auto topology = LoadTopologyFile(testing::SharedTopology(kOciH100).string());
   ASSERT_TRUE(topology.ok());
@@ -1210,7 +1266,8 @@ TEST_F(KubeE2E, AnUnreadableAllocationHoldsItsNodeUntilThePodIsDeleted) {
   }
   // Someone (or an old release) rewrites the record so it names a NIC the node lacks.
   json pod = *server_.Get(kPods, "corrupted");
-  json record = json::parse(pod["metadata"]["annotations"][std::string(kube::kAllocationAnnotation)].get<std::string>());
+  json record = json::parse(
+      pod["metadata"]["annotations"][std::string(kube::kAllocationAnnotation)].get<std::string>());
   record["nics"][0]["name"] = "mlx5_99";
   pod["metadata"]["annotations"][std::string(kube::kAllocationAnnotation)] = record.dump();
   server_.Upsert(kPods, pod);
@@ -1234,7 +1291,8 @@ TEST_F(KubeE2E, AnUnreadableAllocationHoldsItsNodeUntilThePodIsDeleted) {
   for (const json& e : server_.List("/api/v1/namespaces/default/events")) {
     if (e["reason"] != "AllocationUnreadable") continue;
     EXPECT_EQ(e["type"], "Warning");
-    EXPECT_NE(e["message"].get<std::string>().find("node h100-0 takes no new device placements"), std::string::npos);
+    EXPECT_NE(e["message"].get<std::string>().find("node h100-0 takes no new device placements"),
+              std::string::npos);
   }
   // The held node is filtered out with the reason; the other node takes the pod.
   const json next = GpuPod(server_, "next", 1, 1);
@@ -1250,7 +1308,8 @@ TEST_F(KubeE2E, AnUnreadableAllocationHoldsItsNodeUntilThePodIsDeleted) {
   // The pod is deleted: the hold ends and the node takes pods again.
   server_.Delete(kPods, "corrupted");
   ASSERT_TRUE(WaitFor([&] { return !r.store.snapshot()->Find("h100-0")->held(); }));
-  EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_kube_held_allocations 0"), std::string::npos);
+  EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_kube_held_allocations 0"),
+            std::string::npos);
   EXPECT_EQ(Schedule(r, GpuPod(server_, "after", 1, 1), {"h100-0"}).node, "h100-0");
   ExpectNoDeviceHeldTwice(server_);
 }
@@ -1276,7 +1335,8 @@ TEST_F(KubeE2E, TwoRecordsOnOneDeviceHoldTheNode) {
   // Whichever was read first keeps the devices; the other is held, and so is the node.
   EXPECT_NE(r.store.FindPod(first_uid)->hold.empty(), r.store.FindPod("uid-second")->hold.empty());
   EXPECT_TRUE(r.store.snapshot()->Find("h100-0")->held());
-  EXPECT_NE(Schedule(r, GpuPod(server_, "third", 1, 1), {"h100-0"}).error.find("no node fits"), std::string::npos);
+  EXPECT_NE(Schedule(r, GpuPod(server_, "third", 1, 1), {"h100-0"}).error.find("no node fits"),
+            std::string::npos);
 }
 
 // Issue 15 (9): pods another scheduler placed hold devices too. A default-scheduler pod bound to
@@ -1302,9 +1362,11 @@ TEST_F(KubeE2E, PodsOfOtherSchedulersHoldTheDevicesTheyAskFor) {
   EXPECT_EQ(counted.delta.exclusive_gpus, (std::vector<int>{2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(counted.delta.nics, (std::vector<int>{4, 5, 6, 7}));
   EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_kube_foreign_pods 1"), std::string::npos);
-  EXPECT_NE(Schedule(r, GpuPod(server_, "four", 4, 4), {"a100-0"}).error.find("no node fits"), std::string::npos);
+  EXPECT_NE(Schedule(r, GpuPod(server_, "four", 4, 4), {"a100-0"}).error.find("no node fits"),
+            std::string::npos);
   EXPECT_EQ(Schedule(r, GpuPod(server_, "two", 2, 2), {"a100-0"}).node, "a100-0");
-  EXPECT_NE(Schedule(r, GpuPod(server_, "one-more", 1, 0), {"a100-0"}).error.find("no node fits"), std::string::npos);
+  EXPECT_NE(Schedule(r, GpuPod(server_, "one-more", 1, 0), {"a100-0"}).error.find("no node fits"),
+            std::string::npos);
   // A restart counts it again, and it does not collide with what toposched bound.
   {
     Replica again(server_, "replica-1", false);
@@ -1343,7 +1405,7 @@ TEST_F(KubeE2E, PodsCpuRequestsCountOnTheirNodeUntilTheyEnd) {
   };
   json web = create("web", "1500m", "a100-0");
   json batch = create("batch", "2", "a100-0");
-  (void)create("waiting", "8", "");       // pending: asks nothing of any node yet
+  (void)create("waiting", "8", "");         // pending: asks nothing of any node yet
   (void)create("elsewhere", "8", "cpu-9");  // a node toposched does not manage
   ASSERT_TRUE(WaitFor([&] { return record().cpu_requested_milli == 3'500; }))  // 1500 + 2000
       << record().cpu_requested_milli;
@@ -1369,7 +1431,8 @@ TEST_F(KubeE2E, PodsCpuRequestsCountOnTheirNodeUntilTheyEnd) {
   json node = *server_.Get(kNodes, "a100-0");
   node["status"]["allocatable"]["cpu"] = "200500m";
   server_.Upsert(kNodes, node);
-  EXPECT_TRUE(WaitFor([&] { return record().cpu_allocatable_milli == 200'500; })) << record().cpu_allocatable_milli;
+  EXPECT_TRUE(WaitFor([&] { return record().cpu_allocatable_milli == 200'500; }))
+      << record().cpu_allocatable_milli;
 }
 
 // A Volcano event (allocate, deallocate) for `pod` on `node`, as Volcano's extender plugin sends it.
@@ -1404,20 +1467,25 @@ TEST_F(KubeE2E, VolcanoSessionEventsNeverChangeABoundPodsDevices) {
   ASSERT_EQ(json::parse(r.Call("/volcano/deallocate", event(bound, "a100-0")).second)["errorMessage"], "");
   ASSERT_TRUE(r.store.FindPod(uid).has_value()) << "a running pod's devices are freed only when it is gone";
   EXPECT_EQ(r.store.FindPod(uid)->delta, before.delta);
-  EXPECT_TRUE((*server_.Get(kPods, "running"))["metadata"]["annotations"].contains("toposched.io/allocation"));
+  EXPECT_TRUE(
+      (*server_.Get(kPods, "running"))["metadata"]["annotations"].contains("toposched.io/allocation"));
   // Meanwhile nobody else gets its GPUs.
-  EXPECT_NE(json::parse(r.Call("/volcano/allocate", event(GpuPod(server_, "other", 8, 0), "a100-0")).second)["errorMessage"]
-                .get<std::string>(),
-            "");
+  EXPECT_NE(
+      json::parse(
+          r.Call("/volcano/allocate", event(GpuPod(server_, "other", 8, 0), "a100-0")).second)["errorMessage"]
+          .get<std::string>(),
+      "");
   ASSERT_EQ(json::parse(r.Call("/volcano/allocate", event(bound, "a100-0")).second)["errorMessage"], "");
   EXPECT_EQ(r.store.FindPod(uid)->delta, before.delta);
-  EXPECT_NE(r.Call("/metrics", "", "GET").second.find("toposched_volcano_events_total{event=\"deallocate_kept\"} 1"),
+  EXPECT_NE(r.Call("/metrics", "", "GET")
+                .second.find("toposched_volcano_events_total{event=\"deallocate_kept\"} 1"),
             std::string::npos);
   // A pipelined task un-pipelined before any Binding: released, its annotations removed.
   const json pipelined = GpuPod(server_, "pipelined", 2, 2);
   ASSERT_EQ(json::parse(r.Call("/volcano/allocate", event(pipelined, "a100-0")).second)["errorMessage"], "");
   ASSERT_TRUE(r.store.FindPod(pipelined["metadata"]["uid"].get<std::string>()).has_value());
-  ASSERT_EQ(json::parse(r.Call("/volcano/deallocate", event(pipelined, "a100-0")).second)["errorMessage"], "");
+  ASSERT_EQ(json::parse(r.Call("/volcano/deallocate", event(pipelined, "a100-0")).second)["errorMessage"],
+            "");
   EXPECT_FALSE(r.store.FindPod(pipelined["metadata"]["uid"].get<std::string>()).has_value());
   const json after = *server_.Get(kPods, "pipelined");
   EXPECT_FALSE(after["metadata"].contains("annotations") &&
@@ -1439,11 +1507,14 @@ TEST_F(KubeE2E, OverlappingAllocatesOfOnePodLeaveTheLastOnesRecord) {
   const json pod = GpuPod(server_, "restarted", 2, 2);
   const std::string uid = pod["metadata"]["uid"];
   // The first allocate's annotation patch is slow; the second arrives meanwhile.
-  server_.InjectFault({.method = "PATCH", .path_prefix = "/api/v1/namespaces/default/pods/restarted", .times = 1,
+  server_.InjectFault({.method = "PATCH",
+                       .path_prefix = "/api/v1/namespaces/default/pods/restarted",
+                       .times = 1,
                        .delay = milliseconds(600)});
   std::string first_error;
   std::jthread first([&] {
-    first_error = json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-0")).second)["errorMessage"];
+    first_error =
+        json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-0")).second)["errorMessage"];
   });
   std::this_thread::sleep_for(milliseconds(150));
   json second = json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-1")).second);
@@ -1451,7 +1522,8 @@ TEST_F(KubeE2E, OverlappingAllocatesOfOnePodLeaveTheLastOnesRecord) {
   if (second["errorMessage"] != "") {
     // Refused while the first one's write was in flight (the pod was being allocated on
     // a100-0): the next session allocates it again, and then it moves.
-    EXPECT_NE(second["errorMessage"].get<std::string>().find("already bound to node a100-0"), std::string::npos)
+    EXPECT_NE(second["errorMessage"].get<std::string>().find("already bound to node a100-0"),
+              std::string::npos)
         << second.dump();
     second = json::parse(r.Call("/volcano/allocate", VolcanoEvent(pod, "a100-1")).second);
   }
@@ -1459,7 +1531,8 @@ TEST_F(KubeE2E, OverlappingAllocatesOfOnePodLeaveTheLastOnesRecord) {
   ASSERT_TRUE(r.store.FindPod(uid).has_value());
   EXPECT_EQ(r.store.FindPod(uid)->node, "a100-1");
   const json ann = (*server_.Get(kPods, "restarted"))["metadata"]["annotations"];
-  ASSERT_TRUE(ann.contains("toposched.io/allocation")) << ann.dump() << " (first allocate: " << first_error << ")";
+  ASSERT_TRUE(ann.contains("toposched.io/allocation"))
+      << ann.dump() << " (first allocate: " << first_error << ")";
   EXPECT_EQ(json::parse(ann["toposched.io/allocation"].get<std::string>())["node"], "a100-1")
       << "first allocate: " << first_error;
   ExpectNoDeviceHeldTwice(server_);
@@ -1506,7 +1579,8 @@ TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
   }
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-gfd")->topology->gpus[0].memory_mib == 81920; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return r.store.snapshot()->Find("a100-gfd")->topology->gpus[0].memory_mib == 81920; }));
   EXPECT_EQ(r.store.snapshot()->Find("a100-0")->topology->gpus[0].memory_mib, 0u);
   const json pod = GpuPod(server_, "small", 1, 0, {{"nvidia.com/gpumem", "8000"}});
   const Scheduled s = Schedule(r, pod, {"a100-gfd"});
@@ -1514,11 +1588,12 @@ TEST_F(KubeE2E, GpuFeatureDiscoveryMemoryMakesSharedPodsPlaceable) {
   // Without the label (and no PCI id in this NCCL file) the cards' memory stays unknown: each
   // takes one memory-asking vGPU alone, so eight fit and the ninth is refused with the reason.
   for (int i = 0; i < 8; ++i) {
-    const Scheduled alone = Schedule(r, GpuPod(server_, "alone-" + std::to_string(i), 1, 0, {{"nvidia.com/gpumem", "8000"}}),
-                                     {"a100-0"});
+    const Scheduled alone = Schedule(
+        r, GpuPod(server_, "alone-" + std::to_string(i), 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
     EXPECT_EQ(alone.node, "a100-0") << i << ": " << alone.error;
   }
-  const Scheduled ninth = Schedule(r, GpuPod(server_, "ninth", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
+  const Scheduled ninth =
+      Schedule(r, GpuPod(server_, "ninth", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
   EXPECT_TRUE(ninth.node.empty());
   EXPECT_NE(ninth.error.find("unknown memory size and already shared"), std::string::npos) << ninth.error;
 }
@@ -1534,18 +1609,23 @@ TEST_F(KubeE2E, ASharedPodGoesOnlyWhereADevicePluginEnforcesShares) {
   server_.Upsert(kNodes, node);
   Replica r(server_, "replica-0", false);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
-  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-0")->topology->gpus[0].memory_mib == 81920; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return r.store.snapshot()->Find("a100-0")->topology->gpus[0].memory_mib == 81920; }));
   EXPECT_FALSE(r.store.snapshot()->Find("a100-0")->topology->gpus[0].shares_unenforced.empty());
-  const Scheduled refused = Schedule(r, GpuPod(server_, "share", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
+  const Scheduled refused =
+      Schedule(r, GpuPod(server_, "share", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
   EXPECT_TRUE(refused.node.empty());
-  EXPECT_NE(refused.error.find("8 whole only (no device plugin enforces shares on this node"), std::string::npos)
+  EXPECT_NE(refused.error.find("8 whole only (no device plugin enforces shares on this node"),
+            std::string::npos)
       << refused.error;
   EXPECT_EQ(Schedule(r, GpuPod(server_, "whole", 2, 0), {"a100-0"}).node, "a100-0");
   node = *server_.Get(kNodes, "a100-0");
   node["metadata"]["labels"][std::string(kube::kSharesEnforcedLabel)] = "true";
   server_.Upsert(kNodes, node);
-  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-0")->topology->gpus[0].shares_unenforced.empty(); }));
-  const Scheduled placed = Schedule(r, GpuPod(server_, "share-2", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
+  ASSERT_TRUE(WaitFor(
+      [&] { return r.store.snapshot()->Find("a100-0")->topology->gpus[0].shares_unenforced.empty(); }));
+  const Scheduled placed =
+      Schedule(r, GpuPod(server_, "share-2", 1, 0, {{"nvidia.com/gpumem", "8000"}}), {"a100-0"});
   EXPECT_EQ(placed.node, "a100-0") << placed.error;
 }
 
@@ -1666,7 +1746,8 @@ TEST_F(KubeE2E, LeaderLabelsItsPodAndAFollowerIsReadyButDoesNotBind) {
   }
   auto label_of = [&](const std::string& name) {
     const std::optional<json> pod = server_.Get(pods, name);
-    return pod ? pod->value("/metadata/labels/toposched.io~1leader"_json_pointer, std::string()) : std::string("?");
+    return pod ? pod->value("/metadata/labels/toposched.io~1leader"_json_pointer, std::string())
+               : std::string("?");
   };
   auto options = [&](const std::string& name) {
     kube::KubeSourceOptions o;
@@ -1725,13 +1806,16 @@ TEST_F(KubeE2E, HyperNodesPlaceNodesInTheNetworkTiers) {
   };
   server_.Create(hypernodes, hypernode("leaf-a", 1, json::array({node_member("a100-0")})));
   server_.Create(hypernodes, hypernode("leaf-b", 1, json::array({node_member("h100-0")})));
-  server_.Create(hypernodes,
-                 hypernode("spine-0", 2,
-                           json::array({json{{"type", "HyperNode"}, {"selector", {{"exactMatch", {{"name", "leaf-a"}}}}}},
-                                        json{{"type", "HyperNode"}, {"selector", {{"exactMatch", {{"name", "leaf-b"}}}}}}})));
+  server_.Create(
+      hypernodes,
+      hypernode(
+          "spine-0", 2,
+          json::array({json{{"type", "HyperNode"}, {"selector", {{"exactMatch", {{"name", "leaf-a"}}}}}},
+                       json{{"type", "HyperNode"}, {"selector", {{"exactMatch", {{"name", "leaf-b"}}}}}}})));
   kube::KubeSourceOptions options;
   options.network.hyper_nodes = true;
-  options.network.tiers = {{"toposched.io/leaf", pd::PathKind::kLeaf}, {"toposched.io/spine", pd::PathKind::kSpine}};
+  options.network.tiers = {{"toposched.io/leaf", pd::PathKind::kLeaf},
+                           {"toposched.io/spine", pd::PathKind::kSpine}};
   Replica r(server_, "replica-0", false, options);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   ASSERT_TRUE(WaitFor([&] {
@@ -1750,9 +1834,10 @@ TEST_F(KubeE2E, HyperNodesPlaceNodesInTheNetworkTiers) {
   ASSERT_TRUE(WaitFor([&] { return domains("h100-0")[0] == "leaf-a"; })) << domains("h100-0")[0];
 
   // The store-backed view the pool plugins get uses them.
-  const auto view = state::MakeClusterView(r.store, r.store.snapshot(), options.network, "chat",
-                                           r.store.node_locations());
-  EXPECT_EQ(pd::PathBetween(options.network, view->Locate("a100-0"), view->Locate("h100-0")), pd::PathKind::kLeaf);
+  const auto view =
+      state::MakeClusterView(r.store, r.store.snapshot(), options.network, "chat", r.store.node_locations());
+  EXPECT_EQ(pd::PathBetween(options.network, view->Locate("a100-0"), view->Locate("h100-0")),
+            pd::PathKind::kLeaf);
 }
 
 // HyperNodes that select nodes by label or by name pattern follow the nodes: a relabelled node
@@ -1769,28 +1854,33 @@ TEST_F(KubeE2E, HyperNodesFollowNodeLabelsAndNewNodes) {
   set_rack("gpu-1", "r1");
   const std::string hypernodes = "/apis/topology.volcano.sh/v1alpha1/hypernodes";
   auto rack = [](const std::string& name, const std::string& label) {
-    return json{{"apiVersion", "topology.volcano.sh/v1alpha1"},
-                {"kind", "HyperNode"},
-                {"metadata", {{"name", name}}},
-                {"spec",
-                 {{"tier", 1},
-                  {"members", json::array({json{{"type", "Node"},
-                                                {"selector",
-                                                 {{"labelMatch", {{"matchLabels", {{"example.com/rack", label}}}}}}}}})}}}};
+    return json{
+        {"apiVersion", "topology.volcano.sh/v1alpha1"},
+        {"kind", "HyperNode"},
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"tier", 1},
+          {"members",
+           json::array(
+               {json{{"type", "Node"},
+                     {"selector", {{"labelMatch", {{"matchLabels", {{"example.com/rack", label}}}}}}}}})}}}};
   };
   server_.Create(hypernodes, rack("leaf-r1", "r1"));
   server_.Create(hypernodes, rack("leaf-r2", "r2"));
-  server_.Create(hypernodes,
-                 json{{"apiVersion", "topology.volcano.sh/v1alpha1"},
-                      {"kind", "HyperNode"},
-                      {"metadata", {{"name", "spine-gpu"}}},
-                      {"spec",
-                       {{"tier", 2},
-                        {"members", json::array({json{{"type", "Node"},
-                                                      {"selector", {{"regexMatch", {{"pattern", "^gpu-[0-9]+$"}}}}}}})}}}});
+  server_.Create(
+      hypernodes,
+      json{{"apiVersion", "topology.volcano.sh/v1alpha1"},
+           {"kind", "HyperNode"},
+           {"metadata", {{"name", "spine-gpu"}}},
+           {"spec",
+            {{"tier", 2},
+             {"members",
+              json::array({json{{"type", "Node"},
+                                {"selector", {{"regexMatch", {{"pattern", "^gpu-[0-9]+$"}}}}}}})}}}});
   kube::KubeSourceOptions options;
   options.network.hyper_nodes = true;
-  options.network.tiers = {{"toposched.io/leaf", pd::PathKind::kLeaf}, {"toposched.io/spine", pd::PathKind::kSpine}};
+  options.network.tiers = {{"toposched.io/leaf", pd::PathKind::kLeaf},
+                           {"toposched.io/spine", pd::PathKind::kSpine}};
   Replica r(server_, "replica-0", false, options);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   auto domains = [&](const std::string& node) {
@@ -1803,12 +1893,15 @@ TEST_F(KubeE2E, HyperNodesFollowNodeLabelsAndNewNodes) {
   ASSERT_TRUE(WaitFor([&] { return domains("gpu-0") == in_r1 && domains("gpu-1") == in_r1; }));
 
   set_rack("gpu-1", "r2");  // relabelled: moves to leaf-r2
-  EXPECT_TRUE(WaitFor([&] { return domains("gpu-1") == in_r2; })) << ::testing::PrintToString(domains("gpu-1"));
+  EXPECT_TRUE(WaitFor([&] { return domains("gpu-1") == in_r2; }))
+      << ::testing::PrintToString(domains("gpu-1"));
   AddNode("gpu-2", kNebiusH100);  // a new node: the regex places it under the spine
   set_rack("gpu-2", "r2");
-  EXPECT_TRUE(WaitFor([&] { return domains("gpu-2") == in_r2; })) << ::testing::PrintToString(domains("gpu-2"));
+  EXPECT_TRUE(WaitFor([&] { return domains("gpu-2") == in_r2; }))
+      << ::testing::PrintToString(domains("gpu-2"));
   server_.Delete(kNodes, "gpu-0");  // gone: no position left
-  EXPECT_TRUE(WaitFor([&] { return domains("gpu-0").empty(); })) << ::testing::PrintToString(domains("gpu-0"));
+  EXPECT_TRUE(WaitFor([&] { return domains("gpu-0").empty(); }))
+      << ::testing::PrintToString(domains("gpu-0"));
   EXPECT_EQ(domains("gpu-1"), in_r2);
 }
 
@@ -1849,7 +1942,8 @@ TEST_F(KubeE2E, PoolPodsScoreByWhereTheirPoolRunsAndRejoinItAfterARestart) {
     ASSERT_TRUE(p.error.empty()) << p.error;
     // The decode pod: h100-1 shares the prefill's leaf, h100-2 only the spine.
     const json decode = pool_pod("decode-0", "decode");
-    auto [status, body] = r.Call("/scheduler/prioritize", testing::ExtenderArgs(decode, {"h100-1", "h100-2"}));
+    auto [status, body] =
+        r.Call("/scheduler/prioritize", testing::ExtenderArgs(decode, {"h100-1", "h100-2"}));
     ASSERT_EQ(status, 200) << body;
     std::map<std::string, int> score;
     for (const json& h : json::parse(body)) score[h["Host"]] = h["Score"].get<int>();
@@ -1861,7 +1955,8 @@ TEST_F(KubeE2E, PoolPodsScoreByWhereTheirPoolRunsAndRejoinItAfterARestart) {
   // The worst GPU->NIC class comes back from the annotation (written here as if the prefill had
   // been placed across the NUMA nodes; it was placed PIX).
   json prefill = *server_.Get(kPods, "prefill-0");
-  json allocation = json::parse(prefill["metadata"]["annotations"]["toposched.io/allocation"].get<std::string>());
+  json allocation =
+      json::parse(prefill["metadata"]["annotations"]["toposched.io/allocation"].get<std::string>());
   EXPECT_EQ(allocation["links"]["worstGpuNic"], "PIX");
   allocation["links"]["worstGpuNic"] = "NODE";
   prefill["metadata"]["annotations"]["toposched.io/allocation"] = allocation.dump();
@@ -1883,7 +1978,8 @@ TEST_F(KubeE2E, LeaderThatCannotRenewStopsBinding) {
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   // Every Lease write fails (the API server rejects them): past the renew deadline the
   // replica must stop changing state before anyone else could take over.
-  server_.InjectFault({.method = "PUT", .path_prefix = "/apis/coordination.k8s.io/", .times = 1000, .status = 500});
+  server_.InjectFault(
+      {.method = "PUT", .path_prefix = "/apis/coordination.k8s.io/", .times = 1000, .status = 500});
   EXPECT_TRUE(WaitFor([&] { return !r.Ready(); }, milliseconds(5'000)));
   const json pod = GpuPod(server_, "late", 1, 1);
   EXPECT_NE(Schedule(r, pod, {"a100-0"}).error.find("not the leader"), std::string::npos);
@@ -1898,7 +1994,9 @@ TEST_F(KubeE2E, LeaderWhoseRenewalsHangStopsBinding) {
   Replica r(server_, "replica-1", true);
   ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
   const auto hung_at = std::chrono::steady_clock::now();
-  server_.InjectFault({.method = "PUT", .path_prefix = "/apis/coordination.k8s.io/", .times = 1000,
+  server_.InjectFault({.method = "PUT",
+                       .path_prefix = "/apis/coordination.k8s.io/",
+                       .times = 1000,
                        .delay = milliseconds(3'000)});
   ASSERT_TRUE(WaitFor([&] { return !r.Ready(); }, milliseconds(5'000)));
   // Renew deadline 1 s + one timed-out request (250 ms) + a retry period: ~1.1 s here. Without
@@ -1908,7 +2006,8 @@ TEST_F(KubeE2E, LeaderWhoseRenewalsHangStopsBinding) {
 }
 
 TEST_F(KubeE2E, StaleTopologyFailsClosedOrOpenAsConfigured) {
-  for (const kube::StaleTopologyPolicy policy : {kube::StaleTopologyPolicy::kClosed, kube::StaleTopologyPolicy::kOpen}) {
+  for (const kube::StaleTopologyPolicy policy :
+       {kube::StaleTopologyPolicy::kClosed, kube::StaleTopologyPolicy::kOpen}) {
     const bool closed = policy == kube::StaleTopologyPolicy::kClosed;
     SCOPED_TRACE(closed ? "closed" : "open");
     const std::string node = closed ? "stale-closed" : "stale-open";
@@ -1964,7 +2063,8 @@ struct Grant {
 };
 
 std::map<std::string, std::set<Grant>> RbacGrants() {
-  const std::string text = testing::ReadFile(std::filesystem::path(TOPOSCHED_SOURCE_DIR) / "deploy/rbac.yaml");
+  const std::string text =
+      testing::ReadFile(std::filesystem::path(TOPOSCHED_SOURCE_DIR) / "deploy/rbac.yaml");
   Result<std::vector<json>> docs = testing::YamlToJson(text);
   EXPECT_TRUE(docs.ok()) << docs.error().message();
   std::map<std::string, std::set<Grant>> grants;
@@ -1988,7 +2088,8 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
   auto allowed_for_agent = [&](const Grant& g) { return grants.at("toposched-agent").contains(g); };
   auto allowed_for_extender = [&](const Grant& g) {
     return grants.at("toposched-extender").contains(g) ||
-           (grants.contains("toposched-extender-leader") && grants.at("toposched-extender-leader").contains(g));
+           (grants.contains("toposched-extender-leader") &&
+            grants.at("toposched-extender-leader").contains(g));
   };
 
   // The agent: create, unchanged, heartbeat, changed hardware.
@@ -2002,14 +2103,15 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
   ASSERT_TRUE(Publish("gpu-0", kNebiusH100, t0 + std::chrono::minutes(7)).ok());
   for (const testing::RequestRecord& rec : server_.requests()) {
     EXPECT_TRUE(allowed_for_agent({rec.group, rec.resource, rec.verb}))
-        << "agent: " << rec.verb << " " << rec.group << "/" << rec.resource << " (" << rec.method << " " << rec.path
-        << ") is not granted by deploy/rbac.yaml";
+        << "agent: " << rec.verb << " " << rec.group << "/" << rec.resource << " (" << rec.method << " "
+        << rec.path << ") is not granted by deploy/rbac.yaml";
   }
 
   // The extender: elect, sync, bind (with HAMi's node lock), fail a Binding, see a pod Ready.
   // HAMi's device plugin registered the node (UUIDs), so a GPU bind takes the lock.
   json registered = *server_.Get(kNodes, "gpu-0");
-  registered["metadata"]["annotations"][std::string(kube::kHamiNodeRegister)] = HamiRegistration("GPU-r-").dump();
+  registered["metadata"]["annotations"][std::string(kube::kHamiNodeRegister)] =
+      HamiRegistration("GPU-r-").dump();
   server_.Upsert(kNodes, registered);
   server_.ClearRequests();
   kube::KubeSourceOptions options;
@@ -2022,7 +2124,9 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
     json unlocked = *server_.Get(kNodes, "gpu-0");
     unlocked["metadata"]["annotations"].erase("hami.io/mutex.lock");
     server_.Upsert(kNodes, unlocked);
-    server_.InjectFault({.method = "POST", .path_prefix = "/api/v1/namespaces/default/pods/q/binding", .times = 50,
+    server_.InjectFault({.method = "POST",
+                         .path_prefix = "/api/v1/namespaces/default/pods/q/binding",
+                         .times = 50,
                          .status = 500});
     const json q = GpuPod(server_, "q", 1, 1);
     EXPECT_FALSE(Schedule(r, q, {"gpu-0"}).error.empty());
@@ -2032,7 +2136,8 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
     unlocked_again["metadata"]["annotations"].erase("hami.io/mutex.lock");
     server_.Upsert(kNodes, unlocked_again);
     const json v = GpuPod(server_, "v", 1, 1);
-    EXPECT_EQ(json::parse(r.Call("/volcano/allocate", VolcanoEvent(v, "gpu-0", 1, 1)).second)["errorMessage"], "");
+    EXPECT_EQ(json::parse(r.Call("/volcano/allocate", VolcanoEvent(v, "gpu-0", 1, 1)).second)["errorMessage"],
+              "");
     json ready = *server_.Get(kPods, "p");
     ready["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"}}};
     server_.Upsert(kPods, ready);
@@ -2047,9 +2152,10 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
         << rec.path << ") is not granted by deploy/rbac.yaml";
   }
   // And the core of what it needs was exercised (a test that saw nothing proves nothing).
-  for (const Grant& g : {Grant{"", "pods", "watch"}, Grant{"", "pods", "patch"}, Grant{"", "pods/binding", "create"},
-                         Grant{"", "nodes", "update"}, Grant{"toposched.io", "nodetopologies", "watch"},
-                         Grant{"coordination.k8s.io", "leases", "update"}, Grant{"", "events", "create"}}) {
+  for (const Grant& g :
+       {Grant{"", "pods", "watch"}, Grant{"", "pods", "patch"}, Grant{"", "pods/binding", "create"},
+        Grant{"", "nodes", "update"}, Grant{"toposched.io", "nodetopologies", "watch"},
+        Grant{"coordination.k8s.io", "leases", "update"}, Grant{"", "events", "create"}}) {
     EXPECT_TRUE(used.contains(g)) << g.verb << " " << g.group << "/" << g.resource << " never happened";
   }
 }

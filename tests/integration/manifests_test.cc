@@ -102,7 +102,8 @@ const json& CrdSchema() {
 // generation and heartbeatTime, the topology-class label and the Node as owner.
 json PublishedObject(const NodeTopology& topology) {
   using namespace std::chrono;
-  const sys_time<seconds> heartbeat = sys_days{year{2026} / January / 15} + hours{10} + minutes{4} + seconds{5};
+  const sys_time<seconds> heartbeat =
+      sys_days{year{2026} / January / 15} + hours{10} + minutes{4} + seconds{5};
   return kube::NodeTopologyObject(topology, topology.node_name, "0b6f3c1e-uid", 3, heartbeat);
 }
 
@@ -282,8 +283,7 @@ TEST(NodeTopologyCrd, EverySyntheticPresetValidatesWithoutLoss) {
     const SchemaViolations violations = ValidateCrdSchema(PublishedObject(Preset(name)), CrdSchema());
     EXPECT_TRUE(violations.empty()) << Describe(violations);
   }
-  const SchemaViolations violations =
-      ValidateCrdSchema(PublishedObject(EveryFieldTopology()), CrdSchema());
+  const SchemaViolations violations = ValidateCrdSchema(PublishedObject(EveryFieldTopology()), CrdSchema());
   EXPECT_TRUE(violations.empty()) << Describe(violations);
 }
 
@@ -729,7 +729,9 @@ DeployedWorkloads LoadWorkloads() {
   return w;
 }
 
-const json& PodSpec(const json& workload) { return workload["spec"]["template"]["spec"]; }
+const json& PodSpec(const json& workload) {
+  return workload["spec"]["template"]["spec"];
+}
 
 // Every container of a pod spec, init containers included.
 std::vector<const json*> Containers(const json& pod_spec) {
@@ -774,7 +776,8 @@ TEST(Workloads, AreTheExpectedObjectsInTheNamespaceAsTheServiceAccountsRbacDefin
   const Rbac rbac = LoadRbac();
   for (const std::vector<json>* docs : {&w.agent_docs, &w.extender_docs}) {
     for (const json& doc : *docs) {
-      EXPECT_EQ(doc["metadata"].value("namespace", ""), kNamespace) << doc["kind"] << " " << doc["metadata"]["name"];
+      EXPECT_EQ(doc["metadata"].value("namespace", ""), kNamespace)
+          << doc["kind"] << " " << doc["metadata"]["name"];
     }
   }
   const std::vector<std::pair<const json*, std::string>> expected = {{w.agent, "toposched-agent"},
@@ -795,8 +798,9 @@ TEST(Workloads, AreTheExpectedObjectsInTheNamespaceAsTheServiceAccountsRbacDefin
     const json& container = OnlyContainer(*workload);
     // The agent runs the full binary; the extender toposched-extender (`toposched serve`
     // without hwloc), in an image without hwloc.
-    EXPECT_EQ(container["command"], json::array({account == "toposched-agent" ? "/usr/local/bin/toposched"
-                                                                             : "/usr/local/bin/toposched-extender"}));
+    EXPECT_EQ(container["command"],
+              json::array({account == "toposched-agent" ? "/usr/local/bin/toposched"
+                                                        : "/usr/local/bin/toposched-extender"}));
     EXPECT_TRUE(container["resources"]["requests"].contains("cpu"));
     EXPECT_TRUE(container["resources"]["requests"].contains("memory"));
     EXPECT_TRUE(container["resources"]["limits"].contains("memory"));
@@ -818,7 +822,8 @@ TEST(Workloads, EveryContainerRunsUnprivilegedAndHostPathsAreReadOnly) {
     const std::vector<const json*> containers = Containers(pod);
     ASSERT_FALSE(containers.empty());
     for (const json* container : containers) {
-      SCOPED_TRACE((*workload)["metadata"]["name"].get<std::string>() + "/" + (*container)["name"].get<std::string>());
+      SCOPED_TRACE((*workload)["metadata"]["name"].get<std::string>() + "/" +
+                   (*container)["name"].get<std::string>());
       const json& sc = container->value("securityContext", json::object());
       EXPECT_EQ(sc.value("runAsNonRoot", false), true);
       EXPECT_EQ(sc.value("readOnlyRootFilesystem", false), true);
@@ -855,7 +860,8 @@ TEST(Workloads, AgentRunsOnGpuNodesAndKnowsItsNode) {
   ASSERT_FALSE(sys_volume.empty()) << "no mount at /sys";
   bool host_sys = false;
   for (const json& volume : PodSpec(*w.agent)["volumes"]) {
-    if (volume["name"] == sys_volume) host_sys = volume.value("/hostPath/path"_json_pointer, std::string()) == "/sys";
+    if (volume["name"] == sys_volume)
+      host_sys = volume.value("/hostPath/path"_json_pointer, std::string()) == "/sys";
   }
   EXPECT_TRUE(host_sys) << "/sys is not the host's /sys";
   // Either GPU label selects the node: one nodeSelectorTerm each (terms are ORed, expressions
@@ -869,9 +875,11 @@ TEST(Workloads, AgentRunsOnGpuNodesAndKnowsItsNode) {
     EXPECT_EQ(term["matchExpressions"][0]["operator"], "Exists");
     keys.insert(term["matchExpressions"][0]["key"].get<std::string>());
   }
-  EXPECT_EQ(keys, (std::set<std::string>{"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}));
+  EXPECT_EQ(keys,
+            (std::set<std::string>{"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}));
   EXPECT_EQ(terms.size(), 2u);
-  const json expected_toleration = {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+  const json expected_toleration = {
+      {"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
   const json tolerations = PodSpec(*w.agent).value("tolerations", json::array());
   EXPECT_NE(std::find(tolerations.begin(), tolerations.end(), expected_toleration), tolerations.end());
 }
@@ -899,7 +907,8 @@ TEST(Workloads, ExtenderServesKubernetesAndItsServiceRoutesToTheLabelledLeader) 
   EXPECT_EQ(pod_name->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()), "metadata.name");
   const json* pod_namespace = EnvVar(container, "POD_NAMESPACE");
   ASSERT_NE(pod_namespace, nullptr);
-  EXPECT_EQ(pod_namespace->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()), "metadata.namespace");
+  EXPECT_EQ(pod_namespace->value("/valueFrom/fieldRef/fieldPath"_json_pointer, std::string()),
+            "metadata.namespace");
   // Every $(VAR) in args is an env var the container defines (else Kubernetes passes it verbatim).
   for (const std::string& arg : args) {
     std::smatch m;
@@ -907,17 +916,20 @@ TEST(Workloads, ExtenderServesKubernetesAndItsServiceRoutesToTheLabelledLeader) 
       EXPECT_NE(EnvVar(container, m[1].str()), nullptr) << arg;
     }
   }
-  EXPECT_EQ(PodSpec(*w.extender).value(
-                "/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/podAffinityTerm/topologyKey"_json_pointer,
-                std::string()),
-            "kubernetes.io/hostname");
+  EXPECT_EQ(
+      PodSpec(*w.extender)
+          .value(
+              "/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/podAffinityTerm/topologyKey"_json_pointer,
+              std::string()),
+      "kubernetes.io/hostname");
   EXPECT_GE((*w.extender)["spec"].value("replicas", 1), 2);
   // The Service selects the extender's pods, and of those only the leader (the label the
   // leader puts on its own pod at run time), and forwards to the port it serves on.
   const json& pod_labels = (*w.extender)["spec"]["template"]["metadata"]["labels"];
   ASSERT_FALSE((*w.service)["spec"]["selector"].empty());
   EXPECT_EQ((*w.service)["spec"]["selector"].value("toposched.io/leader", ""), "true");
-  EXPECT_FALSE(pod_labels.contains("toposched.io/leader")) << "the template must not make every replica the leader";
+  EXPECT_FALSE(pod_labels.contains("toposched.io/leader"))
+      << "the template must not make every replica the leader";
   for (const auto& [key, value] : (*w.service)["spec"]["selector"].items()) {
     if (key == "toposched.io/leader") continue;
     EXPECT_EQ(pod_labels.value(key, ""), value) << key;
@@ -937,7 +949,8 @@ std::string UrlAuthority(const std::string& url) {
 TEST(Workloads, SchedulerConfigurationsCallTheExtendersService) {
   const DeployedWorkloads w = LoadWorkloads();
   ASSERT_NE(w.service, nullptr);
-  const std::string authority = w.service->value("/metadata/name"_json_pointer, std::string()) + "." + kNamespace +
+  const std::string authority = w.service->value("/metadata/name"_json_pointer, std::string()) + "." +
+                                kNamespace +
                                 ".svc:" + std::to_string((*w.service)["spec"]["ports"][0]["port"].get<int>());
   const std::vector<json> kube = LoadYaml(kSourceDir / "deploy/kube-scheduler/scheduler-config.yaml");
   ASSERT_EQ(kube.size(), 1u);
@@ -995,7 +1008,8 @@ TEST(Workloads, EveryFlagInArgsIsInTheSubcommandsHelp) {
         if (arg.rfind("--", 0) != 0) continue;
         const std::string flag = arg.substr(0, arg.find('='));
         ASSERT_TRUE(std::regex_match(flag, std::regex("--[a-z0-9][-a-z0-9]*"))) << flag;
-        EXPECT_TRUE(MentionsFlag(help, flag)) << "toposched " << args[0] << " --help does not mention " << flag;
+        EXPECT_TRUE(MentionsFlag(help, flag))
+            << "toposched " << args[0] << " --help does not mention " << flag;
         ++flags;
       }
     }

@@ -39,7 +39,8 @@ using json = nlohmann::json;
 // labels(i) when given.
 fs::path MakeClusterDir(const std::string& tag, int n, const std::string& preset,
                         const std::function<json(int)>& labels = {}) {
-  const fs::path dir = fs::temp_directory_path() / ("toposched-serve-" + tag + "-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("toposched-serve-" + tag + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "nodes");
   for (int i = 0; i < n; ++i) {
@@ -58,9 +59,9 @@ class ServeProcess {
     fs::remove(port_file);
     const std::string bin = ToposchedBinary();
     const std::string log = (dir / "serve.log").string();
-    std::vector<std::string> args = {bin, "serve", "--cluster", dir.string(), "--address", "127.0.0.1",
-                                     "--port", "0", "--port-file", port_file.string(), "--threads", "4",
-                                     "--log-level", log_level};
+    std::vector<std::string> args = {bin,         "serve",  "--cluster",   dir.string(),  "--address",
+                                     "127.0.0.1", "--port", "0",           "--port-file", port_file.string(),
+                                     "--threads", "4",      "--log-level", log_level};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -72,8 +73,10 @@ class ServeProcess {
     for (int i = 0; i < 600 && port_ == 0; ++i) {  // up to 60 s (ASan builds start slowly)
       std::ifstream in(port_file);
       int p = 0;
-      if (in >> p && p > 0) port_ = static_cast<std::uint16_t>(p);
-      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (in >> p && p > 0)
+        port_ = static_cast<std::uint16_t>(p);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     EXPECT_NE(port_, 0) << "server did not start; log:\n" << ReadFile(dir / "serve.log");
   }
@@ -133,7 +136,10 @@ TEST(Serve, NodesDifferingOnlyInLabelsShareOneEvaluation) {
   EXPECT_EQ(json::parse(f->body)["NodeNames"].size(), 4u);
   // A Prefill/Decode pool pod too: its filter decision depends on the class alone (only its
   // scores depend on where the pool runs).
-  const PodSpec decode{.name = "decode", .uid = "uid-decode", .gpus = 2, .rdma = 2,
+  const PodSpec decode{.name = "decode",
+                       .uid = "uid-decode",
+                       .gpus = 2,
+                       .rdma = 2,
                        .labels = {{"llm-d.ai/role", "decode"}, {"toposched.io/pool", "chat"}}};
   f = c.Post("/scheduler/filter", ExtenderArgs(MakePod(decode), {"node-0", "node-1", "node-2", "node-3"}));
   ASSERT_TRUE(f.has_value());
@@ -144,7 +150,8 @@ TEST(Serve, NodesDifferingOnlyInLabelsShareOneEvaluation) {
   for (const char* pod : {"pod=default/p ", "pod=default/decode "}) {
     const std::size_t at = log.find(pod);
     ASSERT_NE(at, std::string::npos) << pod << "\n" << log;
-    EXPECT_NE(log.find("4 of 4 nodes fit (1 node classes evaluated)", at), std::string::npos) << pod << "\n" << log;
+    EXPECT_NE(log.find("4 of 4 nodes fit (1 node classes evaluated)", at), std::string::npos) << pod << "\n"
+                                                                                              << log;
   }
   fs::remove_all(dir);
 }
@@ -197,7 +204,8 @@ TEST(Serve, KillNineMidRunLosesNoAcknowledgedBindAndDuplicatesNone) {
       });
     }
     // Kill once a good number of binds is acknowledged (the cluster holds 48 one-GPU pods).
-    for (int i = 0; i < 600 && acks.load() < 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 600 && acks.load() < 20; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s.Kill(SIGKILL);
     stop = true;
     for (auto& th : clients) th.join();
@@ -227,7 +235,8 @@ TEST(Serve, KillNineMidRunLosesNoAcknowledgedBindAndDuplicatesNone) {
     EXPECT_EQ(json::parse(c.Post("/scheduler/bind", BindingArgs(p, node))->body)["Error"], "") << uid;
   }
   const std::string metrics = c.Get("/metrics")->body;
-  EXPECT_NE(metrics.find("toposched_state_pods " + std::to_string(seen.size()) + "\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("toposched_state_pods " + std::to_string(seen.size()) + "\n"), std::string::npos)
+      << metrics;
   fs::remove_all(dir);
 }
 

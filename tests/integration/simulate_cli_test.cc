@@ -23,13 +23,17 @@ namespace fs = std::filesystem;
 
 using testing::CliRun;
 
-std::string Quote(const std::string& s) { return testing::ShellQuote(s); }
+std::string Quote(const std::string& s) {
+  return testing::ShellQuote(s);
+}
 
 fs::path TempPath(const std::string& name) {
   return fs::temp_directory_path() / ("toposched-simcli-" + std::to_string(::getpid()) + "-" + name);
 }
 
-CliRun Simulate(const std::string& args) { return testing::RunToposched("simulate " + args); }
+CliRun Simulate(const std::string& args) {
+  return testing::RunToposched("simulate " + args);
+}
 
 TEST(SimulateCli, HelpNamesTheFlags) {
   const CliRun run = Simulate("--help");

@@ -73,9 +73,9 @@ struct Fault {
   std::string path_prefix;
   bool watch_only = false;
   int times = 1;
-  int status = 0;             // reply with this status and a metav1.Status body (0 = no reply change)
+  int status = 0;  // reply with this status and a metav1.Status body (0 = no reply change)
   std::chrono::milliseconds delay{0};  // wait before handling (slow server)
-  bool drop = false;          // close the connection without replying (after the delay)
+  bool drop = false;                   // close the connection without replying (after the delay)
   // For watches with status 0: serve the watch but close the connection after this many events
   // (-1 = do not), without the terminating chunk (a broken stream). Bookmarks do not count;
   // the synthetic ADDED events of a watch without resourceVersion do.

@@ -19,8 +19,9 @@ namespace toposched::testing {
 
 inline std::string MutateOnce(std::string s, std::span<const std::string> seeds, std::mt19937_64& rng) {
   static constexpr std::string_view kTokens[] = {
-      "{", "}", "[", "]", ",", ":", "\"", "\\", "null", "true", "-1", "1e999", "0.5",
-      "\"\\u0000\"", "\"\\ud800\"", "{}", "[]", "\xff", "\x00", "9223372036854775808", "\"\"", " "};
+      "{",    "}",     "[",   "]",           ",",           ":",  "\"", "\\",   "null", "true",
+      "-1",   "1e999", "0.5", "\"\\u0000\"", "\"\\ud800\"", "{}", "[]", "\xff", "\x00", "9223372036854775808",
+      "\"\"", " "};
   auto pick = [&](std::size_t n) { return n == 0 ? std::size_t{0} : static_cast<std::size_t>(rng() % n); };
   switch (rng() % 6) {
     case 0:  // flip a byte

@@ -26,7 +26,8 @@ struct HttpReply {
 
 class HttpClient {
  public:
-  explicit HttpClient(std::uint16_t port, std::string host = "127.0.0.1") : port_(port), host_(std::move(host)) {}
+  explicit HttpClient(std::uint16_t port, std::string host = "127.0.0.1")
+      : port_(port), host_(std::move(host)) {}
   ~HttpClient() { Close(); }
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -39,7 +40,8 @@ class HttpClient {
 
   // Sends one request (reconnecting if needed) and reads the reply; nullopt on a transport
   // failure (connection refused or closed without a reply).
-  std::optional<HttpReply> Request(std::string_view method, std::string_view target, std::string_view body = {},
+  std::optional<HttpReply> Request(std::string_view method, std::string_view target,
+                                   std::string_view body = {},
                                    std::string_view content_type = "application/json") {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (fd_ < 0 && !Connect()) return std::nullopt;
@@ -61,7 +63,9 @@ class HttpClient {
     return std::nullopt;
   }
 
-  std::optional<HttpReply> Post(std::string_view target, std::string_view body) { return Request("POST", target, body); }
+  std::optional<HttpReply> Post(std::string_view target, std::string_view body) {
+    return Request("POST", target, body);
+  }
   std::optional<HttpReply> Get(std::string_view target) { return Request("GET", target, {}, {}); }
 
  private:
@@ -118,13 +122,15 @@ class HttpClient {
     std::size_t pos = reply.headers.find("\r\n");
     while (pos != std::string::npos && pos < reply.headers.size()) {
       const std::size_t next = reply.headers.find("\r\n", pos + 2);
-      std::string line = reply.headers.substr(pos + 2, (next == std::string::npos ? reply.headers.size() : next) - pos - 2);
+      std::string line =
+          reply.headers.substr(pos + 2, (next == std::string::npos ? reply.headers.size() : next) - pos - 2);
       std::string lower = line;
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (lower.starts_with("content-length:")) length = std::strtoull(line.c_str() + 15, nullptr, 10);
       if (lower.starts_with("content-type:")) {
         reply.content_type = line.substr(13);
-        while (!reply.content_type.empty() && reply.content_type.front() == ' ') reply.content_type.erase(0, 1);
+        while (!reply.content_type.empty() && reply.content_type.front() == ' ')
+          reply.content_type.erase(0, 1);
       }
       if (lower.starts_with("connection:") && lower.find("close") != std::string::npos) close_after = true;
       pos = next;

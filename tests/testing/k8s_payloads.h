@@ -22,7 +22,7 @@ struct PodSpec {
   std::map<std::string, std::string> annotations = {};
   std::map<std::string, std::string> labels = {};
   std::map<std::string, std::string> extra_limits = {};  // e.g. nvidia.com/gpumem
-  std::string cpu = "4";  // the CPU request; empty: none
+  std::string cpu = "4";                                 // the CPU request; empty: none
 };
 
 // A v1.Pod as the API server sends it (typical fields a real pod carries, incl. status).
@@ -55,19 +55,21 @@ inline nlohmann::json MakePod(const PodSpec& p) {
 
 // A v1.Node, roughly as kube-scheduler sends it in Nodes mode.
 inline nlohmann::json MakeNode(const std::string& name) {
-  return {{"metadata",
-           {{"name", name},
-            {"uid", "node-uid-" + name},
-            {"labels", {{"kubernetes.io/hostname", name}, {"nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"}}}}},
-          {"spec", {{"podCIDR", "10.0.0.0/24"}}},
-          {"status",
-           {{"capacity", {{"nvidia.com/gpu", "8"}, {"cpu", "224"}}},
-            {"allocatable", {{"nvidia.com/gpu", "8"}, {"cpu", "220"}}},
-            {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
+  return {
+      {"metadata",
+       {{"name", name},
+        {"uid", "node-uid-" + name},
+        {"labels", {{"kubernetes.io/hostname", name}, {"nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"}}}}},
+      {"spec", {{"podCIDR", "10.0.0.0/24"}}},
+      {"status",
+       {{"capacity", {{"nvidia.com/gpu", "8"}, {"cpu", "224"}}},
+        {"allocatable", {{"nvidia.com/gpu", "8"}, {"cpu", "220"}}},
+        {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
 }
 
 // ExtenderArgs: nodeCacheCapable -> NodeNames, Nodes null; otherwise Nodes (a v1.NodeList), NodeNames null.
-inline std::string ExtenderArgs(const nlohmann::json& pod, const std::vector<std::string>& nodes, bool node_cache_capable = true) {
+inline std::string ExtenderArgs(const nlohmann::json& pod, const std::vector<std::string>& nodes,
+                                bool node_cache_capable = true) {
   nlohmann::json args = {{"Pod", pod}};
   if (node_cache_capable) {
     args["Nodes"] = nullptr;
@@ -82,7 +84,8 @@ inline std::string ExtenderArgs(const nlohmann::json& pod, const std::vector<std
 }
 
 inline std::string BindingArgs(const PodSpec& p, const std::string& node) {
-  return nlohmann::json{{"PodName", p.name}, {"PodNamespace", p.ns}, {"PodUID", p.uid}, {"Node", node}}.dump();
+  return nlohmann::json{{"PodName", p.name}, {"PodNamespace", p.ns}, {"PodUID", p.uid}, {"Node", node}}
+      .dump();
 }
 
 // Volcano api.TaskInfo (PascalCase, no json tags), with Resreq in milli-units.
@@ -91,28 +94,30 @@ inline nlohmann::json MakeTask(const PodSpec& p, const std::string& node_name = 
   if (p.gpus > 0) scalars["nvidia.com/gpu"] = p.gpus * 1000.0;
   if (p.rdma > 0) scalars["rdma/ib"] = p.rdma * 1000.0;
   scalars["pods"] = 1;
-  return {{"UID", p.uid},
-          {"Job", p.ns + "/pg-" + p.name},
-          {"Name", p.name},
-          {"Namespace", p.ns},
-          {"TaskRole", "worker"},
-          {"Resreq", {{"MilliCPU", 4000.0}, {"Memory", 34359738368.0}, {"ScalarResources", scalars}, {"MaxTaskNum", 0}}},
-          {"InitResreq", {{"MilliCPU", 4000.0}, {"Memory", 34359738368.0}, {"ScalarResources", scalars}}},
-          {"NodeName", node_name},
-          {"EvictionOccurred", false},
-          {"JobAllocatedHyperNode", ""},
-          {"Status", 1},
-          {"Priority", 0},
-          {"VolumeReady", false},
-          {"Preemptable", false},
-          {"BestEffort", false},
-          {"HasRestartableInitContainer", false},
-          {"SchGated", false},
-          {"RevocableZone", ""},
-          {"NumaInfo", nullptr},
-          {"Pod", MakePod(p)},
-          {"PodAnnotations", nullptr},
-          {"CustomBindErrHandlerSucceeded", false}};
+  return {
+      {"UID", p.uid},
+      {"Job", p.ns + "/pg-" + p.name},
+      {"Name", p.name},
+      {"Namespace", p.ns},
+      {"TaskRole", "worker"},
+      {"Resreq",
+       {{"MilliCPU", 4000.0}, {"Memory", 34359738368.0}, {"ScalarResources", scalars}, {"MaxTaskNum", 0}}},
+      {"InitResreq", {{"MilliCPU", 4000.0}, {"Memory", 34359738368.0}, {"ScalarResources", scalars}}},
+      {"NodeName", node_name},
+      {"EvictionOccurred", false},
+      {"JobAllocatedHyperNode", ""},
+      {"Status", 1},
+      {"Priority", 0},
+      {"VolumeReady", false},
+      {"Preemptable", false},
+      {"BestEffort", false},
+      {"HasRestartableInitContainer", false},
+      {"SchGated", false},
+      {"RevocableZone", ""},
+      {"NumaInfo", nullptr},
+      {"Pod", MakePod(p)},
+      {"PodAnnotations", nullptr},
+      {"CustomBindErrHandlerSucceeded", false}};
 }
 
 // Volcano api.NodeInfo (the parts a real one always has).
@@ -120,7 +125,8 @@ inline nlohmann::json MakeVolcanoNode(const std::string& name) {
   return {{"Name", name},
           {"Node", MakeNode(name)},
           {"State", {{"Phase", 1}, {"Reason", ""}}},
-          {"Idle", {{"MilliCPU", 220000.0}, {"Memory", 1.0e12}, {"ScalarResources", {{"nvidia.com/gpu", 8000.0}}}}},
+          {"Idle",
+           {{"MilliCPU", 220000.0}, {"Memory", 1.0e12}, {"ScalarResources", {{"nvidia.com/gpu", 8000.0}}}}},
           {"Used", {{"MilliCPU", 0.0}, {"Memory", 0.0}, {"ScalarResources", nullptr}}},
           {"Tasks", nlohmann::json::object()},
           {"Others", nullptr},

@@ -15,9 +15,13 @@ inline std::filesystem::path SharedTopologiesDir() {
   return TOPOSCHED_SHARED_TOPOLOGIES;
 }
 
-inline std::filesystem::path SharedTopology(const std::string& name) { return SharedTopologiesDir() / name; }
+inline std::filesystem::path SharedTopology(const std::string& name) {
+  return SharedTopologiesDir() / name;
+}
 
-inline bool HaveSharedTopologies() { return std::filesystem::is_directory(SharedTopologiesDir()); }
+inline bool HaveSharedTopologies() {
+  return std::filesystem::is_directory(SharedTopologiesDir());
+}
 
 inline std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -28,11 +32,10 @@ inline std::string ReadFile(const std::filesystem::path& path) {
 
 }  // namespace toposched::testing
 
-#define TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES()                                                \
-  do {                                                                                          \
-    if (!::toposched::testing::HaveSharedTopologies()) {                                        \
-      GTEST_SKIP() << "shared topology exports not found at "                                   \
-                   << ::toposched::testing::SharedTopologiesDir()                               \
-                   << " (set TOPOSCHED_SHARED_TOPOLOGIES to the folder of ../shared/topologies)"; \
-    }                                                                                           \
+#define TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES()                                                           \
+  do {                                                                                                       \
+    if (!::toposched::testing::HaveSharedTopologies()) {                                                     \
+      GTEST_SKIP() << "shared topology exports not found at " << ::toposched::testing::SharedTopologiesDir() \
+                   << " (set TOPOSCHED_SHARED_TOPOLOGIES to the folder of ../shared/topologies)";            \
+    }                                                                                                        \
   } while (0)

@@ -19,7 +19,9 @@ inline constexpr std::uint64_t kFnv1aPrime = 1099511628211ull;               // 
 
 // One FNV-1a step: folds `v` into `h`. Over a byte it is FNV-1a proper; over a wider word it is
 // the same combine step (xor, then multiply by the prime), used to fold one hash into another.
-constexpr std::uint64_t HashMix(std::uint64_t h, std::uint64_t v) { return (h ^ v) * kFnv1aPrime; }
+constexpr std::uint64_t HashMix(std::uint64_t h, std::uint64_t v) {
+  return (h ^ v) * kFnv1aPrime;
+}
 
 // FNV-1a 64 of `bytes`, continuing from `h` (the offset basis for a fresh hash).
 constexpr std::uint64_t Fnv1a64(std::string_view bytes, std::uint64_t h = kFnv1aOffsetBasis) {

@@ -31,7 +31,9 @@ class Error {
   int http_status() const { return http_status_; }
   // Returns a copy with `context` prepended ("context: message"), for adding a file name or a
   // JSON path as the error travels up; the code and status stay.
-  Error WithContext(const std::string& context) const { return Error(context + ": " + message_, code_, http_status_); }
+  Error WithContext(const std::string& context) const {
+    return Error(context + ": " + message_, code_, http_status_);
+  }
 
  private:
   std::string message_;
@@ -42,7 +44,7 @@ class Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}   // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : state_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(state_); }
@@ -98,8 +100,9 @@ class [[nodiscard]] Status {
 #define TOPOSCHED_ASSIGN_OR_RETURN(lhs, expr) \
   TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(TOPOSCHED_CONCAT_(toposched_result_, __LINE__), lhs, expr, error())
 
-#define TOPOSCHED_ASSIGN_OR_RETURN_CTX(lhs, expr, context) \
-  TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(TOPOSCHED_CONCAT_(toposched_result_, __LINE__), lhs, expr, error().WithContext(context))
+#define TOPOSCHED_ASSIGN_OR_RETURN_CTX(lhs, expr, context)                                    \
+  TOPOSCHED_ASSIGN_OR_RETURN_IMPL_(TOPOSCHED_CONCAT_(toposched_result_, __LINE__), lhs, expr, \
+                                   error().WithContext(context))
 
 // Implementation details of the macros above.
 #define TOPOSCHED_CONCAT_INNER_(a, b) a##b

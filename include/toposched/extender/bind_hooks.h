@@ -70,7 +70,8 @@ class BindHooks {
   // pod's owner (the Kubernetes source: a Warning event, once per pod and message). Must not
   // block: filter calls make it.
   virtual void PodWarning(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/,
-                          std::string_view /*pod_uid*/, std::string_view /*reason*/, std::string_view /*message*/) {}
+                          std::string_view /*pod_uid*/, std::string_view /*reason*/,
+                          std::string_view /*message*/) {}
   // A filter call left the pod no node: `summary` counts the nodes by reason ("0/15 nodes fit:
   // 12 nodes: fewer than 4 free GPUs; 3 nodes: stale topology (...)"). The Kubernetes source
   // writes it as a FailedScheduling Warning event, deduplicated and rate-limited as client-go's
@@ -86,8 +87,9 @@ class BindHooks {
   // The Pod (JSON) named by namespace and name, for GET /explain?pod=NS/NAME. Read-only; may
   // wait on the API server (one GET). Without an API server there is nothing to look it up in.
   virtual Result<std::string> LookupPod(std::string_view /*pod_namespace*/, std::string_view /*pod_name*/) {
-    return Error("this extender has no API server to look pods up in (it runs on a cluster directory): POST the "
-                 "Pod JSON to /explain instead");
+    return Error(
+        "this extender has no API server to look pods up in (it runs on a cluster directory): POST the "
+        "Pod JSON to /explain instead");
   }
   // Nodes whose NodeTopology heartbeat is older than the stale age (for /nodes and /explain).
   virtual std::set<std::string, std::less<>> StaleTopologies() const { return {}; }

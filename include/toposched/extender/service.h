@@ -21,9 +21,9 @@
 
 #include "toposched/extender/bind_hooks.h"
 #include "toposched/framework/framework.h"
+#include "toposched/metrics/metrics.h"
 #include "toposched/placement/request.h"
 #include "toposched/server/http_server.h"
-#include "toposched/metrics/metrics.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::extender {

@@ -29,7 +29,7 @@ struct PoolMember {
   std::string uid;
   std::string node;
   PodRole role = PodRole::kNone;
-  int gpus = 0;       // whole GPUs, or vGPUs for shared requests
+  int gpus = 0;  // whole GPUs, or vGPUs for shared requests
   int rdma_nics = 0;
   LinkClass worst_class = LinkClass::kPIX;  // its worst GPU->NIC class (kPIX without NICs)
   bool kv_ipc = false;  // it set toposched.io/kv-ipc: same-node CUDA IPC needs both ends' consent
@@ -37,16 +37,20 @@ struct PoolMember {
 };
 
 // The hash NodeSummary's hashes use (std::hash of the text).
-inline std::uint64_t PositionHash(std::string_view text) { return std::hash<std::string_view>{}(text); }
+inline std::uint64_t PositionHash(std::string_view text) {
+  return std::hash<std::string_view>{}(text);
+}
 // A node's place in a stable order of nodes: FNV-1a (64-bit) of its name, the same in every
 // process, replica and release (std::hash is not), whatever order a node list comes in. The
 // extender breaks ties among its best nodes by it (extender::PreferOneOfTheBest).
-constexpr std::uint64_t NodeOrderKey(std::string_view name) { return Fnv1a64(name); }
+constexpr std::uint64_t NodeOrderKey(std::string_view name) {
+  return Fnv1a64(name);
+}
 
 struct NodeSummary {
   std::string_view name;
   const pd::Location* location = nullptr;  // never null
-  int free_gpus = 0;   // GPUs neither exclusive nor shared
+  int free_gpus = 0;                       // GPUs neither exclusive nor shared
   int free_rdma_nics = 0;
   bool schedulable = true;
   // When the view has them (null otherwise): PositionHash of each of location's domains, and
@@ -97,7 +101,8 @@ class ClusterView {
   // has none (the default).
   virtual std::size_t PositionRunCount() const { return 0; }
   // Calls `fn` with each node of run `run` (< PositionRunCount()) until it returns false.
-  virtual void ForEachNodeInRun(std::size_t /*run*/, const std::function<bool(const NodeSummary&)>& /*fn*/) const {}
+  virtual void ForEachNodeInRun(std::size_t /*run*/,
+                                const std::function<bool(const NodeSummary&)>& /*fn*/) const {}
 };
 
 // What a node has free for new pods, as every view counts it (the extender's store and the
@@ -128,8 +133,8 @@ class StaticClusterView : public ClusterView {
   // Adds or replaces a node (located by its labels, or by `location` when given).
   void SetNode(const std::string& name, const std::map<std::string, std::string>& labels, int free_gpus,
                int free_rdma_nics = 0, bool schedulable = true);
-  void SetNode(const std::string& name, const std::map<std::string, std::string>& labels, VendorCounts free_gpus,
-               int free_rdma_nics, bool schedulable = true);
+  void SetNode(const std::string& name, const std::map<std::string, std::string>& labels,
+               VendorCounts free_gpus, int free_rdma_nics, bool schedulable = true);
   void SetNodeLocation(const std::string& name, pd::Location location, VendorCounts free_gpus,
                        int free_rdma_nics = 0, bool schedulable = true);
   void SetFree(std::string_view name, int free_gpus, int free_rdma_nics);

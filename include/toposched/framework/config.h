@@ -31,8 +31,8 @@
 
 #include "toposched/common/status.h"
 #include "toposched/framework/registry.h"
-#include "toposched/placement/placement.h"
 #include "toposched/pd/network.h"
+#include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
 
 namespace toposched::framework {

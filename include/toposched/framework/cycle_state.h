@@ -40,9 +40,9 @@ class CycleState {
   // tests may pass a fake that returns hand-built outcomes.
   // `fingerprint` is NodeInfo::topology_fingerprint (may be empty: the placer computes it).
   // `share_packing`: share_packing() of the cycle.
-  using Placer = std::function<PlacementOutcome(const NodeTopology&, std::string_view fingerprint,
-                                                const NodeAllocation&, const PlacementRequest&,
-                                                SharePacking share_packing)>;
+  using Placer =
+      std::function<PlacementOutcome(const NodeTopology&, std::string_view fingerprint, const NodeAllocation&,
+                                     const PlacementRequest&, SharePacking share_packing)>;
 
   CycleState(PlacementRequest request, Placer placer);
   CycleState(CycleState&&) noexcept;

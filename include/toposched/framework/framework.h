@@ -2,9 +2,9 @@
 // The Framework: runs the configured plugins for one pod over candidate nodes. It is the runner,
 // separate from the plugin interfaces (plugin.h), as in kube-scheduler. The extender maps its
 // verbs onto it: filter -> RunFilter per node; prioritize -> RunScore per node, then
-// the ranking step (ranking.h) at the wire; bind -> RunFilter on the node as it is now, then the cluster store
-// applies the placement under the node's lock (the store is the extender's Reserve). The
-// simulators run RunReserve on their own node copies.
+// the ranking step (ranking.h) at the wire; bind -> RunFilter on the node as it is now, then the cluster
+// store applies the placement under the node's lock (the store is the extender's Reserve). The simulators run
+// RunReserve on their own node copies.
 //
 // Thread safety: RunFilter/RunScore/RunReserve may run concurrently on distinct CycleStates.
 // The PlacementMemo shared by all cycles is guarded by a mutex, so concurrent cycles serialise
@@ -44,8 +44,8 @@ struct NodeScore {
   // Weighted average of the counted parts, 0..100, rounded half up:
   //   total = round(sum(weight_i * score_i) / sum(weight_i)); 0 when every weight is 0.
   int total = 0;
-  long long weighted = 0;  // sum(weight_i * score_i) over the counted parts
-  long long weights = 0;   // sum(weight_i) over the counted parts
+  long long weighted = 0;        // sum(weight_i * score_i) over the counted parts
+  long long weights = 0;         // sum(weight_i) over the counted parts
   std::vector<ScorePart> parts;  // config order
   // The capacity plugin's score (SchedulerConfig::capacity), 0..100; -1 when capacity first is
   // off or this ScoreSet does not hold the plugin.

@@ -63,7 +63,9 @@ class CapacityBand {
   bool In(const NodeScore& score) const { return In(score.capacity, score.reserved); }
   // Whether `a` ranks ahead of `b` by rules 1-3 (strict; equal nodes: false both ways).
   bool Ahead(const NodeScore& a, const NodeScore& b) const;
-  int ExtenderScore(const NodeScore& score) const { return ExtenderScore(score.total, score.capacity, score.reserved); }
+  int ExtenderScore(const NodeScore& score) const {
+    return ExtenderScore(score.total, score.capacity, score.reserved);
+  }
   // The same from a score's three fields (NodeScore::total, capacity, reserved), for callers
   // that keep them without a NodeScore (the extender's cached verdicts).
   void Offer(int total, int capacity, bool reserved);

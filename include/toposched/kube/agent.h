@@ -22,7 +22,7 @@ struct AgentOptions {
   std::chrono::milliseconds interval{60'000};    // re-discovery period
   std::chrono::milliseconds heartbeat{300'000};  // status.heartbeatTime refresh when unchanged
   bool label_node = true;
-  std::function<std::chrono::system_clock::time_point()> now;  // tests; default system_clock
+  std::function<std::chrono::system_clock::time_point()> now;             // tests; default system_clock
   std::function<void(std::chrono::milliseconds, std::stop_token)> sleep;  // tests
 };
 

@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -32,9 +32,15 @@ namespace toposched::kube {
 // (method and path appended). Transport failures are kUnavailable, status 0, and begin with
 // "transport: ". ApiCode: the status (0 for transport errors and anything else).
 int ApiCode(const Error& error);
-inline bool IsNotFound(const Error& e) { return e.code() == ErrorCode::kNotFound; }
-inline bool IsConflict(const Error& e) { return e.code() == ErrorCode::kConflict; }
-inline bool IsGone(const Error& e) { return e.code() == ErrorCode::kGone; }
+inline bool IsNotFound(const Error& e) {
+  return e.code() == ErrorCode::kNotFound;
+}
+inline bool IsConflict(const Error& e) {
+  return e.code() == ErrorCode::kConflict;
+}
+inline bool IsGone(const Error& e) {
+  return e.code() == ErrorCode::kGone;
+}
 
 enum class PatchType : std::uint8_t {
   kMerge,           // application/merge-patch+json (RFC 7386): null deletes a key
@@ -57,8 +63,8 @@ struct ApiOptions {
 
 struct ListOptions {
   std::string label_selector, field_selector;
-  int limit = 500;                // page size; 0 = unpaged
-  std::string resource_version;   // "" = most recent (a quorum read); "0" = any (cache)
+  int limit = 500;               // page size; 0 = unpaged
+  std::string resource_version;  // "" = most recent (a quorum read); "0" = any (cache)
 };
 
 struct ObjectList {
@@ -144,10 +150,11 @@ class Api {
 };
 
 // Paths (names are escaped as URL path segments).
-std::string CorePath(std::string_view resource);                                // /api/v1/nodes
+std::string CorePath(std::string_view resource);  // /api/v1/nodes
 std::string NamespacedPath(std::string_view ns, std::string_view resource);
 // Volcano's HyperNodes (cluster-scoped), watched when network.hyperNodes is on.
-inline constexpr std::string_view kHyperNodeCollection = "/apis/topology.volcano.sh/v1alpha1/hypernodes";     // /api/v1/namespaces/ns/pods
+inline constexpr std::string_view kHyperNodeCollection =
+    "/apis/topology.volcano.sh/v1alpha1/hypernodes";  // /api/v1/namespaces/ns/pods
 std::string PodPath(std::string_view ns, std::string_view name);
 std::string NodePath(std::string_view name);
 inline constexpr std::string_view kNodeTopologyCollection = "/apis/toposched.io/v1alpha1/nodetopologies";

@@ -51,7 +51,7 @@ class EventCorrelator {
   struct Write {
     std::uint64_t id = 0;  // Written() finds the event by it
     bool create = true;
-    std::string name;      // the Event's metadata.name (chosen at its first occurrence)
+    std::string name;  // the Event's metadata.name (chosen at its first occurrence)
     std::string pod_namespace, pod_name, pod_uid, reason, message, type;
     int count = 0;
     TimePoint first, last;

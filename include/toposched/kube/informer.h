@@ -46,11 +46,11 @@ struct InformerOptions {
 };
 
 struct InformerCounters {
-  std::uint64_t lists = 0;          // successful (re)lists
-  std::uint64_t watches = 0;        // watch requests started
-  std::uint64_t gone = 0;           // 410s (each forces a relist)
-  std::uint64_t errors = 0;         // failed lists/watches (each followed by a backoff)
-  std::uint64_t events = 0;         // ADDED/MODIFIED/DELETED delivered
+  std::uint64_t lists = 0;    // successful (re)lists
+  std::uint64_t watches = 0;  // watch requests started
+  std::uint64_t gone = 0;     // 410s (each forces a relist)
+  std::uint64_t errors = 0;   // failed lists/watches (each followed by a backoff)
+  std::uint64_t events = 0;   // ADDED/MODIFIED/DELETED delivered
   std::uint64_t bookmarks = 0;
 };
 

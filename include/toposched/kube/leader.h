@@ -28,7 +28,7 @@ struct LeaderOptions {
   // Give the Lease up (holderIdentity cleared) when stopping, so the other replica takes over
   // at once instead of after lease_duration.
   bool release_on_stop = true;
-  std::function<std::chrono::steady_clock::time_point()> now;  // tests; default steady_clock
+  std::function<std::chrono::steady_clock::time_point()> now;             // tests; default steady_clock
   std::function<void(std::chrono::milliseconds, std::stop_token)> sleep;  // tests
   std::uint64_t jitter_seed = 0;  // the retry period's jitter; 0: from std::random_device
 };
@@ -43,7 +43,7 @@ class LeaderElector {
   void Run(std::stop_token stop);
 
   bool leading() const { return leading_.load(std::memory_order_acquire); }
-  std::string holder() const;  // the holder last observed ("" unknown)
+  std::string holder() const;         // the holder last observed ("" unknown)
   std::uint64_t transitions() const;  // leadership gained by this replica
 
  private:

@@ -65,10 +65,10 @@ inline constexpr std::chrono::seconds kHamiNodeLockExpiry{300};  // HAMi's --nod
 //            "gpuNic": [{"gpu": 0, "nic": "mlx5_0", "class": "PIX"}]},
 //  "containers": [2, 0]}                                   (devices per container, HAMi order)
 struct AllocationAnnotations {
-  std::string allocation;     // toposched.io/allocation (compact JSON)
-  std::string visible_gpus;   // UUIDs when every chosen GPU has one, else host indices: "GPU-a,GPU-b" / "0,3"
-  std::string nccl_ib_hca;    // "=mlx5_0,mlx5_3" (NCCL's exact-match form); "" without NICs
-  std::string hami_devices;   // HAMi's device list for hami_vendor's keys; "" = no HAMi record
+  std::string allocation;    // toposched.io/allocation (compact JSON)
+  std::string visible_gpus;  // UUIDs when every chosen GPU has one, else host indices: "GPU-a,GPU-b" / "0,3"
+  std::string nccl_ib_hca;   // "=mlx5_0,mlx5_3" (NCCL's exact-match form); "" without NICs
+  std::string hami_devices;  // HAMi's device list for hami_vendor's keys; "" = no HAMi record
   GpuVendor hami_vendor = GpuVendor::kNvidia;  // which keys: HamiDeviceKeysFor(hami_vendor)
 };
 // `policy` names what chose the devices ("toposched"). HAMi's records are written when HAMi's
@@ -142,13 +142,13 @@ std::optional<int> AmdComputeUnits(std::int64_t cores, const HamiAmdCard& card);
 struct HamiRegisteredGpu {
   std::string uuid;
   int index = 0;
-  int count = 0;               // split count (vGPUs per card)
+  int count = 0;  // split count (vGPUs per card)
   std::int64_t devmem_mib = 0;
   int devcore = 0;
   std::string type;
   int numa = 0;
   bool health = false;
-  std::string mode;            // hami-core | mig | mps ("" in old formats)
+  std::string mode;  // hami-core | mig | mps ("" in old formats)
   // AMD's registration only (custominfo): the card's PCI address (normalized), and how many
   // CUs its device plugin hands out together (cuPerWGP; 1 when absent).
   std::string pci_bus_id;
@@ -203,13 +203,13 @@ Result<NodeView> ReadNode(const nlohmann::json& node);
 
 struct PodView {
   std::string uid, pod_namespace, pod_name, resource_version;
-  std::string node_name;   // spec.nodeName ("" while pending)
-  std::string phase;       // status.phase
-  bool deleting = false;   // metadata.deletionTimestamp set
-  bool ready = false;      // condition Ready=True
+  std::string node_name;                                             // spec.nodeName ("" while pending)
+  std::string phase;                                                 // status.phase
+  bool deleting = false;                                             // metadata.deletionTimestamp set
+  bool ready = false;                                                // condition Ready=True
   std::optional<std::chrono::system_clock::time_point> ready_since;  // its lastTransitionTime
-  std::map<std::string, std::string> annotations;  // only toposched.io/* and hami.io/* keys
-  std::map<std::string, std::string> labels;       // all of them (role and pool labels)
+  std::map<std::string, std::string> annotations;                    // only toposched.io/* and hami.io/* keys
+  std::map<std::string, std::string> labels;                         // all of them (role and pool labels)
   // Extended resources (names with a '/': nvidia.com/gpu, rdma/ib, ...) the pod holds once
   // bound, as the kubelet counts them: the larger of the app containers' sum and the largest
   // init container; limits, else requests; integer quantities only.

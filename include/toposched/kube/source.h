@@ -118,7 +118,8 @@ class KubeSource : public state::Persistence, public extender::BindHooks {
                   std::string_view reason, std::string_view message) override;
   void PodUnschedulable(std::string_view pod_namespace, std::string_view pod_name, std::string_view pod_uid,
                         std::string_view summary) override;
-  void PodAllocated(const state::PodAllocation& allocation, std::string_view alignment, bool volcano) override;
+  void PodAllocated(const state::PodAllocation& allocation, std::string_view alignment,
+                    bool volcano) override;
   Result<std::string> LookupPod(std::string_view pod_namespace, std::string_view pod_name) override;
   std::set<std::string, std::less<>> StaleTopologies() const override;
 

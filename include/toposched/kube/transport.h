@@ -25,7 +25,7 @@ struct ClientConfig {
   std::string ca_pem;      // PEM bundle that verifies the server; empty = the system's roots
   std::string client_cert_pem, client_key_pem;  // client-certificate authentication
   bool insecure_skip_tls_verify = false;
-  std::string tls_server_name;  // SNI / name to verify when it differs from the URL's host
+  std::string tls_server_name;             // SNI / name to verify when it differs from the URL's host
   std::string namespace_name = "default";  // the service account's or the context's namespace
   std::string user_agent = "toposched/0.1";
 };
@@ -49,7 +49,7 @@ struct Request {
   std::string method = "GET";  // GET, POST, PUT, PATCH, DELETE
   std::string path;            // path and query, already escaped: "/api/v1/pods?limit=500"
   std::string body;
-  std::string content_type;    // set when there is a body; PATCH: the patch type
+  std::string content_type;  // set when there is a body; PATCH: the patch type
   // Do: the whole exchange. Stream: the longest wait for the next byte of the body (a watch
   // with bookmarks sees traffic at least every minute or so).
   std::chrono::milliseconds timeout{30'000};

@@ -4,7 +4,8 @@
 // JSON lines. spdlog underneath; the level comes from a flag.
 //
 //   text: 2026-12-02T14:30:01.123Z info verb=filter pod=ns/name node=- msg="2 of 5 nodes fit"
-//   json: {"ts":"2026-12-02T14:30:01.123Z","level":"info","verb":"filter","pod":"ns/name","node":"-","msg":"2 of 5 nodes fit"}
+//   json: {"ts":"2026-12-02T14:30:01.123Z","level":"info","verb":"filter","pod":"ns/name","node":"-","msg":"2
+//   of 5 nodes fit"}
 
 #include <string>
 #include <string_view>

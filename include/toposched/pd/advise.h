@@ -42,11 +42,11 @@ Result<LengthDist> ParseLengthDist(std::string_view spec);
 
 struct GpuProfile {
   std::string name = "h100-sxm";
-  double peak_tflops = 989;   // dense BF16 (NVIDIA H100 SXM datasheet)
-  double hbm_gbps = 3350;     // GB/s (datasheet)
+  double peak_tflops = 989;  // dense BF16 (NVIDIA H100 SXM datasheet)
+  double hbm_gbps = 3350;    // GB/s (datasheet)
   double hbm_gib = 80;
-  double mfu = 0.5;           // prefill model-FLOPs utilisation: an assumption, see docs
-  double mbu = 0.7;           // decode memory-bandwidth utilisation: an assumption, see docs
+  double mfu = 0.5;  // prefill model-FLOPs utilisation: an assumption, see docs
+  double mbu = 0.7;  // decode memory-bandwidth utilisation: an assumption, see docs
 };
 const std::vector<GpuProfile>& GpuPresets();  // h100-sxm, a100-sxm-80g, h200-sxm, l40s
 Result<GpuProfile> FindGpu(std::string_view name);
@@ -55,9 +55,9 @@ struct AdviseInput {
   ModelSpec model;
   GpuProfile gpu;
   int gpus_per_instance = 8;
-  int total_gpus = 16;          // the GPUs this model may use, both phases together
+  int total_gpus = 16;  // the GPUs this model may use, both phases together
   LengthDist prompt, output;
-  double rate_rps = 1;          // requests per second, the whole service
+  double rate_rps = 1;  // requests per second, the whole service
   double ttft_p99_ms = 1000, tpot_p99_ms = 50;
   NetworkConfig network;
   // The paths disaggregated pairs can take on this cluster, cheapest first, with the
@@ -69,17 +69,17 @@ struct AdviseInput {
 };
 
 struct OptionEstimate {
-  std::string name;            // "co-located", or "disaggregated over <path>"
-  PathKind path = PathKind::kSameNodeRdma;  // disaggregated only
+  std::string name;                                 // "co-located", or "disaggregated over <path>"
+  PathKind path = PathKind::kSameNodeRdma;          // disaggregated only
   int prefill_instances = 0, decode_instances = 0;  // co-located: both = instances
   double kv_transfer_ms_mean = 0, kv_transfer_ms_p99 = 0;
   double kv_share_of_ttft = 0;  // p99 transfer / p99 TTFT
   double ttft_p99_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;
   double prefill_utilisation = 0, decode_batch = 0;
-  bool stable = true;          // every queue below utilisation 1
+  bool stable = true;  // every queue below utilisation 1
   bool meets_slo = false;
-  double max_rate_rps = 0;     // the highest rate at which it still meets both SLOs (bisection;
-                               // disaggregated: P:D re-chosen at each rate)
+  double max_rate_rps = 0;  // the highest rate at which it still meets both SLOs (bisection;
+                            // disaggregated: P:D re-chosen at each rate)
 };
 
 struct Advice {

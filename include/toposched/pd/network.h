@@ -118,14 +118,15 @@ int Distance(const Location& a, const Location& b);
 
 // The path between two positions: same node -> kSameNodeIpc when config.same_node_ipc and both
 // ends allow it, else kSameNodeRdma; first shared tier i -> config.tiers[i].path; none -> kBeyond.
-PathKind PathBetween(const NetworkConfig& config, const Location& a, const Location& b, bool ipc_allowed = true);
+PathKind PathBetween(const NetworkConfig& config, const Location& a, const Location& b,
+                     bool ipc_allowed = true);
 
 // One end of a transfer: an instance's GPU and NIC count and its worst GPU->NIC class.
 struct Endpoint {
   int gpus = 1;
-  int rdma_nics = 0;                  // 0: the pod has no RDMA NIC of its own (shared or TCP)
+  int rdma_nics = 0;  // 0: the pod has no RDMA NIC of its own (shared or TCP)
   LinkClass worst_class = LinkClass::kPIX;
-  double nic_gbps = 0;                // the NICs' link rate in GB/s when known (0: the path default)
+  double nic_gbps = 0;  // the NICs' link rate in GB/s when known (0: the path default)
 };
 
 struct PathEstimate {
@@ -135,7 +136,8 @@ struct PathEstimate {
   double alignment = 1.0;     // the factor applied (1 for non-NIC paths)
   int lanes = 1;
 };
-PathEstimate Estimate(const NetworkConfig& config, PathKind path, const Endpoint& prefill, const Endpoint& decode);
+PathEstimate Estimate(const NetworkConfig& config, PathKind path, const Endpoint& prefill,
+                      const Endpoint& decode);
 // Seconds to move `bytes` along `e`.
 double TransferSeconds(const PathEstimate& e, double bytes);
 
@@ -168,8 +170,8 @@ Result<ModelSpec> FindModel(std::string_view name);  // error lists the presets
 // whole set): malformed JSON, a HyperNode that is not an object or has no name, a cycle.
 inline constexpr std::size_t kMaxHyperNodeJsonBytes = 16u << 20;
 using NodeLabels = std::map<std::string, std::map<std::string, std::string>>;  // node -> labels
-Result<std::map<std::string, Location>> ResolveHyperNodes(const NetworkConfig& config, std::string_view list_json,
-                                                          const NodeLabels& nodes,
+Result<std::map<std::string, Location>> ResolveHyperNodes(const NetworkConfig& config,
+                                                          std::string_view list_json, const NodeLabels& nodes,
                                                           std::vector<std::string>* warnings = nullptr);
 
 }  // namespace toposched::pd

@@ -49,9 +49,9 @@ enum class ShareVerdict : std::uint8_t {
   kMemoryUnknown,  // a card of unknown size already shared (a memory vGPU takes it alone)
   kMemory,
   kCores,
-  kNumaUnknown,    // numa-bind asked, the card's NUMA node unknown
-  kUnusable,       // Gpu::unusable: unhealthy, in MIG mode, or not in HAMi's AMD registration
-  kUnenforced,     // Gpu::shares_unenforced: no device plugin on the node enforces a share
+  kNumaUnknown,  // numa-bind asked, the card's NUMA node unknown
+  kUnusable,     // Gpu::unusable: unhealthy, in MIG mode, or not in HAMi's AMD registration
+  kUnenforced,   // Gpu::shares_unenforced: no device plugin on the node enforces a share
 };
 ShareVerdict JudgeSharedGpu(const NodeTopology& topology, const NodeAllocation& allocated,
                             const PlacementRequest& r, int max_shares_per_gpu, int gpu);

@@ -17,17 +17,17 @@ namespace toposched {
 
 // Per-GPU shared usage (HAMi vGPUs) in the request's fixed-point units.
 struct GpuShareUsage {
-  int shares = 0;                 // vGPUs placed on this GPU
+  int shares = 0;  // vGPUs placed on this GPU
   std::int64_t memory_mib = 0;
-  std::int64_t cores = 0;         // of kFullGpuCores
+  std::int64_t cores = 0;  // of kFullGpuCores
   bool operator==(const GpuShareUsage&) const = default;
 };
 
 // What is already taken on one node. Vectors are indexed like the topology's gpus/nics; empty
 // vectors mean "nothing allocated".
 struct NodeAllocation {
-  std::vector<bool> gpu_exclusive;     // whole GPUs held by pods
-  std::vector<bool> nic_used;          // RDMA NICs held by pods
+  std::vector<bool> gpu_exclusive;  // whole GPUs held by pods
+  std::vector<bool> nic_used;       // RDMA NICs held by pods
   std::vector<GpuShareUsage> gpu_shares;
   bool operator==(const NodeAllocation&) const = default;
 };
@@ -56,11 +56,11 @@ struct GpuNicPair {
 };
 
 struct Placement {
-  std::vector<int> gpus;            // topology GPU indices, ascending (whole or shared)
-  std::vector<int> nics;            // topology NIC indices, ascending
-  std::vector<GpuNicPair> pairs;    // each chosen GPU and the NIC that serves it
+  std::vector<int> gpus;                    // topology GPU indices, ascending (whole or shared)
+  std::vector<int> nics;                    // topology NIC indices, ascending
+  std::vector<GpuNicPair> pairs;            // each chosen GPU and the NIC that serves it
   LinkClass worst_class = LinkClass::kPIX;  // printed class of the worst pair (kPIX if no NICs)
-  int class_sum = 0;                // sum of LinkRank over pairs
+  int class_sum = 0;                        // sum of LinkRank over pairs
   PlacementCost cost;
   // The best worst-class this node could give the request with all its devices free, and
   // whether this placement reached it (the simulator's "best allowable class").
@@ -71,11 +71,11 @@ struct Placement {
 
 enum class FitFailure : std::uint8_t {
   kNone,
-  kNotEnoughGpus,        // fewer free GPUs (of the vendor) than requested
-  kNotEnoughNics,        // fewer free RDMA NICs than requested
+  kNotEnoughGpus,           // fewer free GPUs (of the vendor) than requested
+  kNotEnoughNics,           // fewer free RDMA NICs than requested
   kAlignmentUnsatisfiable,  // devices are free, but no set meets toposched.io/gpu-nic-alignment
   kNotEnoughShareCapacity,  // no set of GPUs with the memory/cores a shared request needs
-  kRequestTooLarge,      // the node has fewer devices in total than requested: never fits
+  kRequestTooLarge,         // the node has fewer devices in total than requested: never fits
 };
 std::string_view ToString(FitFailure f);
 

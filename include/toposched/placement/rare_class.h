@@ -45,6 +45,7 @@ HardwareCensus CensusOf(std::span<const NodeHardware> nodes);
 // ask RDMA NICs, the one the fewest nodes of `census` could host (at least one; ties: the shape
 // asking more GPUs, then more NICs), when fewer nodes could host it than could host `pod`.
 // nullopt when `pod` asks no RDMA NIC or no shape is rarer than the pod's own.
-std::optional<Shape> RareShape(const ShapeMix& mix, const Shape& pod, GpuVendor vendor, const HardwareCensus& census);
+std::optional<Shape> RareShape(const ShapeMix& mix, const Shape& pod, GpuVendor vendor,
+                               const HardwareCensus& census);
 
 }  // namespace toposched::packing

@@ -50,12 +50,12 @@ inline constexpr std::int64_t kFullGpuCores = 10000;
 struct SharedGpuRequest {
   int count = 0;
   std::int64_t memory_mib = 0;
-  int memory_percent = 0;                 // 1-100, used only when memory_mib == 0
-  std::int64_t cores = 0;                 // 0-kFullGpuCores; 0 = no compute limit requested
+  int memory_percent = 0;  // 1-100, used only when memory_mib == 0
+  std::int64_t cores = 0;  // 0-kFullGpuCores; 0 = no compute limit requested
   PackPolicy gpu_policy = PackPolicy::kDefault;
   // HAMi card filters: case-insensitive substring on the GPU model; exact UUIDs.
   std::vector<std::string> use_types, avoid_types, use_uuids, avoid_uuids;
-  bool numa_bind = false;                 // nvidia.com/numa-bind: all vGPUs on one NUMA node
+  bool numa_bind = false;  // nvidia.com/numa-bind: all vGPUs on one NUMA node
   bool operator==(const SharedGpuRequest&) const = default;
 };
 

@@ -77,7 +77,7 @@ struct ServerOptions {
   int threads = 2;
   std::size_t max_header_bytes = 64u << 10;
   std::size_t max_body_bytes = 16u << 20;  // default when body_limit is not set
-  BodyLimit body_limit;                     // optional per-target limit
+  BodyLimit body_limit;                    // optional per-target limit
   std::size_t max_connections = 4096;
   std::chrono::milliseconds read_timeout{10'000};
   std::chrono::milliseconds idle_timeout{90'000};
@@ -95,15 +95,15 @@ struct ServerCounters {
   std::uint64_t connections_accepted = 0;
   std::uint64_t connections_rejected = 0;  // over max_connections
   std::uint64_t requests = 0;
-  std::uint64_t bad_requests = 0;          // 400 malformed HTTP
-  std::uint64_t body_too_large = 0;        // 413
-  std::uint64_t timeouts = 0;              // 408 or idle/write timeouts that closed a connection
-  std::uint64_t handler_exceptions = 0;    // 500
-  std::uint64_t offloaded = 0;             // requests handled on the offload threads
-  std::uint64_t offload_rejected = 0;      // 429: every offload thread busy and as many waiting
-  std::uint64_t tls_reloads = 0;           // successful certificate reloads
+  std::uint64_t bad_requests = 0;        // 400 malformed HTTP
+  std::uint64_t body_too_large = 0;      // 413
+  std::uint64_t timeouts = 0;            // 408 or idle/write timeouts that closed a connection
+  std::uint64_t handler_exceptions = 0;  // 500
+  std::uint64_t offloaded = 0;           // requests handled on the offload threads
+  std::uint64_t offload_rejected = 0;    // 429: every offload thread busy and as many waiting
+  std::uint64_t tls_reloads = 0;         // successful certificate reloads
   std::uint64_t tls_reload_failures = 0;
-  std::uint64_t open_connections = 0;      // now
+  std::uint64_t open_connections = 0;  // now
 };
 
 class HttpServer {

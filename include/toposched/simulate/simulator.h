@@ -23,10 +23,10 @@
 #include "toposched/framework/config.h"
 #include "toposched/framework/node_info.h"
 #include "toposched/framework/registry.h"
+#include "toposched/pd/network.h"
 #include "toposched/placement/packing.h"
 #include "toposched/placement/placement.h"
 #include "toposched/placement/request.h"
-#include "toposched/pd/network.h"
 #include "toposched/topology/node_topology.h"
 
 namespace toposched::simulate {
@@ -148,10 +148,10 @@ struct WorkloadSpec {
   // of P/D pods: each picks a pool (uniformly) and then its role with the pool's target
   // Prefill share, so every pool's ratio is achievable and the split of the sum follows the
   // pools (about 0.225 : 0.375 with the default pools). Without pools: these shares, no pool.
-  double prefill_weight = 0.22;   // 2 or 4 GPUs + as many RDMA NICs
-  double decode_weight = 0.38;    // 1 or 2 GPUs + 1 RDMA NIC
-  double training_weight = 0.05;  // 8 GPUs + 8 RDMA NICs: a whole HGX node
-  double shared_weight = 0.35;    // 1 vGPU, 8000-20000 MiB, 20-50% of the SMs
+  double prefill_weight = 0.22;    // 2 or 4 GPUs + as many RDMA NICs
+  double decode_weight = 0.38;     // 1 or 2 GPUs + 1 RDMA NIC
+  double training_weight = 0.05;   // 8 GPUs + 8 RDMA NICs: a whole HGX node
+  double shared_weight = 0.35;     // 1 vGPU, 8000-20000 MiB, 20-50% of the SMs
   int pd_pools = kDefaultPdPools;  // GeneratorPools(pd_pools)
   bool operator==(const WorkloadSpec&) const = default;
 };
@@ -202,7 +202,8 @@ class Policy {
   // pool members) as it is before this decision; it does not change during the call. May be
   // null (a test calling a policy alone). toposched hands it to the cycle (SetCluster) for the
   // pool-aware plugins; the baselines ignore it.
-  virtual Result<std::optional<Decision>> Schedule(const PlacementRequest& request, std::vector<VirtualNode>& nodes,
+  virtual Result<std::optional<Decision>> Schedule(const PlacementRequest& request,
+                                                   std::vector<VirtualNode>& nodes,
                                                    std::shared_ptr<const framework::ClusterView> cluster) = 0;
 };
 
@@ -345,7 +346,7 @@ struct PolicyResult {
   double shared_memory_use = 0;   // mean fraction of memory held on those GPUs
   std::size_t decisions = 0;      // pods the policy decided on (placed + pending)
   double decision_p50_us = 0, decision_p99_us = 0, decision_mean_us = 0;
-  double total_seconds = 0;      // measured wall time of the policy's whole run
+  double total_seconds = 0;  // measured wall time of the policy's whole run
   PdFigures pd;
   std::vector<NodeState> nodes;  // the cluster at the end
 };

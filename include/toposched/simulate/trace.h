@@ -55,8 +55,8 @@ struct TraceTask {
   std::string name;
   std::int64_t cpu_milli = 0;
   std::int64_t memory_mib = 0;
-  int gpus = 0;       // 0..8 whole GPUs, or 1 with gpu_milli < 1000 for one share
-  int gpu_milli = 0;  // per GPU: 1000 for whole GPUs
+  int gpus = 0;                       // 0..8 whole GPUs, or 1 with gpu_milli < 1000 for one share
+  int gpu_milli = 0;                  // per GPU: 1000 for whole GPUs
   std::vector<std::string> gpu_spec;  // accepted models; empty: any
   double creation_s = 0;
   std::int64_t GpuMilli() const { return static_cast<std::int64_t>(gpus) * gpu_milli; }
@@ -138,8 +138,8 @@ std::vector<std::string> TracePolicyNames();
 // default set: they take minutes).
 std::vector<std::string> KnownTracePolicyNames();
 
-using TraceProgress = std::function<void(std::string_view policy, std::uint32_t seed, std::size_t done,
-                                         std::size_t total)>;
+using TraceProgress =
+    std::function<void(std::string_view policy, std::uint32_t seed, std::size_t done, std::size_t total)>;
 
 struct TraceReplayOptions {
   std::vector<std::string> policies = TracePolicyNames();

@@ -46,7 +46,7 @@ struct NodeSpec {
 // One pod's devices on one node, as bind committed them.
 struct PodAllocation {
   std::string uid, pod_namespace, pod_name, node;
-  framework::AllocationDelta delta;  // topology indices
+  framework::AllocationDelta delta;      // topology indices
   std::int64_t topology_generation = 0;  // of the node when bound
   LinkClass worst_class = LinkClass::kPIX;
   // Devices per container, init containers first (HAMi's annotation order): how the kube
@@ -102,9 +102,9 @@ struct NodeRecord {
   std::uint64_t name_hash = 0;
   std::uint64_t order_key = 0;  // framework::NodeOrderKey of the name
   std::vector<std::uint64_t> position_hashes;
-  int free_gpus = 0;       // GPUs neither exclusive nor shared (0 while held_pods is not empty)
+  int free_gpus = 0;  // GPUs neither exclusive nor shared (0 while held_pods is not empty)
   std::array<int, kGpuVendors> free_by_vendor{};  // free_gpus by the GPUs' vendor
-  int free_rdma_nics = 0;  // RDMA NICs no pod holds (0 while held_pods is not empty)
+  int free_rdma_nics = 0;                         // RDMA NICs no pod holds (0 while held_pods is not empty)
   // What the node has whatever is in use or held: its GPUs by vendor and its RDMA NICs (a rare
   // node class is one of hardware; packing::RareShape).
   packing::NodeHardware hardware;
@@ -117,14 +117,16 @@ struct NodeRecord {
   std::int64_t cpu_requested_milli = 0;
   // What kube-scheduler's NodeResourcesFit would leave for another pod; -1 when unknown.
   std::int64_t cpu_free_milli() const {
-    return cpu_allocatable_milli < 0 ? -1 : std::max<std::int64_t>(0, cpu_allocatable_milli - cpu_requested_milli);
+    return cpu_allocatable_milli < 0 ? -1
+                                     : std::max<std::int64_t>(0, cpu_allocatable_milli - cpu_requested_milli);
   }
 };
 
 // The class key of a record's current content (ClusterStore keeps records' keys up to date).
 // `class_labels` (sorted, unique): the label keys that take part, a missing label distinct from
 // an empty value; null: every label.
-std::uint64_t ComputeClassKey(const NodeRecord& record, const std::vector<std::string>* class_labels = nullptr);
+std::uint64_t ComputeClassKey(const NodeRecord& record,
+                              const std::vector<std::string>* class_labels = nullptr);
 
 class Snapshot {
  public:
@@ -146,13 +148,13 @@ class Snapshot {
   // nodes() and contiguous: a 5,000-node pass that dereferences each record waits on memory
   // for most of its time.
   struct Brief {
-    std::string_view name;     // the record's name (the record lives as long as the snapshot)
+    std::string_view name;        // the record's name (the record lives as long as the snapshot)
     std::uint64_t name_hash = 0;  // NodeRecord::name_hash
     int free_gpus = 0;
     int free_rdma_nics = 0;
     bool schedulable = false;  // schedulable and not held
     std::array<int, kGpuVendors> free_by_vendor{};
-    packing::NodeHardware hardware;  // NodeRecord::hardware
+    packing::NodeHardware hardware;    // NodeRecord::hardware
     std::int64_t cpu_free_milli = -1;  // NodeRecord::cpu_free_milli()
     std::uint64_t order_key = 0;       // NodeRecord::order_key
   };
@@ -191,9 +193,9 @@ class Snapshot {
     std::size_t operator()(std::string_view s) const noexcept;
   };
   std::vector<std::shared_ptr<const NodeRecord>> nodes_;  // sorted by name
-  std::vector<std::uint64_t> class_keys_;                  // parallel to nodes_
-  std::vector<Brief> briefs_;                              // parallel to nodes_
-  std::vector<std::uint64_t> position_hashes_;             // tiers per node
+  std::vector<std::uint64_t> class_keys_;                 // parallel to nodes_
+  std::vector<Brief> briefs_;                             // parallel to nodes_
+  std::vector<std::uint64_t> position_hashes_;            // tiers per node
   std::shared_ptr<const PositionRuns> position_runs_;
   // Name -> index into nodes_; shared between snapshots until the node set changes.
   struct NameIndex;
@@ -370,7 +372,8 @@ std::shared_ptr<const framework::ClusterView> MakeClusterView(
 std::shared_ptr<const framework::ClusterView> MakeClusterView(
     std::shared_ptr<const Snapshot> snapshot, const pd::NetworkConfig& network, std::string_view pool,
     std::shared_ptr<const std::vector<framework::PoolMember>> members,
-    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr, std::uint64_t pool_version = 0);
+    std::shared_ptr<const std::map<std::string, pd::Location>> hyper_nodes = nullptr,
+    std::uint64_t pool_version = 0);
 // A pool pod as pool-aware plugins see it.
 framework::PoolMember MemberOf(const PodAllocation& pod);
 

@@ -16,7 +16,7 @@
 namespace toposched {
 
 inline constexpr std::size_t kMaxTopologyJsonBytes = 16u << 20;  // 16 MiB
-inline constexpr int kMaxDevicesPerKind = 4096;  // GPUs, NICs, PCIe nodes, NUMA nodes each
+inline constexpr int kMaxDevicesPerKind = 4096;                  // GPUs, NICs, PCIe nodes, NUMA nodes each
 
 // indent < 0 gives compact JSON.
 std::string EncodeTopologyJson(const NodeTopology& topology, int indent = 2);

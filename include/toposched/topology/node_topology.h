@@ -47,9 +47,9 @@ struct Link {
 };
 
 struct NumaNode {
-  int id = 0;          // OS index (Linux NUMA node number)
-  int package = -1;    // OS index of the package (socket), -1 when unknown
-  std::string cpus;    // Linux cpulist, e.g. "0-23,48-71"; empty when unknown
+  int id = 0;                      // OS index (Linux NUMA node number)
+  int package = -1;                // OS index of the package (socket), -1 when unknown
+  std::string cpus;                // Linux cpulist, e.g. "0-23,48-71"; empty when unknown
   std::uint64_t memory_bytes = 0;  // 0 when unknown
   bool operator==(const NumaNode&) const = default;
 };
@@ -59,56 +59,58 @@ enum class PcieKind : std::uint8_t { kHostBridge, kBridge };
 // A host bridge (root complex) or a PCI-to-PCI bridge of the tree that matters: only bridges on
 // the path of a GPU or a NIC are kept.
 struct PcieNode {
-  std::string id;       // PCI bus id "dddd:bb:dd.f" of a bridge; "hostbridge:N" for host bridges
+  std::string id;  // PCI bus id "dddd:bb:dd.f" of a bridge; "hostbridge:N" for host bridges
   PcieKind kind = PcieKind::kBridge;
-  int parent = -1;      // index into NodeTopology::pcie; -1 when attached to the CPU side
+  int parent = -1;         // index into NodeTopology::pcie; -1 when attached to the CPU side
   bool is_switch = false;  // upstream port of a PCIe switch (a switch group's root)
-  int numa = -1;        // locality of the subtree; -1 when unknown
+  int numa = -1;           // locality of the subtree; -1 when unknown
   int package = -1;
   std::uint16_t vendor_id = 0, device_id = 0;  // 0 when unknown (host bridges, fake bridges)
-  double link_gbps = 0;   // GB/s per direction of the upstream link; 0 when unknown
-  int link_width = 0;     // lanes; 0 when unknown
+  double link_gbps = 0;                        // GB/s per direction of the upstream link; 0 when unknown
+  int link_width = 0;                          // lanes; 0 when unknown
   bool operator==(const PcieNode&) const = default;
 };
 
 enum class GpuVendor : std::uint8_t { kNvidia, kAmd };
 inline constexpr std::size_t kGpuVendors = 2;
-constexpr std::size_t VendorIndex(GpuVendor v) { return static_cast<std::size_t>(v); }
+constexpr std::size_t VendorIndex(GpuVendor v) {
+  return static_cast<std::size_t>(v);
+}
 std::string_view ToString(GpuVendor v);
 
 // A GPU's direct or switch-mediated high-speed link to another GPU.
 struct GpuPeer {
-  int gpu = 0;              // peer GPU index
+  int gpu = 0;  // peer GPU index
   Fabric fabric = Fabric::kNvlink;
-  int links = 0;            // bonded links (NV#); 0 when the source gives bandwidth only
+  int links = 0;                     // bonded links (NV#); 0 when the source gives bandwidth only
   std::uint64_t bandwidth_mbps = 0;  // MB/s per direction; 0 when unknown
-  bool via_switch = false;  // through NVSwitches
+  bool via_switch = false;           // through NVSwitches
   bool operator==(const GpuPeer&) const = default;
 };
 
 // How HAMi's AMD device plugin registered a card (hami.io/node-amd-register): what HAMi's AMD
 // records name it by and count it in (docs/operations.md, "HAMi's records").
 struct HamiAmdCard {
-  std::string id;                // "id": the card's AMD SMI UUID, the name HAMi's records use
-  std::string type;              // "type" as HAMi's records carry it (its product name, or "AMD")
-  std::int64_t memory_mib = 0;   // "devmem"
-  int compute_units = 0;         // "devcore": the card's compute units (CUs), 0 when not given
-  int cu_per_wgp = 1;            // custominfo.cuPerWGP: CUs the device plugin hands out together
+  std::string id;               // "id": the card's AMD SMI UUID, the name HAMi's records use
+  std::string type;             // "type" as HAMi's records carry it (its product name, or "AMD")
+  std::int64_t memory_mib = 0;  // "devmem"
+  int compute_units = 0;        // "devcore": the card's compute units (CUs), 0 when not given
+  int cu_per_wgp = 1;           // custominfo.cuPerWGP: CUs the device plugin hands out together
   bool operator==(const HamiAmdCard&) const = default;
 };
 
 struct Gpu {
-  int index = 0;            // position in PCI bus order, the order nvidia-smi uses
-  std::string pci_bus_id;   // "dddd:bb:dd.f", lower case
+  int index = 0;           // position in PCI bus order, the order nvidia-smi uses
+  std::string pci_bus_id;  // "dddd:bb:dd.f", lower case
   GpuVendor vendor = GpuVendor::kNvidia;
   std::uint16_t vendor_id = 0, device_id = 0;
-  std::string model;        // e.g. "Tesla V100-SXM3-32GB-H"; empty when unknown
-  std::string uuid;         // NVIDIA/AMD UUID when the source has it
+  std::string model;             // e.g. "Tesla V100-SXM3-32GB-H"; empty when unknown
+  std::string uuid;              // NVIDIA/AMD UUID when the source has it
   std::uint64_t memory_mib = 0;  // 0 when unknown
-  int numa = -1;            // local NUMA node, -1 when unknown or ambiguous
+  int numa = -1;                 // local NUMA node, -1 when unknown or ambiguous
   int package = -1;
-  std::string cpus;         // local CPUs (cpulist); empty when unknown
-  int parent = -1;          // index into NodeTopology::pcie; -1 when attached to the CPU side
+  std::string cpus;  // local CPUs (cpulist); empty when unknown
+  int parent = -1;   // index into NodeTopology::pcie; -1 when attached to the CPU side
   double link_gbps = 0;
   int link_width = 0;
   std::vector<GpuPeer> peers;  // sorted by peer index
@@ -130,9 +132,7 @@ struct Gpu {
 };
 
 // What kind of network a NIC serves; informational, `rdma` decides scheduling.
-enum class NicKind : std::uint8_t {
-  kInfiniband, kRoce, kEfa, kOmniPath, kSlingshot, kEthernet, kUnknown
-};
+enum class NicKind : std::uint8_t { kInfiniband, kRoce, kEfa, kOmniPath, kSlingshot, kEthernet, kUnknown };
 std::string_view ToString(NicKind k);
 std::optional<NicKind> ParseNicKind(std::string_view s);
 
@@ -140,19 +140,19 @@ struct Nic {
   // RDMA device name (mlx5_0, rdmap16s27, bnxt_re0, hfi1_0) when there is one, else the network
   // interface name (eth0, hsi0), else empty (the source gives only a PCI address).
   std::string name;
-  std::string pci_bus_id;           // empty when the source gives none (e.g. NCCL <nic> under <cpu>)
-  std::vector<std::string> netdevs; // network interfaces of this function (ib0, ens1f0np0, ...)
-  bool rdma = false;                // usable for RDMA / GPUDirect by NCCL's network transport
+  std::string pci_bus_id;            // empty when the source gives none (e.g. NCCL <nic> under <cpu>)
+  std::vector<std::string> netdevs;  // network interfaces of this function (ib0, ens1f0np0, ...)
+  bool rdma = false;                 // usable for RDMA / GPUDirect by NCCL's network transport
   NicKind kind = NicKind::kUnknown;
   std::uint16_t vendor_id = 0, device_id = 0;
-  std::uint64_t link_rate_mbps = 0; // Mb/s, 0 when unknown
+  std::uint64_t link_rate_mbps = 0;  // Mb/s, 0 when unknown
   int numa = -1;
   int package = -1;
   std::string cpus;
   int parent = -1;
   double link_gbps = 0;
   int link_width = 0;
-  std::string rail;                 // rail label when known; empty otherwise
+  std::string rail;  // rail label when known; empty otherwise
 
   // How the matrix legend names it: the name, or the PCI bus id when there is no name.
   const std::string& DisplayName() const { return name.empty() ? pci_bus_id : name; }
@@ -172,9 +172,9 @@ struct LinkMatrix {
 };
 
 struct NodeTopology {
-  std::string node_name;           // metadata.name: the Kubernetes node name
+  std::string node_name;  // metadata.name: the Kubernetes node name
   TopologySource source = TopologySource::kSynthetic;
-  std::string source_detail;       // file name, synthetic preset or hostname; informational
+  std::string source_detail;  // file name, synthetic preset or hostname; informational
   std::string agent_version;
   std::vector<NumaNode> numa_nodes;  // sorted by id; only nodes with CPUs
   std::vector<PcieNode> pcie;        // parents before children

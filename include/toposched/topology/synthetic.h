@@ -15,7 +15,7 @@ namespace toposched {
 enum class NvlinkShape { kNone, kPairs, kNvswitch };
 
 struct SyntheticSpec {
-  std::string preset;           // name, for source_detail
+  std::string preset;  // name, for source_detail
   int sockets = 2;
   int numa_per_socket = 1;
   int switches_per_numa = 2;     // PCIe switches (each on its own host bridge); 0 = flat
@@ -29,7 +29,7 @@ struct SyntheticSpec {
   std::string gpu_model = "NVIDIA H100 80GB HBM3";
   std::uint64_t gpu_memory_mib = 81559;
   NvlinkShape nvlink = NvlinkShape::kNvswitch;
-  int nvlinks_per_gpu = 18;      // NV18 on H100 HGX
+  int nvlinks_per_gpu = 18;              // NV18 on H100 HGX
   std::uint16_t nic_device_id = 0x1021;  // ConnectX-7
   std::uint64_t nic_rate_mbps = 400000;
   int cores_per_numa = 28;

@@ -131,7 +131,6 @@ class WireReader {
 
 // ---- writers (append to `out`) ----
 
-
 struct NodeFailure {
   std::string_view node;
   std::string_view message;
