@@ -335,7 +335,8 @@ func (p *ServiceProxy) record(path string, req, resp []byte, target string) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.events = append(p.events, VolcanoEvent{Allocate: strings.HasSuffix(path, "/allocate"),
+		allocate := strings.HasSuffix(path, "/allocate")
+		p.events = append(p.events, VolcanoEvent{Allocate: allocate, Pipelined: allocate && args.Task.Status == volcanoPipelined,
 			Pod: args.Task.Namespace + "/" + args.Task.Name, Node: args.Task.NodeName, Error: res.ErrorMessage, Replica: target,
 			At: time.Now()})
 	case strings.HasSuffix(path, "/bind"):
@@ -374,7 +375,11 @@ func (p *ServiceProxy) recordLost(path string, req []byte, target string, cause 
 // NodeName comes from the embedded TransactionContext).
 type volcanoTask struct {
 	Namespace, Name, NodeName string
+	Status                    int // api.TaskStatus, a bit each (pkg/scheduler/api/types.go)
 }
+
+// volcanoPipelined is api.Pipelined (1 << 2 in volcano-sh/volcano pkg/scheduler/api/types.go).
+const volcanoPipelined = 1 << 2
 
 type volcanoPredicateArgs struct {
 	Task *volcanoTask           `json:"task"`
@@ -387,7 +392,11 @@ type volcanoEventArgs struct {
 
 // VolcanoEvent is one answered allocate or deallocate call of Volcano's extender plugin.
 type VolcanoEvent struct {
-	Allocate         bool // else deallocate
+	Allocate bool // else deallocate
+	// An allocate of a task Volcano pipelined (its preempt action): the extender gives it no
+	// devices until a later session allocates it, and Volcano may commit the statement with no
+	// deallocate to follow.
+	Pipelined        bool
 	Pod, Node, Error string
 	Replica          string
 	At               time.Time // when the answer came back
