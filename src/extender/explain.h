@@ -91,7 +91,7 @@ struct NodeExplanation {
   // rest and get extender score 0.
   int capacity = -1;
   bool in_band = true;
-  // A rare node class last (RareClassRule): the node is kept for `kept_for` (a typical shape
+  // A rare node class last (framework::RareClass): the node is kept for `kept_for` (a typical shape
   // fewer nodes can host than this pod's) and ranks after every node that is not.
   bool reserved = false;
   std::string kept_for;

@@ -40,12 +40,12 @@ struct ClassVerdict {
   std::optional<LinkClass> worst_class;  // the placement's worst GPU->NIC class, when it fits
   // A single vGPU whose card capacity packing chooses (CycleState::share_packing): what is left
   // on that card before it (packing::MilliLeft), for the reply's order among its best nodes
-  // (BestNodeOrder); -1 otherwise.
+  // (framework::RemnantTie); -1 otherwise.
   int share_left = -1;
   metrics::Counter* rejections = nullptr;  // the filter-rejection series for this reason
   bool passes() const { return code == framework::Code::kSuccess || code == framework::Code::kSkip; }
   // framework::CapacityBand takes score100 and capacity as they are (Offer(total, capacity,
-  // reserved)); whether a node is kept for a rarer shape (RareClassRule) is the node's, not its
+  // reserved)); whether a node is kept for a rarer shape (framework::RareClass) is the node's, not its
   // class's, so it is not here.
 };
 
