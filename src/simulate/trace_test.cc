@@ -243,11 +243,11 @@ TEST(TraceTest, ASharesBestNodesRankByTheRemnantsItsCardLeaves) {
   EXPECT_NEAR(r->policies[0].mean_ratio_at[0], 2250.0 / 3000, 1e-9) << "the node order alone takes the 350";
 }
 
-// The same through the extender's verbs (framework::RemnantTie in the ranking step): the reply's one node of the
-// best is the one whose card evens out the remnants. 100 whole V100 tasks fill 100 V100 nodes
-// first, so the window's typical pods are whole V100s (the four shares fall outside 95 % of
-// the pods and of the GPU demand), for which a T4 card strands all it has left: every T4 share
-// placement scores alike. Window rule at 1 pod, so that the cycles pack by the mix.
+// The same through the extender's verbs (framework::RemnantTie in the ranking step): the reply's one node of
+// the best is the one whose card evens out the remnants. 100 whole V100 tasks fill 100 V100 nodes first, so
+// the window's typical pods are whole V100s (the four shares fall outside 95 % of the pods and of the GPU
+// demand), for which a T4 card strands all it has left: every T4 share placement scores alike. Window rule at
+// 1 pod, so that the cycles pack by the mix.
 TEST(TraceTest, TheExtenderRanksAShareBestNodesByTheRemnantsToo) {
   metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);
   Trace trace;
