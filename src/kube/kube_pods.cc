@@ -120,14 +120,21 @@ void KubeSource::Impl::RestorePod(const PodView& pod) {
   const std::string node = AllocationNode(pod);
   if (node.empty()) return;
   const auto was_held = held.find(pod.uid);
+  // A record only another scheduler writes (HAMi's, Volcano's vGPU) is read again on every
+  // change: HAMi's scheduler writes its devices when it filters, and filters again (other
+  // cards, same node) when its bind fails, e.g. on the node lock. Ours is read once: this
+  // replica's binds are in the store before the informer sees them.
+  std::optional<state::PodAllocation> replaced;
   if (std::optional<state::PodAllocation> existing = store.FindPod(pod.uid)) {
     if (existing->node == node && existing->hold.empty()) {
       pending.erase(pod.uid);
-      return;
+      if (ours) return;
+      replaced = std::move(existing);
+    } else if (existing->node != node) {
+      // Another replica (a new leader) bound it elsewhere after an undone bind: follow the pod.
+      // A held pod on this node is read again below; Restore or Hold replaces its hold.
+      (void)store.Release(pod.uid, /*persist=*/false);
     }
-    // Another replica (a new leader) bound it elsewhere after an undone bind: follow the pod.
-    // A held pod on this node is read again below; Restore or Hold replaces its hold.
-    if (existing->node != node) (void)store.Release(pod.uid, /*persist=*/false);
   }
   const auto snapshot = store.snapshot();
   const state::NodeRecord* record = snapshot->Find(node);
@@ -183,6 +190,12 @@ void KubeSource::Impl::RestorePod(const PodView& pod) {
     return;
   }
   allocation.delta = std::move(delta).value();
+  if (replaced) {
+    if (replaced->delta == allocation.delta) return;
+    metrics::Log(LogLevel::kInfo, {kVerb, PodLabel(pod.pod_namespace, pod.pod_name), node},
+                 annotation + " changed: the pod's devices follow it");
+    (void)store.Release(pod.uid, /*persist=*/false);
+  }
   if (const auto role = pod.labels.find(std::string(kRoleLabel)); role != pod.labels.end()) {
     allocation.role = ParseLlmdRole(role->second).value_or(PodRole::kNone);
   }

@@ -38,6 +38,7 @@
 #include "toposched/kube/source.h"
 #include "toposched/kube/transport.h"
 #include "toposched/metrics/metrics.h"
+#include "toposched/placement/device_rules.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/synthetic.h"
 
@@ -737,6 +738,53 @@ TEST_F(KubeE2E, HamiNodeLockOnlyForPodsHamisDevicePluginServes) {
   EXPECT_FALSE(NodeLocked(server_, "plain-0")) << "no HAMi registration, no UUIDs: nobody would unlock";
   ASSERT_EQ(Schedule(r, GpuPod(server_, "gpu", 1, 0), {"hami-0"}).node, "hami-0");
   EXPECT_TRUE(NodeLocked(server_, "hami-0"));
+}
+
+// HAMi's scheduler writes a pod's devices when it filters, before its bind, and writes them
+// again, other cards on the same node, when it filters the pod again (its bind failed, e.g. on
+// the node lock a toposched bind holds). toposched follows each change: the card HAMi left is
+// free again, the one it took is not (found by e2e TestHAMiBesideToposched: the first card was
+// kept, the second counted free and given whole to a toposched pod).
+TEST_F(KubeE2E, HamisRefilteredDevicesReplaceItsFirstChoice) {
+  AddNode("a100-0", kAzureA100, {{std::string(kube::kHamiNodeRegister), HamiRegistration("GPU-a-").dump()}});
+  json pod = testing::MakePod({.name = "hami-share", .gpus = 1});
+  pod["metadata"].erase("uid");
+  pod["metadata"]["annotations"] = {{"hami.io/vgpu-node", "a100-0"},
+                                    {"hami.io/vgpu-devices-to-allocate", "GPU-a-1,NVIDIA,4000,20:;"},
+                                    {"hami.io/vgpu-devices-allocated", "GPU-a-1,NVIDIA,4000,20:;"}};
+  pod = server_.Create(kPods, pod);
+  const std::string uid = pod["metadata"]["uid"];
+  Replica r(server_, "replica-0", false);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const auto shared_gpu = [&]() -> int {
+    const std::optional<state::PodAllocation> a = r.store.FindPod(uid);
+    if (!a || !a->hold.empty() || a->delta.shares.size() != 1) return -1;
+    return a->delta.shares[0].first;
+  };
+  const auto uuid_of = [&](int g) { return r.store.snapshot()->Find("a100-0")->topology->gpus.at(g).uuid; };
+  ASSERT_TRUE(WaitFor([&] { return shared_gpu() >= 0; }));
+  EXPECT_EQ(uuid_of(shared_gpu()), "GPU-a-1");
+
+  // HAMi filters it again: GPU-a-2 instead (the informer's update of the pending pod).
+  json moved = *server_.Get(kPods, "hami-share");
+  moved["metadata"]["annotations"]["hami.io/vgpu-devices-to-allocate"] = "GPU-a-2,NVIDIA,4000,20:;";
+  moved["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = "GPU-a-2,NVIDIA,4000,20:;";
+  server_.Upsert(kPods, moved);
+  ASSERT_TRUE(WaitFor([&] { return shared_gpu() >= 0 && uuid_of(shared_gpu()) == "GPU-a-2"; }));
+  const state::NodeRecord* record = r.store.snapshot()->Find("a100-0");
+  int busy = 0;
+  for (std::size_t g = 0; g < record->topology->gpus.size(); ++g) {
+    if (!GpuFree(record->allocated, static_cast<int>(g))) {
+      ++busy;
+      EXPECT_EQ(record->topology->gpus[g].uuid, "GPU-a-2");
+    }
+  }
+  EXPECT_EQ(busy, 1) << "GPU-a-1, which HAMi left, is free again";
+
+  // A toposched pod asking all 8 cards whole does not fit: GPU-a-2 is HAMi's.
+  const Scheduled s = Schedule(r, GpuPod(server_, "eight", 8, 0), {"a100-0"});
+  EXPECT_FALSE(s.error.empty());
+  ExpectNoDeviceHeldTwice(server_);
 }
 
 TEST_F(KubeE2E, HamiNodeLockIsTakenAndHonoured) {
