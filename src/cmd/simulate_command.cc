@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include "toposched/metrics/logging.h"
 #include "toposched/simulate/simulator.h"
 #include "toposched/simulate/trace.h"
+#include "toposched/simulate/trace_families.h"
 #include "toposched/topology/synthetic.h"
 
 namespace toposched::cmd {
@@ -131,11 +133,66 @@ class Progress {
   std::size_t last_quarter_ = 0, last_index_ = static_cast<std::size_t>(-1);
 };
 
-// `simulate --trace`: each variant replayed with every policy and seed.
+// --families: the levels to generate, and where to write them (empty: nowhere).
+struct FamilyRequest {
+  std::vector<sim::TraceFamilyLevel> levels;
+  std::uint32_t seed = 1;
+  std::string write_dir;
+};
+
+// The traces to replay: DIR's variants, or the family levels generated from DIR's default pod
+// list (each written to the request's directory when it names one).
+Result<std::vector<sim::Trace>> TracesToReplay(const std::string& dir, const std::string& variants_arg,
+                                               const std::optional<FamilyRequest>& families,
+                                               bool no_progress) {
+  std::vector<sim::Trace> traces;
+  if (!families) {
+    const std::vector<std::string> variants =
+        variants_arg.empty() ? sim::TraceVariants(dir) : SplitCommas(variants_arg);
+    if (variants.empty()) return Error(dir + ": no openb_pod_list_<variant>.csv files");
+    for (const std::string& variant : variants) {
+      TOPOSCHED_ASSIGN_OR_RETURN(sim::Trace trace, sim::LoadTrace(dir, variant));
+      traces.push_back(std::move(trace));
+    }
+    return traces;
+  }
+  TOPOSCHED_ASSIGN_OR_RETURN(const sim::Trace base, sim::LoadTrace(dir, "default"));
+  const std::filesystem::path out_dir = families->write_dir;
+  if (!families->write_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) return Error(families->write_dir + ": cannot create: " + ec.message());
+    const std::filesystem::path node_list = out_dir / "openb_node_list_gpu_node.csv";
+    std::filesystem::copy_file(std::filesystem::path(dir) / "openb_node_list_gpu_node.csv", node_list,
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return Error(node_list.string() + ": cannot write: " + ec.message());
+  }
+  for (const sim::TraceFamilyLevel& level : families->levels) {
+    TOPOSCHED_ASSIGN_OR_RETURN(sim::Trace trace, sim::MakeFamilyVariant(base, level, families->seed));
+    if (!no_progress) {
+      const sim::TraceMixFacts facts = sim::MixFactsOf(trace.tasks);
+      std::fprintf(stderr,
+                   "simulate: family %s: %zu tasks, multi-GPU %.1f %% of GPU demand, shared %.1f %%, "
+                   "pinned %.1f %%\n",
+                   trace.variant.c_str(), facts.tasks, 100 * facts.multi_gpu_demand,
+                   100 * facts.shared_demand, 100 * facts.pinned_tasks);
+    }
+    if (!families->write_dir.empty()) {
+      const std::filesystem::path path = out_dir / ("openb_pod_list_" + trace.variant + ".csv");
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << sim::FormatTraceTasksCsv(trace.tasks);
+      if (!out.flush()) return Error(path.string() + ": cannot write");
+    }
+    traces.push_back(std::move(trace));
+  }
+  return traces;
+}
+
+// `simulate --trace`: each variant (or generated family level) replayed with every policy and seed.
 int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
-                   const std::vector<std::uint32_t>& seeds, long long max_tasks,
-                   const std::string& policies_arg, const std::string& config_path, bool json,
-                   bool no_progress, bool cpu_blind) {
+                   const std::optional<FamilyRequest>& families, const std::vector<std::uint32_t>& seeds,
+                   long long max_tasks, const std::string& policies_arg, const std::string& config_path,
+                   bool json, bool no_progress, bool cpu_blind) {
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "toposched simulate: %s\n", message.c_str());
     return 1;
@@ -154,14 +211,12 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
     if (!config.ok()) return fail(config_path + ": " + config.error().message());
     options.config = std::move(config).value();
   }
-  std::vector<std::string> variants =
-      variants_arg.empty() ? sim::TraceVariants(dir) : SplitCommas(variants_arg);
-  if (variants.empty()) return fail(dir + ": no openb_pod_list_<variant>.csv files");
+  auto traces = TracesToReplay(dir, variants_arg, families, no_progress);
+  if (!traces.ok()) return fail(traces.error().message());
   const bool tty = !no_progress && isatty(STDERR_FILENO) != 0;
   std::vector<sim::TraceReplayResult> results;
-  for (const std::string& variant : variants) {
-    auto trace = sim::LoadTrace(dir, variant);
-    if (!trace.ok()) return fail(trace.error().message());
+  for (const sim::Trace& trace : *traces) {
+    const std::string& variant = trace.variant;
     if (!no_progress) {
       options.progress = [&, last = std::chrono::steady_clock::time_point{}](
                              std::string_view policy, std::uint32_t seed, std::size_t done,
@@ -174,12 +229,13 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
         std::fflush(stderr);
       };
     }
-    auto result = sim::ReplayTrace(*trace, options);
+    auto result = sim::ReplayTrace(trace, options);
     if (tty && !no_progress) std::fputc('\n', stderr);
     if (!result.ok()) return fail(variant + ": " + result.error().message());
     results.push_back(std::move(result).value());
   }
   std::fputs((json ? sim::FormatTraceJson(results) : sim::FormatTraceTable(results)).c_str(), stdout);
+  if (families && !json) std::fputs(("\n" + sim::FormatFamilyTable(results)).c_str(), stdout);
   return 0;
 }
 
@@ -187,8 +243,8 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
 
 int RunSimulate(const std::vector<std::string>& args) {
   std::string topologies, workload_path, config_path, svg_path, policies_arg, shapes_arg;
-  std::string trace_dir, variants_arg, seeds_arg;
-  long long max_tasks = 0;
+  std::string trace_dir, variants_arg, seeds_arg, families_arg, write_families;
+  long long max_tasks = 0, family_seed = 1;
   long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
   bool json = false, no_progress = false, cpu_blind = false;
   FlagSet flags(
@@ -247,6 +303,15 @@ int RunSimulate(const std::vector<std::string>& args) {
              "first-fit, random; `extender` too when --policies names it: the\n"
              "extender's HTTP verbs in process), mean over the seeds");
   flags.Text("--variants", variants_arg, "a,b,...", "trace variants (default: every pod list in DIR)");
+  flags.Text("--families", families_arg, "SPEC",
+             "generate workload families from DIR's default pod list and replay\n"
+             "each level (all: multigpu 20-60, gpushare 40-100, gpuspec 10-33,\n"
+             "cpu 50-300; or e.g. multigpu:20:40,cpu:300); see docs/placement.md");
+  auto* family_seed_flag =
+      flags.Integer("--family-seed", family_seed, 0, 4294967295LL, "N", "seed of the --families generator");
+  flags.Text("--write-families", write_families, "DIR2",
+             "also write each generated level as DIR2/openb_pod_list_<name>.csv\n"
+             "with a copy of the node list (for the FGD simulator or --trace DIR2)");
   flags.Text("--seeds", seeds_arg, "A-B|a,b,...",
              "seeds of the shuffle and tuning (default 42-51, as the FGD paper)");
   flags
@@ -258,13 +323,26 @@ int RunSimulate(const std::vector<std::string>& args) {
                "free CPU): its packing counts every node's CPU as enough");
   if (const auto exit_code = flags.Parse(args)) return *exit_code;
   const bool nodes_given = flags.Given(nodes_flag);
+  const bool family_flags = !families_arg.empty() || flags.Given(family_seed_flag) || !write_families.empty();
   auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
   if (!trace_dir.empty()) {
     if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
         pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
       return usage(
-          "--trace replays the trace's own cluster and tasks; it takes --variants, --seeds, "
-          "--max-tasks, --cpu-blind, --policies, --config, --json and --no-progress only");
+          "--trace replays the trace's own cluster and tasks; it takes --variants, --families, "
+          "--family-seed, --write-families, --seeds, --max-tasks, --cpu-blind, --policies, --config, "
+          "--json and --no-progress only");
+    }
+    std::optional<FamilyRequest> families;
+    if (!families_arg.empty()) {
+      if (!variants_arg.empty())
+        return usage("--families generates its variants; give --variants or --families");
+      auto levels = sim::ParseTraceFamilies(families_arg);
+      if (!levels.ok()) return usage("--families: " + levels.error().message());
+      families =
+          FamilyRequest{std::move(levels).value(), static_cast<std::uint32_t>(family_seed), write_families};
+    } else if (flags.Given(family_seed_flag) || !write_families.empty()) {
+      return usage("--family-seed and --write-families apply to --families");
     }
     std::vector<std::uint32_t> seeds;
     if (!seeds_arg.empty()) {
@@ -273,11 +351,13 @@ int RunSimulate(const std::vector<std::string>& args) {
     if (const std::string bad = UnknownPolicy(policies_arg, sim::KnownTracePolicyNames()); !bad.empty()) {
       return usage(bad);
     }
-    return RunTraceReplay(trace_dir, variants_arg, seeds, max_tasks, policies_arg, config_path, json,
-                          no_progress, cpu_blind);
+    return RunTraceReplay(trace_dir, variants_arg, families, seeds, max_tasks, policies_arg, config_path,
+                          json, no_progress, cpu_blind);
   }
-  if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0 || cpu_blind) {
-    return usage("--variants, --seeds, --max-tasks and --cpu-blind apply to --trace");
+  if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0 || cpu_blind || family_flags) {
+    return usage(
+        "--variants, --families, --family-seed, --write-families, --seeds, --max-tasks and --cpu-blind "
+        "apply to --trace");
   }
   if (!shapes_arg.empty() && nodes_given)
     return usage("--shapes and --nodes both size the synthetic nodes; give one");

@@ -1,8 +1,9 @@
-// The trace replay's report (trace.h): the table and the JSON of FormatTraceTable and
-// FormatTraceJson, beside the embedded simulator's report (report.cc).
+// The trace replay's report (trace.h): the tables and the JSON of FormatTraceTable,
+// FormatFamilyTable and FormatTraceJson, beside the embedded simulator's report (report.cc).
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,66 @@ std::string FormatTraceTable(const std::vector<TraceReplayResult>& results) {
     AppendAgainstFgd(r, out);
     AppendPendingByKind(r, out);
     AppendIdleGpu(r, out);
+  }
+  return out;
+}
+
+std::string FormatFamilyTable(const std::vector<TraceReplayResult>& results) {
+  if (results.empty() || results[0].policies.empty() || results[0].marks.empty()) return "";
+  const auto find = [](const TraceReplayResult& r, const std::string& name) -> const TracePolicyResult* {
+    for (const TracePolicyResult& p : r.policies) {
+      if (p.policy == name) return &p;
+    }
+    return nullptr;
+  };
+  const std::vector<TracePolicyResult>& order = results[0].policies;
+  const bool with_fgd = find(results[0], std::string(kTracePolicyFgd)) != nullptr;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "GPU allocation at %.0f %% arrived, mean over %zu seeds",
+                100 * results[0].marks[0], order[0].runs.size());
+  std::string out = buf;
+  out += " (seed-paired difference to fgd +- its standard error, points)\n\n| level |";
+  std::string rule = "|---|";
+  for (const TracePolicyResult& p : order) {
+    out += " " + p.policy + " |";
+    rule += "---:|";
+  }
+  if (with_fgd) {
+    for (const TracePolicyResult& p : order) {
+      if (p.policy == kTracePolicyFgd) continue;
+      out += " " + p.policy + " - fgd |";
+      rule += "---:|";
+    }
+  }
+  out += "\n" + rule + "\n";
+  for (const TraceReplayResult& r : results) {
+    out += "| " + r.variant + " |";
+    for (const TracePolicyResult& column : order) {
+      const TracePolicyResult* p = find(r, column.policy);
+      if (p != nullptr && !p->mean_ratio_at.empty()) {
+        std::snprintf(buf, sizeof buf, " %.2f |", 100 * p->mean_ratio_at[0]);
+        out += buf;
+      } else {
+        out += " - |";
+      }
+    }
+    if (!with_fgd) {
+      out += "\n";
+      continue;
+    }
+    const TracePolicyResult* fgd = find(r, std::string(kTracePolicyFgd));
+    for (const TracePolicyResult& column : order) {
+      if (column.policy == kTracePolicyFgd) continue;
+      const TracePolicyResult* p = find(r, column.policy);
+      const auto d = p != nullptr && fgd != nullptr ? PairedRatioDifference(*p, *fgd, 0) : std::nullopt;
+      if (d) {
+        std::snprintf(buf, sizeof buf, " %+.2f +- %.2f |", 100 * d->mean, 100 * d->standard_error);
+        out += buf;
+      } else {
+        out += " - |";
+      }
+    }
+    out += "\n";
   }
   return out;
 }

@@ -253,5 +253,10 @@ std::optional<std::pair<double, double>> PublishedRatio(std::string_view variant
 
 std::string FormatTraceTable(const std::vector<TraceReplayResult>& results);
 std::string FormatTraceJson(const std::vector<TraceReplayResult>& results);
+// One Markdown row per result (a variant or a family's level): the mean ratio at the first mark
+// of each policy (the first result's order), then each policy's seed-paired difference to fgd
+// there (PairedRatioDifference, points +- its standard error; `-` where not available), under a
+// line saying what the numbers are. Empty for no results.
+std::string FormatFamilyTable(const std::vector<TraceReplayResult>& results);
 
 }  // namespace toposched::simulate
