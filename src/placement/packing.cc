@@ -174,12 +174,14 @@ bool Fits(const NodeState& node, const Shape& shape) {
   return ModelAccepted(node, shape) && GpusFit(node, shape);
 }
 
-double Fragmentation(const NodeState& node, const ShapeMix& mix) {
+double Fragmentation(const NodeState& node, const ShapeMix& mix, ForeignModels foreign) {
   const double idle = IdleTotal(node);
   if (idle <= 0) return 0;
   double frag = 0;
   for (const WeightedShape& w : mix.shapes) {
     const Shape& s = w.shape;
+    if (foreign == ForeignModels::kNotCounted && s.gpus > 0 && s.milli > 0 && !ModelAccepted(node, s))
+      continue;
     // A pod without GPU uses none of the idle GPU, whether it fits or not.
     if (s.gpus == 0 || s.milli == 0 || !Fits(node, s)) {
       frag += w.weight * idle;

@@ -101,8 +101,31 @@ TEST(PackingTest, CpuModelAndCpuOnlyShapesStrandEverything) {
   Shape v100 = Whole(1);
   v100.models = {"v100m16", "V100M32"};
   const ShapeMix models{{{v100, 1.0}}};
-  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000}, -1, "T4"), models), 1000);
+  EXPECT_DOUBLE_EQ(Fragmentation(Node({1000}, -1, "T4"), models, ForeignModels::kCounted), 1000);
   EXPECT_DOUBLE_EQ(Fragmentation(Node({1000}, -1, "V100M16"), models), 0);
+}
+
+// FGD counts the idle GPU of a model a shape does not accept as fragmentation for it;
+// toposched does not (ForeignModels): that GPU was never the shape's.
+TEST(PackingTest, AModelAShapeDoesNotAcceptIsNotFragmentedForIt) {
+  Shape v100 = Whole(1);
+  v100.models = {"V100M32"};
+  const ShapeMix mix{{{Whole(1), 0.5}, {v100, 0.5}}};
+  const NodeState t4 = Node({1000, 1000}, -1, "T4");
+  const NodeState v100_node = Node({1000, 1000}, -1, "V100M32");
+  EXPECT_DOUBLE_EQ(Fragmentation(t4, mix), 0);
+  EXPECT_DOUBLE_EQ(Fragmentation(t4, mix, ForeignModels::kCounted), 0.5 * 2000);
+  const auto growth = [&](const NodeState& n, ForeignModels foreign) {
+    return Fragmentation(After(n, Whole(1), {0}), mix, foreign) - Fragmentation(n, mix, foreign);
+  };
+  // FGD's count: one unpinned GPU on the T4 looks like it removes 500 of fragmentation, so its
+  // measure pulls pods without a model constraint onto the models fewer shapes accept.
+  EXPECT_DOUBLE_EQ(growth(t4, ForeignModels::kCounted), -500);
+  EXPECT_DOUBLE_EQ(growth(v100_node, ForeignModels::kCounted), 0);
+  // toposched's: neither strands anything for a shape that could use it; the model decides
+  // nothing, the rest of the ranking does.
+  EXPECT_DOUBLE_EQ(growth(t4, ForeignModels::kNotCounted), 0);
+  EXPECT_DOUBLE_EQ(growth(v100_node, ForeignModels::kNotCounted), 0);
 }
 
 TEST(PackingTest, BestShareGpuMinimisesFragmentationNotLeftover) {

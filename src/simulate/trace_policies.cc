@@ -218,6 +218,9 @@ class FgdPolicy : public TracePolicy {
     double frag = 0;
   };
 
+  // FGD's own measure: a GPU model a typical shape does not accept is fragmentation for it.
+  static constexpr packing::ForeignModels kFgdMeasure = packing::ForeignModels::kCounted;
+
   static std::int64_t ScoreOf(double before, double after) {
     return static_cast<std::int64_t>(100.0 / (1.0 + std::exp(-(before - after) / 1000.0)));
   }
@@ -227,13 +230,13 @@ class FgdPolicy : public TracePolicy {
     Before& b = before_[i];
     const packing::NodeState state = StateOfRuntime(node, rt);
     if (!b.valid || b.version != rt.version)
-      b = Before{true, rt.version, packing::Fragmentation(state, mix_)};
+      b = Before{true, rt.version, packing::Fragmentation(state, mix_, kFgdMeasure)};
     Entry e{true, rt.version, 0, -1};
     if (task.gpus == 1 && task.gpu_milli < kMilli) {
       for (int g = 0; g < static_cast<int>(rt.milli_left.size()); ++g) {
         if (rt.milli_left[Idx(g)] < task.gpu_milli) continue;
         const std::int64_t s =
-            ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, {g}), mix_));
+            ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, {g}), mix_, kFgdMeasure));
         if (e.gpu < 0 || s > e.score) {
           e.score = s;
           e.gpu = g;
@@ -241,8 +244,8 @@ class FgdPolicy : public TracePolicy {
       }
       return e;
     }
-    e.score =
-        ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, LowestGpus(rt, task)), mix_));
+    e.score = ScoreOf(b.frag, packing::Fragmentation(packing::After(state, shape, LowestGpus(rt, task)), mix_,
+                                                     kFgdMeasure));
     return e;
   }
 

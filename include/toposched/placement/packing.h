@@ -102,8 +102,18 @@ int MilliLeft(const NodeTopology& topology, const NodeAllocation& allocated, int
 // Whether `shape` can run on `node` (GPU model, CPU, RDMA NICs, enough GPUs with enough left).
 bool Fits(const NodeState& node, const Shape& shape);
 
+// How a typical shape counts a node whose GPU model it does not accept (Shape::models).
+//   kCounted: all the node's idle GPU is fragmentation for it, as for a node it does not fit
+//     (FGD's measure, pkg/utils/frag.go: the shape cannot run there).
+//   kNotCounted: nothing: that GPU was never the shape's, so it is not fragmented for it.
+//     Counting it makes every placement on a model few shapes accept look like it removes
+//     fragmentation, which pulls pods without a model constraint onto the models the pinned
+//     pods need (docs/placement.md, "Workload families"). toposched's measure.
+enum class ForeignModels : std::uint8_t { kCounted, kNotCounted };
+
 // F(node) for `mix`, in milli-GPU.
-double Fragmentation(const NodeState& node, const ShapeMix& mix);
+double Fragmentation(const NodeState& node, const ShapeMix& mix,
+                     ForeignModels foreign = ForeignModels::kNotCounted);
 
 // `node` after one pod of `shape` takes the GPUs listed in `gpus` (indices into milli_left;
 // kMilli of each for whole GPUs, shape.milli for a share), its CPU and its NICs.
