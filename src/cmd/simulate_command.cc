@@ -246,6 +246,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   std::string trace_dir, variants_arg, seeds_arg, families_arg, write_families;
   long long max_tasks = 0, family_seed = 1;
   long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
+  long long topology_mix = 0, mix_seed = 1;
   bool json = false, no_progress = false, cpu_blind = false;
   FlagSet flags(
       "simulate", "toposched simulate [flags]",
@@ -276,7 +277,14 @@ int RunSimulate(const std::vector<std::string>& args) {
              "(see `toposched topo --list-synthetic`)");
   flags.Text("--topologies", topologies, "DIR",
              "add a node for every *.xml / *.json topology file with GPUs");
-  flags.Integer("--copies", copies, 1, 10000, "N", "nodes per topology file");
+  auto* copies_flag = flags.Integer("--copies", copies, 1, 10000, "N", "nodes per topology file");
+  flags
+      .Integer("--topology-mix", topology_mix, 1, 100000, "N",
+               "instead of --copies of each, N nodes drawn at random from the\n"
+               "--topologies files with GPUs (seeded by --mix-seed)")
+      ->default_str("");
+  auto* mix_seed_flag =
+      flags.Integer("--mix-seed", mix_seed, 0, 4294967295LL, "N", "seed of the --topology-mix draw");
   flags.Group("workload");
   flags.Text("--workload", workload_path, "FILE",
              "workload JSON: {\"pods\": [{\"name\", \"arrival\", \"duration\",\n"
@@ -327,7 +335,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
   if (!trace_dir.empty()) {
     if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
-        pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
+        topology_mix > 0 || pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
       return usage(
           "--trace replays the trace's own cluster and tasks; it takes --variants, --families, "
           "--family-seed, --write-families, --seeds, --max-tasks, --cpu-blind, --policies, --config, "
@@ -359,6 +367,11 @@ int RunSimulate(const std::vector<std::string>& args) {
         "--variants, --families, --family-seed, --write-families, --seeds, --max-tasks and --cpu-blind "
         "apply to --trace");
   }
+  if (topology_mix > 0 && topologies.empty())
+    return usage("--topology-mix draws from the --topologies files");
+  if (topology_mix > 0 && flags.Given(copies_flag))
+    return usage("--topology-mix and --copies both size the nodes of the files; give one");
+  if (flags.Given(mix_seed_flag) && topology_mix == 0) return usage("--mix-seed applies to --topology-mix");
   if (!shapes_arg.empty() && nodes_given)
     return usage("--shapes and --nodes both size the synthetic nodes; give one");
   if (!workload_path.empty() && (pods != sim::kDefaultPods || seed != 1)) {
@@ -401,10 +414,11 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (Status s = sim::AddSyntheticNodes(shapes, cluster); !s.ok()) return fail(s.error().message());
   if (!topologies.empty()) {
     std::vector<std::string> skipped;
-    if (Status s = sim::AddTopologyDirectory(topologies, static_cast<int>(copies), cluster, &skipped);
-        !s.ok()) {
-      return fail(s.error().message());
-    }
+    const Status added =
+        topology_mix > 0 ? sim::AddTopologyMix(topologies, static_cast<int>(topology_mix),
+                                               static_cast<std::uint32_t>(mix_seed), cluster, &skipped)
+                         : sim::AddTopologyDirectory(topologies, static_cast<int>(copies), cluster, &skipped);
+    if (!added.ok()) return fail(added.error().message());
     if (!skipped.empty()) {
       std::fprintf(stderr, "toposched simulate: %zu topology files without GPUs skipped\n", skipped.size());
     }

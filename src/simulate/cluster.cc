@@ -1,9 +1,11 @@
 // The virtual cluster: synthetic shapes and topology files turned into framework nodes.
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <system_error>
@@ -143,9 +145,17 @@ Status AddSyntheticNodes(const std::vector<ShapeCount>& shapes, VirtualCluster& 
   return Status::Ok();
 }
 
-Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& cluster,
-                            std::vector<std::string>* skipped) {
-  if (copies < 1) return Error("copies must be at least 1, got " + std::to_string(copies));
+namespace {
+
+// A topology file with GPUs, loaded.
+struct TopologyFile {
+  std::string shape;  // the file's stem
+  std::shared_ptr<const NodeTopology> topology;
+};
+
+// Every *.xml and *.json file of `dir` with GPUs, sorted by name; the others named in `skipped`.
+Result<std::vector<TopologyFile>> LoadTopologyFiles(const std::string& dir,
+                                                    std::vector<std::string>* skipped) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Error(dir + ": not a directory");
   std::vector<fs::path> files;
@@ -156,23 +166,51 @@ Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& 
   }
   if (ec) return Error(dir + ": " + ec.message());
   std::sort(files.begin(), files.end());
-  NameSet names(cluster);
-  int added = 0;
+  std::vector<TopologyFile> out;
   for (const fs::path& file : files) {
     TOPOSCHED_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopologyFile(file.string()));
     if (topology.gpus.empty()) {
       if (skipped != nullptr) skipped->push_back(file.filename().string());
       continue;
     }
-    const std::string shape = file.stem().string();
-    const std::string base = ToKubernetesName(shape);
-    auto shared = std::make_shared<const NodeTopology>(std::move(topology));
-    for (int c = 0; c < copies; ++c) {
-      AddNode(cluster, names, copies == 1 ? base : Numbered(base, c, DigitsFor(copies)), shape, shared);
-    }
-    ++added;
+    out.push_back({file.stem().string(), std::make_shared<const NodeTopology>(std::move(topology))});
   }
-  if (added == 0) return Error(dir + ": no topology file with GPUs (*.xml, *.json)");
+  if (out.empty()) return Error(dir + ": no topology file with GPUs (*.xml, *.json)");
+  return out;
+}
+
+}  // namespace
+
+Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& cluster,
+                            std::vector<std::string>* skipped) {
+  if (copies < 1) return Error("copies must be at least 1, got " + std::to_string(copies));
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::vector<TopologyFile> files, LoadTopologyFiles(dir, skipped));
+  NameSet names(cluster);
+  for (const TopologyFile& f : files) {
+    const std::string base = ToKubernetesName(f.shape);
+    for (int c = 0; c < copies; ++c) {
+      AddNode(cluster, names, copies == 1 ? base : Numbered(base, c, DigitsFor(copies)), f.shape, f.topology);
+    }
+  }
+  return Status::Ok();
+}
+
+Status AddTopologyMix(const std::string& dir, int nodes, std::uint32_t seed, VirtualCluster& cluster,
+                      std::vector<std::string>* skipped) {
+  if (nodes < 1) return Error("a topology mix needs at least 1 node, got " + std::to_string(nodes));
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::vector<TopologyFile> files, LoadTopologyFiles(dir, skipped));
+  std::mt19937 rng(seed);
+  std::vector<int> count(files.size(), 0);
+  for (int n = 0; n < nodes; ++n) ++count[rng() % files.size()];
+  // Each drawn file's nodes together, in file order, numbered per file: the same names and
+  // order for a directory, size and seed.
+  NameSet names(cluster);
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    const std::string base = ToKubernetesName(files[f].shape);
+    for (int c = 0; c < count[f]; ++c) {
+      AddNode(cluster, names, Numbered(base, c, DigitsFor(count[f])), files[f].shape, files[f].topology);
+    }
+  }
   return Status::Ok();
 }
 

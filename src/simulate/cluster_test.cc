@@ -115,5 +115,30 @@ TEST(AddTopologyDirectory, ErrorsNameTheProblem) {
   EXPECT_TRUE(cluster.nodes.empty());
 }
 
+// A topology mix: N nodes drawn from the files with GPUs, the same for a seed, another for
+// another seed, every node a copy of one file.
+TEST(AddTopologyMix, DrawsNodesFromTheFilesBySeed) {
+  TOPOSCHED_SKIP_WITHOUT_SHARED_TOPOLOGIES();
+  const std::string dir = testing::SharedTopologiesDir().string();
+  auto mix = [&](std::uint32_t seed) {
+    VirtualCluster cluster;
+    EXPECT_TRUE(AddTopologyMix(dir, 60, seed, cluster).ok());
+    std::vector<std::string> names;
+    for (const VirtualNode& n : cluster.nodes) {
+      EXPECT_FALSE(n.topology->gpus.empty()) << n.name;
+      names.push_back(n.name);
+    }
+    return names;
+  };
+  const std::vector<std::string> a = mix(1);
+  EXPECT_EQ(a.size(), 60u);
+  EXPECT_EQ(mix(1), a);
+  EXPECT_NE(mix(2), a);
+  EXPECT_EQ(std::set<std::string>(a.begin(), a.end()).size(), a.size()) << "names are unique";
+  VirtualCluster cluster;
+  EXPECT_FALSE(AddTopologyMix(dir, 0, 1, cluster).ok());
+  EXPECT_FALSE(AddTopologyMix("/nonexistent-dir", 5, 1, cluster).ok());
+}
+
 }  // namespace
 }  // namespace toposched::simulate

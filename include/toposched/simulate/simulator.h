@@ -82,6 +82,13 @@ Status AddSyntheticNodes(const std::vector<ShapeCount>& shapes, VirtualCluster& 
 Status AddTopologyDirectory(const std::string& dir, int copies, VirtualCluster& cluster,
                             std::vector<std::string>* skipped = nullptr);
 
+// A random mix of the real exports: `nodes` nodes, each a copy of a file of `dir` with GPUs drawn
+// uniformly with replacement (std::mt19937 seeded with `seed`, the draw modulo the file count),
+// so the mixes of several seeds differ in which machines they hold and in what proportion.
+// Errors as AddTopologyDirectory's, and nodes < 1.
+Status AddTopologyMix(const std::string& dir, int nodes, std::uint32_t seed, VirtualCluster& cluster,
+                      std::vector<std::string>* skipped = nullptr);
+
 // The embedded default cluster: DefaultShapes(nodes), synthetic only, so it runs anywhere.
 Result<VirtualCluster> DefaultCluster(int nodes = kDefaultNodes);
 
