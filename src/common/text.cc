@@ -1,5 +1,7 @@
 #include "toposched/common/text.h"
 
+#include <vector>
+
 #include <charconv>
 
 namespace toposched {
@@ -35,6 +37,20 @@ bool ContainsIgnoringCase(std::string_view haystack, std::string_view needle) {
     if (match) return true;
   }
   return false;
+}
+
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t at = s.find(sep, start);
+    if (at == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, at - start));
+    start = at + 1;
+  }
 }
 
 std::optional<long long> ParseInt(std::string_view s) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string_view>
+#include <vector>
+
 namespace toposched {
 namespace {
 
@@ -18,6 +21,14 @@ TEST(Text, AsciiLowerAndContainsIgnoringCaseTouchOnlyAsciiLetters) {
   EXPECT_TRUE(ContainsIgnoringCase("a100", ""));
   EXPECT_FALSE(ContainsIgnoringCase("A10", "a100"));
   EXPECT_FALSE(ContainsIgnoringCase("", "x"));
+}
+
+TEST(Text, SplitKeepsEveryPartEmptyOnesIncluded) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(Split("a,b,,c", ','), (V{"a", "b", "", "c"}));
+  EXPECT_EQ(Split("", ','), (V{""}));
+  EXPECT_EQ(Split(",", ','), (V{"", ""}));
+  EXPECT_EQ(Split("abc", ':'), (V{"abc"}));
 }
 
 TEST(Text, ParseIntTakesAWholeBaseTenIntegerAndNothingElse) {

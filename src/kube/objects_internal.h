@@ -21,6 +21,7 @@
 #include "../common/json_errors.h"
 #include "../common/json_read.h"
 #include "toposched/common/status.h"
+#include "toposched/common/text.h"
 #include "toposched/kube/objects.h"
 #include "toposched/placement/placement.h"
 #include "toposched/topology/node_topology.h"
@@ -44,20 +45,6 @@ using json_errors::Quote;
 
 using json_read::Child;
 using json_read::Element;
-
-inline std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t pos = s.find(sep, start);
-    if (pos == std::string_view::npos) {
-      out.push_back(s.substr(start));
-      return out;
-    }
-    out.push_back(s.substr(start, pos - start));
-    start = pos + 1;
-  }
-}
 
 // A decimal integer, optionally signed ("+" too), nothing else: Go's strconv.Atoi, which HAMi
 // reads these fields with (common/text.h's ParseInt refuses "+", as the command line does).

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "toposched/common/text.h"
 #include "toposched/pd/advise.h"
 
 namespace toposched::pd {
@@ -21,18 +22,6 @@ bool ParseNumber(std::string_view s, double& out) {
   if (s.empty()) return false;
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(out);
-}
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t at = s.find(sep, start);
-    out.push_back(s.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
-    if (at == std::string_view::npos) break;
-    start = at + 1;
-  }
-  return out;
 }
 
 // Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <utility>
 
+#include "toposched/common/text.h"
 #include "toposched/placement/packing.h"
 
 namespace toposched::simulate {
@@ -29,18 +31,6 @@ bool IsShared(const TraceTask& t) {
 
 int MaxPercent(TraceFamily family) {
   return family == TraceFamily::kCpu ? 1000 : 100;
-}
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i <= s.size(); ++i) {
-    if (i == s.size() || s[i] == sep) {
-      out.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  return out;
 }
 
 std::string KnownFamilies() {
@@ -158,18 +148,13 @@ Result<std::vector<TraceFamilyLevel>> ParseTraceFamilies(std::string_view spec) 
       continue;
     }
     for (std::size_t i = 1; i < parts.size(); ++i) {
-      int percent = 0;
-      bool ok = !parts[i].empty() && parts[i].size() <= 4;
-      for (char c : parts[i]) {
-        if (c < '0' || c > '9') ok = false;
-        if (ok) percent = percent * 10 + (c - '0');
-      }
+      const std::optional<long long> percent = ParseInt(parts[i]);
       const int max = MaxPercent(*family);
-      if (!ok || percent < 1 || percent > max) {
+      if (!percent || *percent < 1 || *percent > max) {
         return Error("\"" + std::string(item) + "\": level \"" + std::string(parts[i]) +
                      "\" is not a percent in 1.." + std::to_string(max));
       }
-      TOPOSCHED_RETURN_IF_ERROR(add({*family, percent}, item));
+      TOPOSCHED_RETURN_IF_ERROR(add({*family, static_cast<int>(*percent)}, item));
     }
   }
   return out;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace toposched {
 
@@ -15,6 +16,9 @@ std::string_view TrimSpace(std::string_view s);
 std::string AsciiLower(std::string_view s);
 // Whether `haystack` contains `needle`, ASCII letters compared case-insensitively.
 bool ContainsIgnoringCase(std::string_view haystack, std::string_view needle);
+// The parts of `s` between `sep`s: n separators give n + 1 parts, empty ones included ("" gives
+// one empty part). The views point into `s`.
+std::vector<std::string_view> Split(std::string_view s, char sep);
 // A whole base-10 integer (an optional '-', then digits, nothing else: no blanks, no '+'), or
 // nullopt (empty, other characters, out of range).
 std::optional<long long> ParseInt(std::string_view s);

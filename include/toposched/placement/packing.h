@@ -11,11 +11,16 @@
 // at all), and otherwise cannot use the GPUs whose idle part is smaller than what it asks per
 // GPU. A placement that makes F grow least strands the least capacity for the pods that follow.
 //
-// One extension, for GPU servers whose RDMA NICs are scarce: a shape also counts the RDMA NICs
-// it asks for, and cannot run on a node with fewer free. FGD's pods ask no NIC, so on its trace
-// the measure is FGD's; on a serving cluster it sees that a NIC-less pod on an RDMA node takes
-// a GPU the NIC-asking pods could have used, and that a small pod on an empty 8-GPU, 8-NIC
-// node strands the whole-node shape, whose GPUs another node would otherwise still offer.
+// Two departures from FGD's measure. First, a GPU model a shape does not accept is not
+// fragmentation for that shape (ForeignModels below): it never could use it. FGD's count is
+// kept for the simulator's FGD baseline.
+//
+// Second, for GPU servers whose RDMA NICs are scarce: a shape also counts the RDMA NICs
+// it asks for, and cannot run on a node with fewer free. FGD's pods ask no NIC and its four
+// variants pin no model, so on them the measure is FGD's; on a serving cluster it sees that a
+// NIC-less pod on an RDMA node takes a GPU the NIC-asking pods could have used, and that a small
+// pod on an empty 8-GPU, 8-NIC node strands the whole-node shape, whose GPUs another node would
+// otherwise still offer.
 //
 // Units: milli-GPU (1000 = one whole GPU), milli-CPU. Pure functions: no I/O.
 
