@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/json_errors.h"
 #include "simulate_internal.h"
 #include "toposched/pd/network.h"
 #include "toposched/simulate/simulator.h"
@@ -78,23 +79,6 @@ std::string DeriveKind(const PlacementRequest& r) {
   if (r.IsShared()) return std::string(kKindShared);
   if (r.gpus >= 8) return std::string(kKindTraining);
   return std::string(kKindOther);
-}
-
-std::string TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::boolean:
-      return "a boolean";
-    default:
-      return "a number";
-  }
 }
 
 }  // namespace
@@ -248,7 +232,7 @@ namespace {
 Result<Workload> ParseWorkloadDocument(std::string_view text, const RequestConfig& config) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Error("workload: not valid JSON");
-  if (!doc.is_object()) return Error("workload: expected an object with \"pods\", got " + TypeName(doc));
+  if (!doc.is_object()) return Error("workload: expected an object with \"pods\", got " + json_errors::Describe(doc));
   for (const auto& [key, value] : doc.items()) {
     if (key != "pods") return Error("workload: unknown key \"" + key + "\" (only \"pods\")");
   }
@@ -261,7 +245,7 @@ Result<Workload> ParseWorkloadDocument(std::string_view text, const RequestConfi
   for (std::size_t i = 0; i < pods->size(); ++i) {
     const json& e = (*pods)[i];
     std::string where = "pods[" + std::to_string(i) + "]";
-    if (!e.is_object()) return Error(where + ": expected an object, got " + TypeName(e));
+    if (!e.is_object()) return Error(where + ": expected an object, got " + json_errors::Describe(e));
     const auto name = e.find("name");
     if (name == e.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
       return Error(where + ": \"name\" must be a non-empty string");

@@ -181,7 +181,7 @@ TEST(ParseWorkloadJson, ErrorsNameTheEntry) {
       {"not an object", "[]", "expected an object"},
       {"unknown top key", R"({"pods": [], "nodes": []})", "unknown key \"nodes\""},
       {"pods missing", "{}", "\"pods\" must be an array"},
-      {"entry not an object", R"({"pods": [3]})", "pods[0]: expected an object, got a number"},
+      {"entry not an object", R"({"pods": [3]})", "pods[0]: expected an object, got 3"},
       {"name missing", R"({"pods": [{"pod": )" + gpu + "}]}", "pods[0]: \"name\" must be a non-empty string"},
       {"duplicate", R"({"pods": [{"name": "a", "pod": )" + gpu + R"(}, {"name": "a", "pod": )" + gpu + "}]}",
        "pods[1] (\"a\"): duplicate name"},
