@@ -232,7 +232,8 @@ namespace {
 Result<Workload> ParseWorkloadDocument(std::string_view text, const RequestConfig& config) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Error("workload: not valid JSON");
-  if (!doc.is_object()) return Error("workload: expected an object with \"pods\", got " + json_errors::Describe(doc));
+  if (!doc.is_object())
+    return Error("workload: expected an object with \"pods\", got " + json_errors::Describe(doc));
   for (const auto& [key, value] : doc.items()) {
     if (key != "pods") return Error("workload: unknown key \"" + key + "\" (only \"pods\")");
   }
