@@ -1,38 +1,17 @@
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <system_error>
+#include <string>
 
 #include "toposched/agent/discovery.h"
+#include "toposched/common/file.h"
 #include "toposched/topology/gpu_memory.h"
 #include "toposched/topology/input_format.h"
 #include "toposched/topology/json_codec.h"
 #include "toposched/topology/nccl_xml.h"
 
 namespace toposched {
-namespace {
-
-Result<std::string> ReadBounded(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error("is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(std::string("cannot open: ") + std::strerror(errno));
-  std::string content;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > kMaxTopologyFileBytes) return Error("larger than 64 MiB, not a topology file");
-  }
-  if (in.bad()) return Error("read error");
-  return content;
-}
-
-}  // namespace
 
 Result<NodeTopology> LoadTopologyFile(const std::string& path) {
-  auto content = ReadBounded(path);
+  auto content = ReadFileBounded(path, kMaxTopologyFileBytes);
   if (!content.ok()) return content.error().WithContext(path);
   auto format = DetectInputFormat(*content);
   if (!format.ok()) return format.error().WithContext(path);

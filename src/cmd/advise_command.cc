@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -15,6 +13,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "plugins/registry.h"
+#include "toposched/common/file.h"
 #include "toposched/common/text.h"
 #include "toposched/framework/config.h"
 #include "toposched/pd/advise.h"
@@ -30,18 +29,6 @@ constexpr const char* kDefaultModel = "llama-3-70b";
 constexpr const char* kDefaultGpu = "h100-sxm";
 constexpr const char* kDefaultPrompt = "lognormal:2048,0.8";
 constexpr const char* kDefaultOutput = "lognormal:256,0.6";
-
-Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open: " + std::strerror(errno));
-  std::string content;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 10) + " KiB");
-  }
-  return content;
-}
 
 // What the cluster gives P/D pairs of `gpus_per_instance`-GPU instances: the paths pairs can
 // take (cheapest first), the endpoint an instance gets on an empty node (the placement
@@ -239,8 +226,8 @@ int RunAdvise(const std::vector<std::string>& args) {
   in.tpot_p99_ms = tpot;
 
   if (!config_path.empty()) {
-    auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
-    if (!yaml.ok()) return fail(yaml.error().message());
+    auto yaml = ReadFileBounded(config_path, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return fail(yaml.error().WithContext(config_path).message());
     auto config = framework::LoadSchedulerConfigYaml(*yaml, plugins::BuiltinRegistry());
     if (!config.ok()) return fail(config_path + ": " + config.error().message());
     in.network = config->network;

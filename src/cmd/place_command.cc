@@ -4,9 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -16,6 +14,7 @@
 #include "flags.h"
 #include "place_inputs.h"
 #include "plugins/registry.h"
+#include "toposched/common/file.h"
 #include "toposched/framework/config.h"
 #include "toposched/framework/framework.h"
 #include "toposched/placement/request.h"
@@ -27,15 +26,10 @@ namespace {
 
 constexpr std::size_t kMaxSmallFileBytes = 4u << 20;
 
+// The file's content, or an error that starts with its path.
 Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit = kMaxSmallFileBytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open: " + std::strerror(errno));
-  std::string content;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 20) + " MiB");
-  }
+  auto content = ReadFileBounded(path, limit);
+  if (!content.ok()) return content.error().WithContext(path);
   return content;
 }
 

@@ -7,11 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -24,6 +22,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "plugins/registry.h"
+#include "toposched/common/file.h"
 #include "toposched/extender/service.h"
 #include "toposched/framework/config.h"
 #include "toposched/framework/framework.h"
@@ -194,18 +193,6 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
   return std::nullopt;
 }
 
-Result<std::string> ReadSmallFile(const std::string& path, std::size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error("cannot read " + path + ": " + std::strerror(errno));
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > limit) return Error(path + ": larger than " + std::to_string(limit) + " bytes");
-  }
-  return text;
-}
-
 // $POD_NAME (the downward API), else the host name, plus a random suffix: two processes must
 // never share an identity, or both would think they hold the Lease.
 std::string DefaultIdentity() {
@@ -243,8 +230,8 @@ int RunServe(const std::vector<std::string>& args) {
   const framework::Registry registry = plugins::BuiltinRegistry();
   framework::SchedulerConfig config = plugins::DefaultSchedulerConfig();
   if (!flags.config.empty()) {
-    Result<std::string> yaml = ReadSmallFile(flags.config, framework::kMaxConfigYamlBytes);
-    if (!yaml.ok()) return Fatal(yaml.error().message()), 1;
+    Result<std::string> yaml = ReadFileBounded(flags.config, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return Fatal(yaml.error().WithContext(flags.config).message()), 1;
     Result<framework::SchedulerConfig> loaded = framework::LoadSchedulerConfigYaml(*yaml, registry);
     if (!loaded.ok()) return Fatal(flags.config + ": " + loaded.error().message()), 1;
     config = std::move(loaded).value();

@@ -4,10 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -17,6 +15,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "plugins/registry.h"
+#include "toposched/common/file.h"
 #include "toposched/common/text.h"
 #include "toposched/framework/config.h"
 #include "toposched/metrics/logging.h"
@@ -49,18 +48,6 @@ std::vector<std::string> SplitCommas(const std::string& s) {
     start = comma + 1;
   }
   return out;
-}
-
-Result<std::string> ReadFile(const std::string& path, std::size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open: " + std::strerror(errno));
-  std::string content;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 10) + " KiB");
-  }
-  return content;
 }
 
 // --policies: empty, or the first name that is not one of `known`.
@@ -205,8 +192,8 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
   options.toposched_cpu_blind = cpu_blind;
   if (!seeds.empty()) options.seeds = seeds;
   if (!config_path.empty()) {
-    auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
-    if (!yaml.ok()) return fail(yaml.error().message());
+    auto yaml = ReadFileBounded(config_path, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return fail(yaml.error().WithContext(config_path).message());
     auto config = framework::LoadSchedulerConfigYaml(*yaml, plugins::BuiltinRegistry());
     if (!config.ok()) return fail(config_path + ": " + config.error().message());
     options.config = std::move(config).value();
@@ -387,8 +374,8 @@ int RunSimulate(const std::vector<std::string>& args) {
   sim::SimulationOptions options;
   if (!policies_arg.empty()) options.policies = SplitCommas(policies_arg);
   if (!config_path.empty()) {
-    auto yaml = ReadFile(config_path, framework::kMaxConfigYamlBytes);
-    if (!yaml.ok()) return fail(yaml.error().message());
+    auto yaml = ReadFileBounded(config_path, framework::kMaxConfigYamlBytes);
+    if (!yaml.ok()) return fail(yaml.error().WithContext(config_path).message());
     auto config = framework::LoadSchedulerConfigYaml(*yaml, plugins::BuiltinRegistry());
     if (!config.ok()) return fail(config_path + ": " + config.error().message());
     options.policy_options.config = std::move(config).value();

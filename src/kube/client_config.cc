@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <tuple>
 
+#include "toposched/common/file.h"
 #include "toposched/common/text.h"
 #include "toposched/kube/transport.h"
 
@@ -24,18 +24,12 @@ constexpr std::size_t kMaxPemBytes = 1u << 20;     // a CA bundle or a client ce
 constexpr std::size_t kMaxTokenBytes = 64u << 10;  // projected tokens are ~1 KiB
 constexpr std::size_t kMaxNamespaceBytes = 4u << 10;
 
-// The whole file, or an error naming `what` and the path. Reads at most max_bytes + 1 bytes.
-Result<std::string> ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
-                                    const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error("cannot read " + what + " " + path.string());
-  std::string contents(max_bytes + 1, '\0');
-  in.read(contents.data(), static_cast<std::streamsize>(contents.size()));
-  if (in.bad()) return Error("cannot read " + what + " " + path.string());
-  contents.resize(static_cast<std::size_t>(in.gcount()));
-  if (contents.size() > max_bytes) {
-    return Error(what + " " + path.string() + " is larger than " + std::to_string(max_bytes) + " bytes");
-  }
+// The whole file, or an error that starts with `what` and the path ("kubeconfig /x: cannot open:
+// No such file or directory").
+Result<std::string> ReadNamedFile(const std::filesystem::path& path, std::size_t max_bytes,
+                                  const std::string& what) {
+  auto contents = ReadFileBounded(path.string(), max_bytes);
+  if (!contents.ok()) return contents.error().WithContext(what + " " + path.string());
   return contents;
 }
 
@@ -117,7 +111,7 @@ Result<std::string> PemField(const YAML::Node& map, const std::string& key, cons
   }
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto file, StringField(map, key.c_str()), owner);
   if (!file.has_value() || file->empty()) return std::string();
-  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto contents, ReadFileBounded(base / *file, kMaxPemBytes, key), owner);
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto contents, ReadNamedFile(base / *file, kMaxPemBytes, key), owner);
   return contents;
 }
 
@@ -183,7 +177,7 @@ Result<ClientConfig> ParseKubeconfig(const YAML::Node& root, const std::filesyst
   if (token_file.has_value() && !token_file->empty()) {
     const std::filesystem::path path = base / *token_file;
     // Read now to fail now, not at the first call.
-    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::ignore, ReadFileBounded(path, kMaxTokenBytes, "token file"),
+    TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::ignore, ReadNamedFile(path, kMaxTokenBytes, "token file"),
                                    user_owner);
     config.token_file = path.string();
   }
@@ -222,27 +216,26 @@ Result<ClientConfig> InClusterConfig(const std::function<const char*(const char*
 
   const std::filesystem::path dir(sa_dir);
   const std::filesystem::path token_file = dir / "token";
-  TOPOSCHED_ASSIGN_OR_RETURN(auto token,
-                             ReadFileBounded(token_file, kMaxTokenBytes, "service-account token"));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto token, ReadNamedFile(token_file, kMaxTokenBytes, "service-account token"));
   if (TrimSpace(token).empty()) return Error("service-account token " + token_file.string() + " is empty");
   config.token_file = token_file.string();
 
   TOPOSCHED_ASSIGN_OR_RETURN(auto ca,
-                             ReadFileBounded(dir / "ca.crt", kMaxPemBytes, "service-account CA bundle"));
+                             ReadNamedFile(dir / "ca.crt", kMaxPemBytes, "service-account CA bundle"));
   config.ca_pem = std::move(ca);
 
   const std::filesystem::path namespace_file = dir / "namespace";
   std::error_code ec;
   if (std::filesystem::exists(namespace_file, ec)) {
-    TOPOSCHED_ASSIGN_OR_RETURN(auto namespace_name, ReadFileBounded(namespace_file, kMaxNamespaceBytes,
-                                                                    "service-account namespace"));
+    TOPOSCHED_ASSIGN_OR_RETURN(
+        auto namespace_name, ReadNamedFile(namespace_file, kMaxNamespaceBytes, "service-account namespace"));
     if (!TrimSpace(namespace_name).empty()) config.namespace_name = std::string(TrimSpace(namespace_name));
   }
   return config;
 }
 
 Result<ClientConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
-  TOPOSCHED_ASSIGN_OR_RETURN(auto contents, ReadFileBounded(path, kMaxKubeconfigBytes, "kubeconfig"));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto contents, ReadNamedFile(path, kMaxKubeconfigBytes, "kubeconfig"));
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
   try {
     TOPOSCHED_ASSIGN_OR_RETURN_CTX(auto config, ParseKubeconfig(YAML::Load(contents), base, context),

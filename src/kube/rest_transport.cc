@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cctype>
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -34,6 +33,7 @@
 #include <cpprest/uri_builder.h>
 
 #include "rest_transport_internal.h"
+#include "toposched/common/file.h"
 #include "toposched/kube/transport.h"
 
 namespace toposched::kube {
@@ -329,12 +329,8 @@ bool IsHeaderSafe(std::string_view value) {
 }
 
 Result<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error("cannot read token file " + path);
-  std::string token(kMaxTokenBytes + 1, '\0');
-  in.read(token.data(), static_cast<std::streamsize>(token.size()));
-  token.resize(static_cast<std::size_t>(in.gcount()));
-  if (token.size() > kMaxTokenBytes) return Error("token file " + path + " is too large");
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(std::string token, ReadFileBounded(path, kMaxTokenBytes),
+                                 "token file " + path);
   const auto space = [](unsigned char c) { return std::isspace(c) != 0; };
   while (!token.empty() && space(static_cast<unsigned char>(token.back()))) token.pop_back();
   token.erase(token.begin(), std::find_if_not(token.begin(), token.end(), space));

@@ -893,7 +893,7 @@ TEST(RestTransportConfig, BadConfigurationsAreRefused) {
        },
        "client certificate is not a PEM certificate bundle"},
       {"token file missing", [](ClientConfig& c) { c.token_file = "/nonexistent/token"; },
-       "cannot read token file /nonexistent/token"},
+       "token file /nonexistent/token: cannot open: No such file or directory"},
       {"token with a line break", [](ClientConfig& c) { c.token = "abc\r\nX-Injected: 1"; },
        "control characters"},
       {"user agent with a line break", [](ClientConfig& c) { c.user_agent = "a\nb"; }, "control characters"},

@@ -18,9 +18,6 @@
 
 namespace toposched::simulate {
 
-// A file's content, refused past `limit` bytes (workload files, trace CSVs).
-Result<std::string> ReadFileBounded(const std::string& path, std::size_t limit);
-
 // A Placement for a baseline's chosen devices: pairs by PairNearest, worst class and class sum
 // by LinkRank. nullopt when the request's hard alignment bound is not met.
 std::optional<Placement> FinishPlacement(const NodeTopology& topology, const PlacementRequest& request,

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 #include <utility>
 
 #include "simulate_internal.h"
+#include "toposched/common/file.h"
 #include "toposched/placement/packing.h"
 #include "trace_internal.h"
 
@@ -229,10 +229,12 @@ Result<Trace> LoadTrace(const std::string& dir, const std::string& variant) {
   Trace trace;
   trace.variant = variant;
   const std::string node_path = dir + "/openb_node_list_gpu_node.csv";
-  TOPOSCHED_ASSIGN_OR_RETURN(const std::string node_csv, ReadFileBounded(node_path, kMaxTraceFileBytes));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(const std::string node_csv, ReadFileBounded(node_path, kMaxTraceFileBytes),
+                                 node_path);
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(trace.nodes, ParseTraceNodes(node_csv), node_path);
   const std::string pod_path = dir + "/openb_pod_list_" + variant + ".csv";
-  TOPOSCHED_ASSIGN_OR_RETURN(const std::string pod_csv, ReadFileBounded(pod_path, kMaxTraceFileBytes));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(const std::string pod_csv, ReadFileBounded(pod_path, kMaxTraceFileBytes),
+                                 pod_path);
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(trace.tasks, ParseTraceTasks(pod_csv), pod_path);
   return trace;
 }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
-#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -16,6 +15,7 @@
 
 #include "../common/json_errors.h"
 #include "simulate_internal.h"
+#include "toposched/common/file.h"
 #include "toposched/pd/network.h"
 #include "toposched/simulate/simulator.h"
 
@@ -308,20 +308,9 @@ Result<Workload> ParseWorkloadJson(std::string_view text, const RequestConfig& c
   }
 }
 
-Result<std::string> ReadFileBounded(const std::string& path, std::size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(path + ": cannot open");
-  std::string content;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    content.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (content.size() > limit) return Error(path + ": larger than " + std::to_string(limit >> 20) + " MiB");
-  }
-  return content;
-}
-
 Result<Workload> LoadWorkloadFile(const std::string& path, const RequestConfig& config) {
-  TOPOSCHED_ASSIGN_OR_RETURN(const std::string content, ReadFileBounded(path, kMaxWorkloadFileBytes));
+  TOPOSCHED_ASSIGN_OR_RETURN_CTX(const std::string content, ReadFileBounded(path, kMaxWorkloadFileBytes),
+                                 path);
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(Workload w, ParseWorkloadJson(content, config), path);
   w.description = std::to_string(w.pods.size()) + " pods from " + path;
   return w;

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "toposched/common/file.h"
 #include "toposched/state/cluster_state.h"
 #include "toposched/topology/json_codec.h"
 #include "toposched/topology/synthetic.h"
@@ -177,38 +178,6 @@ namespace {
 
 std::string ErrnoText(int err) {
   return std::strerror(err);
-}
-
-// Reads a regular file of at most `max_bytes`.
-Result<std::string> ReadFileBounded(const std::string& path, std::size_t max_bytes) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not regular).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Error("cannot open: " + ErrnoText(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Error("cannot stat: " + ErrnoText(errno));
-  if (!S_ISREG(st.st_mode)) return Error("not a regular file");
-  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
-    return Error("file is " + std::to_string(st.st_size) + " bytes, over the limit of " +
-                 std::to_string(max_bytes) + " bytes");
-  }
-  std::string text;
-  text.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error("cannot read: " + ErrnoText(errno));
-    }
-    if (n == 0) break;  // shrank while we read: take what is there
-    got += static_cast<std::size_t>(n);
-  }
-  text.resize(got);
-  return text;
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ TEST(FileSourceTest, BadDocumentsAreRefusedNamingTheFileAndTheField) {
       {"not an object", {{"nodes/x.json", "[1]"}}, {"nodes/x.json: document: expected a JSON object"}},
       {"too large",
        {{"nodes/x.json", R"({"name":"a","labels":{"k":")" + big_label + R"("},"preset":"hgx-h100-8gpu"})"}},
-       {"nodes/x.json: file is ", "over the limit of 200 bytes"},
+       {"nodes/x.json: larger than 200 bytes"},
        FileSourceOptions{.max_node_document_bytes = 200}},
       {"duplicate node names",
        {{"nodes/x.json", PresetDoc("gpu-a")}, {"nodes/y.json", PresetDoc("gpu-a")}},
