@@ -63,8 +63,9 @@ build_peer() {
   version=$(version_of "$dir" "$module")
   dest="$cache/$name-$version"
   if [[ -f "$dest/.complete" ]]; then
-    # A binary added to a peer after its version was cached (kubectl, issue 17) is built alone
-    # into the same directory; the others are not rebuilt.
+    # A binary added to a peer after its version was cached (kubectl, issue 17;
+    # kube-controller-manager, issue 46) is built alone into the same directory; the others are
+    # not rebuilt.
     local missing=()
     for spec in "$@"; do [[ -x "$dest/${spec##*:}" ]] || missing+=("$spec"); done
     if [[ ${#missing[@]} -eq 0 ]]; then
@@ -253,7 +254,7 @@ for p in "${peers[@]}"; do
       v=$(version_of "$here/tools/kube" k8s.io/kubernetes)
       build_peer kube k8s.io/kubernetes "$(kube_ldflags "$v")" \
         k8s.io/kubernetes/cmd/kube-apiserver:kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler:kube-scheduler \
-        k8s.io/kubernetes/cmd/kubectl:kubectl ;;
+        k8s.io/kubernetes/cmd/kubectl:kubectl k8s.io/kubernetes/cmd/kube-controller-manager:kube-controller-manager ;;
     etcd)
       build_peer etcd go.etcd.io/etcd/server/v3 "-s -w" go.etcd.io/etcd/server/v3:etcd ;;
     helm)
