@@ -1,6 +1,6 @@
 // The evaluator: a pod's verdict on one node (Evaluate: the framework's filter and scores, a pool
 // pod's pool part added per position), the predicates that sort pods (Interested, IsPoolPod,
-// PacksCpu, CpuPodScore) and the remnant counts the ranking reads. Its pod entries are in
+// PacksCpu) and the remnant counts the ranking reads. Its pod entries are in
 // evaluator_entries.cc, its verdict keys and shared tables in evaluator_verdicts.cc, the pool
 // keys in pool_index.cc (evaluator.h has the caching rule).
 
@@ -28,22 +28,6 @@ bool PacksCpu(const PlacementRequest& r) {
   return !Interested(r) && r.cpu_milli > 0;
 }
 
-double IdleGpuShare(const packing::NodeHardware& hardware,
-                    const std::array<int, kGpuVendors>& free_by_vendor) {
-  int total = 0, free = 0;
-  for (std::size_t v = 0; v < hardware.gpus.size(); ++v) {
-    total += hardware.gpus[v];
-    free += free_by_vendor[v];
-  }
-  return total > 0 ? static_cast<double>(free) / total : 0.0;
-}
-
-int CpuPodScore(int band_score, double idle) {
-  if (idle < 0) return framework::kMaxExtenderScore;
-  if (band_score <= 0) return 0;
-  const auto penalty = static_cast<int>(std::lround(idle * framework::kMaxExtenderScore / 2));
-  return std::max(1, band_score - penalty);
-}
 Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store,
                      metrics::Registry& metrics, const ExtenderOptions& options, Clock clock,
                      BindHooks* hooks)

@@ -66,18 +66,8 @@ bool IsPoolPod(const PlacementRequest& r);
 // A pod that asks CPU and no device of ours: prioritize scores it (PodEntry::packs_cpu).
 bool PacksCpu(const PlacementRequest& r);
 
-// The share of a node's GPUs that are free whole (0 on a node without GPUs).
-double IdleGpuShare(const packing::NodeHardware& hardware,
-                    const std::array<int, kGpuVendors>& free_by_vendor);
-// The extender score (0-10) of a pod that asks no device (PodEntry::packs_cpu) on a node whose
-// band score (its CPU's expected fragmentation, framework::CapacityBand) is `band_score`, where
-// `idle` of the GPUs are free (IdleGpuShare; -1: a node toposched knows no devices on, which
-// scores 10). Where the pod strands nothing now it still may later: its CPU is gone when the
-// node's idle GPUs find takers. So the score falls with the idle share, by up to half the scale
-// (5 on an idle node; a step of the band score is kept), and kube-scheduler, which breaks the
-// extender's ties by LeastAllocated (the emptiest node, the one with the most GPUs to strand),
-// sends the pod where GPUs are taken (docs/placement.md, "Pods that ask no device").
-int CpuPodScore(int band_score, double idle);
+using framework::CpuPodScore;
+using framework::IdleGpuShare;
 
 using framework::NodeOrderKey;
 

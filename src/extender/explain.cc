@@ -384,9 +384,10 @@ Explanation Explain(const ExplainInput& in) {
   std::vector<framework::RankedNode> ranked;
   for (std::size_t k = 0; k < all.size(); ++k) {
     if (!all[k].fits || !scored) continue;
-    ranked.push_back({score_of(all[k]), NodeOrderKey(all[k].name), all[k].share_left, k});
+    ranked.push_back(
+        {score_of(all[k]), NodeOrderKey(all[k].name), all[k].share_left, k, all[k].idle_gpus.value_or(-1)});
   }
-  framework::RankBestFirst(ranked, band, remnants);
+  framework::RankBestFirst(ranked, band, remnants, /*cpu_pod=*/e.packs_cpu);
   std::vector<std::size_t> place(all.size(), all.size());
   for (std::size_t r = 0; r < ranked.size(); ++r) place[ranked[r].index] = r;
   std::vector<std::size_t> order(all.size());

@@ -1,6 +1,7 @@
 #include "toposched/framework/ranking.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace toposched::framework {
@@ -105,7 +106,38 @@ void CountRemnantsOf(const NodeInfo& node, GpuVendor vendor, packing::RemnantCou
   CountRemnantsOf(node.topology.get(), node.allocated, node.schedulable && !node.held, vendor, counts);
 }
 
-void RankBestFirst(std::vector<RankedNode>& nodes, const CapacityBand& band, RemnantTie& remnants) {
+double IdleGpuShare(const packing::NodeHardware& hardware,
+                    const std::array<int, kGpuVendors>& free_by_vendor) {
+  int total = 0, free = 0;
+  for (std::size_t v = 0; v < hardware.gpus.size(); ++v) {
+    total += hardware.gpus[v];
+    free += free_by_vendor[v];
+  }
+  return total > 0 ? static_cast<double>(free) / total : 0.0;
+}
+
+int CpuPodScore(int band_score, double idle) {
+  if (idle < 0) return kMaxExtenderScore;
+  if (band_score <= 0) return 0;
+  const auto penalty = static_cast<int>(std::lround(idle * kMaxExtenderScore / 2));
+  return std::max(1, band_score - penalty);
+}
+
+void RankBestFirst(std::vector<RankedNode>& nodes, const CapacityBand& band, RemnantTie& remnants,
+                   bool cpu_pod) {
+  if (cpu_pod) {
+    // As prioritize scores such a pod, and PreferOneOfTheBest keeps one of the best (TieKey:
+    // the higher capacity, then the stable order; a pod asking no GPU has no remnant rank).
+    auto wire = [&band](const RankedNode& n) {
+      return CpuPodScore(band.ExtenderScore(n.score), n.idle_gpus);
+    };
+    std::sort(nodes.begin(), nodes.end(), [&wire](const RankedNode& a, const RankedNode& b) {
+      const int wa = wire(a), wb = wire(b);
+      if (wa != wb) return wa > wb;
+      return TieKeyOf(a.score.capacity, 0, a.order_key) < TieKeyOf(b.score.capacity, 0, b.order_key);
+    });
+    return;
+  }
   std::sort(nodes.begin(), nodes.end(), [&band](const RankedNode& a, const RankedNode& b) {
     if (band.Ahead(a.score, b.score)) return true;
     if (band.Ahead(b.score, a.score)) return false;

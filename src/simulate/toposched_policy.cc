@@ -43,11 +43,19 @@ class ToposchedPolicy : public Policy {
       return std::shared_ptr<const packing::RemnantCounts>(std::move(counts));
     });
     candidates_.clear();
+    // A pod that asks CPU alone ranks as prioritize-cpu scores it.
+    const bool cpu_pod =
+        request.gpus == 0 && !request.IsShared() && request.rdma_nics == 0 && request.cpu_milli > 0;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const VirtualNode& node = nodes[i];
       if (!node.schedulable) continue;
       if (!framework_.RunFilter(cycle, node).ok()) continue;
       framework::RankedNode ranked{framework_.RunScore(cycle, node), order_keys_[i], -1, i};
+      if (cpu_pod) {
+        const framework::FreeDevices free =
+            framework::FreeDevicesOf(node.topology.get(), node.allocated, false);
+        ranked.idle_gpus = node.topology ? framework::IdleGpuShare(hardware_[i], free.gpus_by_vendor) : -1;
+      }
       ranked.score.reserved = rare.active() && rare.Reserved(hardware_[i], node.name);
       if (remnants.on()) {
         if (const PlacementOutcome& outcome = cycle.Outcome(node); outcome.ok()) {
@@ -57,7 +65,7 @@ class ToposchedPolicy : public Policy {
       band.Offer(ranked.score);
       candidates_.push_back(std::move(ranked));
     }
-    framework::RankBestFirst(candidates_, band, remnants);
+    framework::RankBestFirst(candidates_, band, remnants, cpu_pod);
     for (const framework::RankedNode& c : candidates_) {
       VirtualNode& node = nodes[c.index];
       // The placement Reserve claims is the cycle's cached outcome for the node; copy it before

@@ -328,11 +328,13 @@ class ToposchedTracePolicy : public TracePolicy {
       }
       if (e.fits) {
         // The stable order here is the replay's node rank, which every policy of the replay shares.
-        candidates_.push_back({e.score, static_cast<std::uint64_t>(state_.node_rank[i]), e.share_left, i});
+        candidates_.push_back(
+            {e.score, static_cast<std::uint64_t>(state_.node_rank[i]), e.share_left, i, IdleShare(rt)});
         band.Offer(e.score);
       }
     }
-    framework::RankBestFirst(candidates_, band, remnants);
+    // A task that asks CPU alone ranks as prioritize-cpu scores it (the chart's default).
+    framework::RankBestFirst(candidates_, band, remnants, /*cpu_pod=*/task.gpus == 0 && task.cpu_milli > 0);
     for (const framework::RankedNode& c : candidates_) {
       framework::NodeInfo& info = infos_[c.index];
       const PlacementOutcome& outcome = cycle.Outcome(info);
@@ -361,6 +363,12 @@ class ToposchedTracePolicy : public TracePolicy {
   }
 
  private:
+  // The share of the node's GPUs that are free whole (framework::IdleGpuShare's measure).
+  static double IdleShare(const NodeRuntime& rt) {
+    if (rt.milli_left.empty()) return 0.0;
+    const auto free = std::count(rt.milli_left.begin(), rt.milli_left.end(), kMilli);
+    return static_cast<double>(free) / static_cast<double>(rt.milli_left.size());
+  }
   struct Entry {
     bool valid = false;
     std::uint64_t version = 0;

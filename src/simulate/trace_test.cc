@@ -208,6 +208,26 @@ TEST(TraceTest, TheExtenderReplayNamesTheNodesAsTheSimulatorDoes) {
   EXPECT_EQ(std::set<double>(ratios.begin(), ratios.end()).size(), 2u);
 }
 
+// A task that asks CPU alone ranks as prioritize-cpu scores it (framework::CpuPodScore): where the
+// GPUs are taken, not on a node whose GPU is idle. A T4 node runs a pinned one-GPU task; a CPU
+// task then fits either node and strands nothing for the typical pods (one GPU, 1 core) on
+// either, so the totals tie. On the idle P100 it would leave 2 cores, too few for the later
+// 3-core GPU task (a shape too rare to be typical); on the T4 it leaves the P100 whole. Without
+// the rule the node order decides, and on some seeds the P100 takes it.
+TEST(TraceTest, ACpuTaskGoesWhereTheGpusAreTakenAsPrioritizeCpuScoresIt) {
+  metrics::ConfigureLogging(metrics::LogFormat::kText, metrics::LogLevel::kWarn);
+  Trace trace;
+  trace.variant = "cpu-pod";
+  trace.nodes = {TraceNode{"t4", 16000, 65536, 1, "T4"}, TraceNode{"p100", 16000, 65536, 1, "P100"}};
+  trace.tasks = {TraceTask{"w0", 1000, 1024, 1, 1000, {"T4"}, 0}, TraceTask{"c1", 14000, 1024, 0, 0, {}, 1},
+                 TraceTask{"w1", 3000, 1024, 1, 1000, {}, 2}};
+  // The typical pods: one GPU and 1 core (the replay cuts these at 100 % of the GPU capacity).
+  for (int i = 0; i < 100; ++i) {
+    trace.tasks.push_back(TraceTask{"f" + std::to_string(i), 1000, 1024, 1, 1000, {}, 3.0 + i});
+  }
+  for (const double ratio : RatioPerSeed(trace, "toposched")) EXPECT_DOUBLE_EQ(ratio, 1.0);
+}
+
 // Evening out the remnants (packing::RemnantCounts::TieRank). Three one-GPU nodes; the typical
 // pods are whole GPUs (100 of the 105 tasks), for which every partly used card strands all it
 // has left. 650, 700 and 700 milli-GPU shares leave 350 on the first node and 300 on the other

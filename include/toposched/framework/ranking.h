@@ -16,6 +16,8 @@
 //      remnants (RemnantTie).
 //   5. Then the stable order: the lower order key (NodeOrderKey of the name), the same in every
 //      replica and run.
+//   A pod that asks CPU and no device ranks by its wire score less the node's idle GPU share
+//   (CpuPodScore), then rules 3 (capacity) and 5.
 // On the extender's wire (0..10 per node) rules 1-3 become steps of the score
 // (CapacityBand::ExtenderScore) and rules 3 (capacity) to 5 choose the one node of the best that
 // keeps the top score (PreferOneOfTheBest, TieKey): the node a simulator takes first is the node
@@ -204,17 +206,34 @@ std::size_t PreferOneOfTheBest(std::span<Entry> scores, KeyOf key_of, ScoreOf sc
   return first;
 }
 
+// The share of a node's GPUs that are free whole (0 on a node without GPUs).
+double IdleGpuShare(const packing::NodeHardware& hardware,
+                    const std::array<int, kGpuVendors>& free_by_vendor);
+// The wire score (0-10) of a pod that asks CPU and no device on a node whose band score
+// (CapacityBand::ExtenderScore: its CPU's expected fragmentation) is `band_score`, where `idle`
+// of the GPUs are free (IdleGpuShare; -1: a node toposched knows no devices on, which scores 10).
+// Where the pod strands nothing now it still may later: its CPU is gone when the node's idle GPUs
+// find takers. So the score falls with the idle share, by up to half the scale (5 on an idle
+// node; a step of the band score is kept), and the pod goes where GPUs are taken rather than to
+// the emptiest node, kube-scheduler's LeastAllocated choice (docs/placement.md, "Pods that ask no
+// device").
+int CpuPodScore(int band_score, double idle);
+
 // One node as the simulators and /explain rank it.
 struct RankedNode {
   NodeScore score;              // total, capacity and reserved are read (parts may be empty)
   std::uint64_t order_key = 0;  // rule 5: NodeOrderKey of the name (the trace replay: its node rank)
   int share_left = -1;          // rule 4: ShareLeft of the node's placement
   std::size_t index = 0;        // the caller's
+  double idle_gpus = -1;        // a pod that asks CPU and no device: IdleGpuShare (-1: no devices known)
 };
 
 // Sorts `nodes` best first by rules 1-5, after every node's score was offered to `band`. The
 // remnant ranks are asked only of the nodes that tie for the first place, so the first node is
-// the one PreferOneOfTheBest keeps on the wire; the rest follow rules 1-3 and 5.
-void RankBestFirst(std::vector<RankedNode>& nodes, const CapacityBand& band, RemnantTie& remnants);
+// the one PreferOneOfTheBest keeps on the wire; the rest follow rules 1-3 and 5. `cpu_pod`: the
+// pod asks CPU and no device; the nodes rank by CpuPodScore of their wire score and idle_gpus
+// first, as prioritize scores them.
+void RankBestFirst(std::vector<RankedNode>& nodes, const CapacityBand& band, RemnantTie& remnants,
+                   bool cpu_pod = false);
 
 }  // namespace toposched::framework
