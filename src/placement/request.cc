@@ -618,6 +618,34 @@ Result<std::int64_t> PodCpu(const json& spec, const std::vector<ContainerAsk>& c
   return cpu;
 }
 
+// spec.resourceClaims: at most kMaxPodResourceClaims entries, each with a name and exactly one of
+// resourceClaimName and resourceClaimTemplateName (the API server's validation).
+constexpr std::size_t kMaxPodResourceClaims = 128;
+Status ReadResourceClaims(const json& spec, std::vector<PlacementRequest::ClaimRef>* out) {
+  const json* claims = Find(spec, "resourceClaims");
+  if (claims == nullptr || claims->is_null()) return Status::Ok();
+  if (!claims->is_array()) return Expected("spec.resourceClaims", "an array", *claims);
+  if (claims->size() > kMaxPodResourceClaims) {
+    return Error("spec.resourceClaims: " + std::to_string(claims->size()) + " entries, more than " +
+                 std::to_string(kMaxPodResourceClaims));
+  }
+  for (std::size_t i = 0; i < claims->size(); ++i) {
+    const json& c = (*claims)[i];
+    const std::string path = "spec.resourceClaims[" + std::to_string(i) + "]";
+    if (!c.is_object()) return Expected(path, "an object", c);
+    PlacementRequest::ClaimRef ref;
+    TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(c, "name", path, &ref.name));
+    TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(c, "resourceClaimName", path, &ref.claim_name));
+    TOPOSCHED_RETURN_IF_ERROR(ReadOptionalString(c, "resourceClaimTemplateName", path, &ref.template_name));
+    if (ref.name.empty()) return Error(path + ".name: missing");
+    if (ref.claim_name.empty() == ref.template_name.empty()) {
+      return Error(path + ": names both or neither of resourceClaimName and resourceClaimTemplateName");
+    }
+    out->push_back(std::move(ref));
+  }
+  return Status::Ok();
+}
+
 Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
   if (!doc.is_object()) return Expected("top level", "a JSON object (a Pod)", doc);
   if (const json* kind = Find(doc, "kind"); kind != nullptr && !kind->is_null()) {
@@ -633,6 +661,7 @@ Result<PlacementRequest> ReadPod(const json& doc, const RequestConfig& config) {
     TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(*spec, "initContainers", true, config, &containers));
     TOPOSCHED_RETURN_IF_ERROR(ReadContainerList(*spec, "containers", false, config, &containers));
     TOPOSCHED_ASSIGN_OR_RETURN(req.cpu_milli, PodCpu(*spec, containers));
+    TOPOSCHED_RETURN_IF_ERROR(ReadResourceClaims(*spec, &req.resource_claims));
   }
 
   // Whole GPUs, by vendor.

@@ -75,6 +75,9 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
       R"({})",
       R"({"spec":{"overhead":{"cpu":"250m","memory":"120Mi","x":null},"containers":[]}})",
       R"({"spec":{"overhead":null}})",
+      R"({"spec":{"resourceClaims":[{"name":"g","resourceClaimTemplateName":"t","x":[1]},{"name":"n",
+        "resourceClaimName":"c","resourceClaimTemplateName":null}],"containers":[]}})",
+      R"({"spec":{"resourceClaims":null}})",
   };
   const std::vector<std::string> declined = {
       R"([1,2])",
@@ -90,6 +93,8 @@ TEST(PodRequestFuzzTest, TheSimdjsonReaderKeepsWhatTheFilterKeeps) {
       R"({"spec":{"containers":[{"resources":{"limits":{"g":18446744073709551616}}}]}})",
       R"({"metadata":{"name":"p"}} trailing)",
       R"({"spec":{"overhead":{"cpu":[1]}}})",
+      R"({"spec":{"resourceClaims":{}}})",
+      R"({"spec":{"resourceClaims":[{"name":1}]}})",
   };
   int compared = 0;
   const auto agree = [&compared](std::string_view text) {

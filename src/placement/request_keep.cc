@@ -72,13 +72,18 @@ class KeepFilter {
         if (At(1) == "metadata") {
           return k == "name" || k == "namespace" || k == "uid" || k == "labels" || k == "annotations";
         }
-        return At(1) == "spec" && (k == "containers" || k == "initContainers" || k == "overhead");
+        return At(1) == "spec" &&
+               (k == "containers" || k == "initContainers" || k == "overhead" || k == "resourceClaims");
       case 3:
         // A label or annotation, or a resource of the pod's overhead (RuntimeClass).
         return (At(1) == "metadata" && (At(2) == "labels" || At(2) == "annotations")) ||
                (At(1) == "spec" && At(2) == "overhead");
       default:
         break;
+    }
+    // spec.resourceClaims[i].<field> (DRA: the claim or template each entry names).
+    if (At(1) == "spec" && At(2) == "resourceClaims" && At(3) == "[]" && depth == 4) {
+      return k == "name" || k == "resourceClaimName" || k == "resourceClaimTemplateName";
     }
     // spec.<containers>[i].<field>...
     if (At(1) != "spec" || (At(2) != "containers" && At(2) != "initContainers") || At(3) != "[]") {
@@ -198,6 +203,29 @@ bool KeepContainers(dom::element v, json& out) {
   return true;
 }
 
+// spec.resourceClaims: each entry's name and the claim or template it names, or null.
+bool KeepResourceClaims(dom::element v, json& out) {
+  if (v.is_null()) {
+    out = nullptr;
+    return true;
+  }
+  dom::array claims;
+  if (!AsArray(v, claims)) return false;
+  out = json::array();
+  for (dom::element c : claims) {
+    json kept;
+    const bool ok = KeepObject(c, false, kept, [](std::string_view key, dom::element value, json& o) {
+      if (key == "name" || key == "resourceClaimName" || key == "resourceClaimTemplateName") {
+        return KeepLeaf(value, false, o[std::string(key)]);
+      }
+      return true;
+    });
+    if (!ok) return false;
+    out.push_back(std::move(kept));
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<json> BySimdjson(std::string_view text) {
@@ -222,6 +250,7 @@ std::optional<json> BySimdjson(std::string_view text) {
     if (key == "spec") {
       return KeepObject(value, true, pod["spec"], [](std::string_view k, dom::element m, json& spec) {
         if (k == "overhead") return KeepMap(m, true, spec["overhead"]);
+        if (k == "resourceClaims") return KeepResourceClaims(m, spec["resourceClaims"]);
         return (k != "containers" && k != "initContainers") || KeepContainers(m, spec[std::string(k)]);
       });
     }

@@ -872,6 +872,28 @@ TEST(PodRequestNamesTest, ToStringNames) {
   EXPECT_EQ(ToString(PackPolicy::kSpread), "spread");
 }
 
+// spec.resourceClaims (DRA) is read as the API server validates it: a name and exactly one of
+// resourceClaimName and resourceClaimTemplateName; the devices they ask are the source's to say.
+TEST(PodRequestResourceClaims, ReadsEachEntryAndRefusesMalformedOnes) {
+  const Result<PlacementRequest> r = ParsePodRequest(R"({"metadata":{"name":"p","namespace":"ml"},
+      "spec":{"resourceClaims":[{"name":"gpus","resourceClaimTemplateName":"four-gpus"},
+                                {"name":"nic","resourceClaimName":"shared-nic"}],
+              "containers":[{"name":"a","resources":{"claims":[{"name":"gpus"}]}}]}})");
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(r->resource_claims.size(), 2u);
+  EXPECT_EQ(r->resource_claims[0], (PlacementRequest::ClaimRef{"gpus", "", "four-gpus"}));
+  EXPECT_EQ(r->resource_claims[1], (PlacementRequest::ClaimRef{"nic", "shared-nic", ""}));
+  EXPECT_EQ(r->gpus, 0);  // the claims' devices are not the pod's extended resources
+  EXPECT_FALSE(r->dra);
+  for (const char* bad :
+       {R"({"spec":{"resourceClaims":{}}})", R"({"spec":{"resourceClaims":[{"name":"a"}]}})",
+        R"({"spec":{"resourceClaims":[{"resourceClaimName":"c"}]}})",
+        R"({"spec":{"resourceClaims":[{"name":"a","resourceClaimName":"c",
+                              "resourceClaimTemplateName":"t"}]}})"}) {
+    EXPECT_FALSE(ParsePodRequest(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace toposched
 

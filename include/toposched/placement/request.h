@@ -89,6 +89,17 @@ struct PlacementRequest {
   // of the shape: the engine's choice does not depend on it, and the score reads it only on
   // nodes whose free CPU is known.
   std::int64_t cpu_milli = 0;
+  // spec.resourceClaims (Dynamic Resource Allocation): each entry's name and the ResourceClaim
+  // or ResourceClaimTemplate it names (exactly one of the two). Not part of the shape. The
+  // extender asks the Kubernetes source what devices they ask (extender::BindHooks::DraDevicesFor)
+  // and sets gpus and rdma_nics from it, with `dra` true: DRA's allocator, not toposched, then
+  // chooses the devices on the node toposched ranks first.
+  struct ClaimRef {
+    std::string name, claim_name, template_name;
+    bool operator==(const ClaimRef&) const = default;
+  };
+  std::vector<ClaimRef> resource_claims;
+  bool dra = false;
 
   bool IsShared() const { return shared.count > 0; }
   // The pod names GPUs by UUID (HAMi's nvidia.com/use-gpuuuid, nouse-gpuuuid): its outcome on a
