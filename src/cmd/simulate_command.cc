@@ -19,6 +19,7 @@
 #include "toposched/common/text.h"
 #include "toposched/framework/config.h"
 #include "toposched/metrics/logging.h"
+#include "toposched/simulate/dra_mode.h"
 #include "toposched/simulate/simulator.h"
 #include "toposched/simulate/trace.h"
 #include "toposched/simulate/trace_families.h"
@@ -226,6 +227,39 @@ int RunTraceReplay(const std::string& dir, const std::string& variants_arg,
   return 0;
 }
 
+// `simulate --dra`: the generated workload of every seed on the cluster, DRA's first-fit
+// allocator choosing the devices, first fit or toposched's ranking choosing the node.
+int RunDraMode(const sim::VirtualCluster& cluster, const std::vector<std::uint32_t>& seeds, int pods,
+               int pd_pools, const std::optional<framework::SchedulerConfig>& config, bool json,
+               bool no_progress) {
+  sim::DraResult result;
+  int gpus = 0, nics = 0;
+  for (const sim::VirtualNode& node : cluster.nodes) {
+    gpus += static_cast<int>(node.topology->gpus.size());
+    nics += node.topology->RdmaNicCount();
+  }
+  result.cluster_description = std::to_string(cluster.nodes.size()) + " nodes, " + std::to_string(gpus) +
+                               " GPUs, " + std::to_string(nics) + " RDMA NICs";
+  sim::DraOptions options;
+  options.config = config;
+  for (const std::uint32_t seed : seeds) {
+    sim::WorkloadSpec spec = sim::DefaultWorkloadSpec(cluster, pods, seed);
+    if (pd_pools >= 0) spec.pd_pools = pd_pools;
+    const sim::Workload workload = sim::GenerateWorkload(spec);
+    if (result.workload_description.empty()) result.workload_description = workload.description;
+    if (!no_progress) std::fprintf(stderr, "simulate --dra: seed %u\n", seed);
+    auto run = sim::SimulateDra(cluster, workload, seed, options);
+    if (!run.ok()) {
+      std::fprintf(stderr, "toposched simulate: seed %u: %s\n", seed, run.error().message().c_str());
+      return 1;
+    }
+    result.seeds.push_back(std::move(run).value());
+  }
+  const std::string report = json ? sim::FormatDraJson(result) : sim::FormatDraTable(result);
+  std::fwrite(report.data(), 1, report.size(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int RunSimulate(const std::vector<std::string>& args) {
@@ -234,7 +268,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   long long max_tasks = 0, family_seed = 1;
   long long nodes = sim::kDefaultNodes, pods = sim::kDefaultPods, seed = 1, copies = 1, pd_pools = -1;
   long long topology_mix = 0, mix_seed = 1;
-  bool json = false, no_progress = false, cpu_blind = false;
+  bool json = false, no_progress = false, cpu_blind = false, dra = false;
   FlagSet flags(
       "simulate", "toposched simulate [flags]",
       "Runs a workload through the scheduler's filter -> score -> reserve code (in process, no\n"
@@ -254,7 +288,10 @@ int RunSimulate(const std::vector<std::string>& args) {
           "  first-fit     lowest free GPUs and NICs, first node that fits (a device plugin)\n"
           "  gpu-only      best GPU set by NVLink/PCIe, NICs first-fit (NVIDIA's GPU ranking)\n"
           "  root-complex  GPUs and NICs under one PCIe root complex when possible (Koordinator\n"
-          "                SamePCIe, DRA pcieRoot)");
+          "                SamePCIe, DRA pcieRoot)\n\n"
+          "--dra: every whole-GPU pod as a DRA claim (GPUs and RDMA NICs, a shared pcieRoot as the\n"
+          "first alternative), devices by DRA's first-fit allocator in slice order; the node by\n"
+          "`dra-first-fit` (the first that fits) or `toposched` (its ranking); see docs/placement.md");
   flags.Group("cluster");
   auto* nodes_flag =
       flags.Integer("--nodes", nodes, 0, 100000, "N",
@@ -289,6 +326,9 @@ int RunSimulate(const std::vector<std::string>& args) {
   flags.Switch("--json", json, "print JSON instead of the table");
   flags.Text("--svg", svg_path, "FILE", "also write a picture of the placements and class histograms");
   flags.Switch("--no-progress", no_progress, "never draw the progress bar");
+  flags.Switch("--dra", dra,
+               "DRA mode: DRA's first-fit devices on the node of dra-first-fit or\n"
+               "toposched, shared pods left out; takes --seeds (default: --seed)");
   flags.Group("trace replay (the Alibaba GPU trace with FGD's protocol, see docs/placement.md)");
   flags.Text("--trace", trace_dir, "DIR",
              "replay DIR/openb_node_list_gpu_node.csv with each\n"
@@ -321,6 +361,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   const bool family_flags = !families_arg.empty() || flags.Given(family_seed_flag) || !write_families.empty();
   auto usage = [&flags](const std::string& message) { return flags.UsageError(message); };
   if (!trace_dir.empty()) {
+    if (dra) return usage("--dra simulates the generated workload; it does not apply to --trace");
     if (!topologies.empty() || !workload_path.empty() || !shapes_arg.empty() || nodes_given ||
         topology_mix > 0 || pods != sim::kDefaultPods || seed != 1 || pd_pools >= 0 || !svg_path.empty()) {
       return usage(
@@ -349,10 +390,22 @@ int RunSimulate(const std::vector<std::string>& args) {
     return RunTraceReplay(trace_dir, variants_arg, families, seeds, max_tasks, policies_arg, config_path,
                           json, no_progress, cpu_blind);
   }
-  if (!variants_arg.empty() || !seeds_arg.empty() || max_tasks > 0 || cpu_blind || family_flags) {
+  if (!variants_arg.empty() || (!seeds_arg.empty() && !dra) || max_tasks > 0 || cpu_blind || family_flags) {
     return usage(
         "--variants, --families, --family-seed, --write-families, --seeds, --max-tasks and --cpu-blind "
-        "apply to --trace");
+        "apply to --trace (--seeds to --dra too)");
+  }
+  std::vector<std::uint32_t> dra_seeds{static_cast<std::uint32_t>(seed)};
+  if (dra) {
+    if (!workload_path.empty() || !svg_path.empty() || !policies_arg.empty()) {
+      return usage(
+          "--dra generates its workload and runs both DRA policies; --workload, --svg and "
+          "--policies do not apply");
+    }
+    if (!seeds_arg.empty() && seed != 1) return usage("--seeds and --seed both choose the seeds; give one");
+    if (!seeds_arg.empty()) {
+      if (const std::string bad = ParseSeeds(seeds_arg, dra_seeds); !bad.empty()) return usage(bad);
+    }
   }
   if (topology_mix > 0 && topologies.empty())
     return usage("--topology-mix draws from the --topologies files");
@@ -411,6 +464,10 @@ int RunSimulate(const std::vector<std::string>& args) {
     }
   }
   if (cluster.nodes.empty()) return usage("the cluster has no nodes (--nodes 0 without --topologies)");
+  if (dra) {
+    return RunDraMode(cluster, dra_seeds, static_cast<int>(pods), static_cast<int>(pd_pools),
+                      options.policy_options.config, json, no_progress);
+  }
 
   sim::Workload workload;
   if (!workload_path.empty()) {
