@@ -103,6 +103,11 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, ServeFlags& 
                "events on pods: all (DevicesAllocated after each bind and\n"
                "ReadyAfterBind, two API writes a pod, and the warnings), or\n"
                "warnings only");
+  flags.Bool("--dra", f.source.dra,
+             "Dynamic Resource Allocation (Kubernetes 1.34+): watch\n"
+             "ResourceSlices and ResourceClaims, count claimed devices as\n"
+             "taken, rank nodes for pods whose GPUs/NICs come from\n"
+             "claims");
 
   flags.Group("scheduling");
   flags.Text("--config", f.config, "FILE",

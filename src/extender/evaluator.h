@@ -83,6 +83,9 @@ class Evaluator {
   Result<std::shared_ptr<PodEntry>> EntryFor(const PodRef& pod);
   // A Volcano task's entry: from its Pod when it carries one, else from its Resreq.
   Result<std::shared_ptr<PodEntry>> EntryFor(const VolcanoTaskView& task);
+  // Sets the GPUs and RDMA NICs a pod's DRA claims ask (PlacementRequest::dra), when it asks
+  // none through its resources and the source can count its claims.
+  void ResolveDraClaims(PlacementRequest& request) const;
   // Stores an entry for a request read elsewhere (a bind's pod fetched from the API server).
   std::shared_ptr<PodEntry> Remember(PlacementRequest request, std::string_view uid,
                                      std::string_view resource_version);

@@ -25,7 +25,24 @@ Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const PodRef& pod) {
   TOPOSCHED_ASSIGN_OR_RETURN_CTX(PlacementRequest parsed,
                                  ParsePodRequest(pod.raw, framework_.config().request),
                                  "Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
+  ResolveDraClaims(parsed);
   return Store(std::move(parsed), pod.uid, pod.resource_version, now);
+}
+
+// A pod whose GPUs and NICs come from DRA ResourceClaims asks them through its claims, not its
+// resources: the source says how many (BindHooks::DraDevicesFor), and prioritize ranks the nodes
+// for that many. DRA's own allocator chooses the devices on the node kube-scheduler binds it to.
+void Evaluator::ResolveDraClaims(PlacementRequest& request) const {
+  if (request.resource_claims.empty() || Interested(request) || hooks_ == nullptr) return;
+  const DraDevices d = hooks_->DraDevicesFor(request);
+  if (!d.known) {
+    metrics::Log(LogLevel::kDebug, {"request", PodLabel(request.pod_namespace, request.pod_name), ""},
+                 "resource claims not ranked: " + d.why);
+    return;
+  }
+  request.gpus = d.gpus;
+  request.rdma_nics = d.nics;
+  request.dra = true;
 }
 
 Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const VolcanoTaskView& task) {

@@ -56,6 +56,9 @@ std::string DescribeRequest(const PlacementRequest& r) {
   if (parts.empty()) return "no GPUs or RDMA NICs";
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  // DRA's allocator, not toposched, picks the devices on the node: the class shown per node is
+  // the best its free devices allow.
+  if (r.dra) out += " (from DRA resource claims; DRA chooses the devices on the node)";
   return out;
 }
 
@@ -531,8 +534,8 @@ std::vector<NodeRow> Rows(const state::Snapshot& snapshot, const std::set<std::s
 
 }  // namespace
 
-std::string NodesJson(const state::Snapshot& snapshot,
-                      const std::set<std::string, std::less<>>& stale_nodes) {
+std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes,
+                      const std::map<std::string, int>& dra_unmapped) {
   json nodes = json::array();
   DeviceCounts total;
   for (const NodeRow& row : Rows(snapshot, stale_nodes)) {
@@ -560,6 +563,9 @@ std::string NodesJson(const state::Snapshot& snapshot,
            {"allocated", c.gpus - c.gpus_free - c.gpus_unusable}}},
          {"rdmaNics", {{"total", c.rdma}, {"free", c.rdma_free}, {"allocated", c.rdma - c.rdma_free}}},
          {"pods", r.pods.size()}});
+    if (const auto u = dra_unmapped.find(r.name); u != dra_unmapped.end()) {
+      nodes.back()["draUnmappedDevices"] = u->second;
+    }
   }
   json out = {{"nodes", std::move(nodes)},
               {"total",
@@ -572,8 +578,8 @@ std::string NodesJson(const state::Snapshot& snapshot,
   return out.dump(2) + "\n";
 }
 
-std::string NodesText(const state::Snapshot& snapshot,
-                      const std::set<std::string, std::less<>>& stale_nodes) {
+std::string NodesText(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes,
+                      const std::map<std::string, int>& dra_unmapped) {
   const std::vector<NodeRow> rows = Rows(snapshot, stale_nodes);
   std::size_t name_width = 4;
   for (const NodeRow& row : rows) name_width = std::max(name_width, row.record->name.size());
@@ -595,6 +601,10 @@ std::string NodesText(const state::Snapshot& snapshot,
     out += "\n";
   }
   if (!stale_nodes.empty()) out += std::to_string(stale_nodes.size()) + " stale topologies\n";
+  for (const auto& [node, count] : dra_unmapped) {
+    out += node + ": " + std::to_string(count) +
+           " allocated DRA devices not mapped onto its topology (not counted; see the extender's log)\n";
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -128,7 +129,10 @@ std::string ToText(const Explanation& e);
 
 // Every node of the snapshot: devices total/free, pods, schedulable, held, stale, class label,
 // as JSON and as text (kubectl toposched nodes).
-std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes);
-std::string NodesText(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes);
+// `dra_unmapped`: allocated DRA devices toposched could not map, by node (BindHooks::UnmappedDraDevices).
+std::string NodesJson(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes,
+                      const std::map<std::string, int>& dra_unmapped = {});
+std::string NodesText(const state::Snapshot& snapshot, const std::set<std::string, std::less<>>& stale_nodes,
+                      const std::map<std::string, int>& dra_unmapped = {});
 
 }  // namespace toposched::extender

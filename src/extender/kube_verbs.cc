@@ -73,7 +73,9 @@ void KubeVerbs::FilterOrPrioritize(std::string_view body, HttpResponse& resp, Wa
     return;
   }
   PodEntry& e = **entry;
-  if (device_free_only && e.interested) {
+  // A pod whose devices come from DRA claims reaches only the entry without managedResources
+  // (it asks no extended resource): it is ranked here for the devices its claims ask.
+  if (device_free_only && e.interested && !e.request.dra) {
     // prioritize-cpu: the extender entry without managedResources, called for every pod. A pod
     // asking devices is scored by the main entry's prioritize; an empty list adds nothing
     // (schedule_one.go adds the scores of the hosts a reply names).

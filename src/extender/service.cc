@@ -372,6 +372,7 @@ struct ExtenderService::Impl {
     in.shape_mix = evaluator.ShapeMixFor(request->pod_uid);
     in.packs_by_mix = evaluator.PacksByMixFor(request->pod_uid);
     in.request = std::move(request).value();
+    evaluator.ResolveDraClaims(in.request);  // a pod whose devices come from DRA claims
     const Explanation e = extender::Explain(in);
     if (*text) {
       resp.content_type = "text/plain; charset=utf-8";
@@ -389,11 +390,13 @@ struct ExtenderService::Impl {
     const auto snap = store.snapshot();
     const std::set<std::string, std::less<>> stale =
         hooks != nullptr ? hooks->StaleTopologies() : std::set<std::string, std::less<>>{};
+    const std::map<std::string, int> unmapped =
+        hooks != nullptr ? hooks->UnmappedDraDevices() : std::map<std::string, int>{};
     if (*text) {
       resp.content_type = "text/plain; charset=utf-8";
-      resp.body = NodesText(*snap, stale);
+      resp.body = NodesText(*snap, stale, unmapped);
     } else {
-      resp.body = NodesJson(*snap, stale);
+      resp.body = NodesJson(*snap, stale, unmapped);
     }
   }
 

@@ -768,10 +768,6 @@ bool IsWholeGpuClause(const DraAttributeEquality& c, const std::string& driver) 
 Result<DraDeviceCount> CountOf(const DraDeviceSelection& s, const std::string& where,
                                const std::map<std::string, DeviceClassInfo>& classes,
                                const DraDrivers& drivers) {
-  if (!s.cel_selectors.empty()) {
-    return Error(where + " has CEL selectors of its own (" + Quote(s.cel_selectors[0]) +
-                 "): toposched does not evaluate CEL");
-  }
   if (s.unknown_selectors > 0) return Error(where + " has selectors of a kind toposched does not know");
   if (s.mode == DraAllocationMode::kAll) return Error(where + " asks for All devices of its class");
   if (s.admin_access) return Error(where + " asks for admin access, which takes no device");
@@ -785,14 +781,23 @@ Result<DraDeviceCount> CountOf(const DraDeviceSelection& s, const std::string& w
     return Error(where + ": device class " + Quote(c.name) + " selects driver " + Quote(c.driver) +
                  ", neither a GPU nor a NIC driver");
   }
+  // The equalities toposched can tell (a whole GPU of the GPU driver, an RDMA NIC of DRANET), in
+  // the class's selector or in the request's own; any other CEL is not evaluated.
+  const auto known = [&](const DraAttributeEquality& clause) {
+    return (gpu && IsWholeGpuClause(clause, c.driver)) ||
+           (nic && clause.attribute == kDranetRdmaAttribute && !clause.is_string && clause.value == "true");
+  };
   for (const DraAttributeEquality& clause : c.clauses) {
-    const bool known =
-        (gpu && IsWholeGpuClause(clause, c.driver)) ||
-        (nic && clause.attribute == kDranetRdmaAttribute && !clause.is_string && clause.value == "true");
-    if (!known) {
+    if (!known(clause)) {
       return Error(where + ": device class " + Quote(c.name) + " also requires " + clause.attribute +
                    " == " + (clause.is_string ? Quote(clause.value) : clause.value) +
                    ", which toposched does not evaluate");
+    }
+  }
+  for (const std::string& expression : s.cel_selectors) {
+    const std::optional<DraAttributeEquality> clause = AttributeTerm(expression);
+    if (!clause || !known(*clause)) {
+      return Error(where + " has a CEL selector toposched does not evaluate (" + Quote(expression) + ")");
     }
   }
   const int count = static_cast<int>(s.count);

@@ -592,6 +592,9 @@ TEST(DraDemandOf, CountsTable) {
       R"([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}])");
   const json cel = json::parse(R"([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1,
       "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"}}]}}])");
+  const json rdma_cel =
+      json::parse(R"([{"name": "n", "exactly": {"deviceClassName": "dranet-rdma", "count": 1,
+      "selectors": [{"cel": {"expression": "device.attributes[\"dra.net\"].rdma == true"}}]}}])");
   const json first = json::parse(R"([{"name": "g", "firstAvailable": [
       {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8},
       {"name": "four", "deviceClassName": "gpu.nvidia.com", "count": 4}]}])");
@@ -637,7 +640,14 @@ TEST(DraDemandOf, CountsTable) {
        false,
        false,
        "is neither resource.kubernetes.io/pcieRoot"},
-      {"cel beyond the class", SpecOf(cel), false, {0, 0}, false, false, "has CEL selectors of its own"},
+      {"cel beyond the class",
+       SpecOf(cel),
+       false,
+       {0, 0},
+       false,
+       false,
+       "has a CEL selector toposched does not evaluate"},
+      {"rdma equality in the request", SpecOf(rdma_cel), true, {0, 1}, false, false, ""},
       {"allocationMode All", SpecOf(all), false, {0, 0}, false, false, "asks for All devices"},
       {"mig class",
        SpecOf(json::array({Exactly("m", "mig.nvidia.com", 1)})),

@@ -478,6 +478,8 @@ void KubeSource::Impl::ReplacePods(std::vector<json>&& objects) {
     const std::shared_ptr<const state::Snapshot> snapshot = store.snapshot();
     for (const auto& record : snapshot->nodes()) {
       for (const std::string& uid : record->pods) {
+        // A DRA claim's devices are the claim informer's to release, not the pod list's.
+        if (detail::IsClaimUid(uid)) continue;
         if (!seen.contains(uid) && !pods.contains(uid)) gone.push_back(uid);
       }
     }

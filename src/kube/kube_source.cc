@@ -100,19 +100,29 @@ KubeSource::Impl::Impl(Api& a, state::ClusterStore& s, metrics::Registry& reg, K
           "Events written on pods, by reason and result: created, patched (a repeat: count raised), failed, "
           "rate_limited (the per-pod spam filter dropped an occurrence), skipped (the pod's devices were "
           "released before the event was written).",
-          {"reason", "result"})) {
+          {"reason", "result"})),
+      dra_unmapped_gauge(
+          reg.AddGauge("toposched_dra_unmapped_devices",
+                       "Devices allocated to DRA ResourceClaims that toposched cannot map onto "
+                       "their node's topology by PCI address (not counted; see the log).")),
+      dra_pending_gauge(reg.AddGauge("toposched_dra_pending_claims",
+                                     "Allocated ResourceClaims whose devices' ResourceSlice or node topology "
+                                     "toposched has not read yet (counted once they arrive).")) {
   // Series without labels exist (at 0) from the start, as Prometheus' own clients expose them:
   // rate(), increase() and alerts on them need a sample before the first change.
   restore_errors.With({});
   for (metrics::Family<metrics::Gauge>* g :
-       {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge, &foreign_gauge, &stale_gauge}) {
+       {&leader_gauge, &synced_gauge, &held_pods_gauge, &held_nodes_gauge, &foreign_gauge, &stale_gauge,
+        &dra_unmapped_gauge, &dra_pending_gauge}) {
     g->With({}).Set(0);
   }
 }
 
 bool KubeSource::Impl::Synced() const {
+  const bool dra_synced = !options.dra || (slice_informer->synced() && claim_informer->synced() &&
+                                           template_informer->synced() && class_informer->synced());
   return node_informer && node_informer->synced() && topology_informer->synced() && pod_informer->synced() &&
-         pods_applied.load(std::memory_order_acquire);
+         pods_applied.load(std::memory_order_acquire) && dra_synced;
 }
 
 bool KubeSource::Impl::MayChangeState() const {
@@ -270,6 +280,49 @@ KubeSource::KubeSource(Api& api, state::ClusterStore& store, metrics::Registry& 
       InformerHandler{Guarded<Objects>("Pod", [&d](Objects o) { d.ReplacePods(std::move(o)); }),
                       Guarded<const json&>("Pod", [&d](const json& o) { d.UpsertPod(o); }),
                       Guarded<const json&>("Pod", [&d](const json& o) { d.RemovePod(o); })});
+  if (d.options.dra) {
+    d.slice_informer = std::make_unique<Informer>(
+        api, d.InformerFor(std::string(kResourceSliceCollection), "resourceslices"),
+        InformerHandler{Guarded<Objects>("ResourceSlice", [&d](Objects o) { d.ReplaceSlices(std::move(o)); }),
+                        Guarded<const json&>("ResourceSlice", [&d](const json& o) { d.ApplySlice(o); }),
+                        Guarded<const json&>("ResourceSlice", [&d](const json& o) { d.RemoveSlice(o); })});
+    d.claim_informer = std::make_unique<Informer>(
+        api, d.InformerFor(std::string(kResourceClaimCollection), "resourceclaims"),
+        InformerHandler{Guarded<Objects>("ResourceClaim", [&d](Objects o) { d.ReplaceClaims(std::move(o)); }),
+                        Guarded<const json&>("ResourceClaim", [&d](const json& o) { d.ApplyClaim(o); }),
+                        Guarded<const json&>("ResourceClaim", [&d](const json& o) { d.RemoveClaim(o); })});
+    d.template_informer = std::make_unique<Informer>(
+        api, d.InformerFor(std::string(kResourceClaimTemplateCollection), "resourceclaimtemplates"),
+        InformerHandler{
+            Guarded<Objects>("ResourceClaimTemplate",
+                             [&d](Objects objects) {
+                               {
+                                 std::lock_guard lock(d.dra_mu);
+                                 d.dra_templates.clear();
+                               }
+                               for (const json& o : objects) d.ApplyTemplate(o);
+                             }),
+            Guarded<const json&>("ResourceClaimTemplate", [&d](const json& o) { d.ApplyTemplate(o); }),
+            Guarded<const json&>("ResourceClaimTemplate", [&d](const json& o) {
+              std::lock_guard lock(d.dra_mu);
+              d.dra_templates.erase(StringAt(o, "/metadata/namespace") + "/" + Impl::NameOf(o));
+            })});
+    d.class_informer = std::make_unique<Informer>(
+        api, d.InformerFor(std::string(kDeviceClassCollection), "deviceclasses"),
+        InformerHandler{Guarded<Objects>("DeviceClass",
+                                         [&d](Objects objects) {
+                                           {
+                                             std::lock_guard lock(d.dra_mu);
+                                             d.dra_classes.clear();
+                                           }
+                                           for (const json& o : objects) d.ApplyDeviceClass(o);
+                                         }),
+                        Guarded<const json&>("DeviceClass", [&d](const json& o) { d.ApplyDeviceClass(o); }),
+                        Guarded<const json&>("DeviceClass", [&d](const json& o) {
+                          std::lock_guard lock(d.dra_mu);
+                          d.dra_classes.erase(Impl::NameOf(o));
+                        })});
+  }
   if (d.options.network.hyper_nodes) {
     d.hypernode_informer = std::make_unique<Informer>(
         api, d.InformerFor(std::string(kHyperNodeCollection), "hypernodes"),
@@ -336,10 +389,28 @@ void KubeSource::Start() {
       d.PostHoldEvents();  // events a replica could not write before it synced or led
       d.PostQueuedEvents();
       d.ReleaseLongUnbound();
+      if (d.options.dra) d.CountPendingClaims();  // a claim whose node's topology came since
     }
   });
   if (d.leader != nullptr) {
     d.threads.emplace_back([&d](std::stop_token stop) { d.Resync(stop); });
+  }
+  if (d.options.dra) {
+    d.threads.emplace_back([&d](std::stop_token stop) { d.slice_informer->Run(stop); });
+    d.threads.emplace_back([&d](std::stop_token stop) { d.template_informer->Run(stop); });
+    d.threads.emplace_back([&d](std::stop_token stop) { d.class_informer->Run(stop); });
+    d.threads.emplace_back([&d](std::stop_token stop) {
+      // Claims after the nodes, their topologies and the slices, so that the first list finds
+      // every device's node and topology (a claim that still does not is counted when they come).
+      while (!stop.stop_requested()) {
+        if (d.node_informer->WaitForSync(std::chrono::milliseconds(50)) &&
+            d.topology_informer->WaitForSync(std::chrono::milliseconds(50)) &&
+            d.slice_informer->WaitForSync(std::chrono::milliseconds(50))) {
+          break;
+        }
+      }
+      if (!stop.stop_requested()) d.claim_informer->Run(stop);
+    });
   }
   if (d.hypernode_informer) {
     // After the nodes are known (labelMatch members read their labels); positions fall back to
@@ -411,6 +482,14 @@ Result<std::string> KubeSource::LookupPod(std::string_view pod_namespace, std::s
                                    std::string(pod_name));
   }
   return pod->dump();
+}
+
+extender::DraDevices KubeSource::DraDevicesFor(const PlacementRequest& request) const {
+  return impl_->DraDevicesFor(request);
+}
+
+std::map<std::string, int> KubeSource::UnmappedDraDevices() const {
+  return impl_->UnmappedDraDevices();
 }
 
 std::set<std::string, std::less<>> KubeSource::StaleTopologies() const {

@@ -23,6 +23,7 @@
 
 #include "json_util.h"
 #include "toposched/common/pod_label.h"
+#include "toposched/kube/dra.h"
 #include "toposched/kube/event_correlator.h"
 #include "toposched/kube/informer.h"
 #include "toposched/kube/objects.h"
@@ -33,6 +34,11 @@ namespace toposched::kube {
 namespace detail {
 
 inline constexpr std::string_view kVerb = "kube";
+// The store's uid for a DRA claim's devices: this prefix and the claim's UID (never a pod's).
+inline constexpr std::string_view kClaimUidPrefix = "resourceclaim/";
+inline bool IsClaimUid(std::string_view uid) {
+  return uid.starts_with(kClaimUidPrefix);
+}
 
 using ::toposched::PodLabel;
 
@@ -80,6 +86,8 @@ struct KubeSource::Impl {
   metrics::Family<metrics::Counter>& informer_errors;
   metrics::Family<metrics::Counter>& informer_events;
   metrics::Family<metrics::Counter>& pod_events;
+  metrics::Family<metrics::Gauge>& dra_unmapped_gauge;
+  metrics::Family<metrics::Gauge>& dra_pending_gauge;
 
   std::unique_ptr<Informer> node_informer, topology_informer, pod_informer;
   std::unique_ptr<Informer> hypernode_informer;  // only with options.network.hyper_nodes
@@ -281,6 +289,40 @@ struct KubeSource::Impl {
   void ConfirmGone(const std::string& uid);
   void UpsertPod(const json& object);
   void RemovePod(const json& object);
+
+  // ---------------------------------------------------------------------------------------
+  // Dynamic Resource Allocation (kube_dra.cc; options.dra). Lock order: mu, then dra_mu, then
+  // the store's locks; DraDevicesFor (the verbs) takes dra_mu alone.
+
+  std::unique_ptr<Informer> slice_informer, claim_informer, template_informer, class_informer;
+  mutable std::mutex dra_mu;
+  std::map<std::string, DraSlice, std::less<>> dra_slices;  // by name
+  // (driver, pool, device) -> (slice name, device index), for the claims' allocation results.
+  std::unordered_map<std::string, std::pair<std::string, std::size_t>> dra_devices;
+  std::map<std::string, DraClaim, std::less<>> dra_claims;             // by namespace/name
+  std::map<std::string, DraClaimTemplate, std::less<>> dra_templates;  // by namespace/name
+  std::map<std::string, DeviceClassInfo> dra_classes;                  // by name
+  std::map<std::string, std::string> dra_pending;  // claim UID -> key: a device's slice or node not known yet
+  std::map<std::string, std::string> dra_unmapped;    // "node\ndevice: why" -> claim UID
+  bool slices_listed = false, claims_listed = false;  // under dra_mu / mu
+  mutable std::mutex dra_copy_mu;                     // UnmappedDraDevices' copy
+  std::map<std::string, int> dra_unmapped_copy;
+
+  void IndexSlice(const std::string& name, const DraSlice* slice);  // dra_mu held
+  void ApplySlice(const json& object);
+  void RemoveSlice(const json& object);
+  void ReplaceSlices(std::vector<json>&& objects);
+  void ApplyClaim(const json& object);
+  void RemoveClaim(const json& object);
+  void ReplaceClaims(std::vector<json>&& objects);
+  void CountClaim(const DraClaim& claim);                           // mu and dra_mu held
+  void UncountClaim(const std::string& uid, std::string_view why);  // mu and dra_mu held
+  void CountPendingClaims();
+  void RefreshDraGauges();  // dra_mu held
+  void ApplyTemplate(const json& object);
+  void ApplyDeviceClass(const json& object);
+  extender::DraDevices DraDevicesFor(const PlacementRequest& request) const;
+  std::map<std::string, int> UnmappedDraDevices() const;
 
   // ---------------------------------------------------------------------------------------
   // Events on pods (kube_events.cc).

@@ -4,11 +4,13 @@
 // its implementers depend on the cluster state alone, not on the HTTP server.
 
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "toposched/common/status.h"
+#include "toposched/placement/request.h"
 #include "toposched/state/cluster_state.h"
 
 namespace toposched::extender {
@@ -42,6 +44,15 @@ class RecordAtCommit {
 // What a bind means beyond the cluster state when an API server is the store (the kube
 // source, src/kube/kube_source.cc). Without hooks (the file source) a bind is complete once
 // persisted, every replica may change state, and readiness is "state loaded".
+// What a pod's DRA ResourceClaims ask (BindHooks::DraDevicesFor): the GPUs and RDMA NICs of
+// every request at its first firstAvailable option, and whether they must share a PCIe root.
+struct DraDevices {
+  bool known = false;  // false: `why` says what could not be read or counted
+  int gpus = 0, nics = 0;
+  bool same_pcie_root = false;
+  std::string why;
+};
+
 class BindHooks {
  public:
   virtual ~BindHooks() = default;
@@ -91,6 +102,13 @@ class BindHooks {
         "this extender has no API server to look pods up in (it runs on a cluster directory): POST the "
         "Pod JSON to /explain instead");
   }
+  // The devices a pod's DRA claims ask (PlacementRequest::resource_claims). Must not block on
+  // the API server: filter and prioritize calls make it.
+  virtual DraDevices DraDevicesFor(const PlacementRequest& /*request*/) const {
+    return {false, 0, 0, false, "this extender reads no ResourceClaims (serve --kube --dra)"};
+  }
+  // Allocated DRA devices toposched could not map onto a node's topology, by node (for /nodes).
+  virtual std::map<std::string, int> UnmappedDraDevices() const { return {}; }
   // Nodes whose NodeTopology heartbeat is older than the stale age (for /nodes and /explain).
   virtual std::set<std::string, std::less<>> StaleTopologies() const { return {}; }
 };

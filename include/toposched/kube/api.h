@@ -158,6 +158,12 @@ inline constexpr std::string_view kHyperNodeCollection =
 std::string PodPath(std::string_view ns, std::string_view name);
 std::string NodePath(std::string_view name);
 inline constexpr std::string_view kNodeTopologyCollection = "/apis/toposched.io/v1alpha1/nodetopologies";
+// Dynamic Resource Allocation, resource.k8s.io/v1 (Kubernetes 1.34+), every namespace.
+inline constexpr std::string_view kResourceSliceCollection = "/apis/resource.k8s.io/v1/resourceslices";
+inline constexpr std::string_view kResourceClaimCollection = "/apis/resource.k8s.io/v1/resourceclaims";
+inline constexpr std::string_view kResourceClaimTemplateCollection =
+    "/apis/resource.k8s.io/v1/resourceclaimtemplates";
+inline constexpr std::string_view kDeviceClassCollection = "/apis/resource.k8s.io/v1/deviceclasses";
 std::string NodeTopologyPath(std::string_view name);  // + "/status" for the status subresource
 std::string LeasePath(std::string_view ns, std::string_view name);
 std::string LeaseCollection(std::string_view ns);

@@ -15,6 +15,7 @@
 
 #include "toposched/extender/bind_hooks.h"
 #include "toposched/kube/api.h"
+#include "toposched/kube/dra.h"
 #include "toposched/kube/leader.h"
 #include "toposched/metrics/metrics.h"
 #include "toposched/pd/network.h"
@@ -79,6 +80,12 @@ struct KubeSourceOptions {
   // (topology.volcano.sh/v1alpha1) are watched and place nodes in the tiers (the store's node
   // locations); until they load, or for nodes no HyperNode holds, the tier labels do.
   pd::NetworkConfig network;
+  // Dynamic Resource Allocation (resource.k8s.io/v1, Kubernetes 1.34+): watch ResourceSlices,
+  // ResourceClaims, ResourceClaimTemplates and DeviceClasses; count every allocated claim's
+  // devices as taken and tell the extender what a pod's claims ask (docs/install.md, "DRA").
+  // Readiness then waits for the slices and claims too.
+  bool dra = false;
+  DraDrivers dra_drivers;
 };
 
 class KubeSource : public state::Persistence, public extender::BindHooks {
@@ -122,6 +129,8 @@ class KubeSource : public state::Persistence, public extender::BindHooks {
                     bool volcano) override;
   Result<std::string> LookupPod(std::string_view pod_namespace, std::string_view pod_name) override;
   std::set<std::string, std::less<>> StaleTopologies() const override;
+  extender::DraDevices DraDevicesFor(const PlacementRequest& request) const override;
+  std::map<std::string, int> UnmappedDraDevices() const override;
 
  private:
   struct Impl;
