@@ -310,6 +310,12 @@ func (c *cluster) claimTemplate(name string, spec resourcev1.DeviceClaim) {
 // createClaimPod creates a pod of the toposched profile whose one container uses the claim
 // `claim` made from template `tmpl`.
 func (c *cluster) createClaimPod(schedulerName, name, claim, tmpl string) {
+	if _, err := c.cp.Admin.CoreV1().Pods(workloadNS).Create(context.Background(), claimPod(schedulerName, name, claim, tmpl), metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("create pod %s: %v", name, err)
+	}
+}
+
+func claimPod(schedulerName, name, claim, tmpl string) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
 		Spec: corev1.PodSpec{
@@ -324,9 +330,51 @@ func (c *cluster) createClaimPod(schedulerName, name, claim, tmpl string) {
 			}},
 		},
 	}
-	if _, err := c.cp.Admin.CoreV1().Pods(workloadNS).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
-		c.t.Fatalf("create pod %s: %v", name, err)
+	pod.APIVersion, pod.Kind = "v1", "Pod"
+	return pod
+}
+
+// draScores is what toposched answers kube-scheduler's prioritize-cpu call (the extenders entry
+// without managedResources, the only one a pod asking no extended resource reaches) for `pod`
+// on `nodes`.
+func (c *cluster) draScores(t *testing.T, r *replica, pod *corev1.Pod, nodes []string) map[string]int64 {
+	var out []struct {
+		Host  string `json:"Host"`
+		Score int64  `json:"Score"`
 	}
+	c.postVerb(t, r, "prioritize-cpu", map[string]any{"Pod": pod, "Nodes": nil, "NodeNames": nodes}, &out)
+	scores := map[string]int64{}
+	for _, h := range out {
+		scores[h.Host] = h.Score
+	}
+	return scores
+}
+
+// freeDevices is each node's free GPUs and RDMA NICs in the replica's state (GET /nodes).
+func (c *cluster) freeDevices(t *testing.T, r *replica) map[string][2]int {
+	code, body, err := c.replicaGet(r.port, "/nodes")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /nodes: %d %v %s", code, err, body)
+	}
+	var nodes struct {
+		Nodes []struct {
+			Name string `json:"name"`
+			Gpus struct {
+				Free int `json:"free"`
+			} `json:"gpus"`
+			RdmaNics struct {
+				Free int `json:"free"`
+			} `json:"rdmaNics"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(body), &nodes); err != nil {
+		t.Fatalf("GET /nodes: %v", err)
+	}
+	out := map[string][2]int{}
+	for _, n := range nodes.Nodes {
+		out[n.Name] = [2]int{n.Gpus.Free, n.RdmaNics.Free}
+	}
+	return out
 }
 
 // podClaim waits until the resourceclaim-controller has made pod's claim `claim` (named in
@@ -465,7 +513,9 @@ func sliceAttr(s *resourcev1.ResourceSlice, dev string, name resourcev1.Qualifie
 }
 
 func TestDRA(t *testing.T) {
-	c := newCluster(t, "TestDRA")
+	// extender.dra: the extender watches the DRA objects (the chart grants it get/list/watch on
+	// them) and ranks the nodes for pods whose devices come from claims.
+	c := newCluster(t, "TestDRA", "--set", "extender.dra=true")
 	ctx := context.Background()
 
 	// resource.k8s.io/v1 is served by default (DynamicResourceAllocation is GA): no
@@ -503,7 +553,7 @@ func TestDRA(t *testing.T) {
 
 	kcm := c.cp.StartControllerManager(t, filepath.Join(filepath.Dir(c.peers.Scheduler), "kube-controller-manager"),
 		[]string{"resourceclaim-controller"}, map[string]string{"resourceclaim-controller": "system:controller:resource-claim-controller"})
-	_, schedulerName := c.startLeaderAndScheduler("-e2e-dra")
+	leader, schedulerName := c.startLeaderAndScheduler("-e2e-dra")
 	logs := func() string {
 		return "--- kube-controller-manager log tail:\n" + kcm.Proc.Tail(3000) +
 			"\n--- kube-scheduler log tail:\n" + harness.TailFile(filepath.Join(c.out, "kube-scheduler.log"), 4000)
@@ -571,6 +621,89 @@ func TestDRA(t *testing.T) {
 		if !c.reservedForPod(x.rc, x.pod) {
 			t.Errorf("%s: claim %s reservedFor %v, want the pod alone", x.pod, x.rc.Name, x.rc.Status.ReservedFor)
 		}
+	}
+	if d := c.doubleAllocations(); len(d) > 0 {
+		t.Errorf("devices allocated to more than one claim: %v", d)
+	}
+
+	// toposched counts what the claims hold: Pascal's 2 GPUs and its RDMA NIC, one of Lassen's
+	// 4 GPUs (Lassen's 4 RDMA NICs stay free).
+	wantFree := map[string][2]int{pascal.name: {0, 0}, lassen.name: {3, 4}}
+	waitFree := func(r *replica, want map[string][2]int, what string) {
+		var got map[string][2]int
+		if err := harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
+			got = c.freeDevices(t, r)
+			for n, w := range want {
+				if got[n] != w {
+					return false, fmt.Errorf("free (GPUs, RDMA NICs) %v, want %v", got, want)
+				}
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, r.proc.Tail(3000))
+		}
+	}
+	waitFree(leader, wantFree, "the claims' devices counted")
+
+	// A device-plugin pod on the same node must not get a device a claim holds: Pascal's GPUs are
+	// both claimed, so toposched's filter leaves the pod no node (without the claims counted it
+	// would bind it to GPU 0, which DRA gave gpus-nic).
+	dp := podSpec{name: "dp-on-pascal", gpus: 1, node: pascal.name}
+	c.createPod(schedulerName, dp)
+	pendingFor := func(name string, d time.Duration) {
+		deadline := time.Now().Add(d)
+		for time.Now().Before(deadline) {
+			if n := c.nodeOf(name); n != "" {
+				t.Fatalf("%s bound to %s, onto devices a ResourceClaim holds\n%s", name, n, logs())
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	pendingFor(dp.name, 8*time.Second)
+
+	// The claims survive a restart: the new process reads them back before it is ready.
+	leader.proc.Kill9()
+	leader = c.startReplica(leader.pod)
+	c.waitReady(leader, 90*time.Second)
+	waitFree(leader, wantFree, "after a restart")
+	pendingFor(dp.name, 5*time.Second)
+
+	// Deleted pods give their claims' devices back (the resourceclaim-controller deletes the
+	// claims it made), and the device-plugin pod binds.
+	for _, p := range []string{"gpus-nic", "one-gpu"} {
+		c.deletePod(p)
+	}
+	waitFree(leader, map[string][2]int{lassen.name: {4, 4}}, "claims deleted")
+	c.waitBound([]podSpec{{name: dp.name, gpus: 1, node: pascal.name, fits: true}}, 60*time.Second)
+	c.deletePod(dp.name)
+	waitFree(leader, map[string][2]int{pascal.name: {2, 1}, lassen.name: {4, 4}}, "all pods gone")
+
+	// toposched's rank decides where a claim goes when several nodes fit: one GPU and one RDMA
+	// NIC, no constraint. Pascal has them under one PCIe switch (PIX); Lassen's GPUs and NICs sit
+	// on different host bridges. The pod lands on the node toposched scores highest.
+	c.claimTemplate("gpu-and-nic", resourcev1.DeviceClaim{
+		Requests: []resourcev1.DeviceRequest{
+			{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draGPUClass,
+				AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}},
+			{Name: "nic", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draNICClass,
+				AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.attributes["dra.net"].rdma == true`}}}}},
+		},
+	})
+	aligned := claimPod(schedulerName, "aligned", "devices", "gpu-and-nic")
+	var scores map[string]int64
+	if err := harness.Eventually(30*time.Second, 250*time.Millisecond, func() (bool, error) {
+		scores = c.draScores(t, leader, aligned, []string{lassen.name, pascal.name})
+		return scores[pascal.name] > scores[lassen.name], fmt.Errorf("prioritize-cpu scores %v", scores)
+	}); err != nil {
+		t.Fatalf("toposched does not rank Pascal's aligned GPU and NIC first: %v\n%s", err, leader.proc.Tail(3000))
+	}
+	t.Logf("aligned: toposched's scores %v", scores)
+	c.createClaimPod(schedulerName, "aligned", "devices", "gpu-and-nic")
+	rc := c.podClaim("aligned", "devices", logs)
+	rc, node := c.waitAllocated("aligned", rc, logs)
+	if node != pascal.name {
+		t.Errorf("aligned: on %s with %v, want %s, the node toposched ranked first (%v)", node, allocatedDevices(rc), pascal.name, scores)
 	}
 	if d := c.doubleAllocations(); len(d) > 0 {
 		t.Errorf("devices allocated to more than one claim: %v", d)
