@@ -25,7 +25,8 @@ bool IsPoolPod(const PlacementRequest& r) {
 }
 
 bool PacksCpu(const PlacementRequest& r) {
-  return !Interested(r) && r.cpu_milli > 0;
+  // A pod with DRA claims toposched cannot count is not a CPU-only pod: it gets the neutral score.
+  return !Interested(r) && r.cpu_milli > 0 && r.resource_claims.empty();
 }
 
 Evaluator::Evaluator(const framework::Framework& framework, state::ClusterStore& store,

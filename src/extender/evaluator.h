@@ -63,7 +63,8 @@ enum class Want { kFilter, kScores };
 bool Interested(const PlacementRequest& r);
 // A pod of a Prefill/Decode pool (its scores depend on where the pool runs).
 bool IsPoolPod(const PlacementRequest& r);
-// A pod that asks CPU and no device of ours: prioritize scores it (PodEntry::packs_cpu).
+// A pod that asks CPU and no device of ours, and no DRA claim: prioritize scores it
+// (PodEntry::packs_cpu).
 bool PacksCpu(const PlacementRequest& r);
 
 using framework::CpuPodScore;

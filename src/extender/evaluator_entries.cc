@@ -26,7 +26,10 @@ Result<std::shared_ptr<PodEntry>> Evaluator::EntryFor(const PodRef& pod) {
                                  ParsePodRequest(pod.raw, framework_.config().request),
                                  "Pod " + PodLabel(pod.pod_namespace, pod.name, pod.uid));
   ResolveDraClaims(parsed);
-  return Store(std::move(parsed), pod.uid, pod.resource_version, now);
+  // A pod whose claims could not be counted yet (a template the informer has not delivered) is
+  // read again on its next call rather than kept neutral for its resourceVersion.
+  const bool unresolved = !parsed.resource_claims.empty() && !parsed.dra;
+  return Store(std::move(parsed), pod.uid, unresolved ? std::string_view() : pod.resource_version, now);
 }
 
 // A pod whose GPUs and NICs come from DRA ResourceClaims asks them through its claims, not its
@@ -36,8 +39,9 @@ void Evaluator::ResolveDraClaims(PlacementRequest& request) const {
   if (request.resource_claims.empty() || Interested(request) || hooks_ == nullptr) return;
   const DraDevices d = hooks_->DraDevicesFor(request);
   if (!d.known) {
-    metrics::Log(LogLevel::kDebug, {"request", PodLabel(request.pod_namespace, request.pod_name), ""},
-                 "resource claims not ranked: " + d.why);
+    // Once per pod version (the entry is cached): the neutral score, and why.
+    metrics::Log(LogLevel::kInfo, {"request", PodLabel(request.pod_namespace, request.pod_name), ""},
+                 "resource claims not ranked (neutral score): " + d.why);
     return;
   }
   request.gpus = d.gpus;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -2206,6 +2207,156 @@ TEST_F(KubeE2E, RbacGrantsEveryRequestTheComponentsMake) {
         Grant{"coordination.k8s.io", "leases", "update"}, Grant{"", "events", "create"}}) {
     EXPECT_TRUE(used.contains(g)) << g.verb << " " << g.group << "/" << g.resource << " never happened";
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic Resource Allocation (serve --dra).
+
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+constexpr char kClaims[] = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
+constexpr char kClaimTemplates[] = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates";
+constexpr char kDeviceClasses[] = "/apis/resource.k8s.io/v1/deviceclasses";
+
+// A ResourceSlice of one node's pool as NVIDIA's GPU driver (gpu-<i>, type "gpu", the standard
+// pciBusID) or DRANET (pci-<address>, dra.net/pciAddress, dra.net/rdma) publishes it.
+json SliceObject(const std::string& node, const std::string& driver, const json& devices) {
+  return {{"metadata", {{"name", node + "-" + driver}}},
+          {"spec",
+           {{"driver", driver},
+            {"nodeName", node},
+            {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+            {"devices", devices}}}};
+}
+json GpuDevice(const std::string& name, const std::string& bus) {
+  return {{"name", name},
+          {"attributes",
+           {{"type", {{"string", "gpu"}}}, {"resource.kubernetes.io/pciBusID", {{"string", bus}}}}}};
+}
+json NicDevice(const std::string& bus) {
+  std::string name = "pci-" + bus;
+  std::replace(name.begin(), name.end(), ':', '-');
+  std::replace(name.begin(), name.end(), '.', '-');
+  return {{"name", name},
+          {"attributes", {{"dra.net/pciAddress", {{"string", bus}}}, {"dra.net/rdma", {{"bool", true}}}}}};
+}
+// A claim the DRA plugin allocated on `node`: each result (request, driver, device).
+json AllocatedClaim(const std::string& name, const std::string& node,
+                    const std::vector<std::array<std::string, 3>>& results) {
+  json r = json::array();
+  for (const auto& [request, driver, device] : results) {
+    r.push_back({{"request", request}, {"driver", driver}, {"pool", node}, {"device", device}});
+  }
+  return {{"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec",
+           {{"devices",
+             {{"requests",
+               json::array({{{"name", "gpus"},
+                             {"exactly", {{"deviceClassName", "gpu.nvidia.com"}, {"count", 2}}}}})}}}}},
+          {"status",
+           {{"allocation",
+             {{"devices", {{"results", r}}},
+              {"nodeSelector",
+               {{"nodeSelectorTerms",
+                 json::array({{{"matchFields", json::array({{{"key", "metadata.name"},
+                                                             {"operator", "In"},
+                                                             {"values", json::array({node})}}})}}})}}}}}}}};
+}
+
+TEST_F(KubeE2E, DraClaimsHoldTheirDevicesAndClaimPodsAreRanked) {
+  AddNode("a100-0", kAzureA100);
+  server_.Create(
+      kDeviceClasses,
+      {{"metadata", {{"name", "gpu.nvidia.com"}}},
+       {"spec",
+        {{"selectors", json::array({{{"cel",
+                                      {{"expression",
+                                        "device.driver == 'gpu.nvidia.com' && "
+                                        "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}}}})}}}});
+  server_.Create(
+      kDeviceClasses,
+      {{"metadata", {{"name", "dranet"}}},
+       {"spec",
+        {{"selectors", json::array({{{"cel", {{"expression", "device.driver == \"dra.net\""}}}}})}}}});
+  kube::KubeSourceOptions options;
+  options.dra = true;
+  auto r = std::make_unique<Replica>(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r->Ready(); }));
+  const std::shared_ptr<const NodeTopology> t = r->store.snapshot()->Find("a100-0")->topology;
+  ASSERT_NE(t, nullptr);
+  ASSERT_GE(t->gpus.size(), 8u);
+  int rdma = -1;
+  for (std::size_t n = 0; n < t->nics.size() && rdma < 0; ++n) {
+    if (t->nics[n].rdma && !t->nics[n].pci_bus_id.empty()) rdma = static_cast<int>(n);
+  }
+  ASSERT_GE(rdma, 0);
+  json gpus = json::array();
+  for (std::size_t g = 0; g < t->gpus.size(); ++g) {
+    gpus.push_back(GpuDevice("gpu-" + std::to_string(g), t->gpus[g].pci_bus_id));
+  }
+  gpus.push_back(GpuDevice("gpu-99", "0000:ff:1f.7"));  // a GPU the topology does not have
+  server_.Create(kSlices, SliceObject("a100-0", "gpu.nvidia.com", gpus));
+  server_.Create(kSlices,
+                 SliceObject("a100-0", "dra.net", json::array({NicDevice(t->nics[rdma].pci_bus_id)})));
+  const std::string nic_device = NicDevice(t->nics[rdma].pci_bus_id)["name"];
+
+  // An allocated claim: two GPUs and the NIC, counted as taken.
+  const json claim = server_.Create(kClaims, AllocatedClaim("train-0", "a100-0",
+                                                            {{"gpus", "gpu.nvidia.com", "gpu-2"},
+                                                             {"gpus", "gpu.nvidia.com", "gpu-5"},
+                                                             {"nic", "dra.net", nic_device}}));
+  const std::string claim_uid = "resourceclaim/" + claim["metadata"]["uid"].get<std::string>();
+  const auto counted = [&] {
+    const std::optional<state::PodAllocation> a = r->store.FindPod(claim_uid);
+    return a && a->hold.empty() && a->delta.exclusive_gpus == std::vector<int>{2, 5} &&
+           a->delta.nics == std::vector<int>{rdma};
+  };
+  ASSERT_TRUE(WaitFor([&] { return counted(); }));
+
+  // A device-plugin pod never gets them: 8 GPUs do not fit, 6 do, on the other six.
+  EXPECT_FALSE(Schedule(*r, GpuPod(server_, "eight", 8, 0), {"a100-0"}).error.empty());
+  const json six = GpuPod(server_, "six", 6, 0);
+  ASSERT_EQ(Schedule(*r, six, {"a100-0"}).node, "a100-0");
+  const std::optional<state::PodAllocation> six_a =
+      r->store.FindPod(six["metadata"]["uid"].get<std::string>());
+  ASSERT_TRUE(six_a.has_value());
+  for (const int g : six_a->delta.exclusive_gpus) EXPECT_TRUE(g != 2 && g != 5) << "GPU " << g;
+
+  // A device toposched cannot map is reported, never guessed.
+  server_.Create(kClaims, AllocatedClaim("odd", "a100-0", {{"gpus", "gpu.nvidia.com", "gpu-99"}}));
+  ASSERT_TRUE(WaitFor([&] {
+    return r->Call("/nodes", "", "GET").second.find("\"draUnmappedDevices\": 1") != std::string::npos;
+  }));
+  EXPECT_NE(r->Call("/metrics", "", "GET").second.find("toposched_dra_unmapped_devices 1"),
+            std::string::npos);
+
+  // A pod whose GPUs come from a claim template reaches prioritize-cpu and is ranked there.
+  server_.Create(
+      kClaimTemplates,
+      {{"metadata", {{"name", "two-gpus"}, {"namespace", "default"}}},
+       {"spec",
+        {{"spec",
+          {{"devices",
+            {{"requests",
+              json::array({{{"name", "gpus"},
+                            {"exactly", {{"deviceClassName", "gpu.nvidia.com"}, {"count", 2}}}}})}}}}}}}});
+  json dra_pod = testing::MakePod({.name = "dra-pod"});
+  dra_pod["spec"]["resourceClaims"] =
+      json::array({{{"name", "gpus"}, {"resourceClaimTemplateName", "two-gpus"}}});
+  ASSERT_TRUE(WaitFor([&] {
+    const auto [status, body] =
+        r->Call("/scheduler/prioritize-cpu", testing::ExtenderArgs(dra_pod, {"a100-0"}));
+    return status == 200 && body.find("a100-0") != std::string::npos;
+  }));
+
+  // A restarted extender counts the claims again before it is ready.
+  r.reset();
+  r = std::make_unique<Replica>(server_, "replica-1", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r->Ready(); }));
+  EXPECT_TRUE(counted());
+
+  // A deleted claim gives its devices back.
+  ASSERT_TRUE(server_.Delete(kClaims, "train-0"));
+  ASSERT_TRUE(WaitFor([&] { return !r->store.FindPod(claim_uid).has_value(); }));
 }
 
 }  // namespace

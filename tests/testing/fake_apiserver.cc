@@ -66,6 +66,11 @@ constexpr ResourceType kResources[] = {
     {"coordination.k8s.io", "v1", "leases", "Lease", true, false, StatusOnCreate::kKeep},
     {"toposched.io", "v1alpha1", "nodetopologies", "NodeTopology", false, true, StatusOnCreate::kDrop},
     {"topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", false, true, StatusOnCreate::kKeep},
+    {"resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false, false, StatusOnCreate::kKeep},
+    {"resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true, true, StatusOnCreate::kKeep},
+    {"resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", true, false,
+     StatusOnCreate::kKeep},
+    {"resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false, false, StatusOnCreate::kKeep},
 };
 constexpr std::size_t kResourceCount = std::size(kResources);
 
