@@ -105,7 +105,7 @@ def grants_of(rules):
 # (apiGroup, resource, verb, resourceNames): tests/integration/manifests_test.cc
 # Rbac.EachRoleGrantsExactlyWhatItsCodePathsUse and deploy/README.md's table; the scheduler's
 # Lease Role mirrors the extender's.
-def expected_roles(fullname, namespace, mode, agent, hyper_nodes=False):
+def expected_roles(fullname, namespace, mode, agent, hyper_nodes=False, dra=False):
     ext, sched = f"{fullname}-extender", f"{fullname}-scheduler"
     roles = {
         ("ClusterRole", "", ext): {
@@ -121,6 +121,11 @@ def expected_roles(fullname, namespace, mode, agent, hyper_nodes=False):
     }
     if hyper_nodes:  # config.network.hyperNodes: the extender's HyperNode informer
         roles[("ClusterRole", "", ext)] |= {("topology.volcano.sh", "hypernodes", v, ()) for v in ("get", "list", "watch")}
+    if dra:  # extender.dra: the extender's DRA informers
+        roles[("ClusterRole", "", ext)] |= {
+            ("resource.k8s.io", r, v, ())
+            for r in ("resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses")
+            for v in ("get", "list", "watch")}
     if agent:
         roles[("ClusterRole", "", f"{fullname}-agent")] = {
             ("", "nodes", "get", ()), ("", "nodes", "patch", ()),
@@ -580,7 +585,13 @@ def check_case(path, notes_path, schemas, toposched, opts):
         if cm["metadata"]["name"] == f"{fullname}-extender-config":
             rendered = yaml.safe_load(cm.get("data", {}).get("config.yaml", "")) or {}
             hyper_nodes = bool((rendered.get("network") or {}).get("hyperNodes"))
-    expected = expected_roles(fullname, namespace, mode, agent, hyper_nodes)
+    # extender.dra: the extender Deployment's `--dra true`.
+    dra = False
+    for d in by_kind.get("Deployment", []):
+        if d["metadata"]["name"] == f"{fullname}-extender":
+            args = d["spec"]["template"]["spec"]["containers"][0].get("args", [])
+            dra = any(a == "--dra" and i + 1 < len(args) and args[i + 1] == "true" for i, a in enumerate(args))
+    expected = expected_roles(fullname, namespace, mode, agent, hyper_nodes, dra)
     if set(roles) != set(expected):
         fail(case, f"roles {sorted(roles)} != expected {sorted(expected)}")
     for key, grants in expected.items():
