@@ -2359,5 +2359,52 @@ TEST_F(KubeE2E, DraClaimsHoldTheirDevicesAndClaimPodsAreRanked) {
   ASSERT_TRUE(WaitFor([&] { return !r->store.FindPod(claim_uid).has_value(); }));
 }
 
+// A claim read before its devices' slice is counted when the slice comes; a claim whose device a
+// toposched pod already holds keeps the node out of new placements (two owners: fail closed).
+TEST_F(KubeE2E, DraClaimsBeforeTheirSlicesAndOnHeldDevices) {
+  AddNode("a100-0", kAzureA100);
+  kube::KubeSourceOptions options;
+  options.dra = true;
+  Replica r(server_, "replica-0", false, options);
+  ASSERT_TRUE(WaitFor([&] { return r.Ready(); }));
+  const std::shared_ptr<const NodeTopology> t = r.store.snapshot()->Find("a100-0")->topology;
+  ASSERT_NE(t, nullptr);
+
+  const json claim =
+      server_.Create(kClaims, AllocatedClaim("early", "a100-0", {{"gpus", "gpu.nvidia.com", "gpu-1"}}));
+  const std::string uid = "resourceclaim/" + claim["metadata"]["uid"].get<std::string>();
+  ASSERT_TRUE(WaitFor([&] {
+    return r.Call("/metrics", "", "GET").second.find("toposched_dra_pending_claims 1") != std::string::npos;
+  }));
+  EXPECT_FALSE(r.store.FindPod(uid).has_value());
+  json gpus = json::array();
+  for (std::size_t g = 0; g < t->gpus.size(); ++g) {
+    gpus.push_back(GpuDevice("gpu-" + std::to_string(g), t->gpus[g].pci_bus_id));
+  }
+  server_.Create(kSlices, SliceObject("a100-0", "gpu.nvidia.com", gpus));
+  ASSERT_TRUE(WaitFor([&] {
+    const std::optional<state::PodAllocation> a = r.store.FindPod(uid);
+    return a && a->delta.exclusive_gpus == std::vector<int>{1};
+  }));
+
+  // A toposched pod takes the seven other GPUs; a second claim then names one of them.
+  const json seven = GpuPod(server_, "seven", 7, 0);
+  ASSERT_EQ(Schedule(r, seven, {"a100-0"}).node, "a100-0");
+  const std::optional<state::PodAllocation> seven_a =
+      r.store.FindPod(seven["metadata"]["uid"].get<std::string>());
+  ASSERT_TRUE(seven_a.has_value());
+  const int taken = seven_a->delta.exclusive_gpus.front();
+  server_.Create(kClaims, AllocatedClaim("clash", "a100-0",
+                                         {{"gpus", "gpu.nvidia.com", "gpu-" + std::to_string(taken)}}));
+  ASSERT_TRUE(WaitFor([&] { return !r.store.snapshot()->Find("a100-0")->held_pods.empty(); }));
+  // Held: no new device placement on the node, even for a pod that would fit its free devices.
+  ASSERT_TRUE(server_.Delete(kClaims, "early"));
+  EXPECT_FALSE(Schedule(r, GpuPod(server_, "one", 1, 0), {"a100-0"}).error.empty());
+  // The claim gone, the hold goes with it.
+  ASSERT_TRUE(server_.Delete(kClaims, "clash"));
+  ASSERT_TRUE(WaitFor([&] { return r.store.snapshot()->Find("a100-0")->held_pods.empty(); }));
+  EXPECT_EQ(Schedule(r, GpuPod(server_, "two", 1, 0), {"a100-0"}).node, "a100-0");
+}
+
 }  // namespace
 }  // namespace toposched
