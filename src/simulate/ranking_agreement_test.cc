@@ -44,10 +44,15 @@ std::shared_ptr<const NodeTopology> Preset(const std::string& name) {
   return std::make_shared<const NodeTopology>(std::move(t).value());
 }
 
-// A pod as kube-scheduler sends it: whole GPUs and RDMA NICs, or one HAMi share of a GPU.
+// A pod as kube-scheduler sends it: whole GPUs and RDMA NICs, or one HAMi share of a GPU; with
+// no device at all, a pod that asks 4 cores (scored by prioritize-cpu).
 json Pod(const std::string& name, int gpus, int nics, int share_percent = 0) {
   json limits = json::object();
-  limits["nvidia.com/gpu"] = std::to_string(gpus);
+  if (gpus == 0 && nics == 0 && share_percent == 0) {
+    limits["cpu"] = "4";
+  } else {
+    limits["nvidia.com/gpu"] = std::to_string(gpus);
+  }
   if (nics > 0) limits["rdma/ib"] = std::to_string(nics);
   if (share_percent > 0) {
     limits["nvidia.com/gpucores"] = std::to_string(share_percent);
@@ -100,33 +105,22 @@ class Extender {
 
   // What kube-scheduler does with the extender alone: filter, prioritize, the highest score.
   // Returns the node bound ("" when none fits) or a test failure; fails the test on a tie at the
-  // top (one node of the best leaves none).
+  // top (one node of the best leaves none). A pod that asks no device reaches only the second
+  // entry, prioritize-cpu, and kube-scheduler binds it itself.
   std::string Schedule(const json& pod, bool bind) {
     json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names_}};
+    if (!pod["spec"]["containers"][0]["resources"]["limits"].contains("nvidia.com/gpu")) {
+      return Best(Call("/scheduler/prioritize-cpu", args.dump()));
+    }
     const json filtered = Call("/scheduler/filter", args.dump());
     if (!filtered.contains("NodeNames") || !filtered["NodeNames"].is_array() ||
         filtered["NodeNames"].empty()) {
       return "";
     }
     args["NodeNames"] = filtered["NodeNames"];
-    std::string best;
-    std::int64_t top = -1;
-    int at_top = 0;
-    if (filtered["NodeNames"].size() == 1) {
-      best = filtered["NodeNames"][0].get<std::string>();
-    } else {
-      for (const json& h : Call("/scheduler/prioritize", args.dump())) {
-        const std::int64_t s = h.at("Score").get<std::int64_t>();
-        if (s > top) {
-          top = s;
-          best = h.at("Host").get<std::string>();
-          at_top = 1;
-        } else if (s == top) {
-          ++at_top;
-        }
-      }
-      EXPECT_EQ(at_top, 1) << "the reply leaves kube-scheduler a draw at score " << top;
-    }
+    const std::string best = filtered["NodeNames"].size() == 1
+                                 ? filtered["NodeNames"][0].get<std::string>()
+                                 : Best(Call("/scheduler/prioritize", args.dump()));
     if (bind) {
       const json binding = {{"PodName", pod["metadata"]["name"]},
                             {"PodNamespace", "default"},
@@ -141,6 +135,25 @@ class Extender {
   std::optional<state::PodAllocation> Allocation(const std::string& uid) const { return store_.FindPod(uid); }
 
  private:
+  // The host of the highest score in a prioritize reply; fails the test on a draw at the top.
+  static std::string Best(const json& reply) {
+    std::string best;
+    std::int64_t top = -1;
+    int at_top = 0;
+    for (const json& h : reply) {
+      const std::int64_t s = h.at("Score").get<std::int64_t>();
+      if (s > top) {
+        top = s;
+        best = h.at("Host").get<std::string>();
+        at_top = 1;
+      } else if (s == top) {
+        ++at_top;
+      }
+    }
+    EXPECT_EQ(at_top, 1) << "the reply leaves kube-scheduler a draw at score " << top;
+    return best;
+  }
+
   json Call(std::string_view path, const std::string& body) {
     server::HttpRequest rq{"POST", path, "application/json", body, "test"};
     server::HttpResponse rs;
@@ -157,7 +170,7 @@ class Extender {
 };
 
 struct Outcome {
-  int placed = 0, unplaced = 0, vgpus = 0;
+  int placed = 0, unplaced = 0, vgpus = 0, cpu_pods = 0;
 };
 
 // Runs four blocks of `kinds` through the simulator's toposched policy and through the
@@ -218,6 +231,10 @@ Outcome RunBoth(const framework::SchedulerConfig& config,
         continue;
       }
       ++out.placed;
+      if (!request->gpus && !request->IsShared() && !request->rdma_nics) {
+        ++out.cpu_pods;  // kube-scheduler binds it; no devices to compare
+        continue;
+      }
       // The same devices: the store's allocation is the simulator's placement.
       const std::optional<state::PodAllocation> a = extender.Allocation("uid-" + name);
       EXPECT_TRUE(a.has_value());
@@ -261,6 +278,20 @@ TEST(RankingAgreementTest, TheSameNodeForEveryPodOfAShareHeavyMix) {
   EXPECT_GT(out.placed, 100);
   EXPECT_GT(out.unplaced, 0);
   EXPECT_GT(out.vgpus, 80);
+}
+
+// Pods that ask CPU alone among GPU pods: the simulator ranks them as prioritize-cpu scores them
+// (the ranking step's CpuPodScore), the node whose GPUs are taken before an idle one.
+TEST(RankingAgreementTest, TheSameNodeForEveryCpuOnlyPodAmongGpuPods) {
+  framework::SchedulerConfig config = BuiltinDefaultConfig();
+  config.capacity.plugin = "ExpectedFragmentation";
+  // The warm block holds 40 device pods: the window rule must not wait for 50 (the simulator
+  // packs by the mix from the first pod).
+  config.capacity.min_typical_pods = 1;
+  const Outcome out = RunBoth(config, {{"pcie-4gpu", 6}, {"hgx-h100-8gpu", 2}},
+                              {{3, 1, 0, 0}, {2, 0, 0, 0}, {2, 2, 0, 0}, {2, 1, 0, 50}, {1, 4, 0, 0}});
+  EXPECT_GT(out.cpu_pods, 30);
+  EXPECT_GT(out.placed, 60);
 }
 
 }  // namespace
