@@ -213,42 +213,18 @@ class DraFirstFitPolicy : public DraPolicy {
 // The devices are the allocator's, never the engine's.
 class DraToposchedPolicy : public DraPolicy {
  public:
-  DraToposchedPolicy(framework::Framework framework, std::shared_ptr<const packing::ShapeMix> mix)
-      : framework_(std::move(framework)), mix_(std::move(mix)) {}
+  explicit DraToposchedPolicy(ToposchedRanking ranking) : ranking_(std::move(ranking)) {}
 
   Result<std::optional<DraDecision>> Schedule(
       const PlacementRequest& request, std::vector<VirtualNode>& nodes,
       std::shared_ptr<const framework::ClusterView> cluster) override {
-    const framework::CycleSetup setup{
-        .mix = mix_, .packs_by_mix = true, .explain = false, .cluster = cluster};
-    framework::CycleState cycle = framework_.NewCycle(request, setup);
-    framework::CapacityBand band(framework_.CapacityBandWidth());
-    const framework::RareClass rare = RareClassFor(request, nodes, cluster.get());
-    framework::RemnantTie remnants(framework_, request, [&nodes, vendor = request.vendor] {
-      auto counts = std::make_shared<packing::RemnantCounts>();
-      for (const VirtualNode& node : nodes) framework::CountRemnantsOf(node, vendor, *counts);
-      return std::shared_ptr<const packing::RemnantCounts>(std::move(counts));
-    });
-    candidates_.clear();
+    (void)ranking_.Rank(request, nodes, cluster, candidates_);
     filtered_.assign(nodes.size(), 0);
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      const VirtualNode& node = nodes[i];
-      if (!node.schedulable) continue;
-      if (!framework_.RunFilter(cycle, node).ok()) continue;
-      filtered_[i] = 1;
-      framework::RankedNode ranked{framework_.RunScore(cycle, node), order_keys_[i], -1, i};
-      ranked.score.reserved = rare.active() && rare.Reserved(hardware_[i], node.name);
-      if (remnants.on()) {
-        if (const PlacementOutcome& outcome = cycle.Outcome(node); outcome.ok()) {
-          ranked.share_left = framework::ShareLeft(cycle, node, *outcome.placement);
-        }
-      }
-      band.Offer(ranked.score);
-      candidates_.push_back(std::move(ranked));
-    }
-    framework::RankBestFirst(candidates_, band, remnants);
     order_.clear();
-    for (const framework::RankedNode& c : candidates_) order_.push_back(c.index);
+    for (const framework::RankedNode& c : candidates_) {
+      filtered_[c.index] = 1;
+      order_.push_back(c.index);
+    }
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       if (!filtered_[i] && nodes[i].schedulable) order_.push_back(i);
     }
@@ -265,37 +241,10 @@ class DraToposchedPolicy : public DraPolicy {
   }
 
  private:
-  // As ToposchedPolicy::RareClassFor: the hardware census and order keys of the run's nodes.
-  framework::RareClass RareClassFor(const PlacementRequest& request, const std::vector<VirtualNode>& nodes,
-                                    const framework::ClusterView* cluster) {
-    if (hardware_nodes_ != nodes.data() || hardware_.size() != nodes.size()) {
-      hardware_.clear();
-      order_keys_.clear();
-      std::vector<packing::NodeHardware> counted;
-      for (const VirtualNode& node : nodes) {
-        hardware_.push_back(packing::HardwareOf(*node.topology));
-        order_keys_.push_back(framework::NodeOrderKey(node.name));
-        if (node.schedulable) counted.push_back(hardware_.back());
-      }
-      census_ = packing::CensusOf(counted);
-      hardware_nodes_ = nodes.data();
-    }
-    return framework::RareClass(framework_, request, mix_.get(), census_,
-                                [&]() -> std::shared_ptr<const std::vector<std::string>> {
-                                  if (cluster == nullptr) return nullptr;
-                                  return framework::PoolNodesOf(cluster->PoolMembers(request.pool));
-                                });
-  }
-
-  framework::Framework framework_;
-  std::shared_ptr<const packing::ShapeMix> mix_;
+  ToposchedRanking ranking_;
   std::vector<framework::RankedNode> candidates_;
   std::vector<char> filtered_;
   std::vector<std::size_t> order_;
-  std::vector<packing::NodeHardware> hardware_;
-  std::vector<std::uint64_t> order_keys_;
-  packing::HardwareCensus census_;
-  const VirtualNode* hardware_nodes_ = nullptr;
 };
 
 Result<std::unique_ptr<DraPolicy>> MakeDraPolicy(std::string_view name,
@@ -306,7 +255,7 @@ Result<std::unique_ptr<DraPolicy>> MakeDraPolicy(std::string_view name,
     TOPOSCHED_ASSIGN_OR_RETURN_CTX(
         auto framework, framework::Framework::Create(config, plugins::BuiltinRegistry()), "toposched policy");
     return std::unique_ptr<DraPolicy>(
-        std::make_unique<DraToposchedPolicy>(std::move(framework), std::move(mix)));
+        std::make_unique<DraToposchedPolicy>(ToposchedRanking(std::move(framework), std::move(mix))));
   }
   return Error("unknown DRA policy \"" + std::string(name) + "\" (known: toposched, dra-first-fit)");
 }
@@ -315,28 +264,6 @@ Result<std::unique_ptr<DraPolicy>> MakeDraPolicy(std::string_view name,
 bool ClaimablePod(const PlacementRequest& r) {
   return !r.IsShared() && r.gpus > 0;
 }
-
-// The best worst-class rank the engine finds for the request's shape on the hardware with
-// everything free (as the embedded simulator's figure), memoized per topology and shape.
-class BestRank {
- public:
-  explicit BestRank(EngineOptions options) : options_(options) {}
-  std::optional<int> Of(const NodeTopology& t, const PlacementRequest& r) {
-    std::string key = std::to_string(reinterpret_cast<std::uintptr_t>(&t)) + '\n' + r.ShapeKey();
-    auto it = best_.find(key);
-    if (it == best_.end()) {
-      const PlacementOutcome o = PlaceOnNode(t, NodeAllocation{}, r, options_);
-      std::optional<int> rank;
-      if (o.ok()) rank = WorstPairRank(t, o.placement->pairs);
-      it = best_.emplace(std::move(key), rank).first;
-    }
-    return it->second;
-  }
-
- private:
-  EngineOptions options_;
-  std::unordered_map<std::string, std::optional<int>> best_;
-};
 
 struct Running {
   int node = -1;
@@ -350,7 +277,7 @@ Result<DraPolicyResult> RunDraPolicy(const std::string& name, const VirtualClust
   TOPOSCHED_ASSIGN_OR_RETURN(const std::unique_ptr<DraPolicy> policy, MakeDraPolicy(name, config, mix));
   DraPolicyResult out;
   out.policy = name;
-  BestRank best_rank(config.engine);
+  BestClassOracle best_rank(config.engine);
   std::vector<VirtualNode> nodes = cluster.nodes;
   std::vector<std::optional<Running>> running(workload.pods.size());
   using Departure = std::pair<double, std::size_t>;  // time, pod: ties in arrival order
@@ -384,7 +311,7 @@ Result<DraPolicyResult> RunDraPolicy(const std::string& name, const VirtualClust
     if (pod.request.rdma_nics > 0 && !d.placement.pairs.empty()) {
       ++out.nic_pods_placed;
       ++out.class_histogram[ClassBucket(WorstPairClass(t, d.placement.pairs))];
-      const std::optional<int> best = best_rank.Of(t, pod.request);
+      const std::optional<int> best = best_rank.BestRank(t, pod.request);
       if (best && WorstPairRank(t, d.placement.pairs) <= *best) ++out.at_best_class;
       if ((*decided)->aligned) ++out.aligned_alternative;
     } else {

@@ -9,11 +9,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "toposched/framework/cluster_view.h"
 #include "toposched/framework/framework.h"
+#include "toposched/framework/ranking.h"
 #include "toposched/pd/network.h"
+#include "toposched/placement/packing.h"
 #include "toposched/simulate/simulator.h"
 
 namespace toposched::simulate {
@@ -35,6 +38,47 @@ Result<std::unique_ptr<Policy>> MakeToposchedPolicy(const framework::SchedulerCo
 
 // Every builtin plugin with its default weight (the framework's default config).
 framework::SchedulerConfig BuiltinDefaultConfig();
+
+// The best worst-class rank each (hardware, request shape) allows: the engine's placement on
+// the node with everything free, whose first objective term is exactly that rank. Nodes of one
+// hardware type share a topology pointer, so the fingerprint is computed once per pointer.
+class BestClassOracle {
+ public:
+  explicit BestClassOracle(EngineOptions options) : options_(options) {}
+  std::optional<int> BestRank(const NodeTopology& t, const PlacementRequest& r);
+
+ private:
+  EngineOptions options_;
+  std::unordered_map<const NodeTopology*, std::string> fingerprints_;
+  std::unordered_map<std::string, std::optional<int>> best_;
+};
+
+// The toposched policy's order of the nodes for one pod: the framework's filter and score, then
+// the ranking step, with the simulator's facts (the hardware census, the pool view, the stable
+// order keys), as the extender's prioritize orders them. The toposched policy reserves on the
+// first node that takes the pod; the DRA mode lets DRA's allocator take the first that fits.
+class ToposchedRanking {
+ public:
+  ToposchedRanking(framework::Framework framework, std::shared_ptr<const packing::ShapeMix> mix)
+      : framework_(std::move(framework)), mix_(std::move(mix)) {}
+  // The nodes that pass the framework's filter, best first, into `ranked` (RankedNode::index:
+  // into `nodes`); returns the cycle, whose outcomes are the engine's placements on them.
+  framework::CycleState Rank(const PlacementRequest& request, const std::vector<VirtualNode>& nodes,
+                             const std::shared_ptr<const framework::ClusterView>& cluster,
+                             std::vector<framework::RankedNode>& ranked);
+  const framework::Framework& framework() const { return framework_; }
+
+ private:
+  framework::RareClass RareClassFor(const PlacementRequest& request, const std::vector<VirtualNode>& nodes,
+                                    const framework::ClusterView* cluster);
+
+  framework::Framework framework_;
+  std::shared_ptr<const packing::ShapeMix> mix_;
+  std::vector<packing::NodeHardware> hardware_;
+  std::vector<std::uint64_t> order_keys_;  // NodeOrderKey of each node's name
+  packing::HardwareCensus census_;
+  const VirtualNode* hardware_nodes_ = nullptr;
+};
 
 // The class of a placement's worst GPU->NIC pair by LinkRank; kPIX without pairs.
 LinkClass WorstPairClass(const NodeTopology& topology, const std::vector<GpuNicPair>& pairs);

@@ -27,35 +27,6 @@ std::size_t Index(int i) {
   return static_cast<std::size_t>(i);
 }
 
-// The best worst-class rank each (hardware, request shape) allows: the engine's placement on
-// the node with everything free, whose first objective term is exactly that rank. Nodes of one
-// hardware type share a topology pointer, so the fingerprint is computed once per pointer.
-class BestClassOracle {
- public:
-  explicit BestClassOracle(EngineOptions options) : options_(options) {}
-
-  std::optional<int> BestRank(const NodeTopology& t, const PlacementRequest& r) {
-    auto fp = fingerprints_.find(&t);
-    if (fp == fingerprints_.end()) fp = fingerprints_.emplace(&t, t.Fingerprint()).first;
-    std::string key = fp->second;
-    key += '\n';
-    key += r.ShapeKey();
-    auto it = best_.find(key);
-    if (it == best_.end()) {
-      const PlacementOutcome o = PlaceOnNode(t, NodeAllocation{}, r, options_);
-      std::optional<int> rank;
-      if (o.ok()) rank = WorstPairRank(t, o.placement->pairs);
-      it = best_.emplace(std::move(key), rank).first;
-    }
-    return it->second;
-  }
-
- private:
-  EngineOptions options_;
-  std::unordered_map<const NodeTopology*, std::string> fingerprints_;
-  std::unordered_map<std::string, std::optional<int>> best_;
-};
-
 struct Departure {
   double time = 0;
   std::size_t pod = 0;  // workload index: breaks time ties in arrival order
@@ -293,6 +264,22 @@ std::string DescribeCluster(const VirtualCluster& cluster, int gpus, int rdma_ni
 }
 
 }  // namespace
+
+std::optional<int> BestClassOracle::BestRank(const NodeTopology& t, const PlacementRequest& r) {
+  auto fp = fingerprints_.find(&t);
+  if (fp == fingerprints_.end()) fp = fingerprints_.emplace(&t, t.Fingerprint()).first;
+  std::string key = fp->second;
+  key += '\n';
+  key += r.ShapeKey();
+  auto it = best_.find(key);
+  if (it == best_.end()) {
+    const PlacementOutcome o = PlaceOnNode(t, NodeAllocation{}, r, options_);
+    std::optional<int> rank;
+    if (o.ok()) rank = WorstPairRank(t, o.placement->pairs);
+    it = best_.emplace(std::move(key), rank).first;
+  }
+  return it->second;
+}
 
 std::size_t ClassBucket(LinkClass cls) {
   switch (cls) {
