@@ -204,24 +204,9 @@ func (c *cluster) postVerb(t *testing.T, r *replica, verb string, in, out any) {
 
 // freeGpus is each node's free GPUs in the replica's state (GET /nodes).
 func (c *cluster) freeGpus(t *testing.T, r *replica) map[string]int {
-	code, body, err := c.replicaGet(r.port, "/nodes")
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("GET /nodes: %d %v %s", code, err, body)
-	}
-	var nodes struct {
-		Nodes []struct {
-			Name string `json:"name"`
-			Gpus struct {
-				Free int `json:"free"`
-			} `json:"gpus"`
-		} `json:"nodes"`
-	}
-	if err := json.Unmarshal([]byte(body), &nodes); err != nil {
-		t.Fatal(fmt.Errorf("GET /nodes: %v", err))
-	}
 	out := map[string]int{}
-	for _, n := range nodes.Nodes {
-		out[n.Name] = n.Gpus.Free
+	for name, free := range c.freeDevices(t, r) {
+		out[name] = free[0]
 	}
 	return out
 }
