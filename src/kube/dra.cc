@@ -855,6 +855,11 @@ std::vector<DraDeviceMapping> MapDraDevices(const DraSlice& slice, const NodeTop
   return out;
 }
 
+DraDeviceMapping MapDraDevice(const DraSlice& slice, const DraDevice& device, const NodeTopology& topology,
+                              const DraDrivers& drivers) {
+  return MapDevice(slice, device, topology, drivers);
+}
+
 DraDemand DemandOf(const DraClaimSpec& spec, const std::map<std::string, DeviceClassInfo>& classes,
                    const DraDrivers& drivers) {
   DraDemand demand;

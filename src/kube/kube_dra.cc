@@ -201,9 +201,8 @@ void KubeSource::Impl::CountClaim(const DraClaim& claim) {
       missing_slice = true;  // the node's topology comes later: counted then
       continue;
     }
-    DraSlice one = slice;
-    one.devices = {slice.devices[at->second.second]};
-    const DraDeviceMapping m = MapDraDevices(one, *record->topology, options.dra_drivers).front();
+    const DraDeviceMapping m =
+        MapDraDevice(slice, slice.devices[at->second.second], *record->topology, options.dra_drivers);
     if (!m.mapped()) {
       unmapped.push_back(r.driver + "/" + r.pool + "/" + r.device + ": " + m.reason);
       continue;

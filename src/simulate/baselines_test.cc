@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "simulate_testing.h"
 #include "toposched/framework/allocation.h"
 #include "toposched/simulate/simulator.h"
 #include "toposched/topology/synthetic.h"
@@ -14,30 +15,9 @@
 namespace toposched::simulate {
 namespace {
 
-std::shared_ptr<const NodeTopology> Preset(const char* name) {
-  auto spec = SyntheticPreset(name);
-  EXPECT_TRUE(spec.ok());
-  auto t = GenerateSynthetic(*spec);
-  EXPECT_TRUE(t.ok());
-  return std::make_shared<const NodeTopology>(std::move(t).value());
-}
-
-NodeAllocation Taken(const NodeTopology& t, const std::vector<int>& gpus, const std::vector<int>& nics) {
-  NodeAllocation a;
-  a.gpu_exclusive.assign(t.gpus.size(), false);
-  a.nic_used.assign(t.nics.size(), false);
-  for (int g : gpus) a.gpu_exclusive[static_cast<std::size_t>(g)] = true;
-  for (int n : nics) a.nic_used[static_cast<std::size_t>(n)] = true;
-  return a;
-}
-
-PlacementRequest Whole(int gpus, int nics) {
-  PlacementRequest r;
-  r.pod_name = "p";
-  r.gpus = gpus;
-  r.rdma_nics = nics;
-  return r;
-}
+using testing::Preset;
+using testing::Taken;
+using testing::Whole;
 
 PlacementRequest SharedSlice(std::int64_t memory_mib, std::int64_t cores) {
   PlacementRequest r;

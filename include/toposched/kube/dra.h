@@ -236,6 +236,9 @@ struct DraDeviceMapping {
 // a reason.
 std::vector<DraDeviceMapping> MapDraDevices(const DraSlice& slice, const NodeTopology& topology,
                                             const DraDrivers& drivers = {});
+// The same for one device of `slice` (each device maps on its own).
+DraDeviceMapping MapDraDevice(const DraSlice& slice, const DraDevice& device, const NodeTopology& topology,
+                              const DraDrivers& drivers = {});
 
 // ---- what a claim asks for ----
 
